@@ -1,0 +1,81 @@
+# make test   the whole suite: engine C++ tests under ASan/UBSan and TSan, then pytest
+# make demo   the README's main job
+# make bench-allocator   allocator benchmark against TensorFlow's own BFC allocator
+#
+# Every target bootstraps .venv (tensorflow-cpu 2.21.0 and the build tools) on
+# first use, so a fresh clone needs only Python 3.11, pip, a C++ compiler and make.
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+PY := $(VENV)/bin/python
+BUILD := build
+CXX ?= g++
+
+CC_SRC := tensorflow_lms_allocator/cc
+ENGINE_SRCS := $(wildcard $(CC_SRC)/engine/*.cc) $(wildcard $(CC_SRC)/backends/*.cc)
+ENGINE_HDRS := $(wildcard $(CC_SRC)/engine/*.h) $(wildcard $(CC_SRC)/backends/*.h) \
+               $(wildcard $(CC_SRC)/testing/*.h) tests/cc/harness.h
+TEST_CXXFLAGS := -std=c++17 -g -Wall -Wextra -I$(CC_SRC) -Itests/cc -pthread
+ASAN_FLAGS := -O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+TSAN_FLAGS := -O1 -fsanitize=thread
+
+.PHONY: all build test test-asan test-tsan test-python demo bench-allocator bench-maxbatch clean
+
+all: build
+
+$(VENV)/.bootstrapped: requirements-dev.txt
+	@echo "== Bootstrapping $(VENV) with $(PYTHON): TensorFlow 2.21 and the build tools (a few minutes the first time)"
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --progress-bar off -r requirements-dev.txt
+	touch $@
+
+# The package, built in place (build/ is reused, so a rebuild compiles only what changed).
+$(VENV)/.built: $(VENV)/.bootstrapped $(ENGINE_SRCS) $(ENGINE_HDRS) \
+                $(CC_SRC)/python/engine_module.cc CMakeLists.txt pyproject.toml
+	@echo "== Building tensorflow_lms_allocator"
+	$(PY) -m pip install --quiet --no-build-isolation --no-deps -e .
+	touch $@
+
+build: $(VENV)/.built
+
+$(BUILD)/cc/engine_test_asan: $(ENGINE_SRCS) $(ENGINE_HDRS) tests/cc/engine_test.cc
+	@mkdir -p $(@D)
+	@echo "== Compiling $@"
+	$(CXX) $(TEST_CXXFLAGS) $(ASAN_FLAGS) $(ENGINE_SRCS) tests/cc/engine_test.cc -o $@
+
+$(BUILD)/cc/concurrency_test_asan: $(ENGINE_SRCS) $(ENGINE_HDRS) tests/cc/concurrency_test.cc
+	@mkdir -p $(@D)
+	@echo "== Compiling $@"
+	$(CXX) $(TEST_CXXFLAGS) $(ASAN_FLAGS) $(ENGINE_SRCS) tests/cc/concurrency_test.cc -o $@
+
+$(BUILD)/cc/concurrency_test_tsan: $(ENGINE_SRCS) $(ENGINE_HDRS) tests/cc/concurrency_test.cc
+	@mkdir -p $(@D)
+	@echo "== Compiling $@"
+	$(CXX) $(TEST_CXXFLAGS) $(TSAN_FLAGS) $(ENGINE_SRCS) tests/cc/concurrency_test.cc -o $@
+
+test-asan: $(BUILD)/cc/engine_test_asan $(BUILD)/cc/concurrency_test_asan
+	@echo "== Engine tests under ASan/UBSan"
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 $(BUILD)/cc/engine_test_asan
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 $(BUILD)/cc/concurrency_test_asan
+
+test-tsan: $(BUILD)/cc/concurrency_test_tsan
+	@echo "== Concurrency test under TSan"
+	TSAN_OPTIONS=halt_on_error=1 $(BUILD)/cc/concurrency_test_tsan
+
+test-python: build
+	@echo "== Python tests"
+	$(PY) -m pytest tests
+
+test: test-asan test-tsan test-python
+
+demo: build
+	@echo "make demo trains a Keras model under an emulated device cap with LMS;"
+	@echo "it comes with the TensorFlow integration (issue 3). Meanwhile, the engine alone:"
+	$(PY) -m doctest -v tensorflow_lms_allocator/engine.py | tail -n 3
+
+bench-allocator: build
+	$(MAKE) -C benchmarks PY=$(abspath $(PY)) bench-allocator
+
+clean:
+	rm -rf $(BUILD) $(VENV)/.built

@@ -1,0 +1,62 @@
+// PosixBackend: the engine's backend on plain Linux memory, the emulated GPU.
+//
+// Each pool is one memfd of fixed size (the device pool is the emulated
+// device's memory, the host pool the swap space). Granule i of a pool is the
+// file range [i * granule, (i + 1) * granule). Mapping a granule at an
+// address is mmap(MAP_FIXED | MAP_SHARED) of that range, so the same physical
+// pages can appear at the allocation's address and in the pool's window: a
+// second, permanent mapping of the whole memfd that copies go through.
+// Copies between windows touch page tables that are already populated, so an
+// eviction or page-in costs a memcpy plus one mmap per run of granules.
+//
+// Copies are synchronous, so CopiesAfterCompute and WaitForCopies have
+// nothing to wait for.
+//
+// Thread-compatible: the engine's lock serialises calls.
+#ifndef TENSORFLOW_LMS_ALLOCATOR_CC_BACKENDS_POSIX_BACKEND_H_
+#define TENSORFLOW_LMS_ALLOCATOR_CC_BACKENDS_POSIX_BACKEND_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "engine/backend.h"
+
+namespace lms {
+
+class PosixBackend : public Backend {
+ public:
+  // `granule_bytes` must be a power of two and a multiple of the page size.
+  static Status Create(size_t granule_bytes, std::unique_ptr<Backend>* out);
+  ~PosixBackend() override;
+
+  const char* Name() const override { return "posix"; }
+  size_t granule_bytes() const override { return granule_; }
+  Status ReserveAddressRange(size_t bytes, uintptr_t* base) override;
+  void ReleaseAddressRange(uintptr_t base, size_t bytes) override;
+  Status CreatePool(PoolKind pool, size_t granules) override;
+  Status Map(uintptr_t address, PoolKind pool, const GranuleId* ids,
+             size_t count, Access access) override;
+  Status Unmap(uintptr_t address, size_t count) override;
+  Status CopyGranules(PoolKind dst_pool, const GranuleId* dst,
+                      PoolKind src_pool, const GranuleId* src,
+                      size_t bytes) override;
+  Status CopiesAfterCompute() override { return Status::Ok(); }
+  Status WaitForCopies() override { return Status::Ok(); }
+
+ private:
+  explicit PosixBackend(size_t granule_bytes) : granule_(granule_bytes) {}
+
+  struct PoolFile {
+    int fd = -1;
+    size_t granules = 0;
+    char* window = nullptr;  // the whole file, mapped once
+  };
+
+  const size_t granule_;
+  PoolFile pools_[2];
+};
+
+}  // namespace lms
+
+#endif  // TENSORFLOW_LMS_ALLOCATOR_CC_BACKENDS_POSIX_BACKEND_H_

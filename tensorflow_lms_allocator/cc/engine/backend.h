@@ -1,0 +1,86 @@
+// Backend: the physical-memory operations the engine needs, shaped after the
+// CUDA virtual memory management API so that both backends fit:
+//
+//   engine call           POSIX backend                CUDA VMM backend
+//   ReserveAddressRange   mmap(PROT_NONE)              cuMemAddressReserve
+//   CreatePool            memfd_create + ftruncate     cuMemCreate per granule
+//                                                      (device- or host-located)
+//   Map                   mmap(MAP_FIXED|MAP_SHARED)   cuMemMap + cuMemSetAccess
+//   Unmap                 mmap(PROT_NONE, MAP_FIXED)   cuMemUnmap
+//   CopyGranules          memcpy between pool windows  cuMemcpyAsync on the copy
+//                                                      stream
+//   CopiesAfterCompute    nothing (synchronous)        event on the compute
+//                                                      stream, waited on by the
+//                                                      copy stream
+//   WaitForCopies         nothing (synchronous)        event synchronize
+//
+// Granules are identified by (pool, id); ids are dense from 0 to the pool's
+// capacity. Every address handed to Map/Unmap is a granule-aligned slot inside
+// a reserved range. Copies read and write granules through the backend's own
+// view of each pool (a "window"), never through the allocation's address, so
+// an eviction copies while the address still maps the device granules and
+// remaps only when the copy is done.
+//
+// Only the POSIX backend is built today; the CUDA column is the contract the
+// CUDA backend must meet, not code that has run.
+#ifndef TENSORFLOW_LMS_ALLOCATOR_CC_ENGINE_BACKEND_H_
+#define TENSORFLOW_LMS_ALLOCATOR_CC_ENGINE_BACKEND_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "engine/status.h"
+
+namespace lms {
+
+enum class PoolKind { kDevice = 0, kHost = 1 };
+using GranuleId = uint32_t;
+
+// How a mapping may be touched. kNone serves strict mode: an evicted range
+// that faults on every touch that did not go through a pin.
+enum class Access { kReadWrite, kNone };
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual const char* Name() const = 0;
+  virtual size_t granule_bytes() const = 0;
+
+  // Reserves `bytes` (a multiple of the granule) of address space, granule
+  // aligned, with nothing mapped.
+  virtual Status ReserveAddressRange(size_t bytes, uintptr_t* base) = 0;
+  virtual void ReleaseAddressRange(uintptr_t base, size_t bytes) = 0;
+
+  // Creates the physical memory of a pool: `granules` granules with ids
+  // 0..granules-1. Called once per pool, before any Map of it.
+  virtual Status CreatePool(PoolKind pool, size_t granules) = 0;
+
+  // Maps ids[0..count) of `pool` at the consecutive slots starting at
+  // `address`, replacing whatever mapped those slots.
+  virtual Status Map(uintptr_t address, PoolKind pool, const GranuleId* ids,
+                     size_t count, Access access) = 0;
+
+  // Leaves `count` slots from `address` reserved with nothing mapped.
+  virtual Status Unmap(uintptr_t address, size_t count) = 0;
+
+  // Copies the first `bytes` of the granule sequence src[] (in order, each
+  // granule contributing up to granule_bytes()) into dst[]. Asynchronous on
+  // backends with streams: see CopiesAfterCompute and WaitForCopies.
+  virtual Status CopyGranules(PoolKind dst_pool, const GranuleId* dst,
+                              PoolKind src_pool, const GranuleId* src,
+                              size_t bytes) = 0;
+
+  // Orders the copies issued after this call behind all compute work
+  // submitted so far, so an eviction never reads a tensor a kernel still
+  // writes.
+  virtual Status CopiesAfterCompute() = 0;
+
+  // Blocks until every copy issued so far is complete, so the source granules
+  // may be unmapped and reused.
+  virtual Status WaitForCopies() = 0;
+};
+
+}  // namespace lms
+
+#endif  // TENSORFLOW_LMS_ALLOCATOR_CC_ENGINE_BACKEND_H_

@@ -1,0 +1,199 @@
+#include "engine/best_fit_arena.h"
+
+#include <sys/mman.h>
+
+#include <cassert>
+#include <cstdlib>
+
+namespace lms {
+
+BestFitArena::BestFitArena(uint64_t max_units, bool index_interior)
+    : max_units_(max_units), index_interior_(index_interior) {
+  for (ChunkId& h : bin_heads_) h = kNoChunk;
+  // An anonymous mapping is zero-filled on first touch, so a table sized for
+  // the whole reservation costs memory only where chunks are.
+  table_bytes_ = (max_units_ == 0 ? 1 : max_units_) * sizeof(ChunkId);
+  void* p = mmap(nullptr, table_bytes_, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) std::abort();  // host address space is gone: no way on
+  table_ = static_cast<ChunkId*>(p);
+}
+
+BestFitArena::~BestFitArena() { munmap(table_, table_bytes_); }
+
+int BestFitArena::BinFor(uint64_t units) {
+  if (units < 16) return static_cast<int>(units);
+  const int log2 = 63 - __builtin_clzll(units);            // >= 4
+  const int sub = static_cast<int>((units >> (log2 - 3)) & 7);
+  return 16 + (log2 - 4) * 8 + sub;
+}
+
+ChunkId BestFitArena::NewChunk() {
+  if (!spare_ids_.empty()) {
+    ChunkId id = spare_ids_.back();
+    spare_ids_.pop_back();
+    chunks_[id] = Chunk();
+    return id;
+  }
+  chunks_.emplace_back();
+  return static_cast<ChunkId>(chunks_.size() - 1);
+}
+
+void BestFitArena::ReleaseChunk(ChunkId id) { spare_ids_.push_back(id); }
+
+void BestFitArena::InsertFree(ChunkId id) {
+  Chunk& c = chunks_[id];
+  c.free = true;
+  c.bin = BinFor(c.size);
+  c.bin_prev = kNoChunk;
+  c.bin_next = bin_heads_[c.bin];
+  if (c.bin_next != kNoChunk) chunks_[c.bin_next].bin_prev = id;
+  bin_heads_[c.bin] = id;
+  bin_bitmap_[c.bin >> 6] |= uint64_t{1} << (c.bin & 63);
+  free_units_ += c.size;
+}
+
+void BestFitArena::RemoveFree(ChunkId id) {
+  Chunk& c = chunks_[id];
+  if (c.bin_prev != kNoChunk) {
+    chunks_[c.bin_prev].bin_next = c.bin_next;
+  } else {
+    bin_heads_[c.bin] = c.bin_next;
+    if (c.bin_next == kNoChunk) {
+      bin_bitmap_[c.bin >> 6] &= ~(uint64_t{1} << (c.bin & 63));
+    }
+  }
+  if (c.bin_next != kNoChunk) chunks_[c.bin_next].bin_prev = c.bin_prev;
+  c.bin_prev = c.bin_next = kNoChunk;
+  c.bin = -1;
+  c.free = false;
+  free_units_ -= c.size;
+}
+
+int BestFitArena::NextNonEmptyBin(int from) const {
+  if (from >= kNumBins) return -1;
+  int word = from >> 6;
+  uint64_t bits = bin_bitmap_[word] & (~uint64_t{0} << (from & 63));
+  while (true) {
+    if (bits != 0) return word * 64 + __builtin_ctzll(bits);
+    if (++word == kBitmapWords) return -1;
+    bits = bin_bitmap_[word];
+  }
+}
+
+void BestFitArena::SetTable(const Chunk& c, ChunkId value) {
+  if (!index_interior_) {
+    table_[c.start] = value;
+    return;
+  }
+  for (uint64_t u = c.start; u < c.start + c.size; ++u) table_[u] = value;
+}
+
+bool BestFitArena::Grow(uint64_t units) {
+  if (units == 0) return true;
+  if (units > max_units_ - num_units_) return false;
+  ChunkId id = NewChunk();
+  Chunk& c = chunks_[id];
+  c.start = num_units_;
+  c.size = units;
+  c.prev = last_;
+  if (last_ != kNoChunk) chunks_[last_].next = id;
+  if (first_ == kNoChunk) first_ = id;
+  last_ = id;
+  num_units_ += units;
+  // Merge with a free last chunk so the tail stays one chunk.
+  if (c.prev != kNoChunk && chunks_[c.prev].free) {
+    ChunkId prev = c.prev;
+    RemoveFree(prev);
+    chunks_[prev].size += units;
+    chunks_[prev].next = kNoChunk;
+    last_ = prev;
+    ReleaseChunk(id);
+    InsertFree(prev);
+  } else {
+    InsertFree(id);
+  }
+  return true;
+}
+
+ChunkId BestFitArena::Allocate(uint64_t units) {
+  assert(units > 0);
+  const int own_bin = BinFor(units);
+  ChunkId found = kNoChunk;
+  // Best fit among the first few chunks of the request's own bin: they may
+  // be smaller than the request, but an exact fit ends the scan.
+  int scanned = 0;
+  for (ChunkId c = bin_heads_[own_bin]; c != kNoChunk && scanned < kBinScanLimit;
+       c = chunks_[c].bin_next, ++scanned) {
+    const uint64_t size = chunks_[c].size;
+    if (size >= units && (found == kNoChunk || size < chunks_[found].size)) {
+      found = c;
+      if (size == units) break;
+    }
+  }
+  if (found == kNoChunk) {
+    const int bin = NextNonEmptyBin(own_bin + 1);
+    if (bin < 0) return kNoChunk;
+    found = bin_heads_[bin];
+  }
+  RemoveFree(found);
+  Chunk& c = chunks_[found];
+  if (c.size > units) {
+    ChunkId rest_id = NewChunk();  // may reallocate chunks_: re-fetch below
+    Chunk& chunk = chunks_[found];
+    Chunk& rest = chunks_[rest_id];
+    rest.start = chunk.start + units;
+    rest.size = chunk.size - units;
+    rest.prev = found;
+    rest.next = chunk.next;
+    if (rest.next != kNoChunk) chunks_[rest.next].prev = rest_id;
+    else last_ = rest_id;
+    chunk.next = rest_id;
+    chunk.size = units;
+    InsertFree(rest_id);
+  }
+  SetTable(chunks_[found], found + 1);
+  return found;
+}
+
+void BestFitArena::Free(ChunkId id) {
+  SetTable(chunks_[id], 0);
+  chunks_[id].requested_bytes = 0;
+  chunks_[id].allocation_id = 0;
+  // Merge with the next chunk, then the previous, so at most one survives.
+  ChunkId next = chunks_[id].next;
+  if (next != kNoChunk && chunks_[next].free) {
+    RemoveFree(next);
+    chunks_[id].size += chunks_[next].size;
+    chunks_[id].next = chunks_[next].next;
+    if (chunks_[id].next != kNoChunk) chunks_[chunks_[id].next].prev = id;
+    else last_ = id;
+    ReleaseChunk(next);
+  }
+  ChunkId prev = chunks_[id].prev;
+  if (prev != kNoChunk && chunks_[prev].free) {
+    RemoveFree(prev);
+    chunks_[prev].size += chunks_[id].size;
+    chunks_[prev].next = chunks_[id].next;
+    if (chunks_[prev].next != kNoChunk) chunks_[chunks_[prev].next].prev = prev;
+    else last_ = prev;
+    ReleaseChunk(id);
+    id = prev;
+  }
+  InsertFree(id);
+}
+
+uint64_t BestFitArena::LargestFreeChunk() const {
+  for (int word = kBitmapWords - 1; word >= 0; --word) {
+    if (bin_bitmap_[word] == 0) continue;
+    const int bin = word * 64 + 63 - __builtin_clzll(bin_bitmap_[word]);
+    uint64_t best = 0;
+    for (ChunkId c = bin_heads_[bin]; c != kNoChunk; c = chunks_[c].bin_next) {
+      if (chunks_[c].size > best) best = chunks_[c].size;
+    }
+    return best;
+  }
+  return 0;
+}
+
+}  // namespace lms

@@ -1,0 +1,119 @@
+// BestFitArena: best-fit with coalescing over an abstract range of units.
+//
+// The engine runs two of these: one over the large-object address range in
+// granule units, one over the small-object region in 256-byte units. The
+// arena knows nothing about memory; it hands out [start, start + size) unit
+// ranges and merges neighbours when they are returned, as TensorFlow's
+// BFCAllocator (xla/tsl/framework/bfc_allocator.h) does with bytes.
+//
+// Free chunks sit in segregated bins: exact bins for sizes below 16 units,
+// then eight bins per power of two, so a bin's sizes differ by at most 12.5%.
+// A bitmap of non-empty bins makes finding the next bin O(1). Allocation takes
+// the best fit among the first kBinScanLimit chunks of the request's own bin,
+// else the head of the next non-empty bin (every chunk there is big enough),
+// and splits off the remainder. Freeing merges with free neighbours in address
+// order, so two adjacent free chunks never exist.
+//
+// Invariants:
+//   - chunks tile [0, num_units()) in address order through prev/next;
+//   - a chunk is in exactly one bin list iff it is free;
+//   - no two address-adjacent chunks are both free;
+//   - the unit table maps an allocated chunk's start unit (and, with
+//     index_interior, every unit it covers) to the chunk; nothing else.
+//
+// Thread-compatible: the engine's lock guards every call.
+#ifndef TENSORFLOW_LMS_ALLOCATOR_CC_ENGINE_BEST_FIT_ARENA_H_
+#define TENSORFLOW_LMS_ALLOCATOR_CC_ENGINE_BEST_FIT_ARENA_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace lms {
+
+using ChunkId = uint32_t;
+inline constexpr ChunkId kNoChunk = 0xffffffffu;
+
+class BestFitArena {
+ public:
+  struct Chunk {
+    uint64_t start = 0;           // first unit
+    uint64_t size = 0;            // units
+    uint64_t requested_bytes = 0; // what the caller asked for (allocated only)
+    uint64_t allocation_id = 0;   // unique per allocation (allocated only)
+    ChunkId prev = kNoChunk;      // address-order neighbours
+    ChunkId next = kNoChunk;
+    ChunkId bin_prev = kNoChunk;  // bin list links (free only)
+    ChunkId bin_next = kNoChunk;
+    int bin = -1;
+    bool free = false;
+  };
+
+  // `max_units` bounds Grow(); the unit table is reserved for it up front but
+  // only touched pages cost memory. With `index_interior`, ChunkAt() resolves
+  // any unit inside an allocated chunk, not just its first.
+  BestFitArena(uint64_t max_units, bool index_interior);
+  ~BestFitArena();
+  BestFitArena(const BestFitArena&) = delete;
+  BestFitArena& operator=(const BestFitArena&) = delete;
+
+  // Extends the arena by `units` at its end. Returns false past max_units.
+  bool Grow(uint64_t units);
+
+  // Returns the allocated chunk, or kNoChunk if no free chunk is big enough.
+  ChunkId Allocate(uint64_t units);
+
+  // Returns an allocated chunk; it may merge with its neighbours.
+  void Free(ChunkId id);
+
+  // The allocated chunk starting at (or, with index_interior, covering)
+  // `unit`, or kNoChunk.
+  ChunkId ChunkAt(uint64_t unit) const {
+    if (unit >= num_units_) return kNoChunk;
+    return table_[unit] - 1;  // 0 in the table means "none"
+  }
+
+  Chunk& chunk(ChunkId id) { return chunks_[id]; }
+  const Chunk& chunk(ChunkId id) const { return chunks_[id]; }
+
+  uint64_t num_units() const { return num_units_; }
+  uint64_t max_units() const { return max_units_; }
+  uint64_t free_units() const { return free_units_; }
+  // The largest free chunk, in units (O(1): the top non-empty bin is scanned).
+  uint64_t LargestFreeChunk() const;
+  // Calls fn(chunk) for every chunk in address order (tests and diagnostics).
+  template <typename Fn>
+  void ForEachChunk(Fn fn) const {
+    for (ChunkId c = first_; c != kNoChunk; c = chunks_[c].next) fn(chunks_[c]);
+  }
+
+ private:
+  static constexpr int kNumBins = 16 + 60 * 8;
+  static constexpr int kBitmapWords = (kNumBins + 63) / 64;
+  static constexpr int kBinScanLimit = 16;
+
+  static int BinFor(uint64_t units);
+  ChunkId NewChunk();
+  void ReleaseChunk(ChunkId id);
+  void InsertFree(ChunkId id);
+  void RemoveFree(ChunkId id);
+  int NextNonEmptyBin(int from) const;
+  void SetTable(const Chunk& c, ChunkId value);
+
+  const uint64_t max_units_;
+  const bool index_interior_;
+  uint64_t num_units_ = 0;
+  uint64_t free_units_ = 0;
+  ChunkId first_ = kNoChunk;
+  ChunkId last_ = kNoChunk;
+  std::vector<Chunk> chunks_;
+  std::vector<ChunkId> spare_ids_;
+  ChunkId bin_heads_[kNumBins];
+  uint64_t bin_bitmap_[kBitmapWords] = {};
+  ChunkId* table_ = nullptr;  // max_units_ entries of chunk id + 1, lazily zero
+  size_t table_bytes_ = 0;
+};
+
+}  // namespace lms
+
+#endif  // TENSORFLOW_LMS_ALLOCATOR_CC_ENGINE_BEST_FIT_ARENA_H_

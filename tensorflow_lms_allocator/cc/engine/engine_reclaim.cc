@@ -1,0 +1,176 @@
+// The engine's out-of-memory path: finding device granules when the pool is
+// empty, eviction, page-in and the growth of the small-object region.
+//
+// Invariants kept here:
+//   - an evicted allocation is always mapped from the host pool at its own
+//     address, so an unpinned touch still reads and writes the right bytes
+//     (strict mode maps it with no access and reports the touch instead);
+//   - an allocation is remapped only after the copy of its bytes completes
+//     (CopiesAfterCompute before, WaitForCopies after), so no byte is lost;
+//   - nothing here moves an address: only the granules behind it change.
+#include <string>
+
+#include "engine/engine.h"
+#include "engine/reclaim_policy.h"
+
+namespace lms {
+
+Status Engine::ObtainDeviceGranules(uint64_t granules) {
+  if (device_pool_.free_count() >= granules) return Status::Ok();
+  if (defrag_enabled_ && backing_.cached_count() > 0) {
+    const uint64_t stolen =
+        StealCachedGranules(granules - device_pool_.free_count());
+    ++stats_.num_defragmentations;
+    stats_.bytes_defragged += static_cast<int64_t>(stolen * granule_);
+    if (device_pool_.free_count() >= granules) return Status::Ok();
+  }
+  if (lms_enabled_) {
+    ReclaimPlan plan;
+    if (PlanReclaim(residency_, granules - device_pool_.free_count(), &plan)) {
+      for (ChunkId victim : plan.victims) LMS_RETURN_IF_ERROR(EvictChunk(victim));
+      ++(plan.single ? stats_.num_single_reclaims : stats_.num_full_reclaims);
+      if (device_pool_.free_count() >= granules) return Status::Ok();
+    }
+  }
+  return OutOfMemory(granules, "the request");
+}
+
+uint64_t Engine::StealCachedGranules(uint64_t granules) {
+  uint64_t stolen = 0;
+  while (stolen < granules && backing_.cached_count() > 0) {
+    const uint64_t slot = backing_.AnyCached();
+    const GranuleId g = backing_.at(slot).granule;
+    if (!backend_->Unmap(SlotAddress(slot), 1).ok()) break;
+    backing_.RemoveCached(slot);
+    backing_.Clear(slot);
+    device_pool_.Give(g);
+    ++stolen;
+  }
+  return stolen;
+}
+
+Status Engine::OutOfMemory(uint64_t granules, const char* what) const {
+  std::string m = "out of device memory: " + std::string(what) + " needs " +
+                  FormatBytes(granules * granule_) + " more; device memory " +
+                  FormatBytes(device_pool_.capacity() * granule_) + " has " +
+                  FormatBytes(device_pool_.free_count() * granule_) + " free, " +
+                  FormatBytes(backing_.cached_count() * granule_) +
+                  " cached at free address ranges";
+  m += defrag_enabled_ ? "" : " (defragmentation is off)";
+  m += ", " + FormatBytes(residency_.inactive_resident_granules() * granule_) +
+       " in inactive allocations";
+  m += lms_enabled_ ? "" : " (LMS is off, so nothing is evicted)";
+  m += ", the rest in pinned allocations and the small-object region";
+  return ResourceExhausted(m);
+}
+
+Status Engine::MapSlots(uint64_t first_slot, uint64_t count, PoolKind pool,
+                        const GranuleId* granules, Access access) {
+  LMS_RETURN_IF_ERROR(
+      backend_->Map(SlotAddress(first_slot), pool, granules, count, access));
+  for (uint64_t i = 0; i < count; ++i) backing_.Set(first_slot + i, pool, granules[i]);
+  return Status::Ok();
+}
+
+Status Engine::EvictChunk(ChunkId id) {
+  const BestFitArena::Chunk& chunk = large_arena_.chunk(id);
+  const uint64_t first = chunk.start;
+  const uint64_t n = residency_.record(id).granules;
+  std::vector<GranuleId>& host = scratch2_;
+  host.resize(n);
+  if (!host_pool_.Take(n, host.data())) {
+    return ResourceExhausted(
+        "host memory for evicted tensors is exhausted: evicting " +
+        FormatBytes(n * granule_) + " needs host memory, but only " +
+        FormatBytes(host_pool_.free_count() * granule_) + " of " +
+        FormatBytes(host_pool_.capacity() * granule_) +
+        " is free; raise TF_GPU_HOST_MEM_LIMIT_IN_MB");
+  }
+  std::vector<GranuleId> device(n);
+  for (uint64_t i = 0; i < n; ++i) device[i] = backing_.at(first + i).granule;
+  const Access access = strict_ ? Access::kNone : Access::kReadWrite;
+  Status s = backend_->CopiesAfterCompute();
+  if (s.ok()) {
+    s = backend_->CopyGranules(PoolKind::kHost, host.data(), PoolKind::kDevice,
+                               device.data(), chunk.requested_bytes);
+  }
+  if (s.ok()) s = backend_->WaitForCopies();
+  if (s.ok()) s = MapSlots(first, n, PoolKind::kHost, host.data(), access);
+  if (!s.ok()) {
+    host_pool_.Give(host.data(), n);
+    return s;
+  }
+  device_pool_.Give(device.data(), n);
+  residency_.MarkEvicted(id);
+  if (strict_) {
+    strict_->Watch(first, n, chunk.allocation_id, SlotAddress(first),
+                   chunk.requested_bytes);
+  }
+  const int64_t bytes = static_cast<int64_t>(n * granule_);
+  ++stats_.num_evictions;
+  stats_.bytes_reclaimed += bytes;
+  stats_.current_bytes_reclaimed += bytes;
+  stats_.host_bytes_in_use = static_cast<int64_t>(host_pool_.in_use() * granule_);
+  stats_.UpdatePeaks();
+  return Status::Ok();
+}
+
+Status Engine::PageIn(ChunkId id) {
+  const uint64_t n = residency_.record(id).granules;
+  Status s = ObtainDeviceGranules(n);
+  if (!s.ok()) {
+    return ResourceExhausted("cannot page in " + FormatBytes(n * granule_) +
+                             ": " + s.message());
+  }
+  const BestFitArena::Chunk& chunk = large_arena_.chunk(id);
+  const uint64_t first = chunk.start;
+  std::vector<GranuleId> device(n);
+  std::vector<GranuleId> host(n);
+  device_pool_.Take(n, device.data());
+  for (uint64_t i = 0; i < n; ++i) host[i] = backing_.at(first + i).granule;
+  // Strict mode first stops watching, so a touch between here and the remap
+  // is not reported as unpinned: the caller holds the pin.
+  if (strict_) strict_->Unwatch(first, n);
+  s = backend_->CopyGranules(PoolKind::kDevice, device.data(), PoolKind::kHost,
+                             host.data(), chunk.requested_bytes);
+  if (s.ok()) s = backend_->WaitForCopies();
+  if (s.ok()) s = MapSlots(first, n, PoolKind::kDevice, device.data(), Access::kReadWrite);
+  if (!s.ok()) {
+    device_pool_.Give(device.data(), n);
+    if (strict_) {
+      strict_->Watch(first, n, chunk.allocation_id, SlotAddress(first),
+                     chunk.requested_bytes);
+    }
+    return s;
+  }
+  host_pool_.Give(host.data(), n);
+  residency_.MarkResident(id);
+  const int64_t bytes = static_cast<int64_t>(n * granule_);
+  ++stats_.num_page_ins;
+  stats_.bytes_paged_in += bytes;
+  stats_.current_bytes_reclaimed -= bytes;
+  return Status::Ok();
+}
+
+Status Engine::GrowSmallRegion(uint64_t granules) {
+  const uint64_t have = small_granules_.size();
+  if ((have + granules) * granule_ > small_reserved_bytes_) {
+    return ResourceExhausted("the small-object region cannot grow past the "
+                             "device memory of " +
+                             FormatBytes(small_reserved_bytes_));
+  }
+  LMS_RETURN_IF_ERROR(ObtainDeviceGranules(granules));
+  std::vector<GranuleId> ids(granules);
+  device_pool_.Take(granules, ids.data());
+  Status s = backend_->Map(small_base_ + have * granule_, PoolKind::kDevice,
+                           ids.data(), granules, Access::kReadWrite);
+  if (!s.ok()) {
+    device_pool_.Give(ids.data(), granules);
+    return s;
+  }
+  small_granules_.insert(small_granules_.end(), ids.begin(), ids.end());
+  small_arena_.Grow(granules * granule_ / kSmallUnit);
+  return Status::Ok();
+}
+
+}  // namespace lms

@@ -1,0 +1,76 @@
+// Residency: where each large allocation's bytes live and who is using them.
+//
+// Every live large allocation (one granule or more) has a record here, keyed
+// by its chunk id in the large-object arena:
+//   - resident: backed by device granules; evicted: backed by host granules
+//     mapped at the same address;
+//   - a pin count: pinned (count > 0) allocations are *active*, a kernel is
+//     using them and they are never evicted;
+//   - the LRU list holds exactly the *inactive* allocations: resident and
+//     unpinned. Its front is the least recently unpinned; eviction takes from
+//     there. An evicted allocation is not on the list (nothing to reclaim),
+//     and a pinned one is not either (it may not be reclaimed).
+//
+// Small-object allocations are never evicted and have no record.
+//
+// Thread-compatible: the engine's lock guards every call.
+#ifndef TENSORFLOW_LMS_ALLOCATOR_CC_ENGINE_RESIDENCY_H_
+#define TENSORFLOW_LMS_ALLOCATOR_CC_ENGINE_RESIDENCY_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/best_fit_arena.h"
+
+namespace lms {
+
+class Residency {
+ public:
+  struct Record {
+    uint64_t granules = 0;
+    uint32_t pin_count = 0;
+    bool live = false;
+    bool evicted = false;
+    ChunkId lru_prev = kNoChunk;
+    ChunkId lru_next = kNoChunk;
+    bool in_lru = false;
+  };
+
+  // Starts tracking a new resident allocation, pinned once or inactive.
+  void Track(ChunkId id, uint64_t granules, bool pinned);
+  void Untrack(ChunkId id);
+
+  // Returns the pin count after the change. Pinning an inactive allocation
+  // takes it off the LRU list; the last unpin of a resident one puts it at the
+  // most recently used end.
+  uint32_t Pin(ChunkId id);
+  uint32_t Unpin(ChunkId id);
+
+  // Evicting takes an inactive allocation off the list; paging in a pinned
+  // one changes nothing else (it stays active until unpinned).
+  void MarkEvicted(ChunkId id);
+  void MarkResident(ChunkId id);
+
+  const Record& record(ChunkId id) const { return records_[id]; }
+  bool tracked(ChunkId id) const {
+    return id < records_.size() && records_[id].live;
+  }
+
+  // LRU walk: LeastRecentlyUsed(), then NextMoreRecent() until kNoChunk.
+  ChunkId LeastRecentlyUsed() const { return lru_head_; }
+  ChunkId NextMoreRecent(ChunkId id) const { return records_[id].lru_next; }
+  uint64_t inactive_resident_granules() const { return lru_granules_; }
+
+ private:
+  void LinkAtMostRecent(ChunkId id);
+  void Unlink(ChunkId id);
+
+  std::vector<Record> records_;
+  ChunkId lru_head_ = kNoChunk;  // least recently used
+  ChunkId lru_tail_ = kNoChunk;  // most recently used
+  uint64_t lru_granules_ = 0;
+};
+
+}  // namespace lms
+
+#endif  // TENSORFLOW_LMS_ALLOCATOR_CC_ENGINE_RESIDENCY_H_

@@ -1,0 +1,97 @@
+// StrictMonitor: strict mode's report of unpinned touches.
+//
+// In strict mode an evicted allocation's host granules are mapped with no
+// access rights. A read or write that did not go through Pin() then faults;
+// the SIGSEGV handler installed here records the touch (address, owning
+// allocation, its size, and the label the touching thread set, e.g. the op
+// it was running), grants access to that one granule (it is mapped from the
+// host pool, so the bytes are right) and lets the instruction run again.
+// Each evicted granule therefore reports its first unpinned touch, and the
+// program behaves exactly as without strict mode, only with a report.
+//
+// Faults outside every watched slot go to the handler that was installed
+// before, or crash as they would have.
+//
+// Thread-safety: Watch/Unwatch are called under the engine's lock; the
+// handler runs on any thread and reads only atomics; Report() may race with
+// new touches and returns the ones complete when it looked.
+#ifndef TENSORFLOW_LMS_ALLOCATOR_CC_ENGINE_STRICT_MONITOR_H_
+#define TENSORFLOW_LMS_ALLOCATOR_CC_ENGINE_STRICT_MONITOR_H_
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/status.h"
+
+namespace lms {
+
+struct UnpinnedTouch {
+  uintptr_t address = 0;             // the faulting address
+  uint64_t allocation_id = 0;        // the evicted allocation it falls in
+  uintptr_t allocation_address = 0;  // that allocation's first byte
+  uint64_t allocation_bytes = 0;     // and its requested size
+  std::string label;                 // the touching thread's label, if any
+};
+
+class StrictMonitor {
+ public:
+  static constexpr size_t kMaxTouches = 4096;
+
+  // Installs the fault handler (once per process) and watches the slots of
+  // [base, base + slots * granule_bytes).
+  static Status Create(uintptr_t base, uint64_t slots, size_t granule_bytes,
+                       std::unique_ptr<StrictMonitor>* out);
+  ~StrictMonitor();
+
+  // Slots [first, first + count) now hold an evicted allocation mapped with
+  // no access.
+  void Watch(uint64_t first_slot, uint64_t count, uint64_t allocation_id,
+             uintptr_t allocation_address, uint64_t allocation_bytes);
+  void Unwatch(uint64_t first_slot, uint64_t count);
+
+  std::vector<UnpinnedTouch> Report() const;
+  // Touches past kMaxTouches are counted, not recorded.
+  uint64_t dropped() const { return dropped_.load(); }
+  void ClearReport();
+
+  // Labels the calling thread's later touches (the TensorFlow adapter sets
+  // the running op's name). `label` must outlive its use; nullptr clears it.
+  static void SetThreadLabel(const char* label);
+
+  // Called from the signal handler: true if the fault was a watched slot and
+  // has been recorded and made accessible.
+  bool HandleFault(uintptr_t address);
+
+ private:
+  struct Slot {
+    std::atomic<uint64_t> allocation_id{0};
+    std::atomic<uintptr_t> allocation_address{0};
+    std::atomic<uint64_t> allocation_bytes{0};
+  };
+  struct Touch {
+    std::atomic<bool> complete{false};
+    uintptr_t address;
+    uint64_t allocation_id;
+    uintptr_t allocation_address;
+    uint64_t allocation_bytes;
+    char label[96];
+  };
+
+  StrictMonitor(uintptr_t base, uint64_t slots, size_t granule_bytes);
+
+  const uintptr_t base_;
+  const uint64_t num_slots_;
+  const size_t granule_bytes_;
+  std::unique_ptr<Slot[]> slots_;
+  std::unique_ptr<Touch[]> touches_;
+  std::atomic<uint64_t> next_touch_{0};
+  std::atomic<uint64_t> dropped_{0};
+};
+
+}  // namespace lms
+
+#endif  // TENSORFLOW_LMS_ALLOCATOR_CC_ENGINE_STRICT_MONITOR_H_

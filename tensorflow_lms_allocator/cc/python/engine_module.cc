@@ -1,0 +1,218 @@
+// tensorflow_lms_allocator._engine: the engine over the POSIX backend, for
+// tests, benchmarks and tools. Calls release the GIL, so Python threads
+// exercise the engine's own locking. Engine failures become Python
+// exceptions here, at the binding; no exception reaches the engine.
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+#include "backends/posix_backend.h"
+#include "engine/engine.h"
+#include "engine/env_options.h"
+#include "testing/pattern.h"
+
+namespace nb = nanobind;
+
+namespace lms {
+namespace {
+
+struct OutOfMemory : std::runtime_error { using std::runtime_error::runtime_error; };
+struct UnknownAllocation : std::runtime_error { using std::runtime_error::runtime_error; };
+struct WrongState : std::runtime_error { using std::runtime_error::runtime_error; };
+
+[[noreturn]] void Raise(const Status& s) {
+  switch (s.code()) {
+    case StatusCode::kInvalidArgument: throw std::invalid_argument(s.message());
+    case StatusCode::kNotFound: throw UnknownAllocation(s.message());
+    case StatusCode::kFailedPrecondition: throw WrongState(s.message());
+    case StatusCode::kResourceExhausted: throw OutOfMemory(s.message());
+    default: throw std::runtime_error(s.ToString());
+  }
+}
+
+void Check(const Status& s) {
+  if (!s.ok()) Raise(s);
+}
+
+class PyEngine {
+ public:
+  PyEngine(size_t device_bytes, std::optional<size_t> host_bytes,
+           size_t granule_bytes, size_t small_object_threshold, bool lms_enabled,
+           bool defrag_enabled, bool strict) {
+    std::unique_ptr<Backend> backend;
+    Check(PosixBackend::Create(granule_bytes, &backend));
+    EngineOptions o;
+    o.device_bytes = device_bytes;
+    if (host_bytes.has_value()) {
+      o.host_bytes = *host_bytes;
+    } else {
+      Check(HostLimitFromEnv(&o.host_bytes));
+    }
+    o.small_object_threshold = small_object_threshold;
+    o.lms_enabled = lms_enabled;
+    o.defrag_enabled = defrag_enabled;
+    o.strict = strict;
+    Check(Engine::Create(o, std::move(backend), &engine_));
+  }
+
+  uintptr_t Allocate(size_t bytes, bool pin) {
+    Status s;
+    void* p;
+    {
+      nb::gil_scoped_release release;
+      p = engine_->Allocate(bytes, pin, &s);
+    }
+    if (p == nullptr) Raise(s);
+    return reinterpret_cast<uintptr_t>(p);
+  }
+
+  template <typename Fn>
+  void Call(Fn fn) {
+    Status s;
+    {
+      nb::gil_scoped_release release;
+      s = fn();
+    }
+    Check(s);
+  }
+
+  void Free(uintptr_t a) { Call([&] { return engine_->Free(Ptr(a)); }); }
+  uint64_t Pin(uintptr_t a) {
+    uint64_t id = 0;
+    Call([&] { return engine_->Pin(Ptr(a), &id); });
+    return id;
+  }
+  void Unpin(uintptr_t a, uint64_t id) {
+    Call([&] { return engine_->Unpin(Ptr(a), id); });
+  }
+  void Evict(uintptr_t a) { Call([&] { return engine_->Evict(Ptr(a)); }); }
+
+  nb::dict Inspect(uintptr_t a) {
+    AllocationInfo info;
+    Check(engine_->Inspect(Ptr(a), &info));
+    nb::dict d;
+    d["id"] = info.id;
+    d["address"] = info.address;
+    d["requested_bytes"] = info.requested_bytes;
+    d["allocated_bytes"] = info.allocated_bytes;
+    d["small"] = info.small;
+    d["evicted"] = info.evicted;
+    d["pin_count"] = info.pin_count;
+    return d;
+  }
+
+  nb::dict Stats() {
+    const Statistics s = engine_->GetStatistics();
+    nb::dict d;
+#define LMS_STAT(name) d[#name] = s.name
+    LMS_STAT(num_allocs); LMS_STAT(bytes_in_use); LMS_STAT(peak_bytes_in_use);
+    LMS_STAT(largest_alloc_size); LMS_STAT(bytes_limit); LMS_STAT(bytes_reserved);
+    LMS_STAT(peak_bytes_reserved); LMS_STAT(bytes_reservable_limit);
+    LMS_STAT(bytes_inactive); LMS_STAT(bytes_active); LMS_STAT(peak_bytes_active);
+    LMS_STAT(bytes_reclaimed); LMS_STAT(current_bytes_reclaimed);
+    LMS_STAT(peak_bytes_reclaimed); LMS_STAT(num_single_reclaims);
+    LMS_STAT(num_full_reclaims); LMS_STAT(num_defragmentations);
+    LMS_STAT(bytes_defragged); LMS_STAT(host_bytes_in_use);
+    LMS_STAT(host_peak_bytes_in_use); LMS_STAT(num_page_ins);
+    LMS_STAT(bytes_paged_in); LMS_STAT(num_evictions);
+#undef LMS_STAT
+    return d;
+  }
+
+  void Fill(uintptr_t a, size_t bytes, uint64_t seed) {
+    nb::gil_scoped_release release;
+    FillPattern(Ptr(a), bytes, seed);
+  }
+  int64_t Verify(uintptr_t a, size_t bytes, uint64_t seed) {
+    nb::gil_scoped_release release;
+    return VerifyPattern(Ptr(a), bytes, seed);
+  }
+
+  std::vector<nb::dict> Touches() {
+    std::vector<nb::dict> out;
+    for (const UnpinnedTouch& t : engine_->UnpinnedTouches()) {
+      nb::dict d;
+      d["address"] = t.address;
+      d["allocation_id"] = t.allocation_id;
+      d["allocation_address"] = t.allocation_address;
+      d["allocation_bytes"] = t.allocation_bytes;
+      d["label"] = t.label;
+      out.push_back(d);
+    }
+    return out;
+  }
+
+  Engine& engine() { return *engine_; }
+
+ private:
+  static void* Ptr(uintptr_t a) { return reinterpret_cast<void*>(a); }
+  std::unique_ptr<Engine> engine_;
+};
+
+}  // namespace
+}  // namespace lms
+
+NB_MODULE(_engine, m) {
+  using lms::PyEngine;
+  m.doc() = "The LMS engine over the POSIX backend (emulated device memory).";
+  nb::exception<lms::OutOfMemory>(m, "OutOfMemoryError", PyExc_MemoryError);
+  nb::exception<lms::UnknownAllocation>(m, "UnknownAllocationError", PyExc_LookupError);
+  nb::exception<lms::WrongState>(m, "AllocationStateError", PyExc_RuntimeError);
+
+  nb::class_<PyEngine>(m, "Engine")
+      .def(nb::init<size_t, std::optional<size_t>, size_t, size_t, bool, bool, bool>(),
+           nb::arg("device_bytes"), nb::arg("host_bytes") = nb::none(),
+           nb::arg("granule_bytes") = size_t{2} << 20,
+           nb::arg("small_object_threshold") = 0, nb::arg("lms_enabled") = true,
+           nb::arg("defrag_enabled") = false, nb::arg("strict") = false,
+           "Creates an engine with `device_bytes` of emulated device memory.\n\n"
+           "host_bytes defaults to TF_GPU_HOST_MEM_LIMIT_IN_MB (else 64 GiB);\n"
+           "small_object_threshold 0 means one granule.\n\n"
+           "Example:\n"
+           "    >>> e = Engine(64 << 20, host_bytes=256 << 20)\n"
+           "    >>> p = e.allocate(8 << 20)\n"
+           "    >>> e.free(p)")
+      .def("allocate", &PyEngine::Allocate, nb::arg("bytes"), nb::arg("pin") = false,
+           "Returns the address of a new allocation; raises OutOfMemoryError.")
+      .def("free", &PyEngine::Free, nb::arg("address"))
+      .def("pin", &PyEngine::Pin, nb::arg("address"),
+           "Pins the allocation containing `address`, paging it in first if "
+           "evicted. Returns its id for unpin (0 for small objects).")
+      .def("unpin", &PyEngine::Unpin, nb::arg("address"), nb::arg("allocation_id") = 0)
+      .def("evict", &PyEngine::Evict, nb::arg("address"))
+      .def("inspect", &PyEngine::Inspect, nb::arg("address"))
+      .def("stats", &PyEngine::Stats, "Every statistic, as a dict of ints.")
+      .def("fill_pattern", &PyEngine::Fill, nb::arg("address"), nb::arg("bytes"),
+           nb::arg("seed"), "Writes the seeded test pattern (no pin is taken).")
+      .def("verify_pattern", &PyEngine::Verify, nb::arg("address"), nb::arg("bytes"),
+           nb::arg("seed"), "First differing offset, or -1 if intact.")
+      .def("unpinned_touches", &PyEngine::Touches)
+      .def("clear_unpinned_touches",
+           [](PyEngine& e) { e.engine().ClearUnpinnedTouches(); })
+      .def("reset_peaks", [](PyEngine& e) { e.engine().ResetPeaks(); })
+      .def_prop_ro("granule_bytes", [](PyEngine& e) { return e.engine().granule_bytes(); })
+      .def_prop_ro("small_object_threshold",
+                   [](PyEngine& e) { return e.engine().small_object_threshold(); })
+      .def_prop_ro("device_granules", [](PyEngine& e) { return e.engine().device_granules(); })
+      .def_prop_ro("host_granules", [](PyEngine& e) { return e.engine().host_granules(); })
+      .def_prop_ro("device_granules_in_use",
+                   [](PyEngine& e) { return e.engine().device_granules_in_use(); })
+      .def_prop_ro("cached_granules", [](PyEngine& e) { return e.engine().cached_granules(); })
+      .def_prop_rw("lms_enabled", [](PyEngine& e) { return e.engine().lms_enabled(); },
+                   [](PyEngine& e, bool v) { e.engine().SetLmsEnabled(v); })
+      .def_prop_rw("defrag_enabled", [](PyEngine& e) { return e.engine().defrag_enabled(); },
+                   [](PyEngine& e, bool v) { e.engine().SetDefragEnabled(v); });
+
+  m.def("host_limit_from_env", [] {
+    size_t bytes = 0;
+    lms::Check(lms::HostLimitFromEnv(&bytes));
+    return bytes;
+  }, "TF_GPU_HOST_MEM_LIMIT_IN_MB in bytes (64 GiB if unset); ValueError if bad.");
+}

@@ -1,0 +1,36 @@
+"""The LMS engine over the POSIX backend, for tests, benchmarks and tools.
+
+The engine is the allocator that the TensorFlow adapter wraps; here it runs
+over "emulated device memory" (a memfd of the given size) so its behaviour can
+be observed without a GPU.
+
+Example:
+    >>> from tensorflow_lms_allocator.engine import Engine
+    >>> engine = Engine(device_bytes=8 << 20, host_bytes=64 << 20,
+    ...                 granule_bytes=1 << 20)
+    >>> a = engine.allocate(6 << 20)
+    >>> engine.fill_pattern(a, 6 << 20, seed=1)
+    >>> b = engine.allocate(6 << 20)          # evicts `a` to host memory
+    >>> engine.inspect(a)["evicted"]
+    True
+    >>> engine.verify_pattern(a, 6 << 20, seed=1)  # still readable in place
+    -1
+"""
+
+from __future__ import annotations
+
+from tensorflow_lms_allocator._engine import (
+    AllocationStateError,
+    Engine,
+    OutOfMemoryError,
+    UnknownAllocationError,
+    host_limit_from_env,
+)
+
+__all__ = [
+    "AllocationStateError",
+    "Engine",
+    "OutOfMemoryError",
+    "UnknownAllocationError",
+    "host_limit_from_env",
+]

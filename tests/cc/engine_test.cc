@@ -1,0 +1,446 @@
+// Unit tests of the engine's parts and of the engine over the POSIX backend.
+// Built plain and under ASan/UBSan (make test-asan).
+#include <cstdlib>
+#include <map>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "backends/posix_backend.h"
+#include "engine/best_fit_arena.h"
+#include "engine/engine.h"
+#include "engine/env_options.h"
+#include "engine/granule_pool.h"
+#include "engine/reclaim_policy.h"
+#include "engine/residency.h"
+#include "harness.h"
+#include "testing/pattern.h"
+
+namespace lms {
+namespace {
+
+constexpr size_t kGranule = 64 << 10;
+
+struct Setup {
+  size_t device_granules = 16;
+  size_t host_granules = 64;
+  bool lms = true;
+  bool defrag = false;
+  bool strict = false;
+  size_t threshold = 0;
+};
+
+std::unique_ptr<Engine> MakeEngine(const Setup& s) {
+  std::unique_ptr<Backend> backend;
+  Status st = PosixBackend::Create(kGranule, &backend);
+  if (!st.ok()) std::abort();
+  EngineOptions o;
+  o.device_bytes = s.device_granules * kGranule;
+  o.host_bytes = s.host_granules * kGranule;
+  o.lms_enabled = s.lms;
+  o.defrag_enabled = s.defrag;
+  o.strict = s.strict;
+  o.small_object_threshold = s.threshold;
+  std::unique_ptr<Engine> e;
+  st = Engine::Create(o, std::move(backend), &e);
+  if (!st.ok()) {
+    std::printf("Engine::Create: %s\n", st.ToString().c_str());
+    std::abort();
+  }
+  return e;
+}
+
+void* MustAllocate(Engine& e, size_t bytes, bool pin = false) {
+  Status s;
+  void* p = e.Allocate(bytes, pin, &s);
+  if (p == nullptr) std::printf("  allocate %zu: %s\n", bytes, s.ToString().c_str());
+  return p;
+}
+
+bool Contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+// ---------------------------------------------------------------- arena
+
+TEST(ArenaTilesItsRangeAndCoalescesUnderRandomUse) {
+  BestFitArena arena(1 << 16, /*index_interior=*/true);
+  ASSERT_TRUE(arena.Grow(1 << 12));
+  std::mt19937_64 rng(7);
+  std::map<ChunkId, std::pair<uint64_t, uint64_t>> live;  // id -> start, size
+  for (int step = 0; step < 20000; ++step) {
+    if (live.empty() || rng() % 3 != 0) {
+      const uint64_t units = 1 + rng() % (rng() % 4 == 0 ? 300 : 20);
+      const ChunkId c = arena.Allocate(units);
+      if (c == kNoChunk) {
+        EXPECT_TRUE(arena.LargestFreeChunk() < units);
+        continue;
+      }
+      EXPECT_EQ(arena.chunk(c).size, units);
+      live[c] = {arena.chunk(c).start, units};
+    } else {
+      auto it = live.begin();
+      std::advance(it, rng() % live.size());
+      arena.Free(it->first);
+      live.erase(it);
+    }
+  }
+  // Tiling, no adjacent free chunks, interior lookups, free-unit count.
+  uint64_t expect_start = 0, free_units = 0;
+  bool prev_free = false;
+  arena.ForEachChunk([&](const BestFitArena::Chunk& c) {
+    EXPECT_EQ(c.start, expect_start);
+    expect_start += c.size;
+    EXPECT_TRUE(!(c.free && prev_free));
+    prev_free = c.free;
+    if (c.free) free_units += c.size;
+  });
+  EXPECT_EQ(expect_start, arena.num_units());
+  EXPECT_EQ(free_units, arena.free_units());
+  for (const auto& [id, range] : live) {
+    EXPECT_EQ(arena.ChunkAt(range.first), id);
+    EXPECT_EQ(arena.ChunkAt(range.first + range.second - 1), id);
+  }
+}
+
+TEST(ArenaPrefersTheBestFittingFreeChunk) {
+  BestFitArena arena(1024, false);
+  arena.Grow(1024);
+  const ChunkId a = arena.Allocate(100);
+  const ChunkId sep1 = arena.Allocate(1);
+  const ChunkId b = arena.Allocate(40);
+  const ChunkId sep2 = arena.Allocate(1);
+  (void)sep1;
+  (void)sep2;
+  const uint64_t b_start = arena.chunk(b).start;
+  arena.Free(a);
+  arena.Free(b);
+  const ChunkId c = arena.Allocate(40);  // exact fit in b's hole, not a's
+  EXPECT_EQ(arena.chunk(c).start, b_start);
+}
+
+TEST(ArenaGrowMergesWithAFreeTail) {
+  BestFitArena arena(100, false);
+  arena.Grow(10);
+  arena.Grow(20);
+  EXPECT_EQ(arena.LargestFreeChunk(), 30u);
+  EXPECT_TRUE(!arena.Grow(71));
+  EXPECT_TRUE(arena.Allocate(31) == kNoChunk);
+}
+
+// ------------------------------------------------------- pools, residency
+
+TEST(GranulePoolHandsOutConsecutiveIdsAndNeverMoreThanCapacity) {
+  GranulePool pool(PoolKind::kDevice, 4);
+  GranuleId ids[5];
+  ASSERT_TRUE(pool.Take(3, ids));
+  EXPECT_EQ(ids[0], 0u);
+  EXPECT_EQ(ids[2], 2u);
+  EXPECT_TRUE(!pool.Take(2, ids + 3));  // all or none
+  EXPECT_EQ(pool.free_count(), 1u);
+  pool.Give(ids, 3);
+  EXPECT_EQ(pool.in_use(), 0u);
+  EXPECT_EQ(pool.peak_in_use(), 3u);
+}
+
+TEST(ResidencyKeepsOnlyInactiveResidentAllocationsOnTheLru) {
+  Residency r;
+  r.Track(0, 2, /*pinned=*/false);
+  r.Track(1, 3, /*pinned=*/true);
+  r.Track(2, 1, /*pinned=*/false);
+  EXPECT_EQ(r.inactive_resident_granules(), 3u);
+  EXPECT_EQ(r.LeastRecentlyUsed(), 0u);
+  r.Pin(0);
+  EXPECT_EQ(r.LeastRecentlyUsed(), 2u);
+  r.Unpin(0);  // now most recent
+  r.Unpin(1);
+  EXPECT_EQ(r.LeastRecentlyUsed(), 2u);
+  EXPECT_EQ(r.NextMoreRecent(2), 0u);
+  EXPECT_EQ(r.NextMoreRecent(0), 1u);
+  r.MarkEvicted(2);
+  EXPECT_EQ(r.inactive_resident_granules(), 5u);
+  r.Pin(2);
+  r.MarkResident(2);  // pinned: stays off the list
+  EXPECT_EQ(r.inactive_resident_granules(), 5u);
+}
+
+TEST(ReclaimPolicyPrefersOneOldVictimThatFreesEnough) {
+  Residency r;
+  r.Track(0, 1, false);
+  r.Track(1, 4, false);
+  r.Track(2, 8, false);
+  ReclaimPlan plan;
+  ASSERT_TRUE(PlanReclaim(r, 3, &plan));
+  EXPECT_TRUE(plan.single);
+  EXPECT_EQ(plan.victims.size(), 1u);
+  EXPECT_EQ(plan.victims[0], 1u);
+  ASSERT_TRUE(PlanReclaim(r, 10, &plan));  // nobody alone: LRU order
+  EXPECT_TRUE(!plan.single);
+  EXPECT_EQ(plan.victims.size(), 3u);
+  EXPECT_TRUE(!PlanReclaim(r, 14, &plan));
+  EXPECT_TRUE(plan.victims.empty());
+}
+
+// ----------------------------------------------------------------- engine
+
+TEST(LargeAllocationIsGranuleAlignedAndCountsWholeGranules) {
+  auto e = MakeEngine({});
+  void* p = MustAllocate(*e, kGranule + 1);
+  ASSERT_TRUE(p != nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % kGranule, 0u);
+  EXPECT_EQ(e->AllocatedSize(p), 2 * kGranule);
+  EXPECT_EQ(e->RequestedSize(p), kGranule + 1);
+  Statistics s = e->GetStatistics();
+  EXPECT_EQ(s.bytes_in_use, static_cast<int64_t>(2 * kGranule));
+  EXPECT_EQ(s.bytes_inactive, s.bytes_in_use);
+  EXPECT_OK(e->Free(p));
+  EXPECT_EQ(e->GetStatistics().bytes_in_use, 0);
+  EXPECT_EQ(e->cached_granules(), 2u);  // the granules stay mapped as a cache
+}
+
+TEST(EvictionKeepsTheAddressAndEveryByte) {
+  auto e = MakeEngine({/*device=*/8, /*host=*/16});
+  const size_t size = 3 * kGranule + 123;
+  void* a = MustAllocate(*e, size);
+  ASSERT_TRUE(a != nullptr);
+  FillPattern(a, size, 11);
+  EXPECT_OK(e->Evict(a));
+  AllocationInfo info;
+  EXPECT_OK(e->Inspect(a, &info));
+  EXPECT_TRUE(info.evicted);
+  EXPECT_EQ(info.address, reinterpret_cast<uintptr_t>(a));
+  // Unpinned read of an evicted allocation: served from the host pool.
+  EXPECT_EQ(VerifyPattern(a, size, 11), -1);
+  Statistics s = e->GetStatistics();
+  EXPECT_EQ(s.current_bytes_reclaimed, static_cast<int64_t>(4 * kGranule));
+  EXPECT_EQ(s.host_bytes_in_use, static_cast<int64_t>(4 * kGranule));
+  uint64_t id = 0;
+  EXPECT_OK(e->Pin(static_cast<char*>(a) + 5, &id));  // interior pointer
+  EXPECT_OK(e->Inspect(a, &info));
+  EXPECT_TRUE(!info.evicted);
+  EXPECT_EQ(VerifyPattern(a, size, 11), -1);
+  s = e->GetStatistics();
+  EXPECT_EQ(s.num_page_ins, 1);
+  EXPECT_EQ(s.current_bytes_reclaimed, 0);
+  EXPECT_EQ(s.host_bytes_in_use, 0);
+  EXPECT_OK(e->Unpin(a, id));
+  EXPECT_OK(e->Free(a));
+}
+
+TEST(PressureEvictsTheLeastRecentlyUsedInactiveAllocation) {
+  auto e = MakeEngine({/*device=*/8, /*host=*/16});
+  const size_t size = 4 * kGranule;
+  void* a = MustAllocate(*e, size);
+  void* b = MustAllocate(*e, size);
+  ASSERT_TRUE(a && b);
+  FillPattern(a, size, 1);
+  FillPattern(b, size, 2);
+  uint64_t id;
+  EXPECT_OK(e->Pin(a, &id));  // a becomes most recently used
+  EXPECT_OK(e->Unpin(a, id));
+  void* c = MustAllocate(*e, size, /*pin=*/true);
+  ASSERT_TRUE(c != nullptr);
+  AllocationInfo ia, ib;
+  EXPECT_OK(e->Inspect(a, &ia));
+  EXPECT_OK(e->Inspect(b, &ib));
+  EXPECT_TRUE(!ia.evicted);
+  EXPECT_TRUE(ib.evicted);
+  Statistics s = e->GetStatistics();
+  EXPECT_EQ(s.num_single_reclaims, 1);
+  EXPECT_EQ(s.bytes_reclaimed, static_cast<int64_t>(size));
+  EXPECT_EQ(e->device_granules_in_use(), 8u);
+  // Paging b in needs a's granules: a is inactive, so it goes.
+  EXPECT_OK(e->Pin(b, &id));
+  EXPECT_EQ(VerifyPattern(b, size, 2), -1);
+  EXPECT_EQ(VerifyPattern(a, size, 1), -1);
+  EXPECT_OK(e->Inspect(a, &ia));
+  EXPECT_TRUE(ia.evicted);
+  EXPECT_OK(e->Unpin(b, id));
+}
+
+TEST(SeveralSmallVictimsMakeAFullReclaim) {
+  auto e = MakeEngine({/*device=*/8, /*host=*/16});
+  std::vector<void*> v;
+  for (int i = 0; i < 4; ++i) {
+    v.push_back(MustAllocate(*e, 2 * kGranule));
+    FillPattern(v.back(), 2 * kGranule, 100 + i);
+  }
+  void* big = MustAllocate(*e, 5 * kGranule);
+  ASSERT_TRUE(big != nullptr);
+  Statistics s = e->GetStatistics();
+  EXPECT_EQ(s.num_full_reclaims, 1);
+  EXPECT_EQ(s.num_evictions, 3);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(VerifyPattern(v[i], 2 * kGranule, 100 + i), -1);
+}
+
+TEST(PinnedAllocationsAreNeverEvicted) {
+  auto e = MakeEngine({/*device=*/4, /*host=*/16});
+  void* a = MustAllocate(*e, 3 * kGranule, /*pin=*/true);
+  ASSERT_TRUE(a != nullptr);
+  Status s;
+  EXPECT_TRUE(e->Allocate(2 * kGranule, false, &s) == nullptr);
+  EXPECT_EQ(static_cast<int>(s.code()), static_cast<int>(StatusCode::kResourceExhausted));
+  EXPECT_TRUE(Contains(s.message(), "out of device memory"));
+  EXPECT_TRUE(Contains(e->Evict(a).message(), "pinned"));
+}
+
+TEST(WithLmsOffTheEngineIsAPlainCappedAllocator) {
+  Setup setup;
+  setup.device_granules = 4;
+  setup.lms = false;
+  auto e = MakeEngine(setup);
+  void* a = MustAllocate(*e, 3 * kGranule);
+  ASSERT_TRUE(a != nullptr);
+  Status s;
+  EXPECT_TRUE(e->Allocate(2 * kGranule, false, &s) == nullptr);
+  EXPECT_TRUE(Contains(s.message(), "LMS is off"));
+  EXPECT_EQ(e->GetStatistics().num_evictions, 0);
+}
+
+TEST(DefragmentationRemapsCachedGranulesInsteadOfEvicting) {
+  for (bool defrag : {false, true}) {
+    Setup setup;
+    setup.device_granules = 8;
+    setup.defrag = defrag;
+    auto e = MakeEngine(setup);
+    // a b c d, 2 granules each; free a and c: 4 free granules in two holes.
+    void* p[4];
+    for (void*& x : p) x = MustAllocate(*e, 2 * kGranule, /*pin=*/true);
+    FillPattern(p[1], 2 * kGranule, 5);
+    EXPECT_OK(e->Free(p[0]));
+    EXPECT_OK(e->Free(p[2]));
+    EXPECT_EQ(e->cached_granules(), 4u);
+    Status s;
+    void* big = e->Allocate(4 * kGranule, false, &s);
+    Statistics st = e->GetStatistics();
+    if (defrag) {
+      EXPECT_TRUE(big != nullptr);
+      EXPECT_EQ(st.num_defragmentations, 1);
+      EXPECT_EQ(st.bytes_defragged, static_cast<int64_t>(4 * kGranule));
+      EXPECT_EQ(st.num_evictions, 0);
+    } else {
+      // Everything live is pinned: without remapping, the holes are useless.
+      EXPECT_TRUE(big == nullptr);
+      EXPECT_TRUE(Contains(s.message(), "defragmentation is off"));
+    }
+    EXPECT_EQ(VerifyPattern(p[1], 2 * kGranule, 5), -1);
+  }
+}
+
+TEST(SmallObjectsShareGranulesAndAreNeverEvicted) {
+  auto e = MakeEngine({/*device=*/4, /*host=*/16});
+  std::vector<void*> small;
+  for (int i = 0; i < 100; ++i) {
+    small.push_back(MustAllocate(*e, 1000));
+    ASSERT_TRUE(small.back() != nullptr);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(small.back()) % 256, 0u);
+    FillPattern(small.back(), 1000, i);
+  }
+  EXPECT_EQ(e->device_granules_in_use(), 2u);  // 100 * 1024 bytes in 64 KiB granules
+  AllocationInfo info;
+  EXPECT_OK(e->Inspect(small[0], &info));
+  EXPECT_TRUE(info.small);
+  EXPECT_TRUE(Contains(e->Evict(small[0]).message(), "never evicted"));
+  uint64_t id = 1;
+  EXPECT_OK(e->Pin(small[3], &id));
+  EXPECT_EQ(id, 0u);
+  Status s;
+  EXPECT_TRUE(e->Allocate(3 * kGranule, false, &s) == nullptr);  // 2 left
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(VerifyPattern(small[i], 1000, i), -1);
+  for (void* p : small) EXPECT_OK(e->Free(p));
+  EXPECT_EQ(e->GetStatistics().bytes_in_use, 0);
+}
+
+TEST(BadInputFailsCleanlyAndNamesTheCause) {
+  auto e = MakeEngine({/*device=*/4, /*host=*/4});
+  Status s;
+  EXPECT_TRUE(e->Allocate(0, false, &s) == nullptr);
+  EXPECT_TRUE(Contains(s.message(), "zero-size"));
+  EXPECT_TRUE(e->Allocate(9 * kGranule, false, &s) == nullptr);
+  EXPECT_TRUE(Contains(s.message(), "exceeds the device memory"));
+  void* a = MustAllocate(*e, kGranule);
+  FillPattern(a, kGranule, 3);
+  int stack_value = 0;
+  EXPECT_TRUE(Contains(e->Free(&stack_value).message(), "no live allocation"));
+  EXPECT_TRUE(Contains(e->Free(static_cast<char*>(a) + 64).message(), "no live allocation"));
+  uint64_t id;
+  EXPECT_TRUE(Contains(e->Unpin(a, 0).message(), "without a matching pin"));
+  EXPECT_OK(e->Pin(a, &id));
+  EXPECT_TRUE(Contains(e->Unpin(a, id + 1).message(), "was freed"));
+  EXPECT_OK(e->Unpin(a, id));
+  EXPECT_EQ(VerifyPattern(a, kGranule, 3), -1);
+  EXPECT_OK(e->Free(a));
+  EXPECT_TRUE(Contains(e->Free(a).message(), "already freed"));
+  void* small = MustAllocate(*e, 100);
+  EXPECT_OK(e->Free(small));
+  EXPECT_TRUE(Contains(e->Free(small).message(), "already freed"));
+}
+
+TEST(HostPoolExhaustedWhileEvictingIsAnErrorNamingTheSetting) {
+  auto e = MakeEngine({/*device=*/4, /*host=*/2});
+  void* a = MustAllocate(*e, 4 * kGranule);
+  ASSERT_TRUE(a != nullptr);
+  FillPattern(a, 4 * kGranule, 9);
+  Status s;
+  EXPECT_TRUE(e->Allocate(kGranule, false, &s) == nullptr);
+  EXPECT_TRUE(Contains(s.message(), "TF_GPU_HOST_MEM_LIMIT_IN_MB"));
+  // Nothing was lost and the engine still works.
+  AllocationInfo info;
+  EXPECT_OK(e->Inspect(a, &info));
+  EXPECT_TRUE(!info.evicted);
+  EXPECT_EQ(VerifyPattern(a, 4 * kGranule, 9), -1);
+  EXPECT_OK(e->Free(a));
+  EXPECT_TRUE(MustAllocate(*e, kGranule) != nullptr);
+}
+
+TEST(StrictModeReportsUnpinnedTouchesOfEvictedMemory) {
+  Setup setup;
+  setup.strict = true;
+  auto e = MakeEngine(setup);
+  const size_t size = 2 * kGranule;
+  char* a = static_cast<char*>(MustAllocate(*e, size));
+  ASSERT_TRUE(a != nullptr);
+  FillPattern(a, size, 4);
+  EXPECT_OK(e->Evict(a));
+  StrictMonitor::SetThreadLabel("MatMul/test");
+  volatile char touched = a[kGranule + 7];  // unpinned: faults, is reported
+  (void)touched;
+  StrictMonitor::SetThreadLabel(nullptr);
+  std::vector<UnpinnedTouch> report = e->UnpinnedTouches();
+  ASSERT_TRUE(report.size() == 1);
+  EXPECT_EQ(report[0].address, reinterpret_cast<uintptr_t>(a + kGranule + 7));
+  EXPECT_EQ(report[0].allocation_id, e->AllocationId(a));
+  EXPECT_EQ(report[0].allocation_bytes, size);
+  EXPECT_TRUE(report[0].label == "MatMul/test");
+  uint64_t id;
+  EXPECT_OK(e->Pin(a, &id));  // a pinned touch is not reported
+  EXPECT_EQ(VerifyPattern(a, size, 4), -1);
+  EXPECT_EQ(e->UnpinnedTouches().size(), 1u);
+}
+
+TEST(EnvironmentValuesAreCheckedAndNamed) {
+  size_t bytes = 0;
+  bool present = false;
+  setenv("TF_GPU_HOST_MEM_LIMIT_IN_MB", "12x", 1);
+  Status s = HostLimitFromEnv(&bytes);
+  EXPECT_TRUE(Contains(s.message(), "TF_GPU_HOST_MEM_LIMIT_IN_MB='12x'"));
+  setenv("TF_GPU_HOST_MEM_LIMIT_IN_MB", "0", 1);
+  EXPECT_TRUE(!HostLimitFromEnv(&bytes).ok());
+  setenv("TF_GPU_HOST_MEM_LIMIT_IN_MB", "3", 1);
+  EXPECT_OK(HostLimitFromEnv(&bytes));
+  EXPECT_EQ(bytes, size_t{3} << 20);
+  unsetenv("TF_GPU_HOST_MEM_LIMIT_IN_MB");
+  EXPECT_OK(HostLimitFromEnv(&bytes));
+  EXPECT_EQ(bytes, kDefaultHostLimitBytes);
+  bool flag = false;
+  setenv("TF_LMS_STRICT", "maybe", 1);
+  EXPECT_TRUE(Contains(FlagFromEnv("TF_LMS_STRICT", &present, &flag).message(),
+                       "TF_LMS_STRICT='maybe'"));
+  unsetenv("TF_LMS_STRICT");
+}
+
+}  // namespace
+}  // namespace lms
+
+int main(int argc, char** argv) { return lms_test::RunAll(argc, argv); }
