@@ -100,10 +100,9 @@ void* Engine::Allocate(size_t bytes, bool pin, Status* status) {
   std::lock_guard<std::mutex> lock(mu_);
   void* ptr = bytes < small_threshold_ ? AllocateSmall(bytes, status)
                                        : AllocateLarge(bytes, pin, status);
-  if (ptr != nullptr) {
-    ++stats_.num_allocs;
-    RefreshPoolStatistics();
-  }
+  if (ptr != nullptr) ++stats_.num_allocs;
+  // Even a failed request may have evicted or remapped granules.
+  RefreshPoolStatistics();
   return ptr;
 }
 

@@ -1,0 +1,226 @@
+"""The engine's observable behaviour through its Python binding: real memory,
+real evictions and page-ins, statistics, and clear failures for bad input."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tensorflow_lms_allocator.engine import (
+    AllocationStateError,
+    Engine,
+    OutOfMemoryError,
+    UnknownAllocationError,
+    host_limit_from_env,
+)
+from conftest import GRANULE
+
+
+def test_evicted_allocation_keeps_its_address_and_bytes(make_engine):
+    engine = make_engine(8, 32)
+    size = 5 * GRANULE + 17
+    a = engine.allocate(size)
+    engine.fill_pattern(a, size, 7)
+    b = engine.allocate(6 * GRANULE)  # only 3 granules free: evicts a
+    info = engine.inspect(a)
+    assert info["evicted"] and info["address"] == a
+    assert engine.verify_pattern(a, size, 7) == -1  # served from host memory
+    engine.pin(a + 100)  # interior pointer; pages a in, evicting b
+    assert not engine.inspect(a)["evicted"]
+    assert engine.inspect(b)["evicted"]
+    assert engine.verify_pattern(a, size, 7) == -1
+    stats = engine.stats()
+    assert stats["num_single_reclaims"] == 2
+    assert stats["num_page_ins"] == 1
+    assert stats["bytes_reclaimed"] == 12 * GRANULE
+    assert stats["current_bytes_reclaimed"] == 6 * GRANULE
+    assert stats["host_bytes_in_use"] == 6 * GRANULE
+
+
+def test_writes_to_an_evicted_allocation_survive_page_in(make_engine):
+    engine = make_engine(4, 16)
+    a = engine.allocate(2 * GRANULE)
+    engine.evict(a)
+    engine.fill_pattern(a, 2 * GRANULE, 3)  # unpinned write goes to host memory
+    allocation_id = engine.pin(a)
+    assert engine.verify_pattern(a, 2 * GRANULE, 3) == -1
+    engine.unpin(a, allocation_id)
+
+
+def test_statistics_add_up(make_engine):
+    engine = make_engine(16, 64)
+    small = [engine.allocate(1000) for _ in range(10)]
+    large = engine.allocate(3 * GRANULE, pin=True)
+    inactive = engine.allocate(2 * GRANULE)
+    stats = engine.stats()
+    assert stats["num_allocs"] == 12
+    assert stats["bytes_in_use"] == 10 * 1024 + 5 * GRANULE
+    assert stats["bytes_active"] == 10 * 1024 + 3 * GRANULE
+    assert stats["bytes_inactive"] == 2 * GRANULE
+    assert stats["bytes_limit"] == stats["bytes_reservable_limit"] == 16 * GRANULE
+    assert stats["bytes_reserved"] == 6 * GRANULE  # 1 small-region granule + 5
+    assert stats["largest_alloc_size"] == 3 * GRANULE
+    for p in small + [large, inactive]:
+        engine.free(p)
+    stats = engine.stats()
+    assert stats["bytes_in_use"] == stats["bytes_active"] == stats["bytes_inactive"] == 0
+    assert stats["peak_bytes_in_use"] == 10 * 1024 + 5 * GRANULE
+
+
+def test_repeated_allocate_free_reuses_cached_granules(make_engine):
+    engine = make_engine(16, 16)
+    for _ in range(100):
+        engine.free(engine.allocate(4 * GRANULE))
+    assert engine.cached_granules == 4  # kept mapped: no mapping calls
+    assert engine.device_granules_in_use == 4
+    assert engine.stats()["peak_bytes_reserved"] == 4 * GRANULE
+
+
+def test_defragmentation_avoids_eviction_on_a_fragmenting_pattern(make_engine):
+    results = {}
+    for defrag in (False, True):
+        engine = make_engine(12, 64, defrag_enabled=defrag)
+        # Interleave long-lived and short-lived allocations, free the short
+        # ones: the free granules are scattered in 2-granule holes.
+        keep, holes = [], []
+        for i in range(6):
+            (keep if i % 2 else holes).append(engine.allocate(2 * GRANULE))
+        for p in keep:
+            engine.fill_pattern(p, 2 * GRANULE, p)
+        for p in holes:
+            engine.free(p)
+        engine.allocate(6 * GRANULE)
+        for p in keep:
+            assert engine.verify_pattern(p, 2 * GRANULE, p) == -1
+        results[defrag] = engine.stats()
+    assert results[False]["num_evictions"] > 0
+    assert results[False]["num_defragmentations"] == 0
+    assert results[True]["num_evictions"] == 0
+    assert results[True]["num_defragmentations"] == 1
+    assert results[True]["bytes_defragged"] == 6 * GRANULE
+
+
+def test_lms_off_is_a_capped_allocator(make_engine):
+    engine = make_engine(4, 16, lms_enabled=False)
+    engine.allocate(3 * GRANULE)
+    with pytest.raises(OutOfMemoryError, match="LMS is off"):
+        engine.allocate(2 * GRANULE)
+    engine.lms_enabled = True
+    engine.allocate(2 * GRANULE)
+    assert engine.stats()["num_evictions"] == 1
+
+
+def test_zero_size_request_is_rejected(make_engine):
+    with pytest.raises(ValueError, match="zero-size"):
+        make_engine().allocate(0)
+
+
+def test_impossible_request_is_out_of_memory_and_harms_nothing(make_engine):
+    engine = make_engine(4, 4)
+    a = engine.allocate(GRANULE)
+    engine.fill_pattern(a, GRANULE, 1)
+    with pytest.raises(OutOfMemoryError, match="exceeds the device memory"):
+        engine.allocate(9 * GRANULE)  # more than device plus host
+    with pytest.raises(OutOfMemoryError, match="exceeds the device memory"):
+        engine.allocate(5 * GRANULE)
+    assert engine.verify_pattern(a, GRANULE, 1) == -1
+    assert isinstance(OutOfMemoryError("x"), MemoryError)
+
+
+def test_unknown_and_double_free_are_errors(make_engine):
+    engine = make_engine()
+    with pytest.raises(UnknownAllocationError, match="no live allocation"):
+        engine.free(0x1000)
+    for size in (100, 3 * GRANULE):
+        p = engine.allocate(size)
+        engine.free(p)
+        with pytest.raises(UnknownAllocationError, match="already freed"):
+            engine.free(p)
+    keep = engine.allocate(2 * GRANULE)
+    with pytest.raises(UnknownAllocationError):
+        engine.free(keep + 256)  # inside, not the start
+    assert engine.inspect(keep)["address"] == keep
+
+
+def test_unpin_without_pin_and_stale_unpin_are_errors(make_engine):
+    engine = make_engine()
+    a = engine.allocate(2 * GRANULE)
+    with pytest.raises(AllocationStateError, match="without a matching pin"):
+        engine.unpin(a)
+    allocation_id = engine.pin(a)
+    engine.free(a)
+    b = engine.allocate(2 * GRANULE)  # reuses the address
+    assert b == a
+    with pytest.raises(UnknownAllocationError, match="was freed"):
+        engine.unpin(b, allocation_id)
+    assert engine.inspect(b)["pin_count"] == 0
+
+
+def test_host_pool_exhausted_while_evicting_names_the_setting(make_engine):
+    engine = make_engine(4, 2)
+    a = engine.allocate(4 * GRANULE)
+    engine.fill_pattern(a, 4 * GRANULE, 5)
+    with pytest.raises(OutOfMemoryError, match="TF_GPU_HOST_MEM_LIMIT_IN_MB"):
+        engine.allocate(GRANULE)
+    assert engine.verify_pattern(a, 4 * GRANULE, 5) == -1
+    assert not engine.inspect(a)["evicted"]
+    engine.free(a)
+    engine.allocate(GRANULE)
+
+
+@pytest.mark.parametrize("value", ["abc", "-5", "0", "1.5", "99999999999999"])
+def test_invalid_host_limit_is_a_clear_error(monkeypatch, value):
+    monkeypatch.setenv("TF_GPU_HOST_MEM_LIMIT_IN_MB", value)
+    with pytest.raises(ValueError, match=f"TF_GPU_HOST_MEM_LIMIT_IN_MB='{value}'"):
+        host_limit_from_env()
+    with pytest.raises(ValueError, match="TF_GPU_HOST_MEM_LIMIT_IN_MB"):
+        Engine(8 * GRANULE, granule_bytes=GRANULE)
+
+
+def test_host_limit_is_read_from_the_environment(monkeypatch):
+    monkeypatch.setenv("TF_GPU_HOST_MEM_LIMIT_IN_MB", "3")
+    assert host_limit_from_env() == 3 << 20
+    assert Engine(8 * GRANULE, granule_bytes=GRANULE).host_granules == 48
+    monkeypatch.delenv("TF_GPU_HOST_MEM_LIMIT_IN_MB")
+    assert host_limit_from_env() == 64 << 30
+
+
+def test_bad_engine_options_are_clear_errors():
+    with pytest.raises(ValueError, match="granule size"):
+        Engine(8 << 20, host_bytes=0, granule_bytes=3000)
+    with pytest.raises(ValueError, match="smaller than one granule"):
+        Engine(1 << 20, host_bytes=0, granule_bytes=2 << 20)
+
+
+def test_strict_mode_reports_each_unpinned_touch(make_engine):
+    engine = make_engine(8, 32, strict=True)
+    a = engine.allocate(3 * GRANULE)
+    engine.fill_pattern(a, 3 * GRANULE, 9)
+    engine.evict(a)
+    # verify_pattern reads every granule without a pin: three reports, and the
+    # bytes are still right.
+    assert engine.verify_pattern(a, 3 * GRANULE, 9) == -1
+    touches = engine.unpinned_touches()
+    assert [t["address"] for t in touches] == [a, a + GRANULE, a + 2 * GRANULE]
+    assert {t["allocation_id"] for t in touches} == {engine.inspect(a)["id"]}
+    assert all(t["allocation_bytes"] == 3 * GRANULE for t in touches)
+    engine.clear_unpinned_touches()
+    engine.pin(a)
+    assert engine.verify_pattern(a, 3 * GRANULE, 9) == -1
+    assert engine.unpinned_touches() == []
+
+
+def test_strict_mode_does_not_hide_real_crashes(tmp_path):
+    """A fault outside evicted memory still kills the process as before."""
+    script = (
+        "import ctypes\n"
+        "from tensorflow_lms_allocator.engine import Engine\n"
+        f"e = Engine(8 * {GRANULE}, host_bytes=8 * {GRANULE}, granule_bytes={GRANULE}, strict=True)\n"
+        "ctypes.string_at(8)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True,
+                            env={**os.environ, "PYTHONFAULTHANDLER": ""})
+    assert result.returncode == -11
