@@ -37,6 +37,9 @@ class TfBfcAllocator {
   void* Allocate(size_t bytes);
   void Free(void* ptr);
 
+  // The most memory the allocator has held (its regions), in bytes.
+  size_t PeakPoolBytes();
+
  private:
   std::unique_ptr<tsl::Allocator> allocator_;
 };

@@ -3,20 +3,52 @@
 Training a model that does not fit in GPU memory normally stops with
 ``ResourceExhaustedError``. LMS keeps every tensor at one virtual address for
 its whole life and swaps only the physical memory behind it: inactive tensors
-move to host memory when the device runs out and come back when a kernel pins
+move to host memory when the device runs out and come back when a kernel needs
 them.
 
-This release ships the engine (``tensorflow_lms_allocator.engine``), usable on
-its own over emulated device memory. The TensorFlow wiring
-(``tf.config.experimental.set_lms_enabled``) comes with the runtime overlay.
+Import this package before TensorFlow; it adds the LMS API to
+``tf.config.experimental``:
 
 Example:
-    >>> from tensorflow_lms_allocator.engine import Engine
-    >>> engine = Engine(device_bytes=64 << 20, host_bytes=256 << 20)
-    >>> address = engine.allocate(8 << 20)
-    >>> engine.free(address)
+    >>> import tensorflow_lms_allocator  # first
+    >>> import tensorflow as tf
+    >>> tf.config.experimental.set_lms_enabled(True)  # doctest: +SKIP
+
+Without a GPU, ``TF_LMS_CPU_DEVICE_MEMORY_MB=<MiB>`` makes TensorFlow's CPU
+device an emulated GPU with that much memory. The engine alone is in
+``tensorflow_lms_allocator.engine``.
 """
 
 from __future__ import annotations
 
+from tensorflow_lms_allocator import _overlay
+
 __version__ = "0.1.0"
+
+_tf = _overlay.install()
+
+from tensorflow_lms_allocator.lms import (  # noqa: E402
+    UnpinnedTouch,
+    clear_unpinned_touches,
+    get_lms_defrag_enabled,
+    get_lms_enabled,
+    get_statistics,
+    set_lms_defrag_enabled,
+    set_lms_enabled,
+    unpinned_touches,
+)
+from tensorflow_lms_allocator import lms as _lms  # noqa: E402
+
+_lms.attach(_tf)
+del _tf
+
+__all__ = [
+    "UnpinnedTouch",
+    "clear_unpinned_touches",
+    "get_lms_defrag_enabled",
+    "get_lms_enabled",
+    "get_statistics",
+    "set_lms_defrag_enabled",
+    "set_lms_enabled",
+    "unpinned_touches",
+]

@@ -90,23 +90,28 @@ Engine::~Engine() {
   }
 }
 
-void* Engine::Allocate(size_t bytes, bool pin, Status* status) {
+void* Engine::Allocate(size_t bytes, bool pin, Status* status,
+                       uint64_t* allocation_id) {
   Status ignored;
   if (status == nullptr) status = &ignored;
+  uint64_t unused_id;
+  if (allocation_id == nullptr) allocation_id = &unused_id;
   if (bytes == 0) {
     *status = InvalidArgument("zero-size allocation requested");
     return nullptr;
   }
   std::lock_guard<std::mutex> lock(mu_);
-  void* ptr = bytes < small_threshold_ ? AllocateSmall(bytes, status)
-                                       : AllocateLarge(bytes, pin, status);
+  void* ptr = bytes < small_threshold_
+                  ? AllocateSmall(bytes, status, allocation_id)
+                  : AllocateLarge(bytes, pin, status, allocation_id);
   if (ptr != nullptr) ++stats_.num_allocs;
   // Even a failed request may have evicted or remapped granules.
   RefreshPoolStatistics();
   return ptr;
 }
 
-void* Engine::AllocateSmall(size_t bytes, Status* status) {
+void* Engine::AllocateSmall(size_t bytes, Status* status,
+                            uint64_t* allocation_id) {
   const uint64_t units = (bytes + kSmallUnit - 1) / kSmallUnit;
   ChunkId c = small_arena_.Allocate(units);
   if (c == kNoChunk) {
@@ -123,6 +128,7 @@ void* Engine::AllocateSmall(size_t bytes, Status* status) {
   BestFitArena::Chunk& chunk = small_arena_.chunk(c);
   chunk.requested_bytes = bytes;
   chunk.allocation_id = next_allocation_id_++;
+  *allocation_id = chunk.allocation_id;
   const int64_t allocated = static_cast<int64_t>(units * kSmallUnit);
   stats_.bytes_in_use += allocated;
   stats_.bytes_active += allocated;
@@ -130,7 +136,8 @@ void* Engine::AllocateSmall(size_t bytes, Status* status) {
   return reinterpret_cast<void*>(small_base_ + chunk.start * kSmallUnit);
 }
 
-void* Engine::AllocateLarge(size_t bytes, bool pin, Status* status) {
+void* Engine::AllocateLarge(size_t bytes, bool pin, Status* status,
+                            uint64_t* allocation_id) {
   const uint64_t n = (bytes + granule_ - 1) >> granule_shift_;
   if (n > device_pool_.capacity()) {
     *status = ResourceExhausted(
@@ -182,6 +189,7 @@ void* Engine::AllocateLarge(size_t bytes, bool pin, Status* status) {
   BestFitArena::Chunk& chunk = large_arena_.chunk(c);
   chunk.requested_bytes = bytes;
   chunk.allocation_id = next_allocation_id_++;
+  *allocation_id = chunk.allocation_id;
   residency_.Track(c, n, pin);
   const int64_t allocated = static_cast<int64_t>(n * granule_);
   stats_.bytes_in_use += allocated;

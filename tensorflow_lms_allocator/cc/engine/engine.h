@@ -93,7 +93,9 @@ class Engine {
   // Returns a 256-byte-aligned (granule-aligned for large requests) address,
   // or nullptr with *status saying why. With `pin`, the allocation starts
   // pinned once, so nothing can evict it before its first user pins it.
-  void* Allocate(size_t bytes, bool pin, Status* status);
+  // *allocation_id (if given) receives the new allocation's id.
+  void* Allocate(size_t bytes, bool pin, Status* status,
+                 uint64_t* allocation_id = nullptr);
 
   // `ptr` must be an address Allocate returned and not yet freed.
   Status Free(void* ptr);
@@ -111,6 +113,17 @@ class Engine {
   // Evicts one inactive allocation now (tests and tools); kFailedPrecondition
   // if it is pinned, small or already evicted.
   Status Evict(const void* ptr);
+
+  // True if `ptr` lies in the large-object range, the only memory that is
+  // ever evicted. Lock-free, so callers skip pinning anything else cheaply.
+  bool InEvictableRange(const void* ptr) const {
+    const uintptr_t a = reinterpret_cast<uintptr_t>(ptr);
+    return a >= large_base_ && a < large_base_ + large_slots_ * granule_;
+  }
+  // True if `ptr` lies in memory this engine hands out.
+  bool Owns(const void* ptr) const {
+    return InEvictableRange(ptr) || InSmallRegion(ptr);
+  }
 
   Status Inspect(const void* ptr, AllocationInfo* info) const;
   size_t RequestedSize(const void* ptr) const;
@@ -142,10 +155,10 @@ class Engine {
   Status Init();
 
   // Fast paths (engine.cc).
-  void* AllocateSmall(size_t bytes, Status* status)
+  void* AllocateSmall(size_t bytes, Status* status, uint64_t* allocation_id)
       LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void* AllocateLarge(size_t bytes, bool pin, Status* status)
-      LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void* AllocateLarge(size_t bytes, bool pin, Status* status,
+                      uint64_t* allocation_id) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Status FreeLarge(ChunkId id) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The large chunk containing ptr, or kNoChunk.
   ChunkId LargeChunkAt(const void* ptr) const LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -1,0 +1,36 @@
+/* The contract between the interposer (C, no TensorFlow) and the TensorFlow
+ * adapter (C++, linked against TensorFlow). The interposer calls TensorFlow's
+ * original functions and then these hooks, once the adapter has registered
+ * them; every pointer is opaque here. */
+#ifndef TENSORFLOW_LMS_ALLOCATOR_CC_INTERPOSER_LMS_HOOKS_H_
+#define TENSORFLOW_LMS_ALLOCATOR_CC_INTERPOSER_LMS_HOOKS_H_
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct TfLmsHooks {
+  /* After OpKernelContext's constructor: `context` is the new
+   * tensorflow::OpKernelContext*, `params` its OpKernelContext::Params*. */
+  void (*on_context_created)(void* context, void* params);
+  /* Before OpKernelContext's destructor runs. */
+  void (*on_context_destroyed)(void* context);
+  /* ProcessState::GetCPUAllocator returned `original` (a tsl::Allocator*);
+   * returns the allocator TensorFlow should use instead (or `original`). */
+  void* (*cpu_allocator)(void* original, int numa_node);
+  /* GPUProcessState::GetGPUAllocator returned `original`; likewise. */
+  void* (*gpu_allocator)(void* original, int tf_device_id);
+} TfLmsHooks;
+
+/* Installs (or, with NULL, removes) the hooks. Returns 0 on success. */
+int tf_lms_register_hooks(const TfLmsHooks* hooks);
+
+/* How many times each intercepted function ran (diagnostics and tests):
+ * index 0 contexts created, 1 destroyed, 2 CPU allocator, 3 GPU allocator. */
+unsigned long tf_lms_interposer_calls(int which);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TENSORFLOW_LMS_ALLOCATOR_CC_INTERPOSER_LMS_HOOKS_H_ */

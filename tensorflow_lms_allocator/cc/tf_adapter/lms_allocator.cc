@@ -1,0 +1,89 @@
+#include "tf_adapter/lms_allocator.h"
+
+#include <cstdio>
+
+#include "tf_adapter/kernel_pins.h"
+
+namespace lms {
+namespace {
+
+// The reason of this thread's last failed allocation, until its next success.
+thread_local std::string t_last_failure;
+
+}  // namespace
+
+LmsAllocator::LmsAllocator(std::string name, std::unique_ptr<Engine> engine,
+                           KernelPins* pins)
+    : name_(std::move(name)), engine_(std::move(engine)), pins_(pins) {}
+
+LmsAllocator::~LmsAllocator() = default;
+
+std::string LmsAllocator::Name() {
+  if (t_last_failure.empty()) return name_;
+  return name_ + " (" + t_last_failure + ")";
+}
+
+void* LmsAllocator::AllocateRaw(size_t alignment, size_t num_bytes) {
+  if (num_bytes == 0) return nullptr;  // as TensorFlow's BFC allocator does
+  // Small allocations are 256-byte aligned, large ones granule aligned; a
+  // stricter alignment is served by a granule-sized (large) allocation.
+  if (alignment > 256 && num_bytes < engine_->small_object_threshold()) {
+    num_bytes = engine_->small_object_threshold();
+  }
+  const bool in_kernel = pins_ != nullptr && pins_->InKernel();
+  Status status;
+  uint64_t id = 0;
+  void* ptr = engine_->Allocate(num_bytes, /*pin=*/in_kernel, &status, &id);
+  if (ptr == nullptr) {
+    t_last_failure = status.message();
+    std::fprintf(stderr, "tensorflow_lms_allocator: allocation of %zu bytes failed: %s\n",
+                 num_bytes, status.message().c_str());
+    return nullptr;
+  }
+  if (!t_last_failure.empty()) t_last_failure.clear();
+  if (in_kernel && engine_->InEvictableRange(ptr)) pins_->RecordAllocation(ptr, id);
+  return ptr;
+}
+
+void LmsAllocator::DeallocateRaw(void* ptr) {
+  if (ptr == nullptr) return;
+  Status s = engine_->Free(ptr);
+  if (!s.ok()) {
+    std::fprintf(stderr, "tensorflow_lms_allocator: %s\n", s.ToString().c_str());
+  }
+}
+
+size_t LmsAllocator::RequestedSize(const void* ptr) const {
+  return engine_->RequestedSize(ptr);
+}
+
+size_t LmsAllocator::AllocatedSize(const void* ptr) const {
+  return engine_->AllocatedSize(ptr);
+}
+
+int64_t LmsAllocator::AllocationId(const void* ptr) const {
+  return static_cast<int64_t>(engine_->AllocationId(ptr));
+}
+
+std::optional<tsl::AllocatorStats> LmsAllocator::GetStats() {
+  const Statistics s = engine_->GetStatistics();
+  tsl::AllocatorStats out;
+  out.num_allocs = s.num_allocs;
+  out.bytes_in_use = s.bytes_in_use;
+  out.peak_bytes_in_use = s.peak_bytes_in_use;
+  out.largest_alloc_size = s.largest_alloc_size;
+  out.bytes_limit = s.bytes_limit;
+  out.bytes_reserved = s.bytes_reserved;
+  out.peak_bytes_reserved = s.peak_bytes_reserved;
+  out.bytes_reservable_limit = s.bytes_reservable_limit;
+  out.pool_bytes = s.bytes_reserved;
+  out.peak_pool_bytes = s.peak_bytes_reserved;
+  return out;
+}
+
+bool LmsAllocator::ClearStats() {
+  engine_->ResetPeaks();
+  return true;
+}
+
+}  // namespace lms
