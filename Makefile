@@ -13,6 +13,7 @@ CXX ?= g++
 
 CC_SRC := tensorflow_lms_allocator/cc
 ENGINE_SRCS := $(wildcard $(CC_SRC)/engine/*.cc) $(wildcard $(CC_SRC)/backends/*.cc)
+PACKAGE_SRCS := $(wildcard $(CC_SRC)/*/*.cc $(CC_SRC)/*/*.c $(CC_SRC)/*/*.h)
 ENGINE_HDRS := $(wildcard $(CC_SRC)/engine/*.h) $(wildcard $(CC_SRC)/backends/*.h) \
                $(wildcard $(CC_SRC)/testing/*.h) tests/cc/harness.h
 TEST_CXXFLAGS := -std=c++17 -g -Wall -Wextra -I$(CC_SRC) -Itests/cc -pthread
@@ -31,8 +32,7 @@ $(VENV)/.bootstrapped: requirements-dev.txt
 	touch $@
 
 # The package, built in place (build/ is reused, so a rebuild compiles only what changed).
-$(VENV)/.built: $(VENV)/.bootstrapped $(ENGINE_SRCS) $(ENGINE_HDRS) \
-                $(CC_SRC)/python/engine_module.cc CMakeLists.txt pyproject.toml
+$(VENV)/.built: $(VENV)/.bootstrapped $(PACKAGE_SRCS) CMakeLists.txt pyproject.toml
 	@echo "== Building tensorflow_lms_allocator"
 	$(PY) -m pip install --quiet --no-build-isolation --no-deps -e .
 	touch $@
@@ -74,6 +74,7 @@ demo: build
 	@echo "it comes with the TensorFlow integration (issue 3). Meanwhile, the engine alone:"
 	$(PY) -m doctest -v tensorflow_lms_allocator/engine.py | tail -n 3
 
+bench-allocator: MAKEFLAGS += --no-print-directory
 bench-allocator: build
 	$(MAKE) -C benchmarks PY=$(abspath $(PY)) bench-allocator
 

@@ -51,6 +51,12 @@ def install() -> ModuleType:
     libs = _library_dir()
     ctypes.CDLL(str(libs / "libtf_lms_interposer.so"), mode=ctypes.RTLD_GLOBAL)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+    if os.environ.get("TF_LMS_CPU_DEVICE_MEMORY_MB"):
+        # TensorFlow's oneDNN CPU kernels crash (MklConvOp::Compute after a
+        # failed temporary allocation in mkl_util.h) instead of raising OOM;
+        # its Eigen kernels raise ResourceExhaustedError as GPU kernels do.
+        # An explicit TF_ENABLE_ONEDNN_OPTS=1 still wins.
+        os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
     import tensorflow as tf
 
     adapter = ctypes.CDLL(str(libs / "libtf_lms_adapter.so"))

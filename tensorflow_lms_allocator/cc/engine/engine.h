@@ -65,7 +65,10 @@ struct EngineOptions {
   // is a plain capped allocator.
   bool lms_enabled = true;
   // Remap granules cached at free address ranges to where they are needed.
-  bool defrag_enabled = false;
+  // On by default: a remap moves no data and costs a mapping call, while the
+  // eviction it spares copies the allocation. Off, granules cached at a free
+  // range serve only allocations placed there (classic fragmentation).
+  bool defrag_enabled = true;
   // Map evicted memory with no access and report unpinned touches.
   bool strict = false;
 };

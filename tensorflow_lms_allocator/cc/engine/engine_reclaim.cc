@@ -60,7 +60,11 @@ Status Engine::OutOfMemory(uint64_t granules, const char* what) const {
   m += ", " + FormatBytes(residency_.inactive_resident_granules() * granule_) +
        " in inactive allocations";
   m += lms_enabled_ ? "" : " (LMS is off, so nothing is evicted)";
-  m += ", the rest in pinned allocations and the small-object region";
+  const uint64_t small = small_granules_.size();
+  m += ", " + FormatBytes(small * granule_) + " in the small-object region, " +
+       FormatBytes((device_pool_.in_use() - small - backing_.cached_count() -
+                    residency_.inactive_resident_granules()) * granule_) +
+       " in pinned allocations";
   return ResourceExhausted(m);
 }
 

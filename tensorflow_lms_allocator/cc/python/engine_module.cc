@@ -171,7 +171,7 @@ NB_MODULE(_engine, m) {
            nb::arg("device_bytes"), nb::arg("host_bytes") = nb::none(),
            nb::arg("granule_bytes") = size_t{2} << 20,
            nb::arg("small_object_threshold") = 0, nb::arg("lms_enabled") = true,
-           nb::arg("defrag_enabled") = false, nb::arg("strict") = false,
+           nb::arg("defrag_enabled") = true, nb::arg("strict") = false,
            "Creates an engine with `device_bytes` of emulated device memory.\n\n"
            "host_bytes defaults to TF_GPU_HOST_MEM_LIMIT_IN_MB (else 64 GiB);\n"
            "small_object_threshold 0 means one granule.\n\n"

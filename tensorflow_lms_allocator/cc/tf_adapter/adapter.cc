@@ -36,7 +36,10 @@ struct AdapterState {
   bool configured = false;
   // Settings; frozen once the device exists.
   bool lms_enabled = false;
-  bool defrag_enabled = false;
+  // On by default: remapping free granules moves no data, so it costs only
+  // mapping calls and spares evictions (IBM's was off because its
+  // defragmentation moved tensors).
+  bool defrag_enabled = true;
   bool strict = false;
   size_t device_bytes = 0;  // 0: no emulated device
   size_t host_bytes = kDefaultHostLimitBytes;

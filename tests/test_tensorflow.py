@@ -1,0 +1,157 @@
+"""LMS inside the real TensorFlow 2.21 wheel, training real Keras models on the
+emulated device (TF_LMS_CPU_DEVICE_MEMORY_MB). Every configuration runs in a
+subprocess of its own (tf_helpers.run_program): TensorFlow creates its devices
+once per process.
+
+The model (tests/tf_programs/train.py) peaks at about 230 MiB at batch 32 on
+TensorFlow's Eigen CPU kernels; the cap is 128 MiB.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tf_helpers import describe, run_program
+
+CAP_MIB = 128
+LMS_ON = {"TF_LMS_CPU_DEVICE_MEMORY_MB": str(CAP_MIB), "TF_LMS_ENABLED": "1"}
+LMS_OFF = {"TF_LMS_CPU_DEVICE_MEMORY_MB": str(CAP_MIB), "TF_LMS_ENABLED": "0"}
+STOCK = {"LMS_TEST_STOCK": "1"}  # the package is not even imported
+MODES = ["fit", "loop", "eager", "session"]
+
+
+@pytest.fixture(scope="module")
+def stock_losses() -> dict[str, list[float]]:
+    """Losses of each training mode on stock TensorFlow, uncapped."""
+    losses = {}
+    for mode in MODES:
+        run = run_program("train.py", mode, env=STOCK)
+        assert run.result and run.result["error"] is None, describe(run)
+        losses[mode] = run.result["losses"]
+    return losses
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_training_over_the_cap_fails_with_oom_without_lms(mode):
+    run = run_program("train.py", mode, env=LMS_OFF)
+    assert run.returncode == 0 and run.result, describe(run)  # an error, not a crash
+    error = run.result["error"]
+    assert error and error["type"] == "ResourceExhaustedError", describe(run)
+    assert "OOM when allocating tensor" in error["message"]
+    assert "LMS is off" in error["message"]  # the allocator says why
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_training_over_the_cap_completes_with_lms_and_identical_losses(mode, stock_losses):
+    run = run_program("train.py", mode, env=LMS_ON)
+    assert run.result and run.result["error"] is None, describe(run)
+    stats = run.result["stats"]
+    assert stats["bytes_limit"] == CAP_MIB << 20
+    assert stats["peak_bytes_in_use"] > stats["bytes_limit"]  # it needed more than the device
+    assert stats["peak_bytes_reserved"] <= stats["bytes_limit"]
+    assert stats["bytes_reclaimed"] > 0
+    assert stats["num_single_reclaims"] + stats["num_full_reclaims"] > 0
+    assert stats["num_page_ins"] > 0
+    # Bit-identical to stock TensorFlow with op determinism on.
+    assert run.result["losses"] == stock_losses[mode]
+
+
+def test_strict_mode_finds_no_unpinned_touch_in_training():
+    """Every tensor a training step reads goes through a kernel's pin."""
+    run = run_program("train.py", "fit", env={**LMS_ON, "TF_LMS_STRICT": "1"})
+    assert run.result and run.result["error"] is None, describe(run)
+    assert run.result["stats"]["num_evictions"] > 0
+    assert run.result["touches"] == []
+
+
+def test_strict_mode_reports_numpy_reading_an_evicted_tensor():
+    """EagerTensor.numpy() reads the buffer in place with no kernel: on a GPU
+    that read would cross the bus. Strict mode names the allocation, with no op
+    ("-") because no kernel runs; the bytes read are still right."""
+    run = run_program("probes.py", "strict_numpy",
+                      env={"TF_LMS_CPU_DEVICE_MEMORY_MB": "96", "TF_LMS_ENABLED": "1",
+                           "TF_LMS_STRICT": "1"})
+    assert run.result, describe(run)
+    assert run.result["evictions"] > 0
+    assert run.result["intact"]
+    touches = run.result["touches"]
+    assert touches, "the unpinned read was not reported"
+    assert {t["allocation_bytes"] for t in touches} == {16 << 20}
+    assert {t["op"] for t in touches} == {"-"}
+    assert len({t["allocation_id"] for t in touches}) == 1
+
+
+@pytest.mark.parametrize("defrag", ["0", "1"])
+def test_defragmentation_serves_scattered_free_memory_without_evicting(defrag):
+    run = run_program("probes.py", "fragment",
+                      env={"TF_LMS_CPU_DEVICE_MEMORY_MB": "56", "TF_LMS_ENABLED": "1",
+                           "TF_LMS_DEFRAG_ENABLED": defrag})
+    assert run.result and run.result["values_ok"], describe(run)
+    stats = run.result["stats"]
+    if defrag == "1":
+        assert stats["num_defragmentations"] >= 1 and stats["bytes_defragged"] > 0
+        assert stats["num_evictions"] == 0
+    else:
+        assert stats["num_defragmentations"] == 0
+        assert stats["num_evictions"] > 0  # live tensors paid for the holes
+
+
+def test_host_swap_exhausted_is_an_oom_naming_the_setting_and_the_process_goes_on():
+    run = run_program("probes.py", "host_exhausted",
+                      env={**LMS_ON, "TF_GPU_HOST_MEM_LIMIT_IN_MB": "64"})
+    assert run.result, describe(run)
+    assert "OOM when allocating tensor" in run.result["first"]
+    assert "TF_GPU_HOST_MEM_LIMIT_IN_MB" in run.result["first"]
+    assert run.result["after"] == [float(i * 4 * 2**20) for i in range(4)]
+
+
+def test_api_is_on_tf_config_experimental_and_checks_its_arguments():
+    run = run_program("probes.py", "api", env={"TF_LMS_CPU_DEVICE_MEMORY_MB": "64"})
+    assert run.result, describe(run)
+    r = run.result
+    assert r["ibm_names"]
+    assert r["before"] == {"lms": False, "defrag": True}
+    assert r["after"] == {"lms": True, "defrag": False}
+    errors = r["errors"]
+    assert errors["late_enable"][0] == "RuntimeError" and "TF_LMS_ENABLED" in errors["late_enable"][1]
+    assert errors["late_defrag"][0] == "RuntimeError"
+    assert errors["gpu_device"][0] == "ValueError" and "GPU" in errors["gpu_device"][1]
+    assert errors["bad_index"][0] == "ValueError"
+    assert errors["bad_type"][0] == "TypeError"
+    assert errors["bad_flag"][0] == "TypeError"
+    assert r["same_value_ok"]
+    assert set(r["stats"].values()) == {64 << 20}
+
+
+def test_every_statistic_of_the_design_is_exposed():
+    from tensorflow_lms_allocator.lms import PUBLIC, STATISTICS
+
+    assert set(STATISTICS) == {
+        "get_num_allocs", "get_bytes_in_use", "get_peak_bytes_in_use",
+        "get_largest_alloc_size", "get_bytes_limit", "get_bytes_reserved",
+        "get_peak_bytes_reserved", "get_bytes_reservable_limit", "get_bytes_inactive",
+        "get_bytes_active", "get_peak_bytes_active", "get_bytes_reclaimed",
+        "get_current_bytes_reclaimed", "get_peak_bytes_reclaimed",
+        "get_num_single_reclaims", "get_num_full_reclaims", "get_num_defragmentations",
+        "get_bytes_defragged", "get_gpu_host_bytes_in_use",
+        "get_gpu_host_peak_bytes_in_use"}
+    import tensorflow as tf
+
+    for name in PUBLIC:
+        assert callable(getattr(tf.config.experimental, name)), name
+
+
+def test_importing_after_tensorflow_is_an_import_error_that_says_what_to_do():
+    run = run_program("probes.py", "late_import")
+    assert run.result, describe(run)
+    assert "must be imported before TensorFlow" in run.result["error"]
+
+
+@pytest.mark.parametrize("variable,value", [("TF_LMS_CPU_DEVICE_MEMORY_MB", "12x"),
+                                            ("TF_LMS_ENABLED", "maybe"),
+                                            ("TF_GPU_HOST_MEM_LIMIT_IN_MB", "-1")])
+def test_a_bad_environment_value_is_an_error_naming_it(variable, value):
+    run = run_program("probes.py", "api", env={"TF_LMS_CPU_DEVICE_MEMORY_MB": "64",
+                                               variable: value})
+    assert run.returncode != 0
+    assert f"ValueError: {variable}='{value}'" in run.stderr, describe(run)

@@ -1,0 +1,120 @@
+"""Small TensorFlow programs for the LMS tests; each prints ``RESULT <json>``.
+
+Usage: python probes.py NAME
+  strict_numpy     an evicted tensor read by .numpy() (no kernel pins it)
+  fragment         allocations that leave free memory in scattered holes
+  host_exhausted   training that needs more host swap space than allowed,
+                   then work that fits
+  api              the tf.config.experimental API's checks
+  late_import      tensorflow_lms_allocator imported after tensorflow
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+MIB = 1 << 20
+
+
+def emit(result: dict) -> None:
+    print("RESULT " + json.dumps(result), flush=True)
+
+
+def strict_numpy() -> None:
+    import tensorflow_lms_allocator as lms
+    import tensorflow as tf
+
+    import numpy as np
+
+    a = tf.random.stateless_uniform((4 * MIB,), seed=(1, 2))  # 16 MiB
+    others = [tf.fill((4 * MIB,), float(i)) for i in range(6)]  # evicts `a`
+    stats = lms.get_statistics(0)
+    seen = a.numpy()  # reads `a` in place, outside any kernel
+    touches = [t.__dict__ for t in lms.unpinned_touches()]
+    expected = tf.random.stateless_uniform((4 * MIB,), seed=(1, 2)).numpy()
+    emit({"evictions": stats["num_evictions"], "intact": bool(np.array_equal(seen, expected)),
+          "touches": touches, "kept": len(others)})
+
+
+def fragment() -> None:
+    import tensorflow_lms_allocator as lms
+    import tensorflow as tf
+
+    blocks = [tf.fill((2 * MIB,), float(i)) for i in range(6)]  # 8 MiB each
+    kept = blocks[1::2]
+    del blocks
+    big = tf.fill((6 * MIB,), 7.0)  # 24 MiB: fits only in the holes' memory
+    ok = all(float(tf.reduce_min(k)) == float(2 * i + 1) for i, k in enumerate(kept))
+    emit({"stats": lms.get_statistics(0), "values_ok": ok, "big": float(big[0])})
+
+
+def host_exhausted() -> None:
+    import tensorflow_lms_allocator as lms  # noqa: F401
+    import tensorflow as tf
+
+    result = {}
+    try:
+        tensors = [tf.fill((4 * MIB,), float(i)) for i in range(24)]  # 384 MiB
+        result["first"] = "completed"
+        del tensors
+    except tf.errors.ResourceExhaustedError as error:
+        result["first"] = error.message
+    # The process keeps working: smaller work, and what survived, still run.
+    small = [tf.fill((4 * MIB,), float(i)) for i in range(4)]
+    result["after"] = [float(tf.reduce_sum(t)) for t in small]
+    emit(result)
+
+
+def api() -> None:
+    import tensorflow_lms_allocator as lms
+    import tensorflow as tf
+
+    result = {"names": sorted(n for n in dir(tf.config.experimental) if "lms" in n or
+                              n.startswith("get_bytes") or n.startswith("get_num_")),
+              "ibm_names": hasattr(tf.experimental, "get_bytes_reclaimed")}
+    result["before"] = {"lms": tf.config.experimental.get_lms_enabled(),
+                        "defrag": tf.config.experimental.get_lms_defrag_enabled()}
+    tf.config.experimental.set_lms_enabled(True)
+    tf.config.experimental.set_lms_defrag_enabled(False)
+    tf.reduce_sum(tf.ones((256, 256)))  # creates the devices
+    errors = {}
+    for name, call in {
+        "late_enable": lambda: tf.config.experimental.set_lms_enabled(False),
+        "late_defrag": lambda: tf.config.experimental.set_lms_defrag_enabled(True),
+        "gpu_device": lambda: tf.config.experimental.get_bytes_in_use("GPU:0"),
+        "bad_index": lambda: tf.config.experimental.get_bytes_in_use(3),
+        "bad_type": lambda: tf.config.experimental.get_bytes_in_use(1.5),
+        "bad_flag": lambda: lms.set_lms_enabled("yes"),
+    }.items():
+        try:
+            call()
+            errors[name] = None
+        except Exception as error:  # the test checks type and message
+            errors[name] = [type(error).__name__, str(error)]
+    result["errors"] = errors
+    result["same_value_ok"] = tf.config.experimental.set_lms_enabled(True) is None
+    result["after"] = {"lms": tf.config.experimental.get_lms_enabled(),
+                       "defrag": tf.config.experimental.get_lms_defrag_enabled()}
+    result["stats"] = {
+        "index": tf.config.experimental.get_bytes_limit(0),
+        "cpu": tf.config.experimental.get_bytes_limit("CPU:0"),
+        "device": tf.config.experimental.get_bytes_limit("/device:CPU:0"),
+        "ibm": tf.experimental.get_bytes_limit(0),
+    }
+    emit(result)
+
+
+def late_import() -> None:
+    import tensorflow  # noqa: F401
+
+    try:
+        import tensorflow_lms_allocator  # noqa: F401
+        emit({"error": None})
+    except ImportError as error:
+        emit({"error": str(error)})
+
+
+if __name__ == "__main__":
+    {"strict_numpy": strict_numpy, "fragment": fragment, "host_exhausted": host_exhausted,
+     "api": api, "late_import": late_import}[sys.argv[1]]()
