@@ -40,6 +40,8 @@ from tensorflow_lms_allocator.lms import (  # noqa: E402
 from tensorflow_lms_allocator import lms as _lms  # noqa: E402
 
 _lms.attach(_tf)
+if get_lms_enabled():
+    _lms.check_no_gpu(_tf)  # TF_LMS_ENABLED=1 with a GPU: say so now, not never
 del _tf
 
 __all__ = [

@@ -52,17 +52,23 @@ STATISTICS: dict[str, str] = {
 }
 
 
+def check_no_gpu(tf_module) -> None:
+    """Raises NotImplementedError if TensorFlow sees a GPU: LMS cannot run there yet."""
+    if tf_module.config.list_physical_devices("GPU"):
+        raise NotImplementedError(
+            "LMS on a GPU needs the CUDA backend, which this build of "
+            "tensorflow_lms_allocator does not have yet; LMS runs on the "
+            "emulated device (TF_LMS_CPU_DEVICE_MEMORY_MB) only. Unset "
+            "TF_LMS_ENABLED or hide the GPUs (CUDA_VISIBLE_DEVICES=).")
+
+
 def _set_flag(which: int, enabled: bool, setting: str) -> None:
     if not isinstance(enabled, bool):
         raise TypeError(f"{setting} takes True or False, not {enabled!r}")
     if enabled and which == _LMS:
         import tensorflow as tf
 
-        if tf.config.list_physical_devices("GPU"):
-            raise NotImplementedError(
-                "LMS on a GPU needs the CUDA backend, which this build of "
-                "tensorflow_lms_allocator does not have yet; LMS runs on the "
-                "emulated device (TF_LMS_CPU_DEVICE_MEMORY_MB) only")
+        check_no_gpu(tf)
     error = ctypes.create_string_buffer(512)
     if _overlay.adapter().tf_lms_set_flag(which, int(enabled), error, len(error)) != 0:
         raise RuntimeError(error.value.decode())

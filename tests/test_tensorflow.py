@@ -155,3 +155,22 @@ def test_a_bad_environment_value_is_an_error_naming_it(variable, value):
                                                variable: value})
     assert run.returncode != 0
     assert f"ValueError: {variable}='{value}'" in run.stderr, describe(run)
+
+
+def test_a_kernel_reading_a_slice_of_an_evicted_tensor_pins_and_pages_it_in():
+    """The slice's data pointer lies inside the evicted allocation: the pin
+    resolves it, pages the whole allocation in, and strict mode sees no
+    unpinned touch."""
+    run = run_program("probes.py", "slice_pin",
+                      env={"TF_LMS_CPU_DEVICE_MEMORY_MB": "96", "TF_LMS_ENABLED": "1",
+                           "TF_LMS_STRICT": "1"})
+    assert run.result, describe(run)
+    assert run.result["evicted"] > 0 and run.result["page_ins"] >= 1
+    assert run.result["total"] == run.result["expected"]
+    assert run.result["touches"] == []
+
+
+def test_the_adapter_refuses_a_tensorflow_version_it_was_not_built_for():
+    run = run_program("probes.py", "wrong_version")
+    assert run.result and run.result["code"] == 1, describe(run)
+    assert "built for TensorFlow 2.21.0 but TensorFlow 2.20.0" in run.result["message"]

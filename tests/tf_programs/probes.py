@@ -7,6 +7,8 @@ Usage: python probes.py NAME
                    then work that fits
   api              the tf.config.experimental API's checks
   late_import      tensorflow_lms_allocator imported after tensorflow
+  slice_pin        a kernel reading a slice of an evicted tensor
+  wrong_version    the adapter asked to serve another TensorFlow version
 """
 
 from __future__ import annotations
@@ -105,6 +107,33 @@ def api() -> None:
     emit(result)
 
 
+def slice_pin() -> None:
+    import numpy as np
+    import tensorflow_lms_allocator as lms
+    import tensorflow as tf
+
+    a = tf.random.stateless_uniform((4 * MIB,), seed=(3, 4))  # 16 MiB
+    tail = a[MIB:]  # a dim-0 slice shares a's buffer: its data is inside a
+    others = [tf.fill((4 * MIB,), float(i)) for i in range(6)]  # evicts a
+    evicted = lms.get_statistics(0)["current_bytes_reclaimed"]
+    total = float(tf.reduce_sum(tf.cast(tail, tf.float64)))  # pins a through tail
+    expected = float(np.sum(tf.random.stateless_uniform((4 * MIB,), seed=(3, 4))
+                            .numpy()[MIB:].astype(np.float64)))
+    emit({"evicted": evicted, "page_ins": lms.get_statistics(0)["num_page_ins"],
+          "total": total, "expected": expected, "kept": len(others),
+          "touches": [t.__dict__ for t in lms.unpinned_touches()]})
+
+
+def wrong_version() -> None:
+    import ctypes
+
+    from tensorflow_lms_allocator import _overlay
+
+    error = ctypes.create_string_buffer(512)
+    code = _overlay.adapter().tf_lms_configure(b"2.20.0", error, len(error))
+    emit({"code": code, "message": error.value.decode()})
+
+
 def late_import() -> None:
     import tensorflow  # noqa: F401
 
@@ -117,4 +146,5 @@ def late_import() -> None:
 
 if __name__ == "__main__":
     {"strict_numpy": strict_numpy, "fragment": fragment, "host_exhausted": host_exhausted,
-     "api": api, "late_import": late_import}[sys.argv[1]]()
+     "api": api, "late_import": late_import, "slice_pin": slice_pin,
+     "wrong_version": wrong_version}[sys.argv[1]]()

@@ -28,6 +28,17 @@
 
 #include <cstdint>
 
+// Calls X(name) for every field of Statistics, in declaration order, so the
+// bindings list them without repeating the names.
+#define LMS_FOR_EACH_STATISTIC(X)                                             \
+  X(num_allocs) X(bytes_in_use) X(peak_bytes_in_use) X(largest_alloc_size)    \
+  X(bytes_limit) X(bytes_reserved) X(peak_bytes_reserved)                     \
+  X(bytes_reservable_limit) X(bytes_inactive) X(bytes_active)                 \
+  X(peak_bytes_active) X(bytes_reclaimed) X(current_bytes_reclaimed)          \
+  X(peak_bytes_reclaimed) X(num_single_reclaims) X(num_full_reclaims)         \
+  X(num_defragmentations) X(bytes_defragged) X(host_bytes_in_use)             \
+  X(host_peak_bytes_in_use) X(num_page_ins) X(bytes_paged_in) X(num_evictions)
+
 namespace lms {
 
 struct Statistics {

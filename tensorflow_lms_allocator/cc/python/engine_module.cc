@@ -111,17 +111,8 @@ class PyEngine {
   nb::dict Stats() {
     const Statistics s = engine_->GetStatistics();
     nb::dict d;
-#define LMS_STAT(name) d[#name] = s.name
-    LMS_STAT(num_allocs); LMS_STAT(bytes_in_use); LMS_STAT(peak_bytes_in_use);
-    LMS_STAT(largest_alloc_size); LMS_STAT(bytes_limit); LMS_STAT(bytes_reserved);
-    LMS_STAT(peak_bytes_reserved); LMS_STAT(bytes_reservable_limit);
-    LMS_STAT(bytes_inactive); LMS_STAT(bytes_active); LMS_STAT(peak_bytes_active);
-    LMS_STAT(bytes_reclaimed); LMS_STAT(current_bytes_reclaimed);
-    LMS_STAT(peak_bytes_reclaimed); LMS_STAT(num_single_reclaims);
-    LMS_STAT(num_full_reclaims); LMS_STAT(num_defragmentations);
-    LMS_STAT(bytes_defragged); LMS_STAT(host_bytes_in_use);
-    LMS_STAT(host_peak_bytes_in_use); LMS_STAT(num_page_ins);
-    LMS_STAT(bytes_paged_in); LMS_STAT(num_evictions);
+#define LMS_STAT(name) d[#name] = s.name;
+    LMS_FOR_EACH_STATISTIC(LMS_STAT)
 #undef LMS_STAT
     return d;
   }

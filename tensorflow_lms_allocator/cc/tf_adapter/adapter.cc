@@ -131,18 +131,9 @@ Engine* DeviceEngine() {
   return st.allocator != nullptr ? &st.allocator->engine() : nullptr;
 }
 
-// The statistics in the order tf_lms_statistic_name() lists them.
-#define LMS_STATISTICS(X)                                                     \
-  X(num_allocs) X(bytes_in_use) X(peak_bytes_in_use) X(largest_alloc_size)    \
-  X(bytes_limit) X(bytes_reserved) X(peak_bytes_reserved)                     \
-  X(bytes_reservable_limit) X(bytes_inactive) X(bytes_active)                 \
-  X(peak_bytes_active) X(bytes_reclaimed) X(current_bytes_reclaimed)          \
-  X(peak_bytes_reclaimed) X(num_single_reclaims) X(num_full_reclaims)         \
-  X(num_defragmentations) X(bytes_defragged) X(host_bytes_in_use)             \
-  X(host_peak_bytes_in_use) X(num_page_ins) X(bytes_paged_in) X(num_evictions)
-
+// The statistics, in the order tf_lms_statistic_name() lists them.
 #define LMS_NAME(n) #n,
-const char* const kStatisticNames[] = {LMS_STATISTICS(LMS_NAME)};
+const char* const kStatisticNames[] = {LMS_FOR_EACH_STATISTIC(LMS_NAME)};
 #undef LMS_NAME
 constexpr int kNumStatistics = sizeof(kStatisticNames) / sizeof(kStatisticNames[0]);
 
@@ -237,7 +228,7 @@ __attribute__((visibility("default"))) int tf_lms_get_statistics(int64_t* values
   const lms::Statistics s = engine->GetStatistics();
   const int64_t all[] = {
 #define LMS_VALUE(n) s.n,
-      LMS_STATISTICS(LMS_VALUE)
+      LMS_FOR_EACH_STATISTIC(LMS_VALUE)
 #undef LMS_VALUE
   };
   for (int i = 0; i < count && i < lms::kNumStatistics; ++i) values[i] = all[i];
