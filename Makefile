@@ -69,14 +69,20 @@ test-python: build
 
 test: test-asan test-tsan test-python
 
+# ResNet-50 at batch 32 (about 900 MiB at its peak) in 256 MiB of emulated
+# device memory: trains with LMS, runs out of memory without (about a minute).
 demo: build
-	@echo "make demo trains a Keras model under an emulated device cap with LMS;"
-	@echo "it comes with the TensorFlow integration (issue 3). Meanwhile, the engine alone:"
-	$(PY) -m doctest -v tensorflow_lms_allocator/engine.py | tail -n 3
+	$(PY) examples/demo.py
 
 bench-allocator: MAKEFLAGS += --no-print-directory
 bench-allocator: build
 	$(MAKE) -C benchmarks PY=$(abspath $(PY)) bench-allocator
+
+# Largest ResNet-50 batch under a 512 MiB cap, TensorFlow's BFC allocator vs
+# LMS, and LMS on/off step time (about 12 minutes on two cores); the last line
+# is `max_batch_ratio R`.
+bench-maxbatch: build
+	$(PY) benchmarks/maxbatch.py
 
 clean:
 	rm -rf $(BUILD) $(VENV)/.built
