@@ -1,10 +1,12 @@
 // Unit tests of the engine's parts and of the engine over the POSIX backend.
 // Built plain and under ASan/UBSan (make test-asan).
+#include <chrono>
 #include <cstdlib>
 #include <map>
 #include <random>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backends/posix_backend.h"
@@ -417,6 +419,46 @@ TEST(StrictModeReportsUnpinnedTouchesOfEvictedMemory) {
   EXPECT_OK(e->Pin(a, &id));  // a pinned touch is not reported
   EXPECT_EQ(VerifyPattern(a, size, 4), -1);
   EXPECT_EQ(e->UnpinnedTouches().size(), 1u);
+}
+
+TEST(AFailedRequestCanWaitForAnotherUserToRelease) {
+  auto e = MakeEngine({/*device=*/4, /*host=*/16});
+  void* held = MustAllocate(*e, 3 * kGranule, /*pin=*/true);
+  ASSERT_TRUE(held != nullptr);
+  const uint64_t epoch = e->ReleaseEpoch();
+  Status s;
+  EXPECT_TRUE(e->Allocate(2 * kGranule, false, &s) == nullptr);  // held is pinned
+  EXPECT_TRUE(!e->WaitForRelease(epoch, std::chrono::milliseconds(20)));
+  std::thread other([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    EXPECT_OK(e->Unpin(held, 0));  // the other kernel finishes
+  });
+  EXPECT_TRUE(e->WaitForRelease(epoch, std::chrono::seconds(10)));
+  other.join();
+  EXPECT_TRUE(MustAllocate(*e, 2 * kGranule) != nullptr);  // evicts held now
+  EXPECT_EQ(e->GetStatistics().num_evictions, 1);
+}
+
+TEST(APinThatCannotPageInFailsCleanlyAndIsCounted) {
+  Setup setup;
+  setup.device_granules = 4;
+  auto e = MakeEngine(setup);
+  void* a = MustAllocate(*e, 3 * kGranule);
+  FillPattern(a, 3 * kGranule, 8);
+  EXPECT_OK(e->Evict(a));
+  void* b = MustAllocate(*e, 2 * kGranule, /*pin=*/true);  // leaves 2 free
+  ASSERT_TRUE(b != nullptr);
+  uint64_t id;
+  Status s = e->Pin(a, &id);
+  EXPECT_EQ(static_cast<int>(s.code()), static_cast<int>(StatusCode::kResourceExhausted));
+  EXPECT_TRUE(Contains(s.message(), "cannot page in"));
+  Statistics st = e->GetStatistics();
+  EXPECT_EQ(st.num_failed_pins, 1);
+  EXPECT_TRUE(st.peak_bytes_active <= static_cast<int64_t>(4 * kGranule));
+  AllocationInfo info;
+  EXPECT_OK(e->Inspect(a, &info));
+  EXPECT_EQ(info.pin_count, 0u);
+  EXPECT_EQ(VerifyPattern(a, 3 * kGranule, 8), -1);  // still readable in place
 }
 
 TEST(EnvironmentValuesAreCheckedAndNamed) {

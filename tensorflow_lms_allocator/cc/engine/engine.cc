@@ -215,6 +215,7 @@ Status Engine::Free(void* ptr) {
     stats_.bytes_in_use -= allocated;
     stats_.bytes_active -= allocated;
     small_arena_.Free(c);
+    NoteRelease();
     return Status::Ok();
   }
   const ChunkId c = LargeChunkAt(ptr);
@@ -225,6 +226,7 @@ Status Engine::Free(void* ptr) {
   }
   Status s = FreeLarge(c);
   RefreshPoolStatistics();
+  NoteRelease();
   return s;
 }
 
@@ -273,13 +275,15 @@ Status Engine::Pin(const void* ptr, uint64_t* allocation_id) {
   if (residency_.Pin(c) == 1) {
     stats_.bytes_inactive -= allocated;
     stats_.bytes_active += allocated;
-    stats_.UpdatePeaks();
   }
-  if (!residency_.record(c).evicted) return Status::Ok();
-  Status s = PageIn(c);
-  if (!s.ok() && residency_.Unpin(c) == 0) {
-    stats_.bytes_active -= allocated;
-    stats_.bytes_inactive += allocated;
+  // Peaks only count what is resident: bytes_active stays within the device.
+  Status s = residency_.record(c).evicted ? PageIn(c) : Status::Ok();
+  if (!s.ok()) {
+    ++stats_.num_failed_pins;
+    if (residency_.Unpin(c) == 0) {
+      stats_.bytes_active -= allocated;
+      stats_.bytes_inactive += allocated;
+    }
   }
   RefreshPoolStatistics();
   return s;
@@ -305,6 +309,7 @@ Status Engine::Unpin(const void* ptr, uint64_t allocation_id) {
     const int64_t allocated = static_cast<int64_t>(residency_.record(c).granules * granule_);
     stats_.bytes_active -= allocated;
     stats_.bytes_inactive += allocated;
+    NoteRelease();
   }
   return Status::Ok();
 }
@@ -369,6 +374,25 @@ void Engine::RefreshPoolStatistics() {
   stats_.bytes_reserved = static_cast<int64_t>(device_pool_.in_use() * granule_);
   stats_.host_bytes_in_use = static_cast<int64_t>(host_pool_.in_use() * granule_);
   stats_.UpdatePeaks();
+}
+
+void Engine::NoteRelease() {
+  ++release_epoch_;
+  if (release_waiters_ > 0) released_.notify_all();
+}
+
+uint64_t Engine::ReleaseEpoch() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return release_epoch_;
+}
+
+bool Engine::WaitForRelease(uint64_t epoch, std::chrono::milliseconds timeout) const {
+  std::unique_lock<std::mutex> lock(mu_);
+  ++release_waiters_;
+  const bool released =
+      released_.wait_for(lock, timeout, [&] { return release_epoch_ != epoch; });
+  --release_waiters_;
+  return released;
 }
 
 Statistics Engine::GetStatistics() const {

@@ -34,6 +34,8 @@
 #ifndef TENSORFLOW_LMS_ALLOCATOR_CC_ENGINE_ENGINE_H_
 #define TENSORFLOW_LMS_ALLOCATOR_CC_ENGINE_ENGINE_H_
 
+#include <chrono>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -113,6 +115,15 @@ class Engine {
   // address (kNotFound then).
   Status Unpin(const void* ptr, uint64_t allocation_id);
 
+  // A counter that moves whenever memory may have become available (an
+  // unpin to zero or a free). With WaitForRelease, a caller whose request
+  // failed while other users held pins can wait for one of them to finish:
+  //   uint64_t epoch = engine.ReleaseEpoch();
+  //   if (engine.Allocate(...) == nullptr) engine.WaitForRelease(epoch, t);
+  uint64_t ReleaseEpoch() const;
+  // Returns true once the epoch has moved past `epoch`, false after `timeout`.
+  bool WaitForRelease(uint64_t epoch, std::chrono::milliseconds timeout) const;
+
   // Evicts one inactive allocation now (tests and tools); kFailedPrecondition
   // if it is pinned, small or already evicted.
   Status Evict(const void* ptr);
@@ -173,6 +184,8 @@ class Engine {
     return large_base_ + slot * granule_;
   }
   void RefreshPoolStatistics() LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Moves the release epoch and wakes waiters, if any.
+  void NoteRelease() LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Out-of-memory path, eviction and page-in (engine_reclaim.cc).
   // Ensures the device pool holds at least `granules` free granules.
@@ -199,6 +212,9 @@ class Engine {
   static constexpr size_t kSmallUnit = 256;
 
   mutable std::mutex mu_;
+  mutable std::condition_variable released_;
+  uint64_t release_epoch_ LMS_GUARDED_BY(mu_) = 0;
+  mutable int release_waiters_ LMS_GUARDED_BY(mu_) = 0;
   GranulePool device_pool_ LMS_GUARDED_BY(mu_);
   GranulePool host_pool_ LMS_GUARDED_BY(mu_);
 

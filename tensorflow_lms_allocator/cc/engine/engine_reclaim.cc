@@ -8,6 +8,7 @@
 //   - an allocation is remapped only after the copy of its bytes completes
 //     (CopiesAfterCompute before, WaitForCopies after), so no byte is lost;
 //   - nothing here moves an address: only the granules behind it change.
+#include <algorithm>
 #include <string>
 
 #include "engine/engine.h"
@@ -50,10 +51,13 @@ uint64_t Engine::StealCachedGranules(uint64_t granules) {
 }
 
 Status Engine::OutOfMemory(uint64_t granules, const char* what) const {
+  const uint64_t free = device_pool_.free_count();
   std::string m = "out of device memory: " + std::string(what) + " needs " +
-                  FormatBytes(granules * granule_) + " more; device memory " +
+                  FormatBytes(granules * granule_) + ", " +
+                  FormatBytes((granules - std::min(granules, uint64_t{free})) * granule_) +
+                  " more than is free; device memory " +
                   FormatBytes(device_pool_.capacity() * granule_) + " has " +
-                  FormatBytes(device_pool_.free_count() * granule_) + " free, " +
+                  FormatBytes(free * granule_) + " free, " +
                   FormatBytes(backing_.cached_count() * granule_) +
                   " cached at free address ranges";
   m += defrag_enabled_ ? "" : " (defragmentation is off)";

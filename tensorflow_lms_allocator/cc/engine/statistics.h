@@ -20,6 +20,8 @@
 //                     ranges, and the bytes remapped
 //   host_bytes_in_use host-pool granules backing evicted allocations
 //   num_page_ins, bytes_paged_in   pins that copied an allocation back
+//   num_failed_pins   pins refused because the allocation could not be paged
+//                     in (its user may still read it in place, from host memory)
 //
 // Consistency: the engine updates these under its lock and copies them out
 // under the same lock, so a reader never sees half an operation.
@@ -37,7 +39,8 @@
   X(peak_bytes_active) X(bytes_reclaimed) X(current_bytes_reclaimed)          \
   X(peak_bytes_reclaimed) X(num_single_reclaims) X(num_full_reclaims)         \
   X(num_defragmentations) X(bytes_defragged) X(host_bytes_in_use)             \
-  X(host_peak_bytes_in_use) X(num_page_ins) X(bytes_paged_in) X(num_evictions)
+  X(host_peak_bytes_in_use) X(num_page_ins) X(bytes_paged_in) X(num_evictions) \
+  X(num_failed_pins)
 
 namespace lms {
 
@@ -65,6 +68,7 @@ struct Statistics {
   int64_t num_page_ins = 0;
   int64_t bytes_paged_in = 0;
   int64_t num_evictions = 0;
+  int64_t num_failed_pins = 0;
 
   // Raises each peak_* to its current figure.
   void UpdatePeaks() {

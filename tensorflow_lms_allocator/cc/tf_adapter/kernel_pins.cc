@@ -39,6 +39,7 @@ void KernelPins::OnContextCreated(void* context, void* params) {
     std::lock_guard<std::mutex> lock(shard.mu);
     shard.entries[context] = std::move(entry);
   }
+  live_contexts_.fetch_add(1, std::memory_order_relaxed);
   t_current_context = context;
   if (p->op_kernel != nullptr) {
     // Strict mode labels unpinned touches with the running op.
@@ -56,6 +57,7 @@ void KernelPins::OnContextDestroyed(void* context) {
     entry = std::move(it->second);
     shard.entries.erase(it);
   }
+  live_contexts_.fetch_sub(1, std::memory_order_relaxed);
   if (t_current_context == context) {
     t_current_context = entry.previous_context;
     if (t_current_context == nullptr) StrictMonitor::SetThreadLabel(nullptr);

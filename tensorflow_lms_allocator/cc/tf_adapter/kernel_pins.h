@@ -40,6 +40,11 @@ class KernelPins {
 
   // Whether this thread is inside a kernel (allocations should start pinned).
   bool InKernel() const;
+  // Whether kernels other than this thread's current one are running (and
+  // may release pinned memory when they finish).
+  bool OtherKernelsRunning() const {
+    return live_contexts_.load(std::memory_order_relaxed) > (InKernel() ? 1 : 0);
+  }
   // Adds an allocation made pinned on this thread to the current kernel.
   void RecordAllocation(const void* ptr, uint64_t allocation_id);
 
@@ -69,6 +74,7 @@ class KernelPins {
 
   Engine* const engine_;
   Shard shards_[kShards];
+  std::atomic<int64_t> live_contexts_{0};
   std::atomic<uint64_t> input_pins_{0};
   std::atomic<uint64_t> failed_pins_{0};
 };
