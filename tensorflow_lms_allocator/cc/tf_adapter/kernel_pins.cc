@@ -24,7 +24,7 @@ void KernelPins::OnContextCreated(void* context, void* params) {
     const void* data = tensorflow::DMAHelper::base(value.tensor);
     if (data == nullptr || !engine_->InEvictableRange(data)) continue;
     uint64_t id = 0;
-    Status s = engine_->Pin(data, &id);
+    Status s = RetryWhileOthersRelease([&] { return engine_->Pin(data, &id); });
     if (s.ok()) {
       entry.pins.push_back({data, id});
       input_pins_.fetch_add(1, std::memory_order_relaxed);
@@ -66,6 +66,7 @@ void KernelPins::OnContextDestroyed(void* context) {
 }
 
 bool KernelPins::InKernel() const { return t_current_context != nullptr; }
+
 
 void KernelPins::RecordAllocation(const void* ptr, uint64_t id) {
   void* context = t_current_context;

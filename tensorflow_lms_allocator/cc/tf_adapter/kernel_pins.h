@@ -20,6 +20,7 @@
 #define TENSORFLOW_LMS_ALLOCATOR_CC_TF_ADAPTER_KERNEL_PINS_H_
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <mutex>
 #include <unordered_map>
@@ -45,6 +46,32 @@ class KernelPins {
   bool OtherKernelsRunning() const {
     return live_contexts_.load(std::memory_order_relaxed) > (InKernel() ? 1 : 0);
   }
+  // Runs `attempt` (an allocation or a pin) again each time another kernel
+  // releases memory, while it fails with kResourceExhausted, LMS is on and
+  // other kernels are running, for at most kRetryBudget in all. Memory pinned
+  // by kernels on other threads comes back when they finish, so a request that
+  // fits once they are done waits for that (as TensorFlow's GPU allocator
+  // retries) instead of failing.
+  // (A template, so the fast path calls `attempt` with no std::function.)
+  template <typename Attempt>
+  Status RetryWhileOthersRelease(Attempt attempt) {
+    Status status = attempt();
+    if (status.code() != StatusCode::kResourceExhausted) return status;
+    const auto deadline = std::chrono::steady_clock::now() + kRetryBudget;
+    while (engine_->lms_enabled() && OtherKernelsRunning()) {
+      // Read the epoch, then try again: a release after the read wakes the
+      // wait, so none is missed between the failure and the wait.
+      const uint64_t epoch = engine_->ReleaseEpoch();
+      status = attempt();
+      if (status.code() != StatusCode::kResourceExhausted) break;
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0 || !engine_->WaitForRelease(epoch, left)) break;
+    }
+    return status;
+  }
+  static constexpr std::chrono::seconds kRetryBudget{10};
+
   // Adds an allocation made pinned on this thread to the current kernel.
   void RecordAllocation(const void* ptr, uint64_t allocation_id);
 

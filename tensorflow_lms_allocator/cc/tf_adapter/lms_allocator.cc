@@ -1,7 +1,6 @@
 #include "tf_adapter/lms_allocator.h"
 
 #include <atomic>
-#include <chrono>
 #include <cstdio>
 
 #include "tf_adapter/kernel_pins.h"
@@ -11,9 +10,6 @@ namespace {
 
 // The reason of this thread's last failed allocation, until its next success.
 thread_local std::string t_last_failure;
-
-// How long a failed request waits for other kernels to release memory.
-constexpr std::chrono::seconds kRetryBudget(10);
 
 // One out-of-memory error fails many allocations at once; report the first
 // few and then every power of two, so the reason is seen but not repeated.
@@ -50,20 +46,13 @@ void* LmsAllocator::AllocateRaw(size_t alignment, size_t num_bytes) {
   const bool in_kernel = pins_ != nullptr && pins_->InKernel();
   Status status;
   uint64_t id = 0;
-  uint64_t epoch = engine_->ReleaseEpoch();
-  void* ptr = engine_->Allocate(num_bytes, /*pin=*/in_kernel, &status, &id);
-  // Memory pinned by kernels running on other threads comes back when they
-  // finish: wait for that (as TensorFlow's GPU allocator retries) rather than
-  // fail a request that fits once they are done.
-  const auto deadline = std::chrono::steady_clock::now() + kRetryBudget;
-  while (ptr == nullptr && status.code() == StatusCode::kResourceExhausted &&
-         engine_->lms_enabled() && pins_ != nullptr && pins_->OtherKernelsRunning()) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0 || !engine_->WaitForRelease(epoch, left)) break;
-    epoch = engine_->ReleaseEpoch();
-    ptr = engine_->Allocate(num_bytes, /*pin=*/in_kernel, &status, &id);
-  }
+  void* ptr = nullptr;
+  auto attempt = [&] {
+    Status s;
+    ptr = engine_->Allocate(num_bytes, /*pin=*/in_kernel, &s, &id);
+    return s;
+  };
+  status = pins_ != nullptr ? pins_->RetryWhileOthersRelease(attempt) : attempt();
   if (ptr == nullptr) {
     t_last_failure = status.message();
     ReportFailure(num_bytes, status);
