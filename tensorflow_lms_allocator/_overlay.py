@@ -64,6 +64,7 @@ def install() -> ModuleType:
     adapter.tf_lms_set_flag.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_char_p,
                                         ctypes.c_size_t]
     adapter.tf_lms_statistic_name.restype = ctypes.c_char_p
+    adapter.tf_lms_device_error.restype = ctypes.c_char_p
     adapter.tf_lms_get_statistics.argtypes = [ctypes.POINTER(ctypes.c_int64), ctypes.c_int]
     adapter.tf_lms_unpinned_touches.restype = ctypes.c_void_p
     adapter.tf_lms_free_string.argtypes = [ctypes.c_void_p]

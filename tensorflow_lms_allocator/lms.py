@@ -141,6 +141,9 @@ def get_statistics(device: int | str = 0) -> dict[str, int]:
     count = lib.tf_lms_num_statistics()
     values = (ctypes.c_int64 * count)()
     if lib.tf_lms_get_statistics(values, count) != 0:
+        device_error = lib.tf_lms_device_error()
+        if device_error:
+            raise RuntimeError(device_error.decode())
         raise ValueError(
             f"{device!r} has no LMS allocator: set TF_LMS_CPU_DEVICE_MEMORY_MB=<MiB> "
             "before starting Python to run the CPU device as an emulated GPU")

@@ -17,16 +17,10 @@
 #include "lms_hooks.h"
 
 static const TfLmsHooks* volatile g_hooks;
-static unsigned long g_calls[4];
 
 int tf_lms_register_hooks(const TfLmsHooks* hooks) {
   __atomic_store_n(&g_hooks, hooks, __ATOMIC_RELEASE);
   return 0;
-}
-
-unsigned long tf_lms_interposer_calls(int which) {
-  if (which < 0 || which > 3) return 0;
-  return __atomic_load_n(&g_calls[which], __ATOMIC_RELAXED);
 }
 
 static const TfLmsHooks* Hooks(void) {
@@ -55,21 +49,17 @@ static void* Original(const char* symbol) {
     __atomic_store_n(&var, (type)Original(symbol), __ATOMIC_RELEASE); \
   }
 
-#define COUNT(which) __atomic_fetch_add(&g_calls[which], 1, __ATOMIC_RELAXED)
-
 typedef void (*CtorFn)(void*, void*);
 typedef void (*CtorOutputsFn)(void*, void*, int);
 typedef void (*DtorFn)(void*);
 
 static void ContextCreated(void* context, void* params) {
   const TfLmsHooks* h = Hooks();
-  COUNT(0);
   if (h != NULL && h->on_context_created != NULL) h->on_context_created(context, params);
 }
 
 static void ContextDestroyed(void* context) {
   const TfLmsHooks* h = Hooks();
-  COUNT(1);
   if (h != NULL && h->on_context_destroyed != NULL) h->on_context_destroyed(context);
 }
 
@@ -127,7 +117,6 @@ void* _ZN10tensorflow12ProcessState15GetCPUAllocatorEi(void* self, int numa_node
   RESOLVE(GetCpuFn, original, "_ZN10tensorflow12ProcessState15GetCPUAllocatorEi");
   void* allocator = original(self, numa_node);
   const TfLmsHooks* h = Hooks();
-  COUNT(2);
   if (h != NULL && h->cpu_allocator != NULL) return h->cpu_allocator(allocator, numa_node);
   return allocator;
 }
@@ -144,7 +133,6 @@ void* _ZN10tensorflow15GPUProcessState15GetGPUAllocatorERKNS_10GPUOptionsEN3tsl3
           "_ZN10tensorflow15GPUProcessState15GetGPUAllocatorERKNS_10GPUOptionsEN3tsl3gtl7IntTypeINS4_15TfDeviceId_tag_EiEEmRKSt6vectorIS8_SaIS8_EE");
   void* allocator = original(self, options, tf_device_id, total_bytes, peer_gpu_ids);
   const TfLmsHooks* h = Hooks();
-  COUNT(3);
   if (h != NULL && h->gpu_allocator != NULL) return h->gpu_allocator(allocator, tf_device_id);
   return allocator;
 }

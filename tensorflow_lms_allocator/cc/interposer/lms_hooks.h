@@ -25,10 +25,6 @@ typedef struct TfLmsHooks {
 /* Installs (or, with NULL, removes) the hooks. Returns 0 on success. */
 int tf_lms_register_hooks(const TfLmsHooks* hooks);
 
-/* How many times each intercepted function ran (diagnostics and tests):
- * index 0 contexts created, 1 destroyed, 2 CPU allocator, 3 GPU allocator. */
-unsigned long tf_lms_interposer_calls(int which);
-
 #ifdef __cplusplus
 }
 #endif

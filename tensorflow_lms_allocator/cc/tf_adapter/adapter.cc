@@ -33,7 +33,6 @@ namespace {
 
 struct AdapterState {
   std::mutex mu;
-  bool configured = false;
   // Settings; frozen once the device exists.
   bool lms_enabled = false;
   // On by default: remapping free granules moves no data, so it costs only
@@ -170,20 +169,15 @@ __attribute__((visibility("default"))) int tf_lms_configure(const char* tf_versi
     return Fail("the LMS interposer is not loaded in the global scope", error, error_len);
   }
   reg(&kHooks);
-  st.configured = true;
   return 0;
 }
 
-// 1 once TensorFlow has created its devices (settings are frozen), else 0.
-__attribute__((visibility("default"))) int tf_lms_device_created() {
+// Why the emulated device could not be created, or null if it was (or was
+// not asked for). The string lives as long as the process.
+__attribute__((visibility("default"))) const char* tf_lms_device_error() {
   lms::AdapterState& st = lms::State();
   std::lock_guard<std::mutex> lock(st.mu);
-  return st.device_created ? 1 : 0;
-}
-
-// 1 if the emulated device runs on the LMS engine.
-__attribute__((visibility("default"))) int tf_lms_has_emulated_device() {
-  return lms::DeviceEngine() != nullptr ? 1 : 0;
+  return st.device_error.empty() ? nullptr : st.device_error.c_str();
 }
 
 // which: 0 LMS, 1 defragmentation. Returns 0, or 1 with *error set when the

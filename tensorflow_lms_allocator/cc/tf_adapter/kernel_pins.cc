@@ -25,14 +25,10 @@ void KernelPins::OnContextCreated(void* context, void* params) {
     if (data == nullptr || !engine_->InEvictableRange(data)) continue;
     uint64_t id = 0;
     Status s = RetryWhileOthersRelease([&] { return engine_->Pin(data, &id); });
-    if (s.ok()) {
-      entry.pins.push_back({data, id});
-      input_pins_.fetch_add(1, std::memory_order_relaxed);
-    } else {
-      // The kernel still reads the right bytes (evicted memory is mapped
-      // from host memory at the same address), only slower.
-      failed_pins_.fetch_add(1, std::memory_order_relaxed);
-    }
+    // A failed pin (counted by the engine as num_failed_pins) still lets
+    // the kernel read the right bytes: evicted memory is mapped from host
+    // memory at the same address, only slower to reach.
+    if (s.ok()) entry.pins.push_back({data, id});
   }
   Shard& shard = ShardFor(context);
   {

@@ -75,10 +75,6 @@ class KernelPins {
   // Adds an allocation made pinned on this thread to the current kernel.
   void RecordAllocation(const void* ptr, uint64_t allocation_id);
 
-  // Counters for tests and statistics.
-  uint64_t num_input_pins() const { return input_pins_.load(std::memory_order_relaxed); }
-  uint64_t num_failed_pins() const { return failed_pins_.load(std::memory_order_relaxed); }
-
  private:
   struct Pin {
     const void* ptr;
@@ -102,8 +98,6 @@ class KernelPins {
   Engine* const engine_;
   Shard shards_[kShards];
   std::atomic<int64_t> live_contexts_{0};
-  std::atomic<uint64_t> input_pins_{0};
-  std::atomic<uint64_t> failed_pins_{0};
 };
 
 }  // namespace lms
