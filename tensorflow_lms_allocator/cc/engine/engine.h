@@ -234,9 +234,8 @@ class Engine {
   uint64_t next_allocation_id_ LMS_GUARDED_BY(mu_) = 1;
   Statistics stats_ LMS_GUARDED_BY(mu_);
   std::unique_ptr<StrictMonitor> strict_;
-  // Scratch for granule ids, kept to avoid allocating on every call.
+  // Granule ids for AllocateLarge, kept to avoid allocating on every call.
   std::vector<GranuleId> scratch_ LMS_GUARDED_BY(mu_);
-  std::vector<GranuleId> scratch2_ LMS_GUARDED_BY(mu_);
 };
 
 }  // namespace lms

@@ -84,8 +84,9 @@ Status Engine::EvictChunk(ChunkId id) {
   const BestFitArena::Chunk& chunk = large_arena_.chunk(id);
   const uint64_t first = chunk.start;
   const uint64_t n = residency_.record(id).granules;
-  std::vector<GranuleId>& host = scratch2_;
-  host.resize(n);
+  // Local buffers: an eviction copies at least a granule, so their
+  // allocation is noise next to it.
+  std::vector<GranuleId> host(n);
   if (!host_pool_.Take(n, host.data())) {
     return ResourceExhausted(
         "host memory for evicted tensors is exhausted: evicting " +
