@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from tensorflow_lms_allocator._engine import (
     AllocationStateError,
+    STATISTICS,
     Engine,
     OutOfMemoryError,
     UnknownAllocationError,
@@ -31,6 +32,7 @@ __all__ = [
     "AllocationStateError",
     "Engine",
     "OutOfMemoryError",
+    "STATISTICS",
     "UnknownAllocationError",
     "host_limit_from_env",
 ]

@@ -281,7 +281,7 @@ TEST(PinnedAllocationsAreNeverEvicted) {
   void* a = MustAllocate(*e, 3 * kGranule, /*pin=*/true);
   ASSERT_TRUE(a != nullptr);
   Status s;
-  EXPECT_TRUE(e->Allocate(2 * kGranule, false, &s) == nullptr);
+  EXPECT_TRUE(e->Allocate(2 * kGranule, /*pin=*/true, &s) == nullptr);
   EXPECT_EQ(static_cast<int>(s.code()), static_cast<int>(StatusCode::kResourceExhausted));
   EXPECT_TRUE(Contains(s.message(), "out of device memory"));
   EXPECT_TRUE(Contains(e->Evict(a).message(), "pinned"));
@@ -314,7 +314,7 @@ TEST(DefragmentationRemapsCachedGranulesInsteadOfEvicting) {
     EXPECT_OK(e->Free(p[2]));
     EXPECT_EQ(e->cached_granules(), 4u);
     Status s;
-    void* big = e->Allocate(4 * kGranule, false, &s);
+    void* big = e->Allocate(4 * kGranule, /*pin=*/true, &s);
     Statistics st = e->GetStatistics();
     if (defrag) {
       EXPECT_TRUE(big != nullptr);
@@ -330,7 +330,7 @@ TEST(DefragmentationRemapsCachedGranulesInsteadOfEvicting) {
   }
 }
 
-TEST(SmallObjectsShareGranulesAndAreNeverEvicted) {
+TEST(SmallObjectsArePackedInPagesThatAreEvictedAndPagedInWhole) {
   auto e = MakeEngine({/*device=*/4, /*host=*/16});
   std::vector<void*> small;
   for (int i = 0; i < 100; ++i) {
@@ -339,19 +339,143 @@ TEST(SmallObjectsShareGranulesAndAreNeverEvicted) {
     EXPECT_EQ(reinterpret_cast<uintptr_t>(small.back()) % 256, 0u);
     FillPattern(small.back(), 1000, i);
   }
-  EXPECT_EQ(e->device_granules_in_use(), 2u);  // 100 * 1024 bytes in 64 KiB granules
-  AllocationInfo info;
-  EXPECT_OK(e->Inspect(small[0], &info));
-  EXPECT_TRUE(info.small);
-  EXPECT_TRUE(Contains(e->Evict(small[0]).message(), "never evicted"));
-  uint64_t id = 1;
-  EXPECT_OK(e->Pin(small[3], &id));
-  EXPECT_EQ(id, 0u);
-  Status s;
-  EXPECT_TRUE(e->Allocate(3 * kGranule, false, &s) == nullptr);  // 2 left
+  // 1024 bytes each: 64 per 64 KiB page.
+  EXPECT_EQ(e->small_pages(), 2u);
+  EXPECT_EQ(e->device_granules_in_use(), 2u);
+  EXPECT_OK(e->CheckInvariants());
+  AllocationInfo a, b;
+  EXPECT_OK(e->Inspect(small[0], &a));
+  EXPECT_OK(e->Inspect(small[99], &b));
+  EXPECT_TRUE(a.small && b.small && a.unit_address != b.unit_address);
+  EXPECT_EQ(a.unit_address % kGranule, 0u);
+  // Evicting through one object evicts its whole page.
+  EXPECT_OK(e->Evict(small[0]));
+  EXPECT_OK(e->Inspect(small[63], &a));
+  EXPECT_TRUE(a.evicted);
+  EXPECT_EQ(e->device_granules_in_use(), 1u);
   for (int i = 0; i < 100; ++i) EXPECT_EQ(VerifyPattern(small[i], 1000, i), -1);
+  EXPECT_OK(e->CheckInvariants());
+  // Pinning any object of it pages the page in; the unit id unpins it.
+  uint64_t id = 0;
+  EXPECT_OK(e->Pin(small[3], &id));
+  EXPECT_EQ(id, a.unit_id);
+  EXPECT_OK(e->Inspect(small[0], &a));
+  EXPECT_TRUE(!a.evicted && a.pin_count == 1);
+  EXPECT_EQ(e->GetStatistics().num_page_ins, 1);
+  // 3 granules need the other page's granule: it is evicted, the pinned one not.
+  void* big = MustAllocate(*e, 3 * kGranule, /*pin=*/true);
+  ASSERT_TRUE(big != nullptr);
+  EXPECT_OK(e->Inspect(small[99], &b));
+  EXPECT_TRUE(b.evicted);
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(VerifyPattern(small[i], 1000, i), -1);
+  EXPECT_OK(e->CheckInvariants());
+  EXPECT_OK(e->Unpin(small[3], id));
+  EXPECT_OK(e->Free(big));
   for (void* p : small) EXPECT_OK(e->Free(p));
   EXPECT_EQ(e->GetStatistics().bytes_in_use, 0);
+  EXPECT_EQ(e->small_pages(), 0u);
+  EXPECT_EQ(e->GetStatistics().host_bytes_in_use, 0);
+  EXPECT_OK(e->CheckInvariants());
+}
+
+TEST(FreedSmallObjectsGiveTheirPagesBackSoLargeRequestsFit) {
+  // The case, scaled: half-granule objects created and freed, then a
+  // request of most of the device, with LMS off.
+  auto e = MakeEngine({/*device=*/32, /*host=*/0, /*lms=*/false, /*defrag=*/true});
+  std::vector<void*> small;
+  for (int i = 0; i < 50; ++i) small.push_back(MustAllocate(*e, kGranule / 2 - 100));
+  EXPECT_EQ(e->small_pages(), 25u);
+  for (void* p : small) EXPECT_OK(e->Free(p));
+  EXPECT_EQ(e->small_pages(), 0u);
+  EXPECT_OK(e->CheckInvariants());
+  void* big = MustAllocate(*e, 30 * kGranule);
+  EXPECT_TRUE(big != nullptr);
+  EXPECT_OK(e->Free(big));
+  EXPECT_OK(e->CheckInvariants());
+}
+
+TEST(APinnedPageOutlivesItsLastObjectUntilUnpinned) {
+  auto e = MakeEngine({/*device=*/4, /*host=*/4});
+  void* p = MustAllocate(*e, 100);
+  uint64_t id = 0;
+  EXPECT_OK(e->Pin(p, &id));
+  EXPECT_OK(e->Free(p));  // a kernel's input freed while it runs
+  EXPECT_EQ(e->small_pages(), 1u);
+  EXPECT_OK(e->CheckInvariants());
+  EXPECT_OK(e->Unpin(p, id));  // the kernel ends: the page goes
+  EXPECT_EQ(e->small_pages(), 0u);
+  EXPECT_TRUE(e->Unpin(p, id).code() == StatusCode::kNotFound);
+  EXPECT_OK(e->CheckInvariants());
+}
+
+TEST(NewSmallObjectsGoToResidentPagesOnly) {
+  auto e = MakeEngine({/*device=*/4, /*host=*/4});
+  void* a = MustAllocate(*e, 100);
+  FillPattern(a, 100, 7);
+  EXPECT_OK(e->Evict(a));
+  void* b = MustAllocate(*e, 100);
+  AllocationInfo ia, ib;
+  EXPECT_OK(e->Inspect(a, &ia));
+  EXPECT_OK(e->Inspect(b, &ib));
+  EXPECT_TRUE(ia.evicted && !ib.evicted && ia.unit_address != ib.unit_address);
+  EXPECT_EQ(e->small_pages(), 2u);
+  EXPECT_EQ(VerifyPattern(a, 100, 7), -1);
+  EXPECT_OK(e->CheckInvariants());
+}
+
+TEST(UnheldAllocationsAreBornEvictedWhenTheDeviceIsFull) {
+  auto e = MakeEngine({/*device=*/4, /*host=*/8, /*lms=*/true, /*defrag=*/true});
+  void* held = MustAllocate(*e, 4 * kGranule, /*pin=*/true);  // a running kernel's
+  ASSERT_TRUE(held != nullptr);
+  Status s;
+  // A kernel's own request cannot be served from host memory...
+  EXPECT_TRUE(e->Allocate(kGranule, /*pin=*/true, &s) == nullptr);
+  EXPECT_TRUE(s.code() == StatusCode::kResourceExhausted);
+  // ...but one nobody holds yet (a tensor made from host data) can.
+  void* born = MustAllocate(*e, 2 * kGranule);
+  void* small = MustAllocate(*e, 300);
+  ASSERT_TRUE(born != nullptr && small != nullptr);
+  AllocationInfo info;
+  EXPECT_OK(e->Inspect(born, &info));
+  EXPECT_TRUE(info.evicted);
+  EXPECT_OK(e->Inspect(small, &info));
+  EXPECT_TRUE(info.evicted);
+  EXPECT_EQ(e->GetStatistics().num_born_evicted, 2);
+  FillPattern(born, 2 * kGranule, 11);
+  FillPattern(small, 300, 12);
+  EXPECT_OK(e->CheckInvariants());
+  // Its first pin pages it in once the device has room.
+  uint64_t id = 0;
+  EXPECT_TRUE(e->Pin(born, &id).code() == StatusCode::kResourceExhausted);
+  EXPECT_OK(e->Free(held));
+  EXPECT_OK(e->Pin(born, &id));
+  EXPECT_OK(e->Inspect(born, &info));
+  EXPECT_TRUE(!info.evicted);
+  EXPECT_EQ(VerifyPattern(born, 2 * kGranule, 11), -1);
+  EXPECT_EQ(VerifyPattern(small, 300, 12), -1);
+  EXPECT_OK(e->Unpin(born, id));
+  EXPECT_OK(e->CheckInvariants());
+}
+
+TEST(NothingIsBornEvictedWithLmsOff) {
+  auto e = MakeEngine({/*device=*/4, /*host=*/8, /*lms=*/false});
+  ASSERT_TRUE(MustAllocate(*e, 4 * kGranule) != nullptr);
+  Status s;
+  EXPECT_TRUE(e->Allocate(kGranule, false, &s) == nullptr);
+  EXPECT_TRUE(Contains(s.message(), "LMS is off"));
+  EXPECT_EQ(e->GetStatistics().num_born_evicted, 0);
+}
+
+TEST(StrictAlignmentKeepsTheRequestedSize) {
+  auto e = MakeEngine({/*device=*/4, /*host=*/4});
+  Status s;
+  void* p = e->Allocate(1000, false, &s, nullptr, /*alignment=*/4096);
+  ASSERT_TRUE(p != nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % 4096, 0u);
+  EXPECT_EQ(e->RequestedSize(p), 1000u);
+  EXPECT_TRUE(e->Allocate(1000, false, &s, nullptr, 3) == nullptr);
+  EXPECT_TRUE(s.code() == StatusCode::kInvalidArgument);
+  EXPECT_OK(e->CheckInvariants());
 }
 
 TEST(BadInputFailsCleanlyAndNamesTheCause) {
@@ -385,7 +509,7 @@ TEST(HostPoolExhaustedWhileEvictingIsAnErrorNamingTheSetting) {
   ASSERT_TRUE(a != nullptr);
   FillPattern(a, 4 * kGranule, 9);
   Status s;
-  EXPECT_TRUE(e->Allocate(kGranule, false, &s) == nullptr);
+  EXPECT_TRUE(e->Allocate(kGranule, /*pin=*/true, &s) == nullptr);
   EXPECT_TRUE(Contains(s.message(), "TF_GPU_HOST_MEM_LIMIT_IN_MB"));
   // Nothing was lost and the engine still works.
   AllocationInfo info;
@@ -427,7 +551,7 @@ TEST(AFailedRequestCanWaitForAnotherUserToRelease) {
   ASSERT_TRUE(held != nullptr);
   const uint64_t epoch = e->ReleaseEpoch();
   Status s;
-  EXPECT_TRUE(e->Allocate(2 * kGranule, false, &s) == nullptr);  // held is pinned
+  EXPECT_TRUE(e->Allocate(2 * kGranule, /*pin=*/true, &s) == nullptr);  // held is pinned
   EXPECT_TRUE(!e->WaitForRelease(epoch, std::chrono::milliseconds(20)));
   std::thread other([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));

@@ -7,8 +7,14 @@
 
 namespace lms {
 
-BestFitArena::BestFitArena(uint64_t max_units, bool index_interior)
-    : max_units_(max_units), index_interior_(index_interior) {
+BestFitArena::BestFitArena(uint64_t max_units, bool index_interior,
+                           uint64_t segment_units)
+    : max_units_(max_units),
+      index_interior_(index_interior),
+      segment_units_(segment_units),
+      segment_shift_(segment_units == 0 ? 0 : __builtin_ctzll(segment_units)) {
+  assert(segment_units == 0 || (segment_units & (segment_units - 1)) == 0);
+  assert(segment_units == 0 || max_units % segment_units == 0);
   for (ChunkId& h : bin_heads_) h = kNoChunk;
   // An anonymous mapping is zero-filled on first touch, so a table sized for
   // the whole reservation costs memory only where chunks are.
@@ -43,7 +49,6 @@ void BestFitArena::ReleaseChunk(ChunkId id) { spare_ids_.push_back(id); }
 
 void BestFitArena::InsertFree(ChunkId id) {
   Chunk& c = chunks_[id];
-  c.free = true;
   c.bin = BinFor(c.size);
   c.bin_prev = kNoChunk;
   c.bin_next = bin_heads_[c.bin];
@@ -66,8 +71,29 @@ void BestFitArena::RemoveFree(ChunkId id) {
   if (c.bin_next != kNoChunk) chunks_[c.bin_next].bin_prev = c.bin_prev;
   c.bin_prev = c.bin_next = kNoChunk;
   c.bin = -1;
-  c.free = false;
   free_units_ -= c.size;
+}
+
+void BestFitArena::MarkFree(ChunkId id) {
+  chunks_[id].free = true;
+  if (Available(chunks_[id])) InsertFree(id);
+}
+
+void BestFitArena::UnmarkFree(ChunkId id) {
+  if (chunks_[id].bin != -1) RemoveFree(id);
+  chunks_[id].free = false;
+}
+
+void BestFitArena::SetSegmentAvailable(uint64_t segment, bool available) {
+  if (segment_available_[segment] == (available ? 1 : 0)) return;
+  segment_available_[segment] = available ? 1 : 0;
+  const uint64_t end = (segment + 1) << segment_shift_;
+  for (ChunkId c = segment_head_[segment]; c != kNoChunk && chunks_[c].start < end;
+       c = chunks_[c].next) {
+    if (!chunks_[c].free) continue;
+    if (available) InsertFree(c);
+    else RemoveFree(c);
+  }
 }
 
 int BestFitArena::NextNonEmptyBin(int from) const {
@@ -92,6 +118,35 @@ void BestFitArena::SetTable(const Chunk& c, ChunkId value) {
 bool BestFitArena::Grow(uint64_t units) {
   if (units == 0) return true;
   if (units > max_units_ - num_units_) return false;
+  if (segment_units_ != 0) {
+    assert(units % segment_units_ == 0);
+    // One chunk per segment, each unavailable until the owner says so.
+    for (uint64_t s = 0; s < units; s += segment_units_) {
+      const ChunkId id = AppendChunk(segment_units_);
+      segment_available_.push_back(0);
+      segment_head_.push_back(id);
+      chunks_[id].free = true;
+    }
+    return true;
+  }
+  const ChunkId id = AppendChunk(units);
+  Chunk& c = chunks_[id];
+  // Merge with a free last chunk so the tail stays one chunk.
+  if (c.prev != kNoChunk && chunks_[c.prev].free) {
+    ChunkId prev = c.prev;
+    RemoveFree(prev);
+    chunks_[prev].size += units;
+    chunks_[prev].next = kNoChunk;
+    last_ = prev;
+    ReleaseChunk(id);
+    MarkFree(prev);
+  } else {
+    MarkFree(id);
+  }
+  return true;
+}
+
+ChunkId BestFitArena::AppendChunk(uint64_t units) {
   ChunkId id = NewChunk();
   Chunk& c = chunks_[id];
   c.start = num_units_;
@@ -101,19 +156,7 @@ bool BestFitArena::Grow(uint64_t units) {
   if (first_ == kNoChunk) first_ = id;
   last_ = id;
   num_units_ += units;
-  // Merge with a free last chunk so the tail stays one chunk.
-  if (c.prev != kNoChunk && chunks_[c.prev].free) {
-    ChunkId prev = c.prev;
-    RemoveFree(prev);
-    chunks_[prev].size += units;
-    chunks_[prev].next = kNoChunk;
-    last_ = prev;
-    ReleaseChunk(id);
-    InsertFree(prev);
-  } else {
-    InsertFree(id);
-  }
-  return true;
+  return id;
 }
 
 ChunkId BestFitArena::Allocate(uint64_t units) {
@@ -136,10 +179,18 @@ ChunkId BestFitArena::Allocate(uint64_t units) {
     if (bin < 0) return kNoChunk;
     found = bin_heads_[bin];
   }
-  RemoveFree(found);
-  Chunk& c = chunks_[found];
-  if (c.size > units) {
-    ChunkId rest_id = NewChunk();  // may reallocate chunks_: re-fetch below
+  return TakeFront(found, units);
+}
+
+ChunkId BestFitArena::AllocateInEmptySegment(uint64_t segment, uint64_t units) {
+  assert(SegmentEmpty(segment) && units <= segment_units_);
+  return TakeFront(segment_head_[segment], units);
+}
+
+ChunkId BestFitArena::TakeFront(ChunkId found, uint64_t units) {
+  UnmarkFree(found);
+  if (chunks_[found].size > units) {
+    ChunkId rest_id = NewChunk();  // may reallocate chunks_: fetch after
     Chunk& chunk = chunks_[found];
     Chunk& rest = chunks_[rest_id];
     rest.start = chunk.start + units;
@@ -150,7 +201,7 @@ ChunkId BestFitArena::Allocate(uint64_t units) {
     else last_ = rest_id;
     chunk.next = rest_id;
     chunk.size = units;
-    InsertFree(rest_id);
+    MarkFree(rest_id);
   }
   SetTable(chunks_[found], found + 1);
   return found;
@@ -160,10 +211,11 @@ void BestFitArena::Free(ChunkId id) {
   SetTable(chunks_[id], 0);
   chunks_[id].requested_bytes = 0;
   chunks_[id].allocation_id = 0;
-  // Merge with the next chunk, then the previous, so at most one survives.
+  // Merge with the next chunk, then the previous, so at most one survives;
+  // never across a segment boundary.
   ChunkId next = chunks_[id].next;
-  if (next != kNoChunk && chunks_[next].free) {
-    RemoveFree(next);
+  if (next != kNoChunk && chunks_[next].free && SameSegment(chunks_[id], chunks_[next])) {
+    UnmarkFree(next);
     chunks_[id].size += chunks_[next].size;
     chunks_[id].next = chunks_[next].next;
     if (chunks_[id].next != kNoChunk) chunks_[chunks_[id].next].prev = id;
@@ -171,8 +223,8 @@ void BestFitArena::Free(ChunkId id) {
     ReleaseChunk(next);
   }
   ChunkId prev = chunks_[id].prev;
-  if (prev != kNoChunk && chunks_[prev].free) {
-    RemoveFree(prev);
+  if (prev != kNoChunk && chunks_[prev].free && SameSegment(chunks_[id], chunks_[prev])) {
+    UnmarkFree(prev);
     chunks_[prev].size += chunks_[id].size;
     chunks_[prev].next = chunks_[id].next;
     if (chunks_[prev].next != kNoChunk) chunks_[chunks_[prev].next].prev = prev;
@@ -180,7 +232,7 @@ void BestFitArena::Free(ChunkId id) {
     ReleaseChunk(id);
     id = prev;
   }
-  InsertFree(id);
+  MarkFree(id);
 }
 
 uint64_t BestFitArena::LargestFreeChunk() const {

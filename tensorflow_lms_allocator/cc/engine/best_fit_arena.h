@@ -14,10 +14,21 @@
 // and splits off the remainder. Freeing merges with free neighbours in address
 // order, so two adjacent free chunks never exist.
 //
+// Segments (the small-object region's pages): with segment_units > 0, the
+// units are cut into segments of that many units. A chunk never crosses a
+// segment boundary (Grow makes one chunk per segment; Free never merges across
+// a boundary), so every allocation lies inside one segment. A segment is
+// *available* or not; only free chunks of available segments are in the bins,
+// so Allocate places nothing in an unavailable segment (a page that is not
+// mapped, or is evicted). The chunk that starts a segment keeps its id for
+// the arena's life (a split keeps the left part's id; a merge within the
+// segment keeps the left chunk's), which makes a segment walk O(its chunks).
+//
 // Invariants:
 //   - chunks tile [0, num_units()) in address order through prev/next;
-//   - a chunk is in exactly one bin list iff it is free;
-//   - no two address-adjacent chunks are both free;
+//   - a chunk is in exactly one bin list iff it is free and its segment is
+//     available (always, without segments);
+//   - no two address-adjacent chunks of one segment are both free;
 //   - the unit table maps an allocated chunk's start unit (and, with
 //     index_interior, every unit it covers) to the chunk; nothing else.
 //
@@ -52,13 +63,34 @@ class BestFitArena {
   // `max_units` bounds Grow(); the unit table is reserved for it up front but
   // only touched pages cost memory. With `index_interior`, ChunkAt() resolves
   // any unit inside an allocated chunk, not just its first.
-  BestFitArena(uint64_t max_units, bool index_interior);
+  // With `segment_units` (a power of two, or 0 for none), max_units must be
+  // a multiple of it and every segment starts unavailable.
+  BestFitArena(uint64_t max_units, bool index_interior,
+               uint64_t segment_units = 0);
   ~BestFitArena();
   BestFitArena(const BestFitArena&) = delete;
   BestFitArena& operator=(const BestFitArena&) = delete;
 
   // Extends the arena by `units` at its end. Returns false past max_units.
+  // With segments, `units` must be a multiple of the segment size.
   bool Grow(uint64_t units);
+
+  // Makes a segment's free chunks allocatable, or withdraws them.
+  void SetSegmentAvailable(uint64_t segment, bool available);
+  bool segment_available(uint64_t segment) const {
+    return segment_available_[segment] != 0;
+  }
+  uint64_t segment_units() const { return segment_units_; }
+  // The segment holding `unit` (segments only).
+  uint64_t SegmentOf(uint64_t unit) const { return unit >> segment_shift_; }
+  // True if no allocated chunk lies in the segment.
+  bool SegmentEmpty(uint64_t segment) const {
+    const Chunk& head = chunks_[segment_head_[segment]];
+    return head.free && head.size == segment_units_;
+  }
+  // Allocates `units` at the start of an empty segment, available or not
+  // (an allocation born in a page that is not resident).
+  ChunkId AllocateInEmptySegment(uint64_t segment, uint64_t units);
 
   // Returns the allocated chunk, or kNoChunk if no free chunk is big enough.
   ChunkId Allocate(uint64_t units);
@@ -78,9 +110,19 @@ class BestFitArena {
 
   uint64_t num_units() const { return num_units_; }
   uint64_t max_units() const { return max_units_; }
+  // Free units in the bins (of available segments).
   uint64_t free_units() const { return free_units_; }
   // The largest free chunk, in units (O(1): the top non-empty bin is scanned).
   uint64_t LargestFreeChunk() const;
+  // Calls fn(chunk) for every chunk of a segment in address order.
+  template <typename Fn>
+  void ForEachChunkInSegment(uint64_t segment, Fn fn) const {
+    const uint64_t end = (segment + 1) << segment_shift_;
+    for (ChunkId c = segment_head_[segment]; c != kNoChunk && chunks_[c].start < end;
+         c = chunks_[c].next) {
+      fn(chunks_[c]);
+    }
+  }
   // Calls fn(chunk) for every chunk in address order (tests and diagnostics).
   template <typename Fn>
   void ForEachChunk(Fn fn) const {
@@ -94,14 +136,32 @@ class BestFitArena {
 
   static int BinFor(uint64_t units);
   ChunkId NewChunk();
+  // Appends a chunk of `units` at the end, in no bin and not free.
+  ChunkId AppendChunk(uint64_t units);
   void ReleaseChunk(ChunkId id);
   void InsertFree(ChunkId id);
   void RemoveFree(ChunkId id);
   int NextNonEmptyBin(int from) const;
   void SetTable(const Chunk& c, ChunkId value);
+  // Marks a chunk free, in its bin if its segment is available.
+  void MarkFree(ChunkId id);
+  // Takes a free chunk out of its bin (if it is in one) and marks it used.
+  void UnmarkFree(ChunkId id);
+  bool SameSegment(const Chunk& a, const Chunk& b) const {
+    return segment_units_ == 0 || ((a.start ^ b.start) >> segment_shift_) == 0;
+  }
+  bool Available(const Chunk& c) const {
+    return segment_units_ == 0 || segment_available_[c.start >> segment_shift_];
+  }
+  // Splits `units` off the front of free chunk `found` and allocates them.
+  ChunkId TakeFront(ChunkId found, uint64_t units);
 
   const uint64_t max_units_;
   const bool index_interior_;
+  const uint64_t segment_units_;
+  const int segment_shift_;
+  std::vector<uint8_t> segment_available_;
+  std::vector<ChunkId> segment_head_;  // the chunk starting each segment
   uint64_t num_units_ = 0;
   uint64_t free_units_ = 0;
   ChunkId first_ = kNoChunk;

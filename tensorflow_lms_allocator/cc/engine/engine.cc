@@ -18,19 +18,18 @@ Engine::Engine(const EngineOptions& options, std::unique_ptr<Backend> backend)
       granule_(backend_->granule_bytes()),
       granule_shift_(__builtin_ctzll(granule_)),
       small_threshold_(options.small_object_threshold != 0
-                           ? options.small_object_threshold
+                           ? std::min(options.small_object_threshold, granule_)
                            : granule_),
+      // Every live unit fits in device plus host memory; twice that leaves
+      // room for address fragmentation, which costs no memory.
+      slots_(2 * (options.device_bytes / granule_ +
+                  options.host_bytes / granule_) + 16),
       device_pool_(PoolKind::kDevice, options.device_bytes / granule_),
       host_pool_(PoolKind::kHost, options.host_bytes / granule_),
-      // Every live allocation fits in device plus host memory; twice that
-      // leaves room for address fragmentation, which costs no memory.
-      large_slots_(2 * (options.device_bytes / granule_ +
-                        options.host_bytes / granule_) + 16),
-      large_arena_(large_slots_, /*index_interior=*/true),
-      backing_(large_slots_),
-      small_reserved_bytes_((options.device_bytes / granule_) * granule_),
-      small_arena_(small_reserved_bytes_ / kSmallUnit,
-                   /*index_interior=*/false),
+      arena_(slots_, /*index_interior=*/true),
+      backing_(slots_),
+      small_(granule_, options.device_bytes / granule_ +
+                           options.host_bytes / granule_),
       lms_enabled_(options.lms_enabled),
       defrag_enabled_(options.defrag_enabled) {}
 
@@ -60,20 +59,16 @@ Status Engine::Create(const EngineOptions& options,
 
 Status Engine::Init() {
   std::lock_guard<std::mutex> lock(mu_);
-  LMS_RETURN_IF_ERROR(
-      backend_->ReserveAddressRange(large_slots_ * granule_, &large_base_));
-  LMS_RETURN_IF_ERROR(
-      backend_->ReserveAddressRange(small_reserved_bytes_, &small_base_));
+  LMS_RETURN_IF_ERROR(backend_->ReserveAddressRange(slots_ * granule_, &base_));
   LMS_RETURN_IF_ERROR(
       backend_->CreatePool(PoolKind::kDevice, device_pool_.capacity()));
   if (host_pool_.capacity() > 0) {
     LMS_RETURN_IF_ERROR(
         backend_->CreatePool(PoolKind::kHost, host_pool_.capacity()));
   }
-  large_arena_.Grow(large_slots_);
+  arena_.Grow(slots_);
   if (options_.strict) {
-    LMS_RETURN_IF_ERROR(
-        StrictMonitor::Create(large_base_, large_slots_, granule_, &strict_));
+    LMS_RETURN_IF_ERROR(StrictMonitor::Create(base_, slots_, granule_, &strict_));
   }
   stats_.bytes_limit = static_cast<int64_t>(device_pool_.capacity() * granule_);
   stats_.bytes_reservable_limit = stats_.bytes_limit;
@@ -81,63 +76,40 @@ Status Engine::Init() {
 }
 
 Engine::~Engine() {
-  strict_.reset();  // stop serving faults before the ranges go away
-  if (large_base_ != 0) {
-    backend_->ReleaseAddressRange(large_base_, large_slots_ * granule_);
-  }
-  if (small_base_ != 0) {
-    backend_->ReleaseAddressRange(small_base_, small_reserved_bytes_);
-  }
+  strict_.reset();  // stop serving faults before the range goes away
+  if (base_ != 0) backend_->ReleaseAddressRange(base_, slots_ * granule_);
 }
 
 void* Engine::Allocate(size_t bytes, bool pin, Status* status,
-                       uint64_t* allocation_id) {
+                       uint64_t* unit_id, size_t alignment) {
   Status ignored;
   if (status == nullptr) status = &ignored;
   uint64_t unused_id;
-  if (allocation_id == nullptr) allocation_id = &unused_id;
+  if (unit_id == nullptr) unit_id = &unused_id;
   if (bytes == 0) {
     *status = InvalidArgument("zero-size allocation requested");
     return nullptr;
   }
+  if ((alignment & (alignment - 1)) != 0 || alignment > granule_) {
+    *status = InvalidArgument("alignment " + std::to_string(alignment) +
+                              " is not a power of two of at most the granule (" +
+                              FormatBytes(granule_) + ")");
+    return nullptr;
+  }
   std::lock_guard<std::mutex> lock(mu_);
-  void* ptr = bytes < small_threshold_
-                  ? AllocateSmall(bytes, status, allocation_id)
-                  : AllocateLarge(bytes, pin, status, allocation_id);
+  // A small object is 256-byte aligned; a stricter alignment takes a
+  // granule-aligned unit of its own (requested size unchanged).
+  void* ptr = bytes < small_threshold_ && alignment <= SmallPages::kUnit
+                  ? AllocateSmall(bytes, pin, status, unit_id)
+                  : AllocateLarge(bytes, pin, status, unit_id);
   if (ptr != nullptr) ++stats_.num_allocs;
   // Even a failed request may have evicted or remapped granules.
   RefreshPoolStatistics();
   return ptr;
 }
 
-void* Engine::AllocateSmall(size_t bytes, Status* status,
-                            uint64_t* allocation_id) {
-  const uint64_t units = (bytes + kSmallUnit - 1) / kSmallUnit;
-  ChunkId c = small_arena_.Allocate(units);
-  if (c == kNoChunk) {
-    const uint64_t granules = (units * kSmallUnit + granule_ - 1) >> granule_shift_;
-    *status = GrowSmallRegion(granules);
-    if (!status->ok()) return nullptr;
-    c = small_arena_.Allocate(units);
-    if (c == kNoChunk) {
-      *status = Internal("small-object region grew but still cannot place " +
-                         FormatBytes(bytes));
-      return nullptr;
-    }
-  }
-  BestFitArena::Chunk& chunk = small_arena_.chunk(c);
-  chunk.requested_bytes = bytes;
-  chunk.allocation_id = next_allocation_id_++;
-  *allocation_id = chunk.allocation_id;
-  const int64_t allocated = static_cast<int64_t>(units * kSmallUnit);
-  stats_.bytes_in_use += allocated;
-  stats_.bytes_active += allocated;
-  stats_.largest_alloc_size = std::max(stats_.largest_alloc_size, allocated);
-  return reinterpret_cast<void*>(small_base_ + chunk.start * kSmallUnit);
-}
-
 void* Engine::AllocateLarge(size_t bytes, bool pin, Status* status,
-                            uint64_t* allocation_id) {
+                            uint64_t* unit_id) {
   const uint64_t n = (bytes + granule_ - 1) >> granule_shift_;
   if (n > device_pool_.capacity()) {
     *status = ResourceExhausted(
@@ -146,80 +118,93 @@ void* Engine::AllocateLarge(size_t bytes, bool pin, Status* status,
         ": an allocation must fit in device memory to be used");
     return nullptr;
   }
-  const ChunkId c = large_arena_.Allocate(n);
+  const ChunkId c = PlaceUnit(n, pin, /*may_be_born_evicted=*/!pin, status);
+  if (c == kNoChunk) return nullptr;
+  BestFitArena::Chunk& chunk = arena_.chunk(c);
+  chunk.requested_bytes = bytes;
+  *unit_id = chunk.allocation_id;
+  const int64_t allocated = static_cast<int64_t>(n * granule_);
+  stats_.bytes_in_use += allocated;
+  (pin ? stats_.bytes_active : stats_.bytes_inactive) += allocated;
+  stats_.largest_alloc_size = std::max(stats_.largest_alloc_size, allocated);
+  return reinterpret_cast<void*>(SlotAddress(chunk.start));
+}
+
+ChunkId Engine::PlaceUnit(uint64_t n, bool pin, bool may_be_born_evicted,
+                          Status* status) {
+  const ChunkId c = arena_.Allocate(n);
   if (c == kNoChunk) {
     *status = ResourceExhausted("no free address range of " + FormatBytes(n * granule_) +
-                                " left for a request of " + FormatBytes(bytes));
-    return nullptr;
+                                " left");
+    return kNoChunk;
   }
-  const uint64_t first = large_arena_.chunk(c).start;
-  // Cached slots in the range keep their granules: no mapping call.
+  arena_.chunk(c).allocation_id = next_allocation_id_++;
+  const uint64_t first = arena_.chunk(c).start;
+  // Cached slots in the range keep their granules: no mapping call. They
+  // leave the cache first, so defragmentation below cannot take them.
   uint64_t unmapped = 0;
   for (uint64_t s = first; s < first + n; ++s) {
     if (backing_.IsCached(s)) backing_.RemoveCached(s);
     else ++unmapped;
   }
-  if (unmapped > 0) {
-    Status s = ObtainDeviceGranules(unmapped);
-    if (s.ok()) {
-      scratch_.resize(unmapped);
-      device_pool_.Take(unmapped, scratch_.data());
-      size_t next = 0;
-      for (uint64_t run = first; run < first + n && s.ok();) {
-        if (backing_.at(run).mapped) { ++run; continue; }
-        uint64_t end = run;
-        while (end < first + n && !backing_.at(end).mapped) ++end;
-        s = MapSlots(run, end - run, PoolKind::kDevice, &scratch_[next],
-                     Access::kReadWrite);
-        if (s.ok()) next += end - run;
-        run = end;
-      }
-      if (!s.ok()) device_pool_.Give(&scratch_[next], unmapped - next);
+  Status s = unmapped > 0 ? ObtainDeviceGranules(unmapped) : Status::Ok();
+  if (s.ok() && unmapped > 0) {
+    scratch_.resize(unmapped);
+    device_pool_.Take(unmapped, scratch_.data());
+    size_t next = 0;
+    for (uint64_t run = first; run < first + n && s.ok();) {
+      if (backing_.at(run).mapped) { ++run; continue; }
+      uint64_t end = run;
+      while (end < first + n && !backing_.at(end).mapped) ++end;
+      // MapSlots is all or nothing: granules it did not map are unmapped.
+      s = MapSlots(run, end - run, PoolKind::kDevice, &scratch_[next],
+                   Access::kReadWrite);
+      if (s.ok()) next += end - run;
+      run = end;
     }
-    if (!s.ok()) {
-      // Undo: whatever is device-mapped in the range goes back to the cache.
+    if (!s.ok()) device_pool_.Give(&scratch_[next], unmapped - next);
+  } else if (!s.ok() && may_be_born_evicted && lms_enabled_ &&
+             host_pool_.free_count() >= n) {
+    // Born evicted: a unit is wholly resident or wholly evicted, so the
+    // range's device granules go back to the pool.
+    Status unmapped_ok = backend_->Unmap(SlotAddress(first), n);
+    if (unmapped_ok.ok()) {
       for (uint64_t u = first; u < first + n; ++u) {
-        if (backing_.at(u).mapped) backing_.AddCached(u);
+        if (!backing_.at(u).mapped) continue;
+        device_pool_.Give(backing_.at(u).granule);
+        backing_.Clear(u);
       }
-      large_arena_.Free(c);
-      *status = s;
-      return nullptr;
+      residency_.Track(c, n, /*pinned=*/false);
+      s = PlaceBornEvicted(c);
+      if (s.ok()) return c;
+      residency_.Untrack(c);
+    } else {
+      s = unmapped_ok;
     }
   }
-  BestFitArena::Chunk& chunk = large_arena_.chunk(c);
-  chunk.requested_bytes = bytes;
-  chunk.allocation_id = next_allocation_id_++;
-  *allocation_id = chunk.allocation_id;
+  if (!s.ok()) {
+    // Undo: whatever is device-mapped in the range stays there, cached.
+    for (uint64_t u = first; u < first + n; ++u) {
+      if (backing_.at(u).mapped) backing_.AddCached(u);
+    }
+    arena_.Free(c);
+    *status = s;
+    return kNoChunk;
+  }
   residency_.Track(c, n, pin);
-  const int64_t allocated = static_cast<int64_t>(n * granule_);
-  stats_.bytes_in_use += allocated;
-  (pin ? stats_.bytes_active : stats_.bytes_inactive) += allocated;
-  stats_.largest_alloc_size = std::max(stats_.largest_alloc_size, allocated);
-  return reinterpret_cast<void*>(SlotAddress(first));
+  return c;
 }
 
 Status Engine::Free(void* ptr) {
-  const uintptr_t a = reinterpret_cast<uintptr_t>(ptr);
   std::lock_guard<std::mutex> lock(mu_);
-  if (InSmallRegion(ptr)) {
-    const ChunkId c = (a - small_base_) % kSmallUnit == 0
-                          ? small_arena_.ChunkAt((a - small_base_) / kSmallUnit)
-                          : kNoChunk;
-    if (c == kNoChunk) {
-      return NotFound("free of " + FormatAddress(ptr) +
-                      ": no live allocation starts there (never allocated, "
-                      "or already freed)");
-    }
-    const int64_t allocated =
-        static_cast<int64_t>(small_arena_.chunk(c).size * kSmallUnit);
-    stats_.bytes_in_use -= allocated;
-    stats_.bytes_active -= allocated;
-    small_arena_.Free(c);
-    NoteRelease();
-    return Status::Ok();
+  const ChunkId c = UnitAt(ptr);
+  if (c != kNoChunk && residency_.IsPage(c)) {
+    Status s = FreeSmall(c, ptr);
+    RefreshPoolStatistics();
+    if (s.ok()) NoteRelease();
+    return s;
   }
-  const ChunkId c = LargeChunkAt(ptr);
-  if (c == kNoChunk || SlotAddress(large_arena_.chunk(c).start) != a) {
+  if (c == kNoChunk || SlotAddress(arena_.chunk(c).start) != reinterpret_cast<uintptr_t>(ptr)) {
     return NotFound("free of " + FormatAddress(ptr) +
                     ": no live allocation starts there (never allocated, "
                     "or already freed)");
@@ -231,10 +216,17 @@ Status Engine::Free(void* ptr) {
 }
 
 Status Engine::FreeLarge(ChunkId c) {
-  const uint64_t first = large_arena_.chunk(c).start;
+  const Residency::Record& r = residency_.record(c);
+  const int64_t allocated = static_cast<int64_t>(r.granules * granule_);
+  stats_.bytes_in_use -= allocated;
+  (r.pin_count > 0 ? stats_.bytes_active : stats_.bytes_inactive) -= allocated;
+  return ReleaseUnit(c);
+}
+
+Status Engine::ReleaseUnit(ChunkId c) {
+  const uint64_t first = arena_.chunk(c).start;
   const Residency::Record& r = residency_.record(c);
   const uint64_t n = r.granules;
-  const int64_t allocated = static_cast<int64_t>(n * granule_);
   Status status;
   if (r.evicted) {
     // Host granules go back to the host pool; the slots end up unmapped.
@@ -244,71 +236,89 @@ Status Engine::FreeLarge(ChunkId c) {
     }
     if (strict_) strict_->Unwatch(first, n);
     status = backend_->Unmap(SlotAddress(first), n);
-    stats_.current_bytes_reclaimed -= allocated;
+    stats_.current_bytes_reclaimed -= static_cast<int64_t>(n * granule_);
   } else {
     for (uint64_t s = first; s < first + n; ++s) backing_.AddCached(s);
   }
-  stats_.bytes_in_use -= allocated;
-  (r.pin_count > 0 ? stats_.bytes_active : stats_.bytes_inactive) -= allocated;
   residency_.Untrack(c);
-  large_arena_.Free(c);
+  arena_.Free(c);
   return status;
 }
 
-ChunkId Engine::LargeChunkAt(const void* ptr) const {
+ChunkId Engine::UnitAt(const void* ptr) const {
   const uintptr_t a = reinterpret_cast<uintptr_t>(ptr);
-  if (a < large_base_) return kNoChunk;
-  return large_arena_.ChunkAt((a - large_base_) >> granule_shift_);
+  if (a < base_) return kNoChunk;
+  return arena_.ChunkAt((a - base_) >> granule_shift_);
 }
 
-Status Engine::Pin(const void* ptr, uint64_t* allocation_id) {
+int64_t Engine::UnitLiveBytes(ChunkId c) const {
+  const Residency::Record& r = residency_.record(c);
+  return r.segment != Residency::kNoSegment
+             ? small_.page(r.segment).bytes
+             : static_cast<int64_t>(r.granules * granule_);
+}
+
+uint32_t Engine::PinUnit(ChunkId c) {
+  const uint32_t count = residency_.Pin(c);
+  if (count == 1) {
+    const int64_t bytes = UnitLiveBytes(c);
+    stats_.bytes_inactive -= bytes;
+    stats_.bytes_active += bytes;
+  }
+  return count;
+}
+
+uint32_t Engine::UnpinUnit(ChunkId c) {
+  const uint32_t count = residency_.Unpin(c);
+  if (count == 0) {
+    const int64_t bytes = UnitLiveBytes(c);
+    stats_.bytes_active -= bytes;
+    stats_.bytes_inactive += bytes;
+  }
+  return count;
+}
+
+Status Engine::Pin(const void* ptr, uint64_t* unit_id) {
   std::lock_guard<std::mutex> lock(mu_);
-  const ChunkId c = LargeChunkAt(ptr);
+  const ChunkId c = UnitAt(ptr);
   if (c == kNoChunk) {
-    if (allocation_id != nullptr) *allocation_id = 0;
-    if (InSmallRegion(ptr)) return Status::Ok();  // never evicted
+    if (unit_id != nullptr) *unit_id = 0;
     return NotFound("pin of " + FormatAddress(ptr) +
                     ": not inside a live allocation of this allocator");
   }
-  if (allocation_id != nullptr) *allocation_id = large_arena_.chunk(c).allocation_id;
-  const int64_t allocated = static_cast<int64_t>(residency_.record(c).granules * granule_);
-  if (residency_.Pin(c) == 1) {
-    stats_.bytes_inactive -= allocated;
-    stats_.bytes_active += allocated;
-  }
+  if (unit_id != nullptr) *unit_id = arena_.chunk(c).allocation_id;
+  PinUnit(c);
   // Peaks only count what is resident: bytes_active stays within the device.
   Status s = residency_.record(c).evicted ? PageIn(c) : Status::Ok();
   if (!s.ok()) {
     ++stats_.num_failed_pins;
-    if (residency_.Unpin(c) == 0) {
-      stats_.bytes_active -= allocated;
-      stats_.bytes_inactive += allocated;
-    }
+    UnpinUnit(c);
   }
   RefreshPoolStatistics();
   return s;
 }
 
-Status Engine::Unpin(const void* ptr, uint64_t allocation_id) {
+Status Engine::Unpin(const void* ptr, uint64_t unit_id) {
   std::lock_guard<std::mutex> lock(mu_);
-  const ChunkId c = LargeChunkAt(ptr);
+  const ChunkId c = UnitAt(ptr);
   if (c == kNoChunk) {
-    if (InSmallRegion(ptr)) return Status::Ok();
     return NotFound("unpin of " + FormatAddress(ptr) +
                     ": not inside a live allocation of this allocator");
   }
-  if (allocation_id != 0 && large_arena_.chunk(c).allocation_id != allocation_id) {
+  if (unit_id != 0 && arena_.chunk(c).allocation_id != unit_id) {
     return NotFound("unpin of " + FormatAddress(ptr) + ": allocation " +
-                    std::to_string(allocation_id) + " was freed");
+                    std::to_string(unit_id) + " was freed");
   }
   if (residency_.record(c).pin_count == 0) {
     return FailedPrecondition("unpin of " + FormatAddress(ptr) +
                               " without a matching pin");
   }
-  if (residency_.Unpin(c) == 0) {
-    const int64_t allocated = static_cast<int64_t>(residency_.record(c).granules * granule_);
-    stats_.bytes_active -= allocated;
-    stats_.bytes_inactive += allocated;
+  if (UnpinUnit(c) == 0) {
+    const uint64_t segment = residency_.record(c).segment;
+    if (segment != Residency::kNoSegment && small_.page(segment).objects == 0) {
+      ReleaseSmallPage(segment);
+      RefreshPoolStatistics();
+    }
     NoteRelease();
   }
   return Status::Ok();
@@ -316,13 +326,10 @@ Status Engine::Unpin(const void* ptr, uint64_t allocation_id) {
 
 Status Engine::Evict(const void* ptr) {
   std::lock_guard<std::mutex> lock(mu_);
-  const ChunkId c = LargeChunkAt(ptr);
+  const ChunkId c = UnitAt(ptr);
   if (c == kNoChunk) {
-    return InSmallRegion(ptr)
-               ? FailedPrecondition("evict of " + FormatAddress(ptr) +
-                                    ": small-object allocations are never evicted")
-               : NotFound("evict of " + FormatAddress(ptr) +
-                          ": not inside a live allocation of this allocator");
+    return NotFound("evict of " + FormatAddress(ptr) +
+                    ": not inside a live allocation of this allocator");
   }
   const Residency::Record& r = residency_.record(c);
   if (r.evicted) return FailedPrecondition("evict of " + FormatAddress(ptr) + ": already evicted");
@@ -334,24 +341,26 @@ Status Engine::Evict(const void* ptr) {
 
 Status Engine::Inspect(const void* ptr, AllocationInfo* info) const {
   std::lock_guard<std::mutex> lock(mu_);
-  const uintptr_t a = reinterpret_cast<uintptr_t>(ptr);
-  if (InSmallRegion(ptr)) {
-    const ChunkId c = (a - small_base_) % kSmallUnit == 0
-                          ? small_arena_.ChunkAt((a - small_base_) / kSmallUnit)
-                          : kNoChunk;
-    if (c == kNoChunk) return NotFound("no small-object allocation starts at " + FormatAddress(ptr));
-    const BestFitArena::Chunk& chunk = small_arena_.chunk(c);
-    *info = AllocationInfo{chunk.allocation_id, a, chunk.requested_bytes,
-                           chunk.size * kSmallUnit, true, false, 0};
+  const ChunkId c = UnitAt(ptr);
+  if (c == kNoChunk) return NotFound("no live allocation contains " + FormatAddress(ptr));
+  const BestFitArena::Chunk& unit = arena_.chunk(c);
+  const Residency::Record& r = residency_.record(c);
+  const uintptr_t unit_address = SlotAddress(unit.start);
+  if (r.segment != Residency::kNoSegment) {
+    const ChunkId o = SmallObjectAt(c, ptr);
+    if (o == kNoChunk) {
+      return NotFound("no small-object allocation starts at " + FormatAddress(ptr));
+    }
+    const BestFitArena::Chunk& object = small_.arena().chunk(o);
+    *info = AllocationInfo{object.allocation_id, reinterpret_cast<uintptr_t>(ptr),
+                           object.requested_bytes, object.size * SmallPages::kUnit,
+                           true, r.evicted, r.pin_count, unit.allocation_id,
+                           unit_address};
     return Status::Ok();
   }
-  const ChunkId c = LargeChunkAt(ptr);
-  if (c == kNoChunk) return NotFound("no live allocation contains " + FormatAddress(ptr));
-  const BestFitArena::Chunk& chunk = large_arena_.chunk(c);
-  const Residency::Record& r = residency_.record(c);
-  *info = AllocationInfo{chunk.allocation_id, SlotAddress(chunk.start),
-                         chunk.requested_bytes, chunk.size * granule_,
-                         false, r.evicted, r.pin_count};
+  *info = AllocationInfo{unit.allocation_id, unit_address, unit.requested_bytes,
+                         unit.size * granule_, false, r.evicted, r.pin_count,
+                         unit.allocation_id, unit_address};
   return Status::Ok();
 }
 
@@ -432,6 +441,11 @@ bool Engine::defrag_enabled() const {
 size_t Engine::device_granules_in_use() const {
   std::lock_guard<std::mutex> lock(mu_);
   return device_pool_.in_use();
+}
+
+size_t Engine::small_pages() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return small_.live_pages();
 }
 
 size_t Engine::cached_granules() const {

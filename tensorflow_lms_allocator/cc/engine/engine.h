@@ -2,35 +2,46 @@
 //
 // Every allocation keeps the same virtual address for its whole life; what
 // moves is the physical memory behind it (see DESIGN.md, "tensors never
-// move"). The engine reserves two address ranges from its backend:
+// move"). The engine reserves one address range from its backend and runs
+// best-fit with coalescing over its granule-sized slots (BestFitArena). Each
+// slot is mapped to one device granule while resident, one host granule while
+// evicted, or nothing.
 //
-//   large-object range   best-fit with coalescing over granule-sized slots
-//                        (BestFitArena). An allocation of one granule or more
-//                        covers whole slots, each mapped to one device granule
-//                        while resident or one host granule while evicted.
-//   small-object region  best-fit over 256-byte units, grown a granule at a
-//                        time at its end with device granules. Never evicted:
-//                        small tensors are a small share of a model's memory.
+// Note [Residency units]. What is pinned, evicted and paged in is a
+// *residency unit*: a run of whole slots with one Residency record.
+//   - A large allocation (one granule or more) is its own unit.
+//   - Smaller objects are packed into *small-object pages*: one-granule units
+//     sub-allocated in 256-byte steps (small_pages.h). Pinning any object pins
+//     its page, so a page whose objects are all unpinned is inactive and is
+//     evicted as a whole; recency is per page. A page with no live object and
+//     no pin is released at once, so the small-object region shrinks.
+// Pin() returns the unit's id and Unpin() takes it, so a pin taken through
+// an object still releases its page after the object is freed, and an unpin
+// never lands on a later unit at a reused address.
 //
-// Residency and pins (Residency): Pin() makes an allocation active (a kernel
-// uses it) and pages it in first if it was evicted; Unpin() makes it inactive
-// again when the count reaches zero. Only inactive allocations are evicted,
-// least recently used first (reclaim_policy.h).
+// Residency and pins (Residency): Pin() makes a unit active (a kernel uses
+// it) and pages it in first if it was evicted; Unpin() makes it inactive
+// again when the count reaches zero. Only inactive units are evicted, least
+// recently used first (reclaim_policy.h).
 //
 // When the device pool cannot cover a request (engine_reclaim.cc):
 //   1. take free device-pool granules;
 //   2. with defragmentation on, remap granules cached at free address ranges
 //      elsewhere (no data moves);
-//   3. with LMS on, evict inactive allocations: copy their bytes to host
-//      granules, map those at the same address, return the device granules;
-//   4. fail with kResourceExhausted and a message naming what was short.
+//   3. with LMS on, evict inactive units: copy their bytes to host granules,
+//      map those at the same address, return the device granules;
+//   4. with LMS on and a request that no kernel holds (Allocate without
+//      `pin`), place it in host memory at its address: *born evicted*; the
+//      first pin pages it in like any evicted allocation;
+//   5. fail with kResourceExhausted and a message naming what was short.
 // Without defragmentation, granules cached at a free address range serve
 // only allocations placed on that range: that is fragmentation, which
 // defragmentation removes without moving a tensor.
 //
 // Thread-safety: one mutex guards all state. POSIX copies run under it; the
 // CUDA backend will only enqueue them. Allocate/Free/Pin/Unpin are the fast
-// paths (engine.cc); eviction and page-in live in engine_reclaim.cc.
+// paths (engine.cc); small objects are in engine_small.cc; eviction and
+// page-in in engine_reclaim.cc; CheckInvariants in engine_invariants.cc.
 #ifndef TENSORFLOW_LMS_ALLOCATOR_CC_ENGINE_ENGINE_H_
 #define TENSORFLOW_LMS_ALLOCATOR_CC_ENGINE_ENGINE_H_
 
@@ -47,6 +58,7 @@
 #include "engine/best_fit_arena.h"
 #include "engine/granule_pool.h"
 #include "engine/residency.h"
+#include "engine/small_pages.h"
 #include "engine/statistics.h"
 #include "engine/status.h"
 #include "engine/strict_monitor.h"
@@ -60,8 +72,8 @@ struct EngineOptions {
   // The host pool's size: swap space for evicted allocations
   // (TF_GPU_HOST_MEM_LIMIT_IN_MB). Zero disables eviction's destination.
   size_t host_bytes = 0;
-  // Requests below this many bytes go to the small-object region and are
-  // never evicted. Zero means one granule.
+  // Requests below this many bytes are packed into small-object pages
+  // (evicted a page at a time). Zero means one granule.
   size_t small_object_threshold = 0;
   // Evict inactive allocations when the device pool runs out. Off, the engine
   // is a plain capped allocator.
@@ -81,9 +93,11 @@ struct AllocationInfo {
   uintptr_t address = 0;
   size_t requested_bytes = 0;
   size_t allocated_bytes = 0;
-  bool small = false;      // in the small-object region (never evicted)
-  bool evicted = false;
-  uint32_t pin_count = 0;
+  bool small = false;      // packed in a small-object page
+  bool evicted = false;    // its unit (the allocation, or its page) is evicted
+  uint32_t pin_count = 0;  // of its unit
+  uint64_t unit_id = 0;    // the id Pin returns and Unpin takes
+  uintptr_t unit_address = 0;
 };
 
 class Engine {
@@ -95,25 +109,26 @@ class Engine {
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  // Returns a 256-byte-aligned (granule-aligned for large requests) address,
-  // or nullptr with *status saying why. With `pin`, the allocation starts
-  // pinned once, so nothing can evict it before its first user pins it.
-  // *allocation_id (if given) receives the new allocation's id.
+  // Returns an address aligned to `alignment` (a power of two; 256 or less
+  // for any request, up to the granule for large ones), or nullptr with
+  // *status saying why. With `pin`, the allocation's unit starts pinned
+  // once, so nothing can evict it before its user unpins it; without, a
+  // request that finds no device memory may be born evicted (LMS on).
+  // *unit_id (if given) receives the id Unpin takes for it (Note
+  // [Residency units]).
   void* Allocate(size_t bytes, bool pin, Status* status,
-                 uint64_t* allocation_id = nullptr);
+                 uint64_t* unit_id = nullptr, size_t alignment = 256);
 
   // `ptr` must be an address Allocate returned and not yet freed.
   Status Free(void* ptr);
 
-  // Pins the allocation containing `ptr` (any byte of it), paging it in
-  // first if it is evicted. *allocation_id (if given) receives its id, for
-  // Unpin. Pinning a small-object allocation does nothing: it is never
-  // evicted.
-  Status Pin(const void* ptr, uint64_t* allocation_id);
-  // Unpins the allocation containing `ptr`. A nonzero `allocation_id` must
-  // match it, so an unpin never lands on a later allocation at a reused
-  // address (kNotFound then).
-  Status Unpin(const void* ptr, uint64_t allocation_id);
+  // Pins the unit containing `ptr` (any byte of an allocation, or of a
+  // small object's page), paging it in first if it is evicted. *unit_id (if
+  // given) receives its id, for Unpin.
+  Status Pin(const void* ptr, uint64_t* unit_id);
+  // Unpins the unit containing `ptr`. A nonzero `unit_id` must match it, so
+  // an unpin never lands on a later unit at a reused address (kNotFound).
+  Status Unpin(const void* ptr, uint64_t unit_id);
 
   // A counter that moves whenever memory may have become available (an
   // unpin to zero or a free). With WaitForRelease, a caller whose request
@@ -124,20 +139,23 @@ class Engine {
   // Returns true once the epoch has moved past `epoch`, false after `timeout`.
   bool WaitForRelease(uint64_t epoch, std::chrono::milliseconds timeout) const;
 
-  // Evicts one inactive allocation now (tests and tools); kFailedPrecondition
-  // if it is pinned, small or already evicted.
+  // Evicts the inactive unit holding `ptr` now (tests and tools);
+  // kFailedPrecondition if it is pinned or already evicted.
   Status Evict(const void* ptr);
 
-  // True if `ptr` lies in the large-object range, the only memory that is
-  // ever evicted. Lock-free, so callers skip pinning anything else cheaply.
+  // True if `ptr` lies in the engine's address range: all of its memory,
+  // every byte of which may be evicted. Lock-free, so callers skip pinning
+  // foreign memory cheaply.
   bool InEvictableRange(const void* ptr) const {
     const uintptr_t a = reinterpret_cast<uintptr_t>(ptr);
-    return a >= large_base_ && a < large_base_ + large_slots_ * granule_;
+    return a >= base_ && a < base_ + slots_ * granule_;
   }
-  // True if `ptr` lies in memory this engine hands out.
-  bool Owns(const void* ptr) const {
-    return InEvictableRange(ptr) || InSmallRegion(ptr);
-  }
+  bool Owns(const void* ptr) const { return InEvictableRange(ptr); }
+
+  // Checks every accounting invariant (engine_invariants.cc): granule counts
+  // per pool, the cache, the LRU, pages and the statistics. O(slots); for
+  // tests and debug builds. kInternal naming the first broken equation.
+  Status CheckInvariants() const;
 
   Status Inspect(const void* ptr, AllocationInfo* info) const;
   size_t RequestedSize(const void* ptr) const;
@@ -159,6 +177,8 @@ class Engine {
   // Device granules taken from the pool (never above device_granules()).
   size_t device_granules_in_use() const;
   size_t cached_granules() const;
+  // Live small-object pages, resident or evicted.
+  size_t small_pages() const;
   // Strict mode's report (empty unless options.strict).
   std::vector<UnpinnedTouch> UnpinnedTouches() const;
   void ClearUnpinnedTouches();
@@ -169,23 +189,46 @@ class Engine {
   Status Init();
 
   // Fast paths (engine.cc).
-  void* AllocateSmall(size_t bytes, Status* status, uint64_t* allocation_id)
+  void* AllocateLarge(size_t bytes, bool pin, Status* status, uint64_t* unit_id)
       LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void* AllocateLarge(size_t bytes, bool pin, Status* status,
-                      uint64_t* allocation_id) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Places a unit of `n` slots backed by device granules (mapping what the
+  // cache does not cover), tracked pinned once or inactive; with
+  // `may_be_born_evicted`, falls back to host granules when the device has
+  // none to give. kNoChunk and *status on failure, with nothing changed.
+  ChunkId PlaceUnit(uint64_t n, bool pin, bool may_be_born_evicted,
+                    Status* status) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Status FreeLarge(ChunkId id) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The large chunk containing ptr, or kNoChunk.
-  ChunkId LargeChunkAt(const void* ptr) const LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool InSmallRegion(const void* ptr) const {
-    const uintptr_t a = reinterpret_cast<uintptr_t>(ptr);
-    return a >= small_base_ && a < small_base_ + small_reserved_bytes_;
-  }
-  uintptr_t SlotAddress(uint64_t slot) const {
-    return large_base_ + slot * granule_;
-  }
+  // Returns a unit's slots to the arena: device granules stay cached at the
+  // range, host granules go back to the host pool and the slots are unmapped.
+  Status ReleaseUnit(ChunkId id) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The unit containing ptr, or kNoChunk.
+  ChunkId UnitAt(const void* ptr) const LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Bytes that turn active when the unit is pinned (an allocation's granules,
+  // a page's objects).
+  int64_t UnitLiveBytes(ChunkId id) const LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  uint32_t PinUnit(ChunkId id) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  uint32_t UnpinUnit(ChunkId id) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  uintptr_t SlotAddress(uint64_t slot) const { return base_ + slot * granule_; }
   void RefreshPoolStatistics() LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Moves the release epoch and wakes waiters, if any.
   void NoteRelease() LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Small objects (engine_small.cc).
+  void* AllocateSmall(size_t bytes, bool pin, Status* status, uint64_t* unit_id)
+      LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Status FreeSmall(ChunkId page, const void* ptr) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The object starting at ptr in `page`, or kNoChunk.
+  ChunkId SmallObjectAt(ChunkId page, const void* ptr) const
+      LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Creates an empty page (resident, or born evicted if allowed and the
+  // device is full) and returns its segment.
+  Status NewSmallPage(bool may_be_born_evicted, uint64_t* segment)
+      LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Releases a page with no object and no pin.
+  void ReleaseSmallPage(uint64_t segment) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Called when a unit changes residency: a page's free space is offered to
+  // new objects only while it is resident.
+  void NoteResidencyChange(ChunkId id, bool resident) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Out-of-memory path, eviction and page-in (engine_reclaim.cc).
   // Ensures the device pool holds at least `granules` free granules.
@@ -195,46 +238,42 @@ class Engine {
       LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Status EvictChunk(ChunkId id) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Status PageIn(ChunkId id) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  Status GrowSmallRegion(uint64_t granules) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Maps host granules at a new unit's unmapped slots and marks it evicted.
+  Status PlaceBornEvicted(ChunkId id) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Maps granules[0..count) at the consecutive slots from `first_slot` and
-  // records them in the backing map.
+  // records them in the backing map. All or nothing (backend.h).
   Status MapSlots(uint64_t first_slot, uint64_t count, PoolKind pool,
                   const GranuleId* granules, Access access)
       LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Status OutOfMemory(uint64_t granules, const char* what) const
       LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // Immutable after Create: read without the lock.
   const EngineOptions options_;
   const std::unique_ptr<Backend> backend_;
   const size_t granule_;
   const int granule_shift_;
   const size_t small_threshold_;
-  static constexpr size_t kSmallUnit = 256;
+  uintptr_t base_ = 0;   // set by Init, before the engine is shared
+  const uint64_t slots_;
+  std::unique_ptr<StrictMonitor> strict_;
 
+  // Mutable, guarded by mu_.
   mutable std::mutex mu_;
   mutable std::condition_variable released_;
   uint64_t release_epoch_ LMS_GUARDED_BY(mu_) = 0;
   mutable int release_waiters_ LMS_GUARDED_BY(mu_) = 0;
   GranulePool device_pool_ LMS_GUARDED_BY(mu_);
   GranulePool host_pool_ LMS_GUARDED_BY(mu_);
-
-  uintptr_t large_base_ = 0;
-  uint64_t large_slots_ = 0;
-  BestFitArena large_arena_ LMS_GUARDED_BY(mu_);
+  BestFitArena arena_ LMS_GUARDED_BY(mu_);
   BackingMap backing_ LMS_GUARDED_BY(mu_);
   Residency residency_ LMS_GUARDED_BY(mu_);
-
-  uintptr_t small_base_ = 0;
-  size_t small_reserved_bytes_ = 0;
-  BestFitArena small_arena_ LMS_GUARDED_BY(mu_);
-  std::vector<GranuleId> small_granules_ LMS_GUARDED_BY(mu_);
-
+  SmallPages small_ LMS_GUARDED_BY(mu_);
   bool lms_enabled_ LMS_GUARDED_BY(mu_);
   bool defrag_enabled_ LMS_GUARDED_BY(mu_);
   uint64_t next_allocation_id_ LMS_GUARDED_BY(mu_) = 1;
   Statistics stats_ LMS_GUARDED_BY(mu_);
-  std::unique_ptr<StrictMonitor> strict_;
-  // Granule ids for AllocateLarge, kept to avoid allocating on every call.
+  // Granule ids for PlaceUnit, kept to avoid allocating on every call.
   std::vector<GranuleId> scratch_ LMS_GUARDED_BY(mu_);
 };
 

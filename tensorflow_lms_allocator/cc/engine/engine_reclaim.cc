@@ -1,8 +1,8 @@
 // The engine's out-of-memory path: finding device granules when the pool is
-// empty, eviction, page-in and the growth of the small-object region.
+// empty, eviction, page-in and born-evicted placement.
 //
 // Invariants kept here:
-//   - an evicted allocation is always mapped from the host pool at its own
+//   - an evicted unit is always mapped from the host pool at its own
 //     address, so an unpinned touch still reads and writes the right bytes
 //     (strict mode maps it with no access and reports the touch instead);
 //   - an allocation is remapped only after the copy of its bytes completes
@@ -52,23 +52,22 @@ uint64_t Engine::StealCachedGranules(uint64_t granules) {
 
 Status Engine::OutOfMemory(uint64_t granules, const char* what) const {
   const uint64_t free = device_pool_.free_count();
+  const uint64_t cached = backing_.cached_count();
+  const uint64_t inactive = residency_.inactive_resident_granules();
   std::string m = "out of device memory: " + std::string(what) + " needs " +
                   FormatBytes(granules * granule_) + ", " +
                   FormatBytes((granules - std::min(granules, uint64_t{free})) * granule_) +
                   " more than is free; device memory " +
                   FormatBytes(device_pool_.capacity() * granule_) + " has " +
                   FormatBytes(free * granule_) + " free, " +
-                  FormatBytes(backing_.cached_count() * granule_) +
-                  " cached at free address ranges";
+                  FormatBytes(cached * granule_) + " cached at free address ranges";
   m += defrag_enabled_ ? "" : " (defragmentation is off)";
-  m += ", " + FormatBytes(residency_.inactive_resident_granules() * granule_) +
-       " in inactive allocations";
+  m += ", " + FormatBytes(inactive * granule_) + " in inactive allocations";
   m += lms_enabled_ ? "" : " (LMS is off, so nothing is evicted)";
-  const uint64_t small = small_granules_.size();
-  m += ", " + FormatBytes(small * granule_) + " in the small-object region, " +
-       FormatBytes((device_pool_.in_use() - small - backing_.cached_count() -
-                    residency_.inactive_resident_granules()) * granule_) +
-       " in pinned allocations";
+  m += ", " + FormatBytes((device_pool_.in_use() - cached - inactive) * granule_) +
+       " pinned by running kernels (" +
+       std::to_string(small_.resident_pages()) + " small-object pages of " +
+       FormatBytes(granule_) + " resident in all)";
   return ResourceExhausted(m);
 }
 
@@ -81,7 +80,7 @@ Status Engine::MapSlots(uint64_t first_slot, uint64_t count, PoolKind pool,
 }
 
 Status Engine::EvictChunk(ChunkId id) {
-  const BestFitArena::Chunk& chunk = large_arena_.chunk(id);
+  const BestFitArena::Chunk& chunk = arena_.chunk(id);
   const uint64_t first = chunk.start;
   const uint64_t n = residency_.record(id).granules;
   // Local buffers: an eviction copies at least a granule, so their
@@ -111,6 +110,7 @@ Status Engine::EvictChunk(ChunkId id) {
   }
   device_pool_.Give(device.data(), n);
   residency_.MarkEvicted(id);
+  NoteResidencyChange(id, /*resident=*/false);
   if (strict_) {
     strict_->Watch(first, n, chunk.allocation_id, SlotAddress(first),
                    chunk.requested_bytes);
@@ -131,7 +131,7 @@ Status Engine::PageIn(ChunkId id) {
     return ResourceExhausted("cannot page in " + FormatBytes(n * granule_) +
                              ": " + s.message());
   }
-  const BestFitArena::Chunk& chunk = large_arena_.chunk(id);
+  const BestFitArena::Chunk& chunk = arena_.chunk(id);
   const uint64_t first = chunk.start;
   std::vector<GranuleId> device(n);
   std::vector<GranuleId> host(n);
@@ -154,6 +154,7 @@ Status Engine::PageIn(ChunkId id) {
   }
   host_pool_.Give(host.data(), n);
   residency_.MarkResident(id);
+  NoteResidencyChange(id, /*resident=*/true);
   const int64_t bytes = static_cast<int64_t>(n * granule_);
   ++stats_.num_page_ins;
   stats_.bytes_paged_in += bytes;
@@ -161,24 +162,29 @@ Status Engine::PageIn(ChunkId id) {
   return Status::Ok();
 }
 
-Status Engine::GrowSmallRegion(uint64_t granules) {
-  const uint64_t have = small_granules_.size();
-  if ((have + granules) * granule_ > small_reserved_bytes_) {
-    return ResourceExhausted("the small-object region cannot grow past the "
-                             "device memory of " +
-                             FormatBytes(small_reserved_bytes_));
+Status Engine::PlaceBornEvicted(ChunkId id) {
+  const BestFitArena::Chunk& chunk = arena_.chunk(id);
+  const uint64_t n = residency_.record(id).granules;
+  std::vector<GranuleId> host(n);
+  if (!host_pool_.Take(n, host.data())) {
+    return ResourceExhausted("host memory for evicted tensors is exhausted");
   }
-  LMS_RETURN_IF_ERROR(ObtainDeviceGranules(granules));
-  std::vector<GranuleId> ids(granules);
-  device_pool_.Take(granules, ids.data());
-  Status s = backend_->Map(small_base_ + have * granule_, PoolKind::kDevice,
-                           ids.data(), granules, Access::kReadWrite);
+  const Access access = strict_ ? Access::kNone : Access::kReadWrite;
+  Status s = MapSlots(chunk.start, n, PoolKind::kHost, host.data(), access);
   if (!s.ok()) {
-    device_pool_.Give(ids.data(), granules);
+    host_pool_.Give(host.data(), n);
     return s;
   }
-  small_granules_.insert(small_granules_.end(), ids.begin(), ids.end());
-  small_arena_.Grow(granules * granule_ / kSmallUnit);
+  residency_.MarkEvicted(id);
+  if (strict_) {
+    strict_->Watch(chunk.start, n, chunk.allocation_id, SlotAddress(chunk.start),
+                   n * granule_);
+  }
+  const int64_t bytes = static_cast<int64_t>(n * granule_);
+  ++stats_.num_born_evicted;
+  stats_.current_bytes_reclaimed += bytes;
+  stats_.host_bytes_in_use = static_cast<int64_t>(host_pool_.in_use() * granule_);
+  stats_.UpdatePeaks();
   return Status::Ok();
 }
 

@@ -11,7 +11,8 @@
 //     there. An evicted allocation is not on the list (nothing to reclaim),
 //     and a pinned one is not either (it may not be reclaimed).
 //
-// Small-object allocations are never evicted and have no record.
+// A record is a residency unit (Note [Residency units] in engine.h): a large
+// allocation, or a small-object page (`segment` names it in SmallPages).
 //
 // Thread-compatible: the engine's lock guards every call.
 #ifndef TENSORFLOW_LMS_ALLOCATOR_CC_ENGINE_RESIDENCY_H_
@@ -26,6 +27,8 @@ namespace lms {
 
 class Residency {
  public:
+  static constexpr uint64_t kNoSegment = ~uint64_t{0};
+
   struct Record {
     uint64_t granules = 0;
     uint32_t pin_count = 0;
@@ -34,10 +37,13 @@ class Residency {
     ChunkId lru_prev = kNoChunk;
     ChunkId lru_next = kNoChunk;
     bool in_lru = false;
+    uint64_t segment = kNoSegment;  // a small-object page's segment
   };
 
-  // Starts tracking a new resident allocation, pinned once or inactive.
+  // Starts tracking a new resident unit, pinned once or inactive.
   void Track(ChunkId id, uint64_t granules, bool pinned);
+  void SetSegment(ChunkId id, uint64_t segment) { records_[id].segment = segment; }
+  bool IsPage(ChunkId id) const { return records_[id].segment != kNoSegment; }
   void Untrack(ChunkId id);
 
   // Returns the pin count after the change. Pinning an inactive allocation
@@ -52,6 +58,7 @@ class Residency {
   void MarkResident(ChunkId id);
 
   const Record& record(ChunkId id) const { return records_[id]; }
+  size_t size() const { return records_.size(); }
   bool tracked(ChunkId id) const {
     return id < records_.size() && records_[id].live;
   }

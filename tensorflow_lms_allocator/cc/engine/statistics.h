@@ -1,74 +1,64 @@
-// Statistics: the figures DESIGN.md's "Public surface" lists, in one struct.
+// Statistics: the figures DESIGN.md's "Public surface" lists, in one struct
+// generated from one list (LMS_FOR_EACH_STATISTIC), so the struct, the C API,
+// the Python bindings and the docs never disagree on a name.
 //
-// Definitions (bytes are allocated sizes: a large allocation counts whole
-// granules, a small one its 256-byte-rounded size):
-//   bytes_in_use      live allocations, resident or evicted
-//   bytes_active      live bytes that may not be evicted now: pinned large
-//                     allocations and every small-object allocation
-//   bytes_inactive    live unpinned large allocations, resident or evicted;
-//                     bytes_active + bytes_inactive == bytes_in_use
-//   bytes_reserved    device memory taken from the device pool: resident
-//                     allocations, granules cached at free address ranges
-//                     and the small-object region
-//   bytes_limit, bytes_reservable_limit   the device pool's capacity
-//   bytes_reclaimed   device bytes freed by evictions, cumulative
-//   current_bytes_reclaimed   bytes of allocations evicted now
-//   num_single_reclaims / num_full_reclaims   out-of-memory events solved by
-//                     evicting one / several inactive allocations
-//   num_defragmentations, bytes_defragged   out-of-memory events solved (in
-//                     part) by remapping granules cached at free address
-//                     ranges, and the bytes remapped
-//   host_bytes_in_use host-pool granules backing evicted allocations
-//   num_page_ins, bytes_paged_in   pins that copied an allocation back
-//   num_failed_pins   pins refused because the allocation could not be paged
-//                     in (its user may still read it in place, from host memory)
+// Bytes are allocated sizes: a large allocation counts whole granules, a
+// small object its 256-byte-rounded size. A *unit* is what is pinned and
+// evicted: a large allocation, or a small-object page (engine.h).
 //
 // Consistency: the engine updates these under its lock and copies them out
-// under the same lock, so a reader never sees half an operation.
+// under the same lock, so a reader never sees half an operation; every change
+// to a level goes through the engine's accounting, which
+// Engine::CheckInvariants recomputes from scratch.
 #ifndef TENSORFLOW_LMS_ALLOCATOR_CC_ENGINE_STATISTICS_H_
 #define TENSORFLOW_LMS_ALLOCATOR_CC_ENGINE_STATISTICS_H_
 
 #include <cstdint>
 
-// Calls X(name) for every field of Statistics, in declaration order, so the
-// bindings list them without repeating the names.
-#define LMS_FOR_EACH_STATISTIC(X)                                             \
-  X(num_allocs) X(bytes_in_use) X(peak_bytes_in_use) X(largest_alloc_size)    \
-  X(bytes_limit) X(bytes_reserved) X(peak_bytes_reserved)                     \
-  X(bytes_reservable_limit) X(bytes_inactive) X(bytes_active)                 \
-  X(peak_bytes_active) X(bytes_reclaimed) X(current_bytes_reclaimed)          \
-  X(peak_bytes_reclaimed) X(num_single_reclaims) X(num_full_reclaims)         \
-  X(num_defragmentations) X(bytes_defragged) X(host_bytes_in_use)             \
-  X(host_peak_bytes_in_use) X(num_page_ins) X(bytes_paged_in) X(num_evictions) \
-  X(num_failed_pins)
+// X(name, doc) for every statistic, in the order the C API lists them.
+#define LMS_FOR_EACH_STATISTIC(X)                                               \
+  X(num_allocs, "allocations made so far")                                      \
+  X(bytes_in_use, "live allocations, resident or evicted")                      \
+  X(peak_bytes_in_use, "highest bytes_in_use")                                  \
+  X(largest_alloc_size, "largest single allocation so far")                     \
+  X(bytes_limit, "the device pool's capacity")                                  \
+  X(bytes_reserved,                                                             \
+    "device memory taken from the device pool: resident units and granules "   \
+    "cached at free address ranges")                                            \
+  X(peak_bytes_reserved, "highest bytes_reserved")                              \
+  X(bytes_reservable_limit, "the device pool's capacity")                       \
+  X(bytes_inactive,                                                             \
+    "live bytes in unpinned units, resident or evicted; "                       \
+    "bytes_active + bytes_inactive == bytes_in_use")                            \
+  X(bytes_active, "live bytes in pinned units (a kernel uses them)")            \
+  X(peak_bytes_active, "highest bytes_active")                                  \
+  X(bytes_reclaimed, "device bytes freed by evictions, cumulative")            \
+  X(current_bytes_reclaimed, "bytes of units in host memory now")               \
+  X(peak_bytes_reclaimed, "highest current_bytes_reclaimed")                    \
+  X(num_single_reclaims, "out-of-memory events solved by evicting one unit")    \
+  X(num_full_reclaims, "out-of-memory events solved by evicting several")       \
+  X(num_defragmentations,                                                       \
+    "out-of-memory events solved (in part) by remapping granules cached at "   \
+    "free address ranges")                                                      \
+  X(bytes_defragged, "bytes remapped by defragmentation, cumulative")          \
+  X(host_bytes_in_use, "host-pool granules backing evicted units")              \
+  X(host_peak_bytes_in_use, "highest host_bytes_in_use")                        \
+  X(num_page_ins, "pins that copied a unit back to the device")                 \
+  X(bytes_paged_in, "bytes copied back by page-ins, cumulative")                \
+  X(num_evictions, "units copied to host memory")                               \
+  X(num_born_evicted,                                                           \
+    "allocations no kernel held that were placed in host memory because the "  \
+    "device was full")                                                          \
+  X(num_failed_pins,                                                            \
+    "pins refused because the unit could not be paged in (its user may still " \
+    "read it in place, from host memory)")
 
 namespace lms {
 
 struct Statistics {
-  int64_t num_allocs = 0;
-  int64_t bytes_in_use = 0;
-  int64_t peak_bytes_in_use = 0;
-  int64_t largest_alloc_size = 0;
-  int64_t bytes_limit = 0;
-  int64_t bytes_reserved = 0;
-  int64_t peak_bytes_reserved = 0;
-  int64_t bytes_reservable_limit = 0;
-  int64_t bytes_inactive = 0;
-  int64_t bytes_active = 0;
-  int64_t peak_bytes_active = 0;
-  int64_t bytes_reclaimed = 0;
-  int64_t current_bytes_reclaimed = 0;
-  int64_t peak_bytes_reclaimed = 0;
-  int64_t num_single_reclaims = 0;
-  int64_t num_full_reclaims = 0;
-  int64_t num_defragmentations = 0;
-  int64_t bytes_defragged = 0;
-  int64_t host_bytes_in_use = 0;
-  int64_t host_peak_bytes_in_use = 0;
-  int64_t num_page_ins = 0;
-  int64_t bytes_paged_in = 0;
-  int64_t num_evictions = 0;
-  int64_t num_failed_pins = 0;
+#define LMS_STATISTIC_FIELD(name, doc) int64_t name = 0;
+  LMS_FOR_EACH_STATISTIC(LMS_STATISTIC_FIELD)
+#undef LMS_STATISTIC_FIELD
 
   // Raises each peak_* to its current figure.
   void UpdatePeaks() {

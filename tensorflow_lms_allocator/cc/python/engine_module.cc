@@ -62,12 +62,12 @@ class PyEngine {
     Check(Engine::Create(o, std::move(backend), &engine_));
   }
 
-  uintptr_t Allocate(size_t bytes, bool pin) {
+  uintptr_t Allocate(size_t bytes, bool pin, size_t alignment) {
     Status s;
     void* p;
     {
       nb::gil_scoped_release release;
-      p = engine_->Allocate(bytes, pin, &s);
+      p = engine_->Allocate(bytes, pin, &s, nullptr, alignment);
     }
     if (p == nullptr) Raise(s);
     return reinterpret_cast<uintptr_t>(p);
@@ -105,13 +105,15 @@ class PyEngine {
     d["small"] = info.small;
     d["evicted"] = info.evicted;
     d["pin_count"] = info.pin_count;
+    d["unit_id"] = info.unit_id;
+    d["unit_address"] = info.unit_address;
     return d;
   }
 
   nb::dict Stats() {
     const Statistics s = engine_->GetStatistics();
     nb::dict d;
-#define LMS_STAT(name) d[#name] = s.name;
+#define LMS_STAT(name, doc) d[#name] = s.name;
     LMS_FOR_EACH_STATISTIC(LMS_STAT)
 #undef LMS_STAT
     return d;
@@ -171,12 +173,20 @@ NB_MODULE(_engine, m) {
            "    >>> p = e.allocate(8 << 20)\n"
            "    >>> e.free(p)")
       .def("allocate", &PyEngine::Allocate, nb::arg("bytes"), nb::arg("pin") = false,
-           "Returns the address of a new allocation; raises OutOfMemoryError.")
+           nb::arg("alignment") = 256,
+           "Returns the address of a new allocation; raises OutOfMemoryError.\n"
+           "With pin, its unit (the allocation, or a small object's page) starts\n"
+           "pinned: unpin it with inspect(address)['unit_id'].")
       .def("free", &PyEngine::Free, nb::arg("address"))
       .def("pin", &PyEngine::Pin, nb::arg("address"),
-           "Pins the allocation containing `address`, paging it in first if "
-           "evicted. Returns its id for unpin (0 for small objects).")
-      .def("unpin", &PyEngine::Unpin, nb::arg("address"), nb::arg("allocation_id") = 0)
+           "Pins the unit containing `address` (an allocation, or a small "
+           "object's page), paging it in first if evicted. Returns the unit's "
+           "id for unpin.")
+      .def("unpin", &PyEngine::Unpin, nb::arg("address"), nb::arg("unit_id") = 0)
+      .def("check_invariants",
+           [](PyEngine& e) { e.Call([&] { return e.engine().CheckInvariants(); }); },
+           "Recomputes every accounting invariant; raises RuntimeError naming "
+           "the first that does not hold.")
       .def("evict", &PyEngine::Evict, nb::arg("address"))
       .def("inspect", &PyEngine::Inspect, nb::arg("address"))
       .def("stats", &PyEngine::Stats, "Every statistic, as a dict of ints.")
@@ -196,10 +206,18 @@ NB_MODULE(_engine, m) {
       .def_prop_ro("device_granules_in_use",
                    [](PyEngine& e) { return e.engine().device_granules_in_use(); })
       .def_prop_ro("cached_granules", [](PyEngine& e) { return e.engine().cached_granules(); })
+      .def_prop_ro("small_pages", [](PyEngine& e) { return e.engine().small_pages(); },
+                   "Live small-object pages, resident or evicted.")
       .def_prop_rw("lms_enabled", [](PyEngine& e) { return e.engine().lms_enabled(); },
                    [](PyEngine& e, bool v) { e.engine().SetLmsEnabled(v); })
       .def_prop_rw("defrag_enabled", [](PyEngine& e) { return e.engine().defrag_enabled(); },
                    [](PyEngine& e, bool v) { e.engine().SetDefragEnabled(v); });
+
+  nb::dict docs;
+#define LMS_STAT_DOC(name, doc) docs[#name] = doc;
+  LMS_FOR_EACH_STATISTIC(LMS_STAT_DOC)
+#undef LMS_STAT_DOC
+  m.attr("STATISTICS") = docs;
 
   m.def("host_limit_from_env", [] {
     size_t bytes = 0;

@@ -131,7 +131,7 @@ Engine* DeviceEngine() {
 }
 
 // The statistics, in the order tf_lms_statistic_name() lists them.
-#define LMS_NAME(n) #n,
+#define LMS_NAME(n, doc) #n,
 const char* const kStatisticNames[] = {LMS_FOR_EACH_STATISTIC(LMS_NAME)};
 #undef LMS_NAME
 constexpr int kNumStatistics = sizeof(kStatisticNames) / sizeof(kStatisticNames[0]);
@@ -221,7 +221,7 @@ __attribute__((visibility("default"))) int tf_lms_get_statistics(int64_t* values
   if (engine == nullptr) return 1;
   const lms::Statistics s = engine->GetStatistics();
   const int64_t all[] = {
-#define LMS_VALUE(n) s.n,
+#define LMS_VALUE(n, doc) s.n,
       LMS_FOR_EACH_STATISTIC(LMS_VALUE)
 #undef LMS_VALUE
   };

@@ -1,0 +1,131 @@
+// Engine::CheckInvariants: every accounting equation of the engine,
+// recomputed from the arena, the backing map and the residency records.
+//
+//   device pool in use  == granules of resident units + cached granules
+//   cached granules     == device-mapped slots no unit covers (cached iff free)
+//   host pool in use    == granules of evicted units
+//   LRU granules        == granules of resident unpinned units
+//   bytes_in_use        == large allocations' granules + pages' object bytes
+//   bytes_active        == the part of bytes_in_use in pinned units
+//   bytes_active + bytes_inactive == bytes_in_use
+//   current_bytes_reclaimed == host_bytes_in_use == evicted units' granules
+//   bytes_reserved      == device pool in use
+//   each page: objects and bytes == the allocated chunks of its segment;
+//              available for new objects iff resident; empty only if pinned
+//   pin counts          < 2^31 (an unsigned count that wrapped went negative)
+#include <string>
+
+#include "engine/engine.h"
+
+namespace lms {
+namespace {
+
+Status Broken(const std::string& what) {
+  return Internal("engine invariant broken: " + what);
+}
+
+std::string Eq(const char* what, int64_t got, int64_t want) {
+  return std::string(what) + " is " + std::to_string(got) + ", expected " +
+         std::to_string(want);
+}
+
+}  // namespace
+
+Status Engine::CheckInvariants() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  uint64_t resident = 0, evicted = 0, lru = 0, cached = 0, pages = 0,
+           resident_pages = 0;
+  int64_t in_use = 0, active = 0;
+  std::string bad;
+  arena_.ForEachChunk([&](const BestFitArena::Chunk& ch) {
+    if (!bad.empty()) return;
+    if (ch.free) {
+      for (uint64_t s = ch.start; s < ch.start + ch.size; ++s) {
+        const BackingMap::Backing& b = backing_.at(s);
+        if (b.mapped != backing_.IsCached(s) || (b.mapped && b.pool != PoolKind::kDevice)) {
+          bad = "free slot " + std::to_string(s) + " is mapped but not cached, or cached "
+                "but not device-mapped";
+          return;
+        }
+        cached += b.mapped ? 1 : 0;
+      }
+      return;
+    }
+    const ChunkId id = arena_.ChunkAt(ch.start);
+    if (id == kNoChunk || !residency_.tracked(id)) {
+      bad = "allocated chunk at slot " + std::to_string(ch.start) + " has no residency record";
+      return;
+    }
+    const Residency::Record& r = residency_.record(id);
+    if (r.granules != ch.size) bad = Eq("a unit's granules", r.granules, ch.size);
+    if (r.pin_count >= (1u << 31)) bad = "a pin count went below zero";
+    if (r.in_lru != (!r.evicted && r.pin_count == 0)) {
+      bad = "a unit is on the LRU list iff it is resident and unpinned: not so at slot " +
+            std::to_string(ch.start);
+    }
+    const PoolKind pool = r.evicted ? PoolKind::kHost : PoolKind::kDevice;
+    for (uint64_t s = ch.start; s < ch.start + ch.size; ++s) {
+      const BackingMap::Backing& b = backing_.at(s);
+      if (!b.mapped || b.pool != pool || backing_.IsCached(s)) {
+        bad = "slot " + std::to_string(s) + " of a live unit is not mapped from its pool";
+      }
+    }
+    (r.evicted ? evicted : resident) += ch.size;
+    if (r.in_lru) lru += ch.size;
+    int64_t bytes = static_cast<int64_t>(ch.size * granule_);
+    if (r.segment != Residency::kNoSegment) {
+      ++pages;
+      resident_pages += r.evicted ? 0 : 1;
+      const SmallPages::Page& page = small_.page(r.segment);
+      uint32_t objects = 0;
+      int64_t object_bytes = 0;
+      small_.arena().ForEachChunkInSegment(r.segment, [&](const BestFitArena::Chunk& o) {
+        if (o.free) return;
+        ++objects;
+        object_bytes += static_cast<int64_t>(o.size * SmallPages::kUnit);
+      });
+      if (page.unit != id) bad = "a page's table entry names another unit";
+      if (page.objects != objects) bad = Eq("a page's object count", page.objects, objects);
+      if (page.bytes != object_bytes) bad = Eq("a page's bytes", page.bytes, object_bytes);
+      if (small_.arena().segment_available(r.segment) == r.evicted) {
+        bad = "a page is available to new objects iff resident: not so";
+      }
+      if (objects == 0 && r.pin_count == 0) bad = "an empty unpinned page was not released";
+      bytes = page.bytes;
+    }
+    in_use += bytes;
+    if (r.pin_count > 0) active += bytes;
+  });
+  if (!bad.empty()) return Broken(bad);
+  const int64_t g = static_cast<int64_t>(granule_);
+  const struct {
+    const char* what;
+    int64_t got, want;
+  } equations[] = {
+      {"device granules in use", static_cast<int64_t>(device_pool_.in_use()),
+       static_cast<int64_t>(resident + cached)},
+      {"cached granules", static_cast<int64_t>(backing_.cached_count()),
+       static_cast<int64_t>(cached)},
+      {"host granules in use", static_cast<int64_t>(host_pool_.in_use()),
+       static_cast<int64_t>(evicted)},
+      {"LRU granules", static_cast<int64_t>(residency_.inactive_resident_granules()),
+       static_cast<int64_t>(lru)},
+      {"live pages", static_cast<int64_t>(small_.live_pages()), static_cast<int64_t>(pages)},
+      {"resident pages", static_cast<int64_t>(small_.resident_pages()),
+       static_cast<int64_t>(resident_pages)},
+      {"bytes_in_use", stats_.bytes_in_use, in_use},
+      {"bytes_active", stats_.bytes_active, active},
+      {"bytes_inactive", stats_.bytes_inactive, in_use - active},
+      {"current_bytes_reclaimed", stats_.current_bytes_reclaimed,
+       static_cast<int64_t>(evicted) * g},
+      {"host_bytes_in_use", stats_.host_bytes_in_use, static_cast<int64_t>(evicted) * g},
+      {"bytes_reserved", stats_.bytes_reserved,
+       static_cast<int64_t>(device_pool_.in_use()) * g},
+  };
+  for (const auto& e : equations) {
+    if (e.got != e.want) return Broken(Eq(e.what, e.got, e.want));
+  }
+  return Status::Ok();
+}
+
+}  // namespace lms

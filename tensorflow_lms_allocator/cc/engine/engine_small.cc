@@ -1,0 +1,112 @@
+// Small objects: packing them into pages, freeing them, creating and
+// releasing pages (Note [Residency units] in engine.h, small_pages.h).
+//
+// Invariants kept here:
+//   - an object's bytes are counted active iff its page is pinned;
+//   - a page's segment is available to new objects iff the page is resident;
+//   - a page with no object is released as soon as nothing pins it.
+#include <algorithm>
+#include <string>
+
+#include "engine/engine.h"
+
+namespace lms {
+
+void* Engine::AllocateSmall(size_t bytes, bool pin, Status* status,
+                            uint64_t* unit_id) {
+  BestFitArena& arena = small_.arena();
+  const uint64_t units = (bytes + SmallPages::kUnit - 1) / SmallPages::kUnit;
+  ChunkId o = arena.Allocate(units);
+  if (o == kNoChunk) {
+    uint64_t segment = 0;
+    *status = NewSmallPage(/*may_be_born_evicted=*/!pin, &segment);
+    if (!status->ok()) return nullptr;
+    // A new page is empty; when born evicted it is not available, so the
+    // object is placed there directly.
+    o = arena.segment_available(segment) ? arena.Allocate(units)
+                                         : arena.AllocateInEmptySegment(segment, units);
+  }
+  BestFitArena::Chunk& object = arena.chunk(o);
+  const uint64_t segment = arena.SegmentOf(object.start);
+  SmallPages::Page& page = small_.page(segment);
+  object.requested_bytes = bytes;
+  object.allocation_id = next_allocation_id_++;
+  const int64_t allocated = static_cast<int64_t>(units * SmallPages::kUnit);
+  ++page.objects;
+  page.bytes += allocated;
+  stats_.bytes_in_use += allocated;
+  (residency_.record(page.unit).pin_count > 0 ? stats_.bytes_active
+                                              : stats_.bytes_inactive) += allocated;
+  stats_.largest_alloc_size = std::max(stats_.largest_alloc_size, allocated);
+  if (pin) PinUnit(page.unit);
+  const BestFitArena::Chunk& unit = arena_.chunk(page.unit);
+  *unit_id = unit.allocation_id;
+  return reinterpret_cast<void*>(
+      SlotAddress(unit.start) +
+      (object.start - segment * small_.units_per_page()) * SmallPages::kUnit);
+}
+
+ChunkId Engine::SmallObjectAt(ChunkId page, const void* ptr) const {
+  const uintptr_t offset = reinterpret_cast<uintptr_t>(ptr) -
+                           SlotAddress(arena_.chunk(page).start);
+  if (offset % SmallPages::kUnit != 0) return kNoChunk;
+  return small_.arena().ChunkAt(residency_.record(page).segment *
+                                    small_.units_per_page() +
+                                offset / SmallPages::kUnit);
+}
+
+Status Engine::FreeSmall(ChunkId page_unit, const void* ptr) {
+  const ChunkId o = SmallObjectAt(page_unit, ptr);
+  if (o == kNoChunk) {
+    return NotFound("free of " + FormatAddress(ptr) +
+                    ": no live allocation starts there (never allocated, "
+                    "or already freed)");
+  }
+  const Residency::Record& r = residency_.record(page_unit);
+  SmallPages::Page& page = small_.page(r.segment);
+  const int64_t allocated =
+      static_cast<int64_t>(small_.arena().chunk(o).size * SmallPages::kUnit);
+  --page.objects;
+  page.bytes -= allocated;
+  stats_.bytes_in_use -= allocated;
+  (r.pin_count > 0 ? stats_.bytes_active : stats_.bytes_inactive) -= allocated;
+  small_.arena().Free(o);
+  if (page.objects == 0 && r.pin_count == 0) ReleaseSmallPage(r.segment);
+  return Status::Ok();
+}
+
+Status Engine::NewSmallPage(bool may_be_born_evicted, uint64_t* segment) {
+  if (!small_.TakeSegment(segment)) {
+    return ResourceExhausted("the small-object region has no room for another "
+                             "page (" + std::to_string(small_.live_pages()) +
+                             " pages of " + FormatBytes(granule_) + " live)");
+  }
+  Status s;
+  const ChunkId c = PlaceUnit(1, /*pin=*/false, may_be_born_evicted, &s);
+  if (c == kNoChunk) {
+    small_.ReturnSegment(*segment);
+    return s;
+  }
+  BestFitArena::Chunk& unit = arena_.chunk(c);
+  unit.requested_bytes = granule_;  // an eviction copies the whole page
+  residency_.SetSegment(c, *segment);
+  small_.page(*segment).unit = c;
+  if (!residency_.record(c).evicted) NoteResidencyChange(c, /*resident=*/true);
+  return Status::Ok();
+}
+
+void Engine::ReleaseSmallPage(uint64_t segment) {
+  const ChunkId c = small_.page(segment).unit;
+  if (!residency_.record(c).evicted) NoteResidencyChange(c, /*resident=*/false);
+  small_.ReturnSegment(segment);
+  ReleaseUnit(c);
+}
+
+void Engine::NoteResidencyChange(ChunkId c, bool resident) {
+  const uint64_t segment = residency_.record(c).segment;
+  if (segment == Residency::kNoSegment) return;
+  small_.arena().SetSegmentAvailable(segment, resident);
+  small_.AddResident(resident ? 1 : -1);
+}
+
+}  // namespace lms

@@ -1,0 +1,28 @@
+#include "engine/small_pages.h"
+
+namespace lms {
+
+SmallPages::SmallPages(size_t granule, uint64_t max_pages)
+    : units_per_page_(granule / kUnit),
+      max_pages_(max_pages),
+      arena_(max_pages * (granule / kUnit), /*index_interior=*/false,
+             /*segment_units=*/granule / kUnit) {}
+
+bool SmallPages::TakeSegment(uint64_t* segment) {
+  if (!free_segments_.empty()) {
+    *segment = free_segments_.back();
+    free_segments_.pop_back();
+    return true;
+  }
+  if (pages_.size() >= max_pages_ || !arena_.Grow(units_per_page_)) return false;
+  *segment = pages_.size();
+  pages_.emplace_back();
+  return true;
+}
+
+void SmallPages::ReturnSegment(uint64_t segment) {
+  pages_[segment] = Page();
+  free_segments_.push_back(segment);
+}
+
+}  // namespace lms
