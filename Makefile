@@ -1,4 +1,5 @@
-# make test   the whole suite: engine C++ tests under ASan/UBSan and TSan, then pytest
+# make test   the whole suite: the engine's thread-safety analysis, its C++ tests under
+#             ASan/UBSan and TSan, then pytest
 # make demo   the README's main job
 # make bench-allocator   allocator benchmark against TensorFlow's own BFC allocator
 #
@@ -19,8 +20,13 @@ ENGINE_HDRS := $(wildcard $(CC_SRC)/engine/*.h) $(wildcard $(CC_SRC)/backends/*.
 TEST_CXXFLAGS := -std=c++17 -g -Wall -Wextra -I$(CC_SRC) -Itests/cc -pthread
 ASAN_FLAGS := -O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 TSAN_FLAGS := -O1 -fsanitize=thread
+# clang (from the pinned ziglang wheel, so no system clang or root is needed)
+# checks every LMS_GUARDED_BY / LMS_EXCLUSIVE_LOCKS_REQUIRED in the engine.
+THREAD_SAFETY_FLAGS := -std=c++17 -c -Wall -Wextra -Wthread-safety -Wthread-safety-beta \
+                       -Werror -I$(CC_SRC)
 
-.PHONY: all build test test-asan test-tsan test-python demo bench-allocator bench-maxbatch clean
+.PHONY: all build test test-asan test-tsan test-thread-safety test-python demo bench-allocator \
+        bench-maxbatch clean
 
 all: build
 
@@ -63,11 +69,21 @@ test-tsan: $(BUILD)/cc/concurrency_test_tsan
 	@echo "== Concurrency test under TSan"
 	TSAN_OPTIONS=halt_on_error=1 $(BUILD)/cc/concurrency_test_tsan
 
+$(BUILD)/cc/thread_safety.stamp: $(ENGINE_SRCS) $(ENGINE_HDRS) $(VENV)/.bootstrapped
+	@mkdir -p $(@D)
+	@echo "== Thread-safety analysis of the engine (clang -Wthread-safety -Werror)"
+	@for f in $(ENGINE_SRCS); do \
+	  $(PY) -m ziglang c++ $(THREAD_SAFETY_FLAGS) $$f -o $(BUILD)/cc/thread_safety.o || exit 1; \
+	done
+	touch $@
+
+test-thread-safety: $(BUILD)/cc/thread_safety.stamp
+
 test-python: build
 	@echo "== Python tests"
 	$(PY) -m pytest tests
 
-test: test-asan test-tsan test-python
+test: test-thread-safety test-asan test-tsan test-python
 
 # ResNet-50 at batch 32 (about 900 MiB at its peak) in 256 MiB of emulated
 # device memory: trains with LMS, runs out of memory without (about a minute).

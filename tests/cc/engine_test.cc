@@ -563,6 +563,96 @@ TEST(AFailedRequestCanWaitForAnotherUserToRelease) {
   EXPECT_EQ(e->GetStatistics().num_evictions, 1);
 }
 
+// A POSIX backend whose next Map fails after it has mapped part of the
+// range, as backend.h allows: every slot of the call ends up unmapped.
+class FaultyBackend : public Backend {
+ public:
+  explicit FaultyBackend(int* fail_next_map) : fail_next_map_(fail_next_map) {
+    if (!PosixBackend::Create(kGranule, &inner_).ok()) std::abort();
+  }
+  const char* Name() const override { return "faulty-posix"; }
+  size_t granule_bytes() const override { return inner_->granule_bytes(); }
+  Status ReserveAddressRange(size_t bytes, uintptr_t* base) override {
+    return inner_->ReserveAddressRange(bytes, base);
+  }
+  void ReleaseAddressRange(uintptr_t base, size_t bytes) override {
+    inner_->ReleaseAddressRange(base, bytes);
+  }
+  Status CreatePool(PoolKind pool, size_t granules) override {
+    return inner_->CreatePool(pool, granules);
+  }
+  Status Map(uintptr_t address, PoolKind pool, const GranuleId* ids, size_t count,
+             Access access) override {
+    if (*fail_next_map_ == 0) return inner_->Map(address, pool, ids, count, access);
+    *fail_next_map_ = 0;
+    inner_->Map(address, pool, ids, 1, access);  // part of the range...
+    inner_->Unmap(address, count);                // ...then the contract's undo
+    return Internal("injected Map failure");
+  }
+  Status Unmap(uintptr_t address, size_t count) override {
+    return inner_->Unmap(address, count);
+  }
+  Status CopyGranules(PoolKind dst_pool, const GranuleId* dst, PoolKind src_pool,
+                      const GranuleId* src, size_t bytes) override {
+    return inner_->CopyGranules(dst_pool, dst, src_pool, src, bytes);
+  }
+  Status CopiesAfterCompute() override { return inner_->CopiesAfterCompute(); }
+  Status WaitForCopies() override { return inner_->WaitForCopies(); }
+
+ private:
+  std::unique_ptr<Backend> inner_;
+  int* const fail_next_map_;
+};
+
+std::unique_ptr<Engine> MakeFaultyEngine(int* fail_next_map) {
+  EngineOptions o;
+  o.device_bytes = 4 * kGranule;
+  o.host_bytes = 8 * kGranule;
+  std::unique_ptr<Engine> e;
+  if (!Engine::Create(o, std::make_unique<FaultyBackend>(fail_next_map), &e).ok()) {
+    std::abort();
+  }
+  return e;
+}
+
+TEST(AFailedRemapLosesNoByteAndLeaksNoGranule) {
+  int fail = 0;
+  auto e = MakeFaultyEngine(&fail);
+  void* a = MustAllocate(*e, 2 * kGranule);
+  FillPattern(a, 2 * kGranule, 21);
+  AllocationInfo info;
+  // Eviction: the copy is made, the remap to host memory fails.
+  fail = 1;
+  EXPECT_TRUE(e->Evict(a).code() == StatusCode::kInternal);
+  EXPECT_OK(e->Inspect(a, &info));
+  EXPECT_TRUE(!info.evicted);
+  EXPECT_EQ(VerifyPattern(a, 2 * kGranule, 21), -1);
+  EXPECT_EQ(e->GetStatistics().host_bytes_in_use, 0);
+  EXPECT_OK(e->CheckInvariants());
+  // Page-in: the remap to device memory fails; it stays evicted, readable.
+  EXPECT_OK(e->Evict(a));
+  fail = 1;
+  uint64_t id = 0;
+  EXPECT_TRUE(e->Pin(a, &id).code() == StatusCode::kInternal);
+  EXPECT_OK(e->Inspect(a, &info));
+  EXPECT_TRUE(info.evicted && info.pin_count == 0);
+  EXPECT_EQ(VerifyPattern(a, 2 * kGranule, 21), -1);
+  EXPECT_OK(e->CheckInvariants());
+  EXPECT_OK(e->Pin(a, &id));
+  EXPECT_EQ(VerifyPattern(a, 2 * kGranule, 21), -1);
+  EXPECT_OK(e->Unpin(a, id));
+  // Placement: the new range's mapping fails; its granules go back.
+  const size_t before = e->device_granules_in_use();
+  fail = 1;
+  Status s;
+  EXPECT_TRUE(e->Allocate(2 * kGranule, /*pin=*/true, &s) == nullptr);
+  EXPECT_EQ(e->device_granules_in_use(), before);
+  EXPECT_OK(e->CheckInvariants());
+  EXPECT_TRUE(MustAllocate(*e, 2 * kGranule, /*pin=*/true) != nullptr);
+  EXPECT_EQ(VerifyPattern(a, 2 * kGranule, 21), -1);
+  EXPECT_OK(e->CheckInvariants());
+}
+
 TEST(APinThatCannotPageInFailsCleanlyAndIsCounted) {
   Setup setup;
   setup.device_granules = 4;

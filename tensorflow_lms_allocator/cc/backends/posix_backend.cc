@@ -102,8 +102,14 @@ Status PosixBackend::Map(uintptr_t address, PoolKind pool, const GranuleId* ids,
     void* r = mmap(at, run * granule_, prot, MAP_SHARED | MAP_FIXED, p.fd,
                    static_cast<off_t>(ids[i]) * static_cast<off_t>(granule_));
     if (r == MAP_FAILED) {
-      return Errno("mapping " + std::to_string(run) + " " + PoolName(pool) +
-                   " granule(s) at " + FormatAddress(at));
+      Status failed = Errno("mapping " + std::to_string(run) + " " + PoolName(pool) +
+                            " granule(s) at " + FormatAddress(at));
+      // All or nothing (backend.h): no slot keeps an earlier run's or its
+      // previous mapping.
+      Status undone = Unmap(address, count);
+      return undone.ok() ? failed
+                         : Internal(failed.message() + "; undoing it also failed: " +
+                                    undone.message());
     }
     i += run;
   }

@@ -40,6 +40,11 @@ using GranuleId = uint32_t;
 // that faults on every touch that did not go through a pin.
 enum class Access { kReadWrite, kNone };
 
+// Every call states what it assumes and what holds after it fails, because
+// the CUDA driver enforces what POSIX tolerates (DESIGN.md, "CUDA VMM rules").
+// A failing call never leaves a granule mapped at a slot the engine does not
+// know about: that is what lets the engine give granules back to a pool
+// after a failure.
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -48,25 +53,36 @@ class Backend {
   virtual size_t granule_bytes() const = 0;
 
   // Reserves `bytes` (a multiple of the granule) of address space, granule
-  // aligned, with nothing mapped.
+  // aligned, with nothing mapped. On failure nothing is reserved.
   virtual Status ReserveAddressRange(size_t bytes, uintptr_t* base) = 0;
+  // Everything mapped in the range must have been unmapped, or the backend
+  // unmaps it first.
   virtual void ReleaseAddressRange(uintptr_t base, size_t bytes) = 0;
 
   // Creates the physical memory of a pool: `granules` granules with ids
-  // 0..granules-1. Called once per pool, before any Map of it.
+  // 0..granules-1. Called once per pool, before any Map of it. On failure
+  // the pool does not exist and nothing of it is left allocated.
   virtual Status CreatePool(PoolKind pool, size_t granules) = 0;
 
   // Maps ids[0..count) of `pool` at the consecutive slots starting at
   // `address`, replacing whatever mapped those slots.
+  // Assumes: the slots lie in a reserved range; no queued device work uses
+  // them (a remap is not stream-ordered); each id backs no other slot.
+  // All or nothing: on failure every one of the `count` slots is left
+  // unmapped (reserved, no access), whatever mapped it before; the granules
+  // and their bytes are untouched, so the caller may map them again.
   virtual Status Map(uintptr_t address, PoolKind pool, const GranuleId* ids,
                      size_t count, Access access) = 0;
 
   // Leaves `count` slots from `address` reserved with nothing mapped.
+  // Assumes what Map assumes. On failure nothing changed.
   virtual Status Unmap(uintptr_t address, size_t count) = 0;
 
   // Copies the first `bytes` of the granule sequence src[] (in order, each
   // granule contributing up to granule_bytes()) into dst[]. Asynchronous on
   // backends with streams: see CopiesAfterCompute and WaitForCopies.
+  // Assumes: nothing writes src[] or touches dst[] until WaitForCopies.
+  // On failure dst[]'s bytes are unspecified and src[]'s are untouched.
   virtual Status CopyGranules(PoolKind dst_pool, const GranuleId* dst,
                               PoolKind src_pool, const GranuleId* src,
                               size_t bytes) = 0;
@@ -77,7 +93,8 @@ class Backend {
   virtual Status CopiesAfterCompute() = 0;
 
   // Blocks until every copy issued so far is complete, so the source granules
-  // may be unmapped and reused.
+  // may be unmapped and reused. On failure no copy since the last successful
+  // wait may be trusted.
   virtual Status WaitForCopies() = 0;
 };
 

@@ -114,15 +114,10 @@ class BestFitArena {
   uint64_t free_units() const { return free_units_; }
   // The largest free chunk, in units (O(1): the top non-empty bin is scanned).
   uint64_t LargestFreeChunk() const;
-  // Calls fn(chunk) for every chunk of a segment in address order.
-  template <typename Fn>
-  void ForEachChunkInSegment(uint64_t segment, Fn fn) const {
-    const uint64_t end = (segment + 1) << segment_shift_;
-    for (ChunkId c = segment_head_[segment]; c != kNoChunk && chunks_[c].start < end;
-         c = chunks_[c].next) {
-      fn(chunks_[c]);
-    }
-  }
+  // Address-order walks: for (c = FirstChunk(); c != kNoChunk;
+  // c = chunk(c).next), and the same from SegmentHead(s) while inside it.
+  ChunkId FirstChunk() const { return first_; }
+  ChunkId SegmentHead(uint64_t segment) const { return segment_head_[segment]; }
   // Calls fn(chunk) for every chunk in address order (tests and diagnostics).
   template <typename Fn>
   void ForEachChunk(Fn fn) const {

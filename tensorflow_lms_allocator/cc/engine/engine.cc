@@ -22,6 +22,8 @@ Engine::Engine(const EngineOptions& options, std::unique_ptr<Backend> backend)
                            : granule_),
       // Every live unit fits in device plus host memory; twice that leaves
       // room for address fragmentation, which costs no memory.
+      device_granules_(options.device_bytes / granule_),
+      host_granules_(options.host_bytes / granule_),
       slots_(2 * (options.device_bytes / granule_ +
                   options.host_bytes / granule_) + 16),
       device_pool_(PoolKind::kDevice, options.device_bytes / granule_),
@@ -58,7 +60,7 @@ Status Engine::Create(const EngineOptions& options,
 }
 
 Status Engine::Init() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   LMS_RETURN_IF_ERROR(backend_->ReserveAddressRange(slots_ * granule_, &base_));
   LMS_RETURN_IF_ERROR(
       backend_->CreatePool(PoolKind::kDevice, device_pool_.capacity()));
@@ -96,7 +98,7 @@ void* Engine::Allocate(size_t bytes, bool pin, Status* status,
                               FormatBytes(granule_) + ")");
     return nullptr;
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   // A small object is 256-byte aligned; a stricter alignment takes a
   // granule-aligned unit of its own (requested size unchanged).
   void* ptr = bytes < small_threshold_ && alignment <= SmallPages::kUnit
@@ -196,7 +198,7 @@ ChunkId Engine::PlaceUnit(uint64_t n, bool pin, bool may_be_born_evicted,
 }
 
 Status Engine::Free(void* ptr) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   const ChunkId c = UnitAt(ptr);
   if (c != kNoChunk && residency_.IsPage(c)) {
     Status s = FreeSmall(c, ptr);
@@ -279,7 +281,7 @@ uint32_t Engine::UnpinUnit(ChunkId c) {
 }
 
 Status Engine::Pin(const void* ptr, uint64_t* unit_id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   const ChunkId c = UnitAt(ptr);
   if (c == kNoChunk) {
     if (unit_id != nullptr) *unit_id = 0;
@@ -299,7 +301,7 @@ Status Engine::Pin(const void* ptr, uint64_t* unit_id) {
 }
 
 Status Engine::Unpin(const void* ptr, uint64_t unit_id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   const ChunkId c = UnitAt(ptr);
   if (c == kNoChunk) {
     return NotFound("unpin of " + FormatAddress(ptr) +
@@ -325,7 +327,7 @@ Status Engine::Unpin(const void* ptr, uint64_t unit_id) {
 }
 
 Status Engine::Evict(const void* ptr) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   const ChunkId c = UnitAt(ptr);
   if (c == kNoChunk) {
     return NotFound("evict of " + FormatAddress(ptr) +
@@ -340,7 +342,7 @@ Status Engine::Evict(const void* ptr) {
 }
 
 Status Engine::Inspect(const void* ptr, AllocationInfo* info) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   const ChunkId c = UnitAt(ptr);
   if (c == kNoChunk) return NotFound("no live allocation contains " + FormatAddress(ptr));
   const BestFitArena::Chunk& unit = arena_.chunk(c);
@@ -391,26 +393,27 @@ void Engine::NoteRelease() {
 }
 
 uint64_t Engine::ReleaseEpoch() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return release_epoch_;
 }
 
 bool Engine::WaitForRelease(uint64_t epoch, std::chrono::milliseconds timeout) const {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   ++release_waiters_;
-  const bool released =
-      released_.wait_for(lock, timeout, [&] { return release_epoch_ != epoch; });
+  const bool released = mu_.AwaitWithTimeout(
+      released_, timeout,
+      [&]() LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return release_epoch_ != epoch; });
   --release_waiters_;
   return released;
 }
 
 Statistics Engine::GetStatistics() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return stats_;
 }
 
 void Engine::ResetPeaks() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   stats_.peak_bytes_in_use = stats_.bytes_in_use;
   stats_.peak_bytes_reserved = stats_.bytes_reserved;
   stats_.peak_bytes_active = stats_.bytes_active;
@@ -419,37 +422,37 @@ void Engine::ResetPeaks() {
 }
 
 void Engine::SetLmsEnabled(bool enabled) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   lms_enabled_ = enabled;
 }
 
 bool Engine::lms_enabled() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return lms_enabled_;
 }
 
 void Engine::SetDefragEnabled(bool enabled) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   defrag_enabled_ = enabled;
 }
 
 bool Engine::defrag_enabled() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return defrag_enabled_;
 }
 
 size_t Engine::device_granules_in_use() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return device_pool_.in_use();
 }
 
 size_t Engine::small_pages() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return small_.live_pages();
 }
 
 size_t Engine::cached_granules() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return backing_.cached_count();
 }
 

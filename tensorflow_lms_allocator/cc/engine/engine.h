@@ -172,8 +172,8 @@ class Engine {
 
   size_t granule_bytes() const { return granule_; }
   size_t small_object_threshold() const { return small_threshold_; }
-  size_t device_granules() const { return device_pool_.capacity(); }
-  size_t host_granules() const { return host_pool_.capacity(); }
+  size_t device_granules() const { return device_granules_; }
+  size_t host_granules() const { return host_granules_; }
   // Device granules taken from the pool (never above device_granules()).
   size_t device_granules_in_use() const;
   size_t cached_granules() const;
@@ -245,6 +245,11 @@ class Engine {
   Status MapSlots(uint64_t first_slot, uint64_t count, PoolKind pool,
                   const GranuleId* granules, Access access)
       LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // After a failed remap left slots unmapped: maps their previous granules
+  // back and returns `failure`, or kInternal if even that fails.
+  Status RestoreMapping(uint64_t first_slot, uint64_t count, PoolKind pool,
+                        const GranuleId* granules, Access access,
+                        const Status& failure) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Status OutOfMemory(uint64_t granules, const char* what) const
       LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -254,12 +259,14 @@ class Engine {
   const size_t granule_;
   const int granule_shift_;
   const size_t small_threshold_;
+  const size_t device_granules_;  // the pools' capacities
+  const size_t host_granules_;
   uintptr_t base_ = 0;   // set by Init, before the engine is shared
   const uint64_t slots_;
   std::unique_ptr<StrictMonitor> strict_;
 
   // Mutable, guarded by mu_.
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   mutable std::condition_variable released_;
   uint64_t release_epoch_ LMS_GUARDED_BY(mu_) = 0;
   mutable int release_waiters_ LMS_GUARDED_BY(mu_) = 0;

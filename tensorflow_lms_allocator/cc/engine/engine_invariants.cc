@@ -32,29 +32,29 @@ std::string Eq(const char* what, int64_t got, int64_t want) {
 }  // namespace
 
 Status Engine::CheckInvariants() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   uint64_t resident = 0, evicted = 0, lru = 0, cached = 0, pages = 0,
            resident_pages = 0;
   int64_t in_use = 0, active = 0;
   std::string bad;
-  arena_.ForEachChunk([&](const BestFitArena::Chunk& ch) {
-    if (!bad.empty()) return;
+  for (ChunkId c = arena_.FirstChunk(); c != kNoChunk && bad.empty();
+       c = arena_.chunk(c).next) {
+    const BestFitArena::Chunk& ch = arena_.chunk(c);
     if (ch.free) {
       for (uint64_t s = ch.start; s < ch.start + ch.size; ++s) {
         const BackingMap::Backing& b = backing_.at(s);
         if (b.mapped != backing_.IsCached(s) || (b.mapped && b.pool != PoolKind::kDevice)) {
           bad = "free slot " + std::to_string(s) + " is mapped but not cached, or cached "
                 "but not device-mapped";
-          return;
         }
         cached += b.mapped ? 1 : 0;
       }
-      return;
+      continue;
     }
     const ChunkId id = arena_.ChunkAt(ch.start);
     if (id == kNoChunk || !residency_.tracked(id)) {
       bad = "allocated chunk at slot " + std::to_string(ch.start) + " has no residency record";
-      return;
+      continue;
     }
     const Residency::Record& r = residency_.record(id);
     if (r.granules != ch.size) bad = Eq("a unit's granules", r.granules, ch.size);
@@ -79,11 +79,16 @@ Status Engine::CheckInvariants() const {
       const SmallPages::Page& page = small_.page(r.segment);
       uint32_t objects = 0;
       int64_t object_bytes = 0;
-      small_.arena().ForEachChunkInSegment(r.segment, [&](const BestFitArena::Chunk& o) {
-        if (o.free) return;
+      const BestFitArena& objects_arena = small_.arena();
+      const uint64_t end = (r.segment + 1) * small_.units_per_page();
+      for (ChunkId o = objects_arena.SegmentHead(r.segment);
+           o != kNoChunk && objects_arena.chunk(o).start < end;
+           o = objects_arena.chunk(o).next) {
+        if (objects_arena.chunk(o).free) continue;
         ++objects;
-        object_bytes += static_cast<int64_t>(o.size * SmallPages::kUnit);
-      });
+        object_bytes +=
+            static_cast<int64_t>(objects_arena.chunk(o).size * SmallPages::kUnit);
+      }
       if (page.unit != id) bad = "a page's table entry names another unit";
       if (page.objects != objects) bad = Eq("a page's object count", page.objects, objects);
       if (page.bytes != object_bytes) bad = Eq("a page's bytes", page.bytes, object_bytes);
@@ -95,7 +100,7 @@ Status Engine::CheckInvariants() const {
     }
     in_use += bytes;
     if (r.pin_count > 0) active += bytes;
-  });
+  }
   if (!bad.empty()) return Broken(bad);
   const int64_t g = static_cast<int64_t>(granule_);
   const struct {

@@ -79,6 +79,18 @@ Status Engine::MapSlots(uint64_t first_slot, uint64_t count, PoolKind pool,
   return Status::Ok();
 }
 
+Status Engine::RestoreMapping(uint64_t first_slot, uint64_t count, PoolKind pool,
+                              const GranuleId* granules, Access access,
+                              const Status& failure) {
+  Status restored = MapSlots(first_slot, count, pool, granules, access);
+  if (restored.ok()) return failure;
+  // The unit's bytes are intact in its granules, which stay owned by it, but
+  // its address maps nothing: a touch faults. Nothing is given back to a pool.
+  return Internal(failure.message() + "; restoring the previous mapping at " +
+                  FormatAddress(reinterpret_cast<void*>(SlotAddress(first_slot))) +
+                  " also failed: " + restored.message());
+}
+
 Status Engine::EvictChunk(ChunkId id) {
   const BestFitArena::Chunk& chunk = arena_.chunk(id);
   const uint64_t first = chunk.start;
@@ -103,7 +115,13 @@ Status Engine::EvictChunk(ChunkId id) {
                                device.data(), chunk.requested_bytes);
   }
   if (s.ok()) s = backend_->WaitForCopies();
-  if (s.ok()) s = MapSlots(first, n, PoolKind::kHost, host.data(), access);
+  if (s.ok()) {
+    s = MapSlots(first, n, PoolKind::kHost, host.data(), access);
+    // A failed remap leaves the slots unmapped (backend.h): the device
+    // granules still hold the bytes, so they go back to the address.
+    if (!s.ok()) s = RestoreMapping(first, n, PoolKind::kDevice, device.data(),
+                                    Access::kReadWrite, s);
+  }
   if (!s.ok()) {
     host_pool_.Give(host.data(), n);
     return s;
@@ -143,7 +161,13 @@ Status Engine::PageIn(ChunkId id) {
   s = backend_->CopyGranules(PoolKind::kDevice, device.data(), PoolKind::kHost,
                              host.data(), chunk.requested_bytes);
   if (s.ok()) s = backend_->WaitForCopies();
-  if (s.ok()) s = MapSlots(first, n, PoolKind::kDevice, device.data(), Access::kReadWrite);
+  if (s.ok()) {
+    s = MapSlots(first, n, PoolKind::kDevice, device.data(), Access::kReadWrite);
+    if (!s.ok()) {
+      s = RestoreMapping(first, n, PoolKind::kHost, host.data(),
+                         strict_ ? Access::kNone : Access::kReadWrite, s);
+    }
+  }
   if (!s.ok()) {
     device_pool_.Give(device.data(), n);
     if (strict_) {

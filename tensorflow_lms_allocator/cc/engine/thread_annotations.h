@@ -1,8 +1,17 @@
 // Clang thread-safety annotations in the style of TensorFlow's
-// tsl/platform/thread_annotations.h. The engine has no TensorFlow dependency,
-// so it carries its own copies; under GCC they expand to nothing.
+// tsl/platform/thread_annotations.h, and the annotated Mutex they check.
+//
+// The engine has no TensorFlow dependency, so it carries its own copies.
+// Under GCC they expand to nothing; `make test` compiles the engine with
+// clang -Wthread-safety -Werror (make test-thread-safety), which makes every
+// LMS_GUARDED_BY a check: std::mutex carries no capability attribute, so the
+// engine locks a Mutex through a MutexLock.
 #ifndef TENSORFLOW_LMS_ALLOCATOR_CC_ENGINE_THREAD_ANNOTATIONS_H_
 #define TENSORFLOW_LMS_ALLOCATOR_CC_ENGINE_THREAD_ANNOTATIONS_H_
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
 
 #if defined(__clang__)
 #define LMS_THREAD_ANNOTATION(x) __attribute__((x))
@@ -10,11 +19,52 @@
 #define LMS_THREAD_ANNOTATION(x)
 #endif
 
+#define LMS_CAPABILITY(x) LMS_THREAD_ANNOTATION(capability(x))
+#define LMS_SCOPED_CAPABILITY LMS_THREAD_ANNOTATION(scoped_lockable)
 #define LMS_GUARDED_BY(x) LMS_THREAD_ANNOTATION(guarded_by(x))
 #define LMS_PT_GUARDED_BY(x) LMS_THREAD_ANNOTATION(pt_guarded_by(x))
 #define LMS_EXCLUSIVE_LOCKS_REQUIRED(...) \
   LMS_THREAD_ANNOTATION(exclusive_locks_required(__VA_ARGS__))
 #define LMS_LOCKS_EXCLUDED(...) \
   LMS_THREAD_ANNOTATION(locks_excluded(__VA_ARGS__))
+#define LMS_ACQUIRE(...) LMS_THREAD_ANNOTATION(acquire_capability(__VA_ARGS__))
+#define LMS_RELEASE(...) LMS_THREAD_ANNOTATION(release_capability(__VA_ARGS__))
+
+namespace lms {
+
+// A std::mutex the analysis knows as a capability.
+class LMS_CAPABILITY("mutex") Mutex {
+ public:
+  void Lock() LMS_ACQUIRE() { mu_.lock(); }
+  void Unlock() LMS_RELEASE() { mu_.unlock(); }
+
+  // Waits on `cv` until pred() or the timeout; the mutex is held on entry
+  // and on return (released while waiting).
+  template <typename Pred>
+  bool AwaitWithTimeout(std::condition_variable& cv, std::chrono::milliseconds timeout,
+                        Pred pred) LMS_EXCLUSIVE_LOCKS_REQUIRED(this) {
+    std::unique_lock<std::mutex> lock(mu_, std::adopt_lock);
+    const bool result = cv.wait_for(lock, timeout, pred);
+    lock.release();  // still held: the caller's MutexLock unlocks it
+    return result;
+  }
+
+ private:
+  std::mutex mu_;
+};
+
+// Holds a Mutex for its scope.
+class LMS_SCOPED_CAPABILITY MutexLock {
+ public:
+  explicit MutexLock(Mutex& mu) LMS_ACQUIRE(mu) : mu_(mu) { mu_.Lock(); }
+  ~MutexLock() LMS_RELEASE() { mu_.Unlock(); }
+  MutexLock(const MutexLock&) = delete;
+  MutexLock& operator=(const MutexLock&) = delete;
+
+ private:
+  Mutex& mu_;
+};
+
+}  // namespace lms
 
 #endif  // TENSORFLOW_LMS_ALLOCATOR_CC_ENGINE_THREAD_ANNOTATIONS_H_
