@@ -26,7 +26,7 @@ THREAD_SAFETY_FLAGS := -std=c++17 -c -Wall -Wextra -Wthread-safety -Wthread-safe
                        -Werror -I$(CC_SRC)
 
 .PHONY: all build test test-asan test-tsan test-thread-safety test-python demo bench-allocator \
-        bench-maxbatch clean
+        bench-maxbatch bench-mincap clean
 
 all: build
 
@@ -99,6 +99,12 @@ bench-allocator: build
 # is `max_batch_ratio R`.
 bench-maxbatch: build
 	$(PY) benchmarks/maxbatch.py
+
+# Smallest emulated device on which ResNet-50, DenseNet121 and a Transformer
+# encoder still train with LMS, as a fraction of each one's peak; the last line
+# is `min_cap_fraction F` (target <= 0.25).
+bench-mincap: build
+	$(PY) benchmarks/mincap.py
 
 clean:
 	rm -rf $(BUILD) $(VENV)/.built

@@ -423,6 +423,24 @@ TEST(NewSmallObjectsGoToResidentPagesOnly) {
   EXPECT_OK(e->CheckInvariants());
 }
 
+TEST(ANewObjectMakesItsPageTheMostRecentlyUsed) {
+  auto e = MakeEngine({/*device=*/3, /*host=*/8});
+  void* a = MustAllocate(*e, 40000);  // page P
+  void* b = MustAllocate(*e, 70000 - 40000);  // does not fit in P: page Q, newer
+  void* c = MustAllocate(*e, 20000);  // best fit is P's rest: P is now newest
+  AllocationInfo ia, ib, ic;
+  EXPECT_OK(e->Inspect(a, &ia));
+  EXPECT_OK(e->Inspect(b, &ib));
+  EXPECT_OK(e->Inspect(c, &ic));
+  ASSERT_TRUE(ia.unit_address == ic.unit_address && ia.unit_address != ib.unit_address);
+  // Two granules: one is free, the other comes from the least recently used.
+  ASSERT_TRUE(MustAllocate(*e, 2 * kGranule, /*pin=*/true) != nullptr);
+  EXPECT_OK(e->Inspect(a, &ia));
+  EXPECT_OK(e->Inspect(b, &ib));
+  EXPECT_TRUE(!ia.evicted && ib.evicted);
+  EXPECT_OK(e->CheckInvariants());
+}
+
 TEST(UnheldAllocationsAreBornEvictedWhenTheDeviceIsFull) {
   auto e = MakeEngine({/*device=*/4, /*host=*/8, /*lms=*/true, /*defrag=*/true});
   void* held = MustAllocate(*e, 4 * kGranule, /*pin=*/true);  // a running kernel's

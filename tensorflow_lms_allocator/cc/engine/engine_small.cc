@@ -38,7 +38,11 @@ void* Engine::AllocateSmall(size_t bytes, bool pin, Status* status,
   (residency_.record(page.unit).pin_count > 0 ? stats_.bytes_active
                                               : stats_.bytes_inactive) += allocated;
   stats_.largest_alloc_size = std::max(stats_.largest_alloc_size, allocated);
+  // Recency is per page: a new object makes its page the most recently used,
+  // so a buffer written outside any kernel (host data, tf.data batches) is
+  // the last candidate for eviction, not the first.
   if (pin) PinUnit(page.unit);
+  else residency_.Touch(page.unit);
   const BestFitArena::Chunk& unit = arena_.chunk(page.unit);
   *unit_id = unit.allocation_id;
   return reinterpret_cast<void*>(

@@ -52,6 +52,15 @@ class Residency {
   uint32_t Pin(ChunkId id);
   uint32_t Unpin(ChunkId id);
 
+  // Moves an inactive unit to the most recently used end (a new object was
+  // placed in it: its user is about to touch it). No-op for others.
+  void Touch(ChunkId id) {
+    if (records_[id].in_lru) {
+      Unlink(id);
+      LinkAtMostRecent(id);
+    }
+  }
+
   // Evicting takes an inactive allocation off the list; paging in a pinned
   // one changes nothing else (it stays active until unpinned).
   void MarkEvicted(ChunkId id);

@@ -1,0 +1,223 @@
+"""Smallest emulated device on which real models still train with LMS, as a fraction of their peak.
+
+For each model, one subprocess first trains it on a device far larger than it
+needs (LMS on, nothing evicted) to measure its peak memory in use and its
+step time; then a bisection finds the smallest device size (in MiB,
+TF_LMS_CPU_DEVICE_MEMORY_MB) at which `--steps` training steps complete with
+LMS on. Each probe is a fresh subprocess (TensorFlow creates its devices
+once per process).
+
+Models (synthetic data, SGD with momentum, keras.applications weights=None):
+  resnet50      ResNet-50, 96x96x3 images, batch 32
+  densenet121   DenseNet121, 64x64x3 images, batch 32
+  transformer   4 encoder blocks (width 256, 4 heads, MLP 1024), sequence 256,
+                batch 32, over a 1000-token embedding
+
+A probe "fits" when every step completes; an OOM, a crash or a timeout does
+not (its reason is printed). Near the limit a probe is not deterministic
+(which kernels run at once, and so how much is pinned at once, varies), so the
+bisection reports what it saw. Step times are medians of the steps after the
+first (which traces the tf.function).
+
+The last line is `min_cap_fraction F`: the largest (worst) of the models'
+minimum cap / peak.
+
+Example:
+    make bench-mincap                                   # all three models
+    .venv/bin/python benchmarks/mincap.py --models transformer --steps 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from maxbatch import failure_reason, probe_environment  # noqa: E402
+
+MIB = 1 << 20
+MODELS = ("resnet50", "densenet121", "transformer")
+UNCAPPED_MB = 16384
+
+
+def build_model(name: str) -> tuple[Any, Any, Any]:
+    """(model, inputs, labels) for one of MODELS, seeded."""
+    import keras
+    import tensorflow as tf
+
+    keras.utils.set_random_seed(0)
+    if name == "resnet50":
+        model = keras.applications.ResNet50(weights=None, classes=10, input_shape=(96, 96, 3))
+        inputs = tf.random.uniform((32, 96, 96, 3))
+    elif name == "densenet121":
+        model = keras.applications.DenseNet121(weights=None, classes=10,
+                                               input_shape=(64, 64, 3))
+        inputs = tf.random.uniform((32, 64, 64, 3))
+    elif name == "transformer":
+        tokens = keras.Input((256,), dtype="int32")
+        x = keras.layers.Embedding(1000, 256)(tokens)
+        for _ in range(4):
+            attended = keras.layers.MultiHeadAttention(num_heads=4, key_dim=64)(x, x)
+            x = keras.layers.LayerNormalization()(x + attended)
+            hidden = keras.layers.Dense(1024, activation="gelu")(x)
+            x = keras.layers.LayerNormalization()(x + keras.layers.Dense(256)(hidden))
+        outputs = keras.layers.Dense(10, activation="softmax")(
+            keras.layers.GlobalAveragePooling1D()(x))
+        model = keras.Model(tokens, outputs)
+        inputs = tf.random.uniform((32, 256), maxval=1000, dtype=tf.int32)
+    else:
+        raise ValueError(f"unknown model {name!r}; choose from {', '.join(MODELS)}")
+    labels = tf.random.uniform((32,), maxval=10, dtype=tf.int32)
+    return model, inputs, labels
+
+
+def run_probe_in_this_process(model_name: str, steps: int, result_path: Path) -> int:
+    """Trains `steps` steps; writes {"step_seconds", "statistics"} as JSON."""
+    import tensorflow_lms_allocator as lms  # before tensorflow
+    import keras
+    import tensorflow as tf
+
+    model, inputs, labels = build_model(model_name)
+    optimizer = keras.optimizers.SGD(learning_rate=0.001, momentum=0.9)
+    loss_fn = keras.losses.SparseCategoricalCrossentropy()
+
+    @tf.function
+    def train_step() -> tf.Tensor:
+        with tf.GradientTape() as tape:
+            loss = loss_fn(labels, model(inputs, training=True))
+        gradients = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(gradients, model.trainable_variables))
+        return loss
+
+    step_seconds = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        float(train_step())
+        step_seconds.append(time.perf_counter() - start)
+    result_path.write_text(json.dumps({"step_seconds": step_seconds,
+                                       "statistics": lms.get_statistics(0)}))
+    return 0
+
+
+@dataclass
+class Probe:
+    """One probe subprocess: a model, a device size, and what happened."""
+
+    cap_mb: int
+    fits: bool
+    reason: str = ""
+    step_seconds: list[float] | None = None
+    stats: dict[str, int] | None = None
+
+    @property
+    def step_time(self) -> float:
+        later = (self.step_seconds or [])[1:] or self.step_seconds or [float("nan")]
+        return statistics.median(later)
+
+
+def run_probe(model_name: str, cap_mb: int, steps: int, timeout: float) -> Probe:
+    with tempfile.TemporaryDirectory(prefix="mincap-") as tmp:
+        result_path = Path(tmp) / "result.json"
+        command = [sys.executable, "-X", "faulthandler", str(Path(__file__).resolve()),
+                   "--probe", model_name, "--steps", str(steps), "--result", str(result_path)]
+        timed_out = False
+        try:
+            done = subprocess.run(command, env=probe_environment("lms", cap_mb, None),
+                                  capture_output=True, text=True, timeout=timeout)
+            returncode, stderr = done.returncode, done.stderr
+        except subprocess.TimeoutExpired as expired:
+            timed_out, returncode = True, -9
+            stderr = expired.stderr.decode(errors="replace") if expired.stderr else ""
+        if returncode == 0 and result_path.exists():
+            result = json.loads(result_path.read_text())
+            return Probe(cap_mb, True, step_seconds=result["step_seconds"],
+                         stats=result["statistics"])
+        return Probe(cap_mb, False, reason=failure_reason(returncode, stderr, timed_out,
+                                                          timeout))
+
+
+@dataclass
+class Outcome:
+    model: str
+    peak_mb: float
+    uncapped_step: float
+    min_cap_mb: int
+    min_cap_step: float
+    probes: int
+
+    @property
+    def fraction(self) -> float:
+        return self.min_cap_mb / self.peak_mb
+
+
+def measure(model_name: str, steps: int, resolution: float, timeout: float) -> Outcome:
+    """The uncapped peak, then the smallest fitting cap by bisection."""
+    uncapped = run_probe(model_name, UNCAPPED_MB, steps, timeout)
+    if not uncapped.fits:
+        raise RuntimeError(f"{model_name} does not train even on {UNCAPPED_MB} MiB: "
+                           f"{uncapped.reason}")
+    assert uncapped.stats is not None
+    peak_mb = uncapped.stats["peak_bytes_in_use"] / MIB
+    print(f"{model_name}: peak {peak_mb:.0f} MiB in use, "
+          f"step {uncapped.step_time:.2f} s uncapped", flush=True)
+    fits_mb, fails_mb = int(peak_mb) + 1, 0
+    best = None
+    probes = 1
+    step_mb = max(4, int(peak_mb * resolution))
+    while fits_mb - fails_mb > step_mb:
+        cap = (fits_mb + fails_mb) // 2
+        probe = run_probe(model_name, cap, steps, timeout)
+        probes += 1
+        verdict = "fits" if probe.fits else f"FAILS ({probe.reason[:150]})"
+        print(f"  {model_name} at {cap} MiB ({cap / peak_mb:.2f} of peak): {verdict}",
+              flush=True)
+        if probe.fits:
+            fits_mb, best = cap, probe
+        else:
+            fails_mb = cap
+    if best is None:  # even the first bisection step failed: the peak fits
+        best = run_probe(model_name, fits_mb, steps, timeout)
+        probes += 1
+    return Outcome(model_name, peak_mb, uncapped.step_time, fits_mb, best.step_time, probes)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))
+    parser.add_argument("--steps", type=int, default=3, help="training steps per probe")
+    parser.add_argument("--resolution", type=float, default=0.02,
+                        help="stop bisecting when the interval is below this fraction of "
+                             "the peak (at least 4 MiB)")
+    parser.add_argument("--timeout", type=float, default=600, help="seconds per probe")
+    parser.add_argument("--probe", choices=MODELS, help=argparse.SUPPRESS)
+    parser.add_argument("--result", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.probe:
+        return run_probe_in_this_process(args.probe, args.steps, args.result)
+    if args.steps < 2:
+        parser.error(f"--steps must be at least 2 (the first traces), got {args.steps}")
+    start = time.perf_counter()
+    outcomes = [measure(m, args.steps, args.resolution, args.timeout) for m in args.models]
+    print()
+    print(f"  {'model':<12} {'peak':>9} {'min cap':>9} {'fraction':>9} "
+          f"{'step uncapped':>14} {'step at min':>12} {'slowdown':>9}")
+    for o in outcomes:
+        print(f"  {o.model:<12} {o.peak_mb:>5.0f} MiB {o.min_cap_mb:>5} MiB "
+              f"{o.fraction:>9.3f} {o.uncapped_step:>12.2f} s {o.min_cap_step:>10.2f} s "
+              f"{o.min_cap_step / o.uncapped_step:>8.2f}x")
+    print(f"  ({sum(o.probes for o in outcomes)} probes, "
+          f"{(time.perf_counter() - start) / 60:.1f} min; target: fraction <= 0.25)")
+    print(f"min_cap_fraction {max(o.fraction for o in outcomes):.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
