@@ -91,7 +91,7 @@ Engine::~Engine() {
 }
 
 void* Engine::Allocate(size_t bytes, bool pin, Status* status,
-                       uint64_t* allocation_id) {
+                       uint64_t* allocation_id, size_t alignment) {
   Status ignored;
   if (status == nullptr) status = &ignored;
   uint64_t unused_id;
@@ -100,8 +100,14 @@ void* Engine::Allocate(size_t bytes, bool pin, Status* status,
     *status = InvalidArgument("zero-size allocation requested");
     return nullptr;
   }
+  if (alignment > granule_) {
+    *status = InvalidArgument("alignment of " + std::to_string(alignment) +
+                              " bytes is more than a granule (" +
+                              FormatBytes(granule_) + ")");
+    return nullptr;
+  }
   std::lock_guard<std::mutex> lock(mu_);
-  void* ptr = bytes < small_threshold_
+  void* ptr = bytes < small_threshold_ && alignment <= kSmallUnit
                   ? AllocateSmall(bytes, status, allocation_id)
                   : AllocateLarge(bytes, pin, status, allocation_id);
   if (ptr != nullptr) ++stats_.num_allocs;

@@ -98,9 +98,12 @@ class Engine {
   // Returns a 256-byte-aligned (granule-aligned for large requests) address,
   // or nullptr with *status saying why. With `pin`, the allocation starts
   // pinned once, so nothing can evict it before its first user pins it.
-  // *allocation_id (if given) receives the new allocation's id.
+  // *allocation_id (if given) receives the new allocation's id. An
+  // `alignment` above 256 bytes (up to a granule) is met by placing even a
+  // small request in the large-object range; the allocation still records
+  // `bytes` as its requested size.
   void* Allocate(size_t bytes, bool pin, Status* status,
-                 uint64_t* allocation_id = nullptr);
+                 uint64_t* allocation_id = nullptr, size_t alignment = 0);
 
   // `ptr` must be an address Allocate returned and not yet freed.
   Status Free(void* ptr);
