@@ -86,6 +86,8 @@ def _declare_signatures(lib: ctypes.CDLL) -> None:
     lib.tf_lms_set_flag.argtypes = [ctypes.c_char_p, ctypes.c_int, *c_message]
     lib.tf_lms_get_flag.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_int),
                                     *c_message]
+    lib.tf_lms_keep_fault_handler_first.argtypes = [ctypes.c_int]
+    lib.tf_lms_keep_fault_handler_first.restype = None
     lib.tf_lms_num_statistics.argtypes = []
     lib.tf_lms_statistic_name.argtypes = [ctypes.c_int]
     lib.tf_lms_statistic_name.restype = ctypes.c_char_p
@@ -148,7 +150,49 @@ def install() -> ModuleType:
         raise _EXCEPTIONS.get(name, ImportError)(text)
     _ADAPTER = lib
     _check_device_at_first_use(tf)
+    enabled = ctypes.c_int(0)
+    if lib.tf_lms_get_flag(b"strict", ctypes.byref(enabled), message, len(message)) != 0:
+        raise ImportError(message.value.decode(errors="replace"))
+    if enabled.value:
+        _keep_strict_handler_first(lib)
     return tf
+
+
+def _keep_strict_handler_first(lib: ctypes.CDLL) -> None:
+    """Keeps strict mode's SIGSEGV handler first when faulthandler is enabled later.
+
+    faulthandler.enable() replaces every SIGSEGV handler with its own, which
+    would report strict mode's harmless faults (unpinned touches of evicted
+    memory) as a fatal error. After it runs, strict mode's handler goes back
+    on top and forwards every fault that is not an unpinned touch to
+    faulthandler, so real crashes still dump their traceback; after
+    faulthandler.disable(), it forwards to what was there before.
+
+    Example:
+        >>> faulthandler.enable()  # doctest: +SKIP  (strict mode keeps working)
+    """
+    import faulthandler
+    import functools
+
+    original_enable = faulthandler.enable
+    original_disable = faulthandler.disable
+
+    @functools.wraps(original_enable)
+    def enable(*args, **kwargs):  # type: ignore[no-untyped-def]
+        was_enabled = faulthandler.is_enabled()
+        original_enable(*args, **kwargs)
+        if not was_enabled:
+            lib.tf_lms_keep_fault_handler_first(0)
+
+    @functools.wraps(original_disable)
+    def disable():  # type: ignore[no-untyped-def]
+        was_enabled = faulthandler.is_enabled()
+        original_disable()
+        if was_enabled:
+            lib.tf_lms_keep_fault_handler_first(1)
+
+    faulthandler.enable = enable
+    faulthandler.disable = disable
 
 
 def _check_device_at_first_use(tf: ModuleType) -> None:

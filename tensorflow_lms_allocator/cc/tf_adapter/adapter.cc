@@ -30,6 +30,7 @@
 
 #include "backends/posix_backend.h"
 #include "engine/env_options.h"
+#include "engine/strict_monitor.h"
 #include "engine/thread_annotations.h"
 #include "interposer/lms_hooks.h"
 #include "tf_adapter/kernel_pins.h"
@@ -254,11 +255,13 @@ Engine* DeviceEngine() {
   return allocator != nullptr ? &allocator->engine() : nullptr;
 }
 
-// The flag a settable name refers to, or null.
-bool* FlagNamed(Settings& s, const char* name) {
+// The flag a settable name refers to, or null. With `readable_only`, also
+// the flags fixed at import.
+bool* FlagNamed(Settings& s, const char* name, bool readable_only = false) {
   if (name == nullptr) return nullptr;
   if (std::strcmp(name, "lms_enabled") == 0) return &s.lms_enabled;
   if (std::strcmp(name, "lms_defrag_enabled") == 0) return &s.defrag_enabled;
+  if (readable_only && std::strcmp(name, "strict") == 0) return &s.strict;
   return nullptr;
 }
 
@@ -373,15 +376,28 @@ int tf_lms_get_flag(const char* setting, int* enabled, char* message,
                     size_t message_len) {
   lms::AdapterState& st = lms::State();
   std::lock_guard<std::mutex> lock(st.mu);
-  bool* flag = lms::FlagNamed(st.settings, setting);
+  bool* flag = lms::FlagNamed(st.settings, setting, /*readable_only=*/true);
   if (flag == nullptr) {
     return lms::Fail(TF_LMS_INVALID_ARGUMENT,
                      std::string("unknown LMS setting '") + (setting ? setting : "") +
-                         "'; use lms_enabled or lms_defrag_enabled",
+                         "'; use lms_enabled, lms_defrag_enabled or strict",
                      message, message_len);
   }
   *enabled = *flag ? 1 : 0;
   return TF_LMS_OK;
+}
+
+void tf_lms_keep_fault_handler_first(int chained_handler_removed) {
+  lms::AdapterState& st = lms::State();
+  {
+    std::lock_guard<std::mutex> lock(st.mu);
+    if (!st.configured || !st.settings.strict) return;
+  }
+  if (chained_handler_removed) {
+    lms::StrictMonitor::ChainedHandlerRemoved();
+  } else {
+    lms::StrictMonitor::EnsureHandlerFirst();
+  }
 }
 
 int tf_lms_num_statistics(void) { return lms::kNumStatistics; }

@@ -75,10 +75,17 @@ TF_LMS_EXPORT int tf_lms_device_status(char* message, size_t message_len);
 // Settings that can change until TensorFlow creates its devices, by name:
 // "lms_enabled", "lms_defrag_enabled". Setting a different value after the
 // devices exist is TF_LMS_FAILED_PRECONDITION; the same value is OK.
+// tf_lms_get_flag also reads "strict" (TF_LMS_STRICT, fixed at import).
 TF_LMS_EXPORT int tf_lms_set_flag(const char* setting, int enabled, char* message,
                                   size_t message_len);
 TF_LMS_EXPORT int tf_lms_get_flag(const char* setting, int* enabled, char* message,
                                   size_t message_len);
+
+// Strict mode: puts its SIGSEGV handler back on top after another library
+// installed one (call it right after faulthandler.enable()), chaining to the
+// newcomer; with `chained_handler_removed`, after that library removed its
+// handler again (faulthandler.disable()). No-op without strict mode.
+TF_LMS_EXPORT void tf_lms_keep_fault_handler_first(int chained_handler_removed);
 
 // The statistics (statistics.h), in a fixed order of names.
 TF_LMS_EXPORT int tf_lms_num_statistics(void);
