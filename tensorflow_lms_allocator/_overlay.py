@@ -195,23 +195,34 @@ def _keep_strict_handler_first(lib: ctypes.CDLL) -> None:
     faulthandler.disable = disable
 
 
+def _raise_if_device_unavailable() -> None:
+    """Raises RuntimeError (naming the settings) if the emulated device failed."""
+    message = message_buffer()
+    code = adapter().tf_lms_device_status(message, len(message))
+    if code != 0:
+        raise error(code, message)
+
+
 def _check_device_at_first_use(tf: ModuleType) -> None:
     """Makes TensorFlow's first op raise if the emulated device could not be created.
 
     The device is created when TensorFlow's eager context initialises
-    (Context.ensure_initialized, called before every op until it has run).
-    If LMS could not create it, the adapter gives TensorFlow an allocator
-    whose every allocation fails, so nothing runs uncapped; this wrapper
-    raises the reason (RuntimeError, naming the settings) from that first
-    initialisation and every later one, before TensorFlow reaches code that
-    does not survive a failed allocation (tensor conversion from Python
-    values). Once the device is known good, the original method is put back,
-    so the wrapper costs nothing afterwards.
+    (Context.ensure_initialized, called before every op until it has run) or
+    when a tf.compat.v1 Session is created. If LMS could not create it, the
+    adapter gives TensorFlow an allocator whose every allocation fails, so
+    nothing runs uncapped; these wrappers raise the reason (RuntimeError,
+    naming the settings) from the eager context's initialisation (the first
+    op, and every later one) and from every Session's construction, before
+    TensorFlow reaches code that does not survive a failed allocation (tensor
+    conversion from Python values, constants in graphs). Once the device is
+    known good, the eager wrapper puts the original method back, so it costs
+    nothing afterwards.
 
     Example:
         >>> tf.fill((2,), 1.0)  # doctest: +SKIP
         RuntimeError: the emulated device (TF_LMS_CPU_DEVICE_MEMORY_MB=1024, ...) could not be created: ...
     """
+    from tensorflow.python.client import session
     from tensorflow.python.eager import context
 
     cls = context.Context
@@ -219,15 +230,21 @@ def _check_device_at_first_use(tf: ModuleType) -> None:
 
     def ensure_initialized(self: context.Context) -> None:
         original(self)
-        message = message_buffer()
-        code = adapter().tf_lms_device_status(message, len(message))
-        if code != 0:
-            raise error(code, message)
+        _raise_if_device_unavailable()
         if cls.ensure_initialized is ensure_initialized:
             cls.ensure_initialized = original
 
     ensure_initialized.__doc__ = original.__doc__
     cls.ensure_initialized = ensure_initialized
+
+    original_session_init = session.BaseSession.__init__
+
+    def session_init(self: session.BaseSession, *args: object, **kwargs: object) -> None:
+        original_session_init(self, *args, **kwargs)
+        _raise_if_device_unavailable()
+
+    session_init.__doc__ = original_session_init.__doc__
+    session.BaseSession.__init__ = session_init
 
 
 def adapter() -> ctypes.CDLL:
