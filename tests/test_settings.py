@@ -49,7 +49,20 @@ def test_a_value_that_cannot_give_a_working_device_is_a_value_error_at_import(
     assert f"from 2 to {MAX_MIB}" in message, message  # the valid range
 
 
-def test_the_largest_valid_values_import_and_cap_the_device():
+def test_valid_values_the_process_cannot_reserve_are_a_memory_error_at_import():
+    """16 GiB of address space (ulimit -v) holds TensorFlow but not the
+    device's address ranges (about twice device plus host memory)."""
+    run = probe("import_outcome", "16",
+                env={"TF_LMS_CPU_DEVICE_MEMORY_MB": "64",
+                     "TF_GPU_HOST_MEM_LIMIT_IN_MB": str(MAX_MIB)})
+    kind, message = run.result["error"]
+    assert kind == "MemoryError", describe(run)
+    assert (f"TF_LMS_CPU_DEVICE_MEMORY_MB=64, TF_GPU_HOST_MEM_LIMIT_IN_MB={MAX_MIB}"
+            in message), message
+    assert "could not be created" in message and "address space" in message
+
+
+def test_the_smallest_device_and_the_largest_host_limit_import_and_cap_the_device():
     run = probe("import_outcome", env={"TF_LMS_CPU_DEVICE_MEMORY_MB": "2",
                                        "TF_GPU_HOST_MEM_LIMIT_IN_MB": str(MAX_MIB)})
     assert run.result["error"] is None, describe(run)

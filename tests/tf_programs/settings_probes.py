@@ -1,7 +1,8 @@
 """TensorFlow programs for tests/test_settings.py; each prints ``RESULT <json>``.
 
 Usage: python settings_probes.py NAME
-  import_outcome      import the package with the environment given; the
+  import_outcome      import the package with the environment given (and,
+                      with an argument, that many GiB of address space); the
                       exception (type, message) or the device's limits
   retry_import        a bad TF_LMS_CPU_DEVICE_MEMORY_MB, corrected in
                       os.environ, then imported again (argument "ops": run a
@@ -42,6 +43,11 @@ def describe_error(error: BaseException) -> list[str]:
 
 
 def import_outcome() -> None:
+    if sys.argv[2:]:  # the process's address-space limit, in GiB (ulimit -v)
+        import resource
+
+        limit = int(sys.argv[2]) << 30
+        resource.setrlimit(resource.RLIMIT_AS, (limit, resource.RLIM_INFINITY))
     try:
         import tensorflow_lms_allocator as lms
         import tensorflow as tf
