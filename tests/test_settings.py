@@ -101,7 +101,7 @@ def test_a_retry_after_tensorflow_created_its_devices_says_so():
 
 def test_a_device_that_cannot_be_created_fails_every_op_naming_the_setting():
     run = probe("device_unavailable", env={"TF_LMS_CPU_DEVICE_MEMORY_MB": "1024"})
-    for name in ("first_op", "second_op", "statistics"):
+    for name in ("first_op", "second_op", "statistics", "session"):
         assert run.result[name] is not None, f"{name} ran uncapped\n{describe(run)}"
         kind, message = run.result[name]
         assert kind == "RuntimeError", (name, kind, message)

@@ -96,7 +96,8 @@ def device_unavailable() -> None:
     result = {}
     for name, op in {"first_op": lambda: tf.fill((1024, 1024), 1.0),
                      "second_op": lambda: tf.reduce_sum(tf.ones((4,))),
-                     "statistics": lambda: lms.get_statistics(0)}.items():
+                     "statistics": lambda: lms.get_statistics(0),
+                     "session": lambda: tf.compat.v1.Session()}.items():
         try:
             op()
             result[name] = None  # ran: would mean uncapped, without LMS
