@@ -16,6 +16,26 @@ from pathlib import Path
 from types import ModuleType
 
 _ADAPTER: ctypes.CDLL | None = None
+# Whether this process loaded the interposer (before TensorFlow). It survives
+# a failed `import tensorflow_lms_allocator`: Python drops the package from
+# sys.modules but keeps this submodule, so a retry after fixing a bad
+# environment value knows TensorFlow was imported by us, not before us.
+_INTERPOSER_LOADED = False
+
+# The exception each error code of the adapter's C API (cc/tf_adapter/c_api.h)
+# raises, by the code's name (tf_lms_code_name), so the type never depends on
+# the message text. An error while importing raises ImportError instead when
+# it is FAILED_PRECONDITION (another TensorFlow version, no interposer,
+# devices created too early): the package cannot be used in this process.
+_EXCEPTIONS: dict[str, type[Exception]] = {
+    "INVALID_ARGUMENT": ValueError,
+    "NOT_FOUND": ValueError,
+    "RESOURCE_EXHAUSTED": MemoryError,
+    "FAILED_PRECONDITION": RuntimeError,
+    "INTERNAL": RuntimeError,
+}
+
+_MESSAGE_BYTES = 2048
 
 
 def _library_dir() -> Path:
@@ -38,18 +58,77 @@ def _check_tensorflow_not_loaded() -> None:
             "first, before `import tensorflow` and `import keras`.")
 
 
+def message_buffer() -> ctypes.Array:
+    """A buffer for the message of a C API call that may fail."""
+    return ctypes.create_string_buffer(_MESSAGE_BYTES)
+
+
+def error(code: int, message: ctypes.Array) -> Exception:
+    """The exception for a failed C API call: its type from `code` alone.
+
+    Example:
+        >>> buffer = message_buffer()
+        >>> code = adapter().tf_lms_set_flag(b"lms_enabled", 1, buffer, len(buffer))
+        >>> if code != 0:  # doctest: +SKIP
+        ...     raise error(code, buffer)
+    """
+    name = adapter().tf_lms_code_name(code).decode()
+    return _EXCEPTIONS.get(name, RuntimeError)(message.value.decode(errors="replace"))
+
+
+def _declare_signatures(lib: ctypes.CDLL) -> None:
+    """ctypes signatures of the C API (cc/tf_adapter/c_api.h)."""
+    c_message = [ctypes.c_char_p, ctypes.c_size_t]
+    lib.tf_lms_code_name.argtypes = [ctypes.c_int]
+    lib.tf_lms_code_name.restype = ctypes.c_char_p
+    lib.tf_lms_configure.argtypes = [ctypes.c_char_p, *c_message]
+    lib.tf_lms_device_status.argtypes = c_message
+    lib.tf_lms_set_flag.argtypes = [ctypes.c_char_p, ctypes.c_int, *c_message]
+    lib.tf_lms_get_flag.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_int),
+                                    *c_message]
+    lib.tf_lms_keep_fault_handler_first.argtypes = [ctypes.c_int]
+    lib.tf_lms_keep_fault_handler_first.restype = None
+    lib.tf_lms_num_statistics.argtypes = []
+    lib.tf_lms_statistic_name.argtypes = [ctypes.c_int]
+    lib.tf_lms_statistic_name.restype = ctypes.c_char_p
+    lib.tf_lms_get_statistics.argtypes = [ctypes.POINTER(ctypes.c_int64), ctypes.c_int,
+                                          *c_message]
+    lib.tf_lms_unpinned_touches.argtypes = []
+    lib.tf_lms_unpinned_touches.restype = ctypes.c_void_p
+    lib.tf_lms_clear_unpinned_touches.argtypes = []
+    lib.tf_lms_clear_unpinned_touches.restype = None
+    lib.tf_lms_free_string.argtypes = [ctypes.c_void_p]
+    lib.tf_lms_free_string.restype = None
+    lib.tf_lms_test_allocate_raw.argtypes = [ctypes.c_size_t, ctypes.c_size_t, ctypes.c_int,
+                                             ctypes.POINTER(ctypes.c_void_p), *c_message]
+    lib.tf_lms_test_allocation_sizes.argtypes = [ctypes.c_void_p,
+                                                 ctypes.POINTER(ctypes.c_size_t),
+                                                 ctypes.POINTER(ctypes.c_size_t)]
+    lib.tf_lms_test_deallocate_raw.argtypes = [ctypes.c_void_p]
+
+
 def install() -> ModuleType:
     """Loads the interposer, imports TensorFlow, loads and configures the adapter.
 
     Returns the tensorflow module. Raises ImportError if TensorFlow was
-    imported first, ValueError for a bad environment setting (naming it).
+    imported first (or the package cannot serve this TensorFlow), ValueError
+    for an environment setting that cannot give a working device (naming the
+    variable, its value and the valid range), MemoryError if valid settings
+    cannot be served by this process. After such an error, correcting the
+    setting (os.environ) and importing again works as long as TensorFlow has
+    not created its devices in between.
+
+    Example:
+        >>> import tensorflow_lms_allocator  # runs install(); then tensorflow
     """
-    global _ADAPTER
+    global _ADAPTER, _INTERPOSER_LOADED
     import tensorflow_lms_allocator._engine  # noqa: F401  (the build is present)
 
-    _check_tensorflow_not_loaded()
     libs = _library_dir()
-    ctypes.CDLL(str(libs / "libtf_lms_interposer.so"), mode=ctypes.RTLD_GLOBAL)
+    if not _INTERPOSER_LOADED:
+        _check_tensorflow_not_loaded()
+        ctypes.CDLL(str(libs / "libtf_lms_interposer.so"), mode=ctypes.RTLD_GLOBAL)
+        _INTERPOSER_LOADED = True
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
     if os.environ.get("TF_LMS_CPU_DEVICE_MEMORY_MB"):
         # TensorFlow's oneDNN CPU kernels crash (MklConvOp::Compute after a
@@ -59,23 +138,113 @@ def install() -> ModuleType:
         os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
     import tensorflow as tf
 
-    adapter = ctypes.CDLL(str(libs / "libtf_lms_adapter.so"))
-    adapter.tf_lms_configure.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
-    adapter.tf_lms_set_flag.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_char_p,
-                                        ctypes.c_size_t]
-    adapter.tf_lms_statistic_name.restype = ctypes.c_char_p
-    adapter.tf_lms_device_error.restype = ctypes.c_char_p
-    adapter.tf_lms_get_statistics.argtypes = [ctypes.POINTER(ctypes.c_int64), ctypes.c_int]
-    adapter.tf_lms_unpinned_touches.restype = ctypes.c_void_p
-    adapter.tf_lms_free_string.argtypes = [ctypes.c_void_p]
-    error = ctypes.create_string_buffer(1024)
-    if adapter.tf_lms_configure(tf.__version__.encode(), error, len(error)) != 0:
-        message = error.value.decode()
-        if "TF_" in message and "=" in message:
-            raise ValueError(message)
-        raise ImportError(message)
-    _ADAPTER = adapter
+    lib = ctypes.CDLL(str(libs / "libtf_lms_adapter.so"))
+    _declare_signatures(lib)
+    message = message_buffer()
+    code = lib.tf_lms_configure(tf.__version__.encode(), message, len(message))
+    if code != 0:
+        name = lib.tf_lms_code_name(code).decode()
+        text = message.value.decode(errors="replace")
+        if name == "FAILED_PRECONDITION":
+            raise ImportError(text)
+        raise _EXCEPTIONS.get(name, ImportError)(text)
+    _ADAPTER = lib
+    _check_device_at_first_use(tf)
+    enabled = ctypes.c_int(0)
+    if lib.tf_lms_get_flag(b"strict", ctypes.byref(enabled), message, len(message)) != 0:
+        raise ImportError(message.value.decode(errors="replace"))
+    if enabled.value:
+        _keep_strict_handler_first(lib)
     return tf
+
+
+def _keep_strict_handler_first(lib: ctypes.CDLL) -> None:
+    """Keeps strict mode's SIGSEGV handler first when faulthandler is enabled later.
+
+    faulthandler.enable() replaces every SIGSEGV handler with its own, which
+    would report strict mode's harmless faults (unpinned touches of evicted
+    memory) as a fatal error. After it runs, strict mode's handler goes back
+    on top and forwards every fault that is not an unpinned touch to
+    faulthandler, so real crashes still dump their traceback; after
+    faulthandler.disable(), it forwards to what was there before.
+
+    Example:
+        >>> faulthandler.enable()  # doctest: +SKIP  (strict mode keeps working)
+    """
+    import faulthandler
+    import functools
+
+    original_enable = faulthandler.enable
+    original_disable = faulthandler.disable
+
+    @functools.wraps(original_enable)
+    def enable(*args, **kwargs):  # type: ignore[no-untyped-def]
+        was_enabled = faulthandler.is_enabled()
+        original_enable(*args, **kwargs)
+        if not was_enabled:
+            lib.tf_lms_keep_fault_handler_first(0)
+
+    @functools.wraps(original_disable)
+    def disable():  # type: ignore[no-untyped-def]
+        was_enabled = faulthandler.is_enabled()
+        original_disable()
+        if was_enabled:
+            lib.tf_lms_keep_fault_handler_first(1)
+
+    faulthandler.enable = enable
+    faulthandler.disable = disable
+
+
+def _raise_if_device_unavailable() -> None:
+    """Raises RuntimeError (naming the settings) if the emulated device failed."""
+    message = message_buffer()
+    code = adapter().tf_lms_device_status(message, len(message))
+    if code != 0:
+        raise error(code, message)
+
+
+def _check_device_at_first_use(tf: ModuleType) -> None:
+    """Makes TensorFlow's first op raise if the emulated device could not be created.
+
+    The device is created when TensorFlow's eager context initialises
+    (Context.ensure_initialized, called before every op until it has run) or
+    when a tf.compat.v1 Session is created. If LMS could not create it, the
+    adapter gives TensorFlow an allocator whose every allocation fails, so
+    nothing runs uncapped; these wrappers raise the reason (RuntimeError,
+    naming the settings) from the eager context's initialisation (the first
+    op, and every later one) and from every Session's construction, before
+    TensorFlow reaches code that does not survive a failed allocation (tensor
+    conversion from Python values, constants in graphs). Once the device is
+    known good, the eager wrapper puts the original method back, so it costs
+    nothing afterwards.
+
+    Example:
+        >>> tf.fill((2,), 1.0)  # doctest: +SKIP
+        RuntimeError: the emulated device (TF_LMS_CPU_DEVICE_MEMORY_MB=1024, ...) could not be created: ...
+    """
+    from tensorflow.python.client import session
+    from tensorflow.python.eager import context
+
+    cls = context.Context
+    original = cls.ensure_initialized
+
+    def ensure_initialized(self: context.Context) -> None:
+        original(self)
+        _raise_if_device_unavailable()
+        if cls.ensure_initialized is ensure_initialized:
+            cls.ensure_initialized = original
+
+    ensure_initialized.__doc__ = original.__doc__
+    cls.ensure_initialized = ensure_initialized
+
+    original_session_init = session.BaseSession.__init__
+
+    def session_init(self: session.BaseSession, *args: object, **kwargs: object) -> None:
+        original_session_init(self, *args, **kwargs)
+        _raise_if_device_unavailable()
+
+    session_init.__doc__ = original_session_init.__doc__
+    session.BaseSession.__init__ = session_init
 
 
 def adapter() -> ctypes.CDLL:

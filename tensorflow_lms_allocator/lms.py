@@ -12,20 +12,21 @@ Example:
     123731968
 
 Statistics take a device: ``0`` (the first LMS device, as IBM's took a GPU
-index) or a device string such as ``"GPU:0"`` or ``"CPU:0"``. Without a GPU
-backend, the only LMS device is the emulated one that
-``TF_LMS_CPU_DEVICE_MEMORY_MB`` puts on ``CPU:0``.
+index), a device name in any form TensorFlow prints or accepts (``"CPU:0"``,
+``"/device:CPU:0"``, ``"/job:localhost/replica:0/task:0/device:CPU:0"``), or
+a device object from ``tf.config.list_logical_devices()`` /
+``list_physical_devices()``. Without a GPU backend, the only LMS device is the
+emulated one that ``TF_LMS_CPU_DEVICE_MEMORY_MB`` puts on ``CPU:0``.
 """
 
 from __future__ import annotations
 
 import ctypes
+import numbers
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 from tensorflow_lms_allocator import _overlay
-
-_LMS, _DEFRAG = 0, 1
 
 # Public statistic name -> the engine's name for it.
 STATISTICS: dict[str, str] = {
@@ -62,20 +63,54 @@ def check_no_gpu(tf_module) -> None:
             "TF_LMS_ENABLED or hide the GPUs (CUDA_VISIBLE_DEVICES=).")
 
 
-def _set_flag(which: int, enabled: bool, setting: str) -> None:
-    if not isinstance(enabled, bool):
-        raise TypeError(f"{setting} takes True or False, not {enabled!r}")
-    if enabled and which == _LMS:
+def _as_bool(value: Any, function: str) -> bool:
+    """`value` as a bool, accepting what TensorFlow's config setters accept.
+
+    True/False, NumPy booleans (``np.bool_``) and the integers 0 and 1 (Python
+    or NumPy); anything else is a TypeError, in particular strings, since
+    ``bool("false")`` is True.
+
+    Example:
+        >>> _as_bool(np.bool_(True), "set_lms_enabled")  # doctest: +SKIP
+        True
+    """
+    import numpy as np
+
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, numbers.Integral) and int(value) in (0, 1):
+        return bool(int(value))
+    raise TypeError(f"{function} takes True or False (or 1/0, or a NumPy bool), "
+                    f"not {value!r}")
+
+
+def _set_flag(setting: bytes, enabled: Any, function: str) -> None:
+    flag = _as_bool(enabled, function)
+    if flag and setting == b"lms_enabled":
         import tensorflow as tf
 
         check_no_gpu(tf)
-    error = ctypes.create_string_buffer(512)
-    if _overlay.adapter().tf_lms_set_flag(which, int(enabled), error, len(error)) != 0:
-        raise RuntimeError(error.value.decode())
+    message = _overlay.message_buffer()
+    code = _overlay.adapter().tf_lms_set_flag(setting, int(flag), message, len(message))
+    if code != 0:
+        raise _overlay.error(code, message)
+
+
+def _get_flag(setting: bytes) -> bool:
+    message = _overlay.message_buffer()
+    value = ctypes.c_int(0)
+    code = _overlay.adapter().tf_lms_get_flag(setting, ctypes.byref(value), message,
+                                               len(message))
+    if code != 0:
+        raise _overlay.error(code, message)
+    return bool(value.value)
 
 
 def set_lms_enabled(enabled: bool) -> None:
     """Turns Large Model Support on or off; call it before the first op.
+
+    `enabled` is a bool, a NumPy bool or 0/1, as TensorFlow's own config
+    setters take.
 
     Example:
         >>> tf.config.experimental.set_lms_enabled(True)  # doctest: +SKIP
@@ -83,12 +118,12 @@ def set_lms_enabled(enabled: bool) -> None:
     Raises RuntimeError once TensorFlow has created its devices (use the
     environment variable TF_LMS_ENABLED=1 to set it before any code runs).
     """
-    _set_flag(_LMS, enabled, "set_lms_enabled")
+    _set_flag(b"lms_enabled", enabled, "set_lms_enabled")
 
 
 def get_lms_enabled() -> bool:
     """Whether LMS is on. Example: ``tf.config.experimental.get_lms_enabled()``."""
-    return bool(_overlay.adapter().tf_lms_get_flag(_LMS))
+    return _get_flag(b"lms_enabled")
 
 
 def set_lms_defrag_enabled(enabled: bool) -> None:
@@ -100,32 +135,52 @@ def set_lms_defrag_enabled(enabled: bool) -> None:
     Example:
         >>> tf.config.experimental.set_lms_defrag_enabled(True)  # doctest: +SKIP
     """
-    _set_flag(_DEFRAG, enabled, "set_lms_defrag_enabled")
+    _set_flag(b"lms_defrag_enabled", enabled, "set_lms_defrag_enabled")
 
 
 def get_lms_defrag_enabled() -> bool:
     """Whether LMS defragmentation is on."""
-    return bool(_overlay.adapter().tf_lms_get_flag(_DEFRAG))
+    return _get_flag(b"lms_defrag_enabled")
 
 
-def _check_device(device: int | str) -> None:
-    if isinstance(device, bool) or not isinstance(device, (int, str)):
-        raise TypeError(f"device must be an index like 0 or a string like 'GPU:0', "
-                        f"not {device!r}")
-    if isinstance(device, int):
-        if device != 0:
+def _check_device(device: Any) -> None:
+    """Accepts `device` if it names the LMS device, as TensorFlow names devices.
+
+    Example:
+        >>> _check_device("/job:localhost/replica:0/task:0/device:CPU:0")  # doctest: +SKIP
+    """
+    import numpy as np
+
+    if isinstance(device, numbers.Integral) and not isinstance(device, (bool, np.bool_)):
+        if int(device) != 0:
             raise ValueError(f"no LMS device with index {device}: this build has one, "
                              "the emulated device (index 0, 'CPU:0')")
         return
-    name = device.upper().replace("/DEVICE:", "").lstrip("/")
-    if name.startswith("GPU:"):
+    # A LogicalDevice or PhysicalDevice names itself in .name.
+    name = device if isinstance(device, str) else getattr(device, "name", None)
+    if not isinstance(name, str):
+        raise TypeError(f"device must be an index like 0, a device name like 'CPU:0' or "
+                        f"'/job:localhost/replica:0/task:0/device:CPU:0', or a device "
+                        f"from tf.config.list_logical_devices(), not {device!r}")
+    import tensorflow as tf
+
+    try:
+        spec = tf.DeviceSpec.from_string(name.replace("/physical_device:", "/device:"))
+    except ValueError as error:
+        raise ValueError(f"{device!r} is not a device name; use 0, 'CPU:0' or "
+                         "'/job:localhost/replica:0/task:0/device:CPU:0'") from error
+    kind = (spec.device_type or "").upper()
+    local = (spec.job in (None, "localhost") and spec.replica in (None, 0)
+             and spec.task in (None, 0))
+    if kind == "GPU":
         raise ValueError(f"no LMS allocator on {device!r}: this build has no GPU "
                          "backend yet; its LMS device is the emulated 'CPU:0'")
-    if name not in ("CPU:0", "XLA_CPU:0"):
-        raise ValueError(f"unknown device {device!r}; use 0, 'CPU:0' or 'GPU:0'")
+    if kind not in ("CPU", "XLA_CPU") or spec.device_index not in (None, 0) or not local:
+        raise ValueError(f"unknown device {device!r}; use 0, 'CPU:0' or 'GPU:0' (or "
+                         "the full name, '/job:localhost/replica:0/task:0/device:CPU:0')")
 
 
-def get_statistics(device: int | str = 0) -> dict[str, int]:
+def get_statistics(device: int | str | Any = 0) -> dict[str, int]:
     """Every LMS statistic of `device` as a dict (engine names).
 
     Example:
@@ -140,13 +195,10 @@ def get_statistics(device: int | str = 0) -> dict[str, int]:
     lib = _overlay.adapter()
     count = lib.tf_lms_num_statistics()
     values = (ctypes.c_int64 * count)()
-    if lib.tf_lms_get_statistics(values, count) != 0:
-        device_error = lib.tf_lms_device_error()
-        if device_error:
-            raise RuntimeError(device_error.decode())
-        raise ValueError(
-            f"{device!r} has no LMS allocator: set TF_LMS_CPU_DEVICE_MEMORY_MB=<MiB> "
-            "before starting Python to run the CPU device as an emulated GPU")
+    message = _overlay.message_buffer()
+    code = lib.tf_lms_get_statistics(values, count, message, len(message))
+    if code != 0:
+        raise _overlay.error(code, message)
     return {lib.tf_lms_statistic_name(i).decode(): values[i] for i in range(count)}
 
 

@@ -172,5 +172,5 @@ def test_a_kernel_reading_a_slice_of_an_evicted_tensor_pins_and_pages_it_in():
 
 def test_the_adapter_refuses_a_tensorflow_version_it_was_not_built_for():
     run = run_program("probes.py", "wrong_version")
-    assert run.result and run.result["code"] == 1, describe(run)
+    assert run.result and run.result["code"] == "FAILED_PRECONDITION", describe(run)
     assert "built for TensorFlow 2.21.0 but TensorFlow 2.20.0" in run.result["message"]

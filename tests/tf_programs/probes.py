@@ -131,7 +131,8 @@ def wrong_version() -> None:
 
     error = ctypes.create_string_buffer(512)
     code = _overlay.adapter().tf_lms_configure(b"2.20.0", error, len(error))
-    emit({"code": code, "message": error.value.decode()})
+    emit({"code": _overlay.adapter().tf_lms_code_name(code).decode(),
+          "message": error.value.decode()})
 
 
 def late_import() -> None:

@@ -1,6 +1,9 @@
 #include "engine/env_options.h"
 
+#include <unistd.h>
+
 #include <cctype>
+#include <cstdint>
 #include <cstdlib>
 #include <string>
 
@@ -19,7 +22,7 @@ Status MegabytesFromEnv(const char* name, bool* present, size_t* bytes) {
                            "use e.g. " + name + "=4096");
   }
   if (value.size() > 12) {
-    return InvalidArgument(quoted + " is too large (at most 999999999999 MiB)");
+    return InvalidArgument(quoted + " is too large: no machine has that many MiB");
   }
   const unsigned long long mb = std::strtoull(value.c_str(), nullptr, 10);
   if (mb == 0) {
@@ -50,6 +53,53 @@ Status HostLimitFromEnv(size_t* bytes) {
   bool present = false;
   *bytes = kDefaultHostLimitBytes;
   return MegabytesFromEnv("TF_GPU_HOST_MEM_LIMIT_IN_MB", &present, bytes);
+}
+
+size_t MachineMemoryBytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page_bytes = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page_bytes <= 0) return 0;
+  return static_cast<size_t>(pages) * static_cast<size_t>(page_bytes);
+}
+
+size_t MaxMemorySettingBytes(size_t granule_bytes, size_t machine_bytes) {
+  // An unknown machine size (sysconf failed) bounds nothing.
+  if (machine_bytes == 0) machine_bytes = SIZE_MAX / 2;
+  return machine_bytes / granule_bytes * granule_bytes;
+}
+
+Status CheckMemorySetting(const char* name, size_t bytes, size_t granule_bytes,
+                          size_t machine_bytes) {
+  const size_t mib = size_t{1} << 20;
+  const size_t step = granule_bytes / mib;
+  const size_t max_mb = MaxMemorySettingBytes(granule_bytes, machine_bytes) / mib;
+  const std::string quoted = std::string(name) + "='" + std::to_string(bytes / mib) + "'";
+  const std::string range = "valid values are whole numbers of " + std::to_string(step) +
+                            " MiB granules from " + std::to_string(step) + " to " +
+                            std::to_string(max_mb) + " (this machine's memory)";
+  if (bytes < granule_bytes) {
+    return InvalidArgument(quoted + " is less than one granule (" + std::to_string(step) +
+                           " MiB) and gives no usable memory; " + range);
+  }
+  if (bytes / mib > max_mb) {
+    return InvalidArgument(quoted + " is more than this machine's memory (" +
+                           std::to_string(machine_bytes / mib) + " MiB); " + range);
+  }
+  if (bytes % granule_bytes != 0) {
+    const size_t below = bytes / granule_bytes * step;
+    const size_t above = below + step;
+    std::string nearest = std::to_string(below);
+    if (above <= max_mb) nearest += " or " + std::to_string(above);
+    return InvalidArgument(quoted + " is not a whole number of " + std::to_string(step) +
+                           " MiB granules and would be rounded down; use " + nearest +
+                           "; " + range);
+  }
+  return Status::Ok();
+}
+
+size_t DefaultHostLimitBytes(size_t granule_bytes, size_t machine_bytes) {
+  const size_t max = MaxMemorySettingBytes(granule_bytes, machine_bytes);
+  return kDefaultHostLimitBytes < max ? kDefaultHostLimitBytes : max;
 }
 
 }  // namespace lms

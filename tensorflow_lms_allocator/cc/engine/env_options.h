@@ -2,6 +2,16 @@
 // the variable and the value. Every front end (the TensorFlow adapter, the
 // Python binding, the benchmarks) goes through here, so a setting means the
 // same thing everywhere.
+//
+// Two levels of checking:
+//   - MegabytesFromEnv / FlagFromEnv / HostLimitFromEnv check the syntax
+//     (a whole number of MiB, a boolean). The engine's own Python API uses
+//     them with whatever granule size it is given.
+//   - CheckMemorySetting checks that a size gives a working device: at least
+//     one granule, a whole number of granules (a value that would be rounded
+//     is refused with the nearest valid values, never silently rounded), and
+//     no more than the machine's memory. The TensorFlow adapter applies it to
+//     TF_LMS_CPU_DEVICE_MEMORY_MB and TF_GPU_HOST_MEM_LIMIT_IN_MB at import.
 #ifndef TENSORFLOW_LMS_ALLOCATOR_CC_ENGINE_ENV_OPTIONS_H_
 #define TENSORFLOW_LMS_ALLOCATOR_CC_ENGINE_ENV_OPTIONS_H_
 
@@ -24,6 +34,30 @@ Status FlagFromEnv(const char* name, bool* present, bool* value);
 
 // The host pool's size: TF_GPU_HOST_MEM_LIMIT_IN_MB, else 64 GiB.
 Status HostLimitFromEnv(size_t* bytes);
+
+// The machine's physical memory (sysconf(_SC_PHYS_PAGES) pages). Neither the
+// emulated device nor the host pool can hold more than this, so it bounds
+// both settings; the host pool is a sparse file, so a limit costs nothing
+// until evicted tensors fill it.
+size_t MachineMemoryBytes();
+
+// The largest valid value of a memory setting: `machine_bytes` rounded down
+// to whole granules.
+size_t MaxMemorySettingBytes(size_t granule_bytes, size_t machine_bytes);
+
+// Checks that `bytes`, read from the environment variable `name`, gives a
+// working pool of `granule_bytes` granules on a machine with `machine_bytes`
+// of memory: between one granule and MaxMemorySettingBytes, and a whole
+// number of granules. kInvalidArgument otherwise, naming the variable, its
+// value and the valid range (and the nearest valid values if it would have
+// been rounded). `granule_bytes` must be a multiple of 1 MiB.
+Status CheckMemorySetting(const char* name, size_t bytes, size_t granule_bytes,
+                          size_t machine_bytes);
+
+// TF_GPU_HOST_MEM_LIMIT_IN_MB's default on a machine with `machine_bytes`:
+// TensorFlow's 64 GiB, or the largest valid value if that is less (so the
+// default is valid on every machine).
+size_t DefaultHostLimitBytes(size_t granule_bytes, size_t machine_bytes);
 
 }  // namespace lms
 

@@ -11,25 +11,57 @@ namespace {
 
 constexpr int kMaxMonitors = 16;
 std::atomic<StrictMonitor*> g_monitors[kMaxMonitors];
-struct sigaction g_previous_action;
-std::once_flag g_install_once;
-int g_install_error = 0;
 thread_local const char* t_label = nullptr;
 
-void ForwardToPrevious(int sig, siginfo_t* info, void* context) {
-  if (g_previous_action.sa_flags & SA_SIGINFO) {
-    if (g_previous_action.sa_sigaction != nullptr) {
-      g_previous_action.sa_sigaction(sig, info, context);
+// Note [Keeping the strict handler first]
+// Another library may install its own SIGSEGV handler after ours; Python's
+// faulthandler.enable() (pytest calls it) is the common case. Its handler
+// then sees an unpinned touch first, reports a fatal error and re-raises, and
+// the process dies although the touch was harmless. So InstallHandler() is
+// idempotent and checks who is installed: Watch() (every eviction, a slow
+// path), Report() and ClearReport() call it, and so does the Python package
+// right after faulthandler.enable(). If another handler replaced ours, ours
+// goes back on top and the other becomes the one we forward to, so faults
+// that are not ours still reach it (faulthandler still dumps tracebacks).
+//
+// A forwarded handler may hand the signal back: faulthandler restores its
+// own predecessor (ours) and re-raises. A second, nested entry therefore
+// forwards to the action that was installed before strict mode ever was
+// (usually the default), never around the loop again.
+//
+// The handler reads g_chain[g_chain_index] and g_original; both are written
+// only under g_install_mu, with the index published after the entry.
+std::mutex g_install_mu;
+struct sigaction g_chain[2];
+std::atomic<int> g_chain_index{0};
+struct sigaction g_original;
+bool g_installed_once = false;  // guarded by g_install_mu
+// The older chain entry is what we chained to before the current one (set
+// by a re-install over another handler, cleared by DropChainedHandler).
+bool g_older_entry_valid = false;  // guarded by g_install_mu
+std::atomic<int> g_forwarding{0};
+
+void CallAction(const struct sigaction& action, int sig, siginfo_t* info, void* context) {
+  if (action.sa_flags & SA_SIGINFO) {
+    if (action.sa_sigaction != nullptr) {
+      action.sa_sigaction(sig, info, context);
       return;
     }
-  } else if (g_previous_action.sa_handler != SIG_DFL &&
-             g_previous_action.sa_handler != SIG_IGN) {
-    g_previous_action.sa_handler(sig);
+  } else if (action.sa_handler != SIG_DFL && action.sa_handler != SIG_IGN) {
+    action.sa_handler(sig);
     return;
   }
   // Default action: restore it and return; the access faults again and the
   // process dies with the signal it would have died with.
   signal(sig, SIG_DFL);
+}
+
+void ForwardToPrevious(int sig, siginfo_t* info, void* context) {
+  const bool nested = g_forwarding.fetch_add(1, std::memory_order_acq_rel) > 0;
+  const struct sigaction& next =
+      nested ? g_original : g_chain[g_chain_index.load(std::memory_order_acquire)];
+  CallAction(next, sig, info, context);
+  g_forwarding.fetch_sub(1, std::memory_order_acq_rel);
 }
 
 void OnSegv(int sig, siginfo_t* info, void* context) {
@@ -41,12 +73,41 @@ void OnSegv(int sig, siginfo_t* info, void* context) {
   ForwardToPrevious(sig, info, context);
 }
 
-void InstallHandler() {
+bool IsOurs(const struct sigaction& action) {
+  return (action.sa_flags & SA_SIGINFO) && action.sa_sigaction == OnSegv;
+}
+
+// Puts OnSegv on top of whatever handles SIGSEGV now (see the note).
+// Returns false if sigaction failed.
+bool InstallHandler() {
+  std::lock_guard<std::mutex> lock(g_install_mu);
+  struct sigaction current;
+  if (sigaction(SIGSEGV, nullptr, &current) != 0) return false;
+  if (IsOurs(current)) return true;
+  g_older_entry_valid = g_installed_once;
+  if (!g_installed_once) g_original = current;
+  g_installed_once = true;
+  const int next = 1 - g_chain_index.load(std::memory_order_relaxed);
+  g_chain[next] = current;
+  g_chain_index.store(next, std::memory_order_release);
   struct sigaction action = {};
   action.sa_sigaction = OnSegv;
   action.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
   sigemptyset(&action.sa_mask);
-  if (sigaction(SIGSEGV, &action, &g_previous_action) != 0) g_install_error = 1;
+  return sigaction(SIGSEGV, &action, nullptr) == 0;
+}
+
+// The handler we chain to was uninstalled by its owner and put its own
+// predecessor back (faulthandler.disable() restores ours): chain to what we
+// chained to before it, which the double buffer still holds.
+void DropChainedHandler() {
+  std::lock_guard<std::mutex> lock(g_install_mu);
+  struct sigaction current;
+  if (sigaction(SIGSEGV, nullptr, &current) != 0 || !IsOurs(current)) return;
+  if (!g_older_entry_valid) return;
+  g_older_entry_valid = false;
+  g_chain_index.store(1 - g_chain_index.load(std::memory_order_relaxed),
+                      std::memory_order_release);
 }
 
 }  // namespace
@@ -62,8 +123,7 @@ StrictMonitor::StrictMonitor(uintptr_t base, uint64_t slots,
 Status StrictMonitor::Create(uintptr_t base, uint64_t slots,
                              size_t granule_bytes,
                              std::unique_ptr<StrictMonitor>* out) {
-  std::call_once(g_install_once, InstallHandler);
-  if (g_install_error) {
+  if (!InstallHandler()) {
     return Internal("strict mode (TF_LMS_STRICT=1) could not install its "
                     "SIGSEGV handler");
   }
@@ -89,6 +149,8 @@ StrictMonitor::~StrictMonitor() {
 void StrictMonitor::Watch(uint64_t first_slot, uint64_t count,
                           uint64_t allocation_id, uintptr_t allocation_address,
                           uint64_t allocation_bytes) {
+  // Before the slots become inaccessible: our handler must see their faults.
+  InstallHandler();
   for (uint64_t s = first_slot; s < first_slot + count; ++s) {
     slots_[s].allocation_address.store(allocation_address);
     slots_[s].allocation_bytes.store(allocation_bytes);
@@ -134,7 +196,15 @@ bool StrictMonitor::HandleFault(uintptr_t address) {
   return mprotect(slot_address, granule_bytes_, PROT_READ | PROT_WRITE) == 0;
 }
 
+bool StrictMonitor::EnsureHandlerFirst() { return InstallHandler(); }
+
+void StrictMonitor::ChainedHandlerRemoved() {
+  DropChainedHandler();
+  InstallHandler();
+}
+
 std::vector<UnpinnedTouch> StrictMonitor::Report() const {
+  InstallHandler();
   std::vector<UnpinnedTouch> out;
   const uint64_t n = std::min<uint64_t>(next_touch_.load(), kMaxTouches);
   for (uint64_t i = 0; i < n; ++i) {
@@ -147,6 +217,7 @@ std::vector<UnpinnedTouch> StrictMonitor::Report() const {
 }
 
 void StrictMonitor::ClearReport() {
+  InstallHandler();
   const uint64_t n = std::min<uint64_t>(next_touch_.load(), kMaxTouches);
   for (uint64_t i = 0; i < n; ++i) touches_[i].complete.store(false);
   next_touch_.store(0);

@@ -12,8 +12,18 @@
 // Faults outside every watched slot go to the handler that was installed
 // before, or crash as they would have.
 //
-// Thread-safety: Watch/Unwatch are called under the engine's lock; the
-// handler runs on any thread and reads only atomics; Report() may race with
+// The handler stays first even if another is installed later (Python's
+// faulthandler.enable(), which pytest calls): it is put back on top, with
+// the newcomer chained behind it, before every eviction makes memory
+// inaccessible and on every report query; see Note [Keeping the strict
+// handler first] in strict_monitor.cc. A handler installed after an eviction
+// and before the evicted memory's first unpinned touch sees that touch first,
+// unless the caller calls EnsureHandlerFirst() right after installing it (the
+// Python package does so after faulthandler.enable()).
+//
+// Thread-safety: Watch/Unwatch are called under the engine's lock (and take
+// the handler-installation mutex after it, never before); the handler runs
+// on any thread and reads only atomics and the chain entries it publishes; Report() may race with
 // new touches and returns the ones complete when it looked.
 #ifndef TENSORFLOW_LMS_ALLOCATOR_CC_ENGINE_STRICT_MONITOR_H_
 #define TENSORFLOW_LMS_ALLOCATOR_CC_ENGINE_STRICT_MONITOR_H_
@@ -57,6 +67,15 @@ class StrictMonitor {
   // Touches past kMaxTouches are counted, not recorded.
   uint64_t dropped() const { return dropped_.load(); }
   void ClearReport();
+
+  // Puts strict mode's SIGSEGV handler back on top if another replaced it,
+  // chaining to that one. Idempotent; false if sigaction failed. Not async-
+  // signal-safe (takes a mutex).
+  static bool EnsureHandlerFirst();
+  // The handler installed after ours, to which ours forwards, was removed by
+  // its owner, who put ours back (faulthandler.disable()): forward to the one
+  // before it again. Ours is put back on top if it is not there.
+  static void ChainedHandlerRemoved();
 
   // Labels the calling thread's later touches (the TensorFlow adapter sets
   // the running op's name). `label` must outlive its use; nullptr clears it.

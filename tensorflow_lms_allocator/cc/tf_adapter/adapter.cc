@@ -1,28 +1,41 @@
 // The TensorFlow adapter's entry points: the hooks the interposer calls, and
-// the C functions the Python package calls through ctypes. No exception
-// leaves this file; failures are return codes with a message.
+// the C API the Python package calls through ctypes (c_api.h). No exception
+// leaves this file; failures are TfLmsCode values with a message.
 //
-// Lifecycle: Python loads the interposer (global scope) before TensorFlow,
-// imports TensorFlow, loads this library (private scope) and calls
-// tf_lms_configure(), which checks the TensorFlow version, reads the
-// environment and registers the hooks. The emulated device's engine is
-// created on the first GetCPUAllocator call, when TensorFlow creates its
-// devices; from then on LMS can no longer be switched on or off.
+// Settings are checked twice, so a value that cannot give a working device
+// never runs silently:
+//   1. at import (tf_lms_configure): every environment value is parsed and
+//      range-checked (env_options.h), and the emulated device is created once
+//      with those values and discarded, so a value the process cannot serve
+//      (address space, memory for the engine's tables) is an import error
+//      naming the variables;
+//   2. at first use (CpuAllocatorHook): if the device still cannot be created
+//      (the process's limits changed since), TensorFlow gets an
+//      UnavailableDeviceAllocator whose every allocation fails with the
+//      reason, so the first op raises ResourceExhaustedError saying why,
+//      rather than running uncapped on TensorFlow's own allocator.
+#include "tf_adapter/c_api.h"
+
 #include <dlfcn.h>
 
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <string>
 
 #include "backends/posix_backend.h"
 #include "engine/env_options.h"
+#include "engine/strict_monitor.h"
+#include "engine/thread_annotations.h"
 #include "interposer/lms_hooks.h"
 #include "tf_adapter/kernel_pins.h"
 #include "tf_adapter/lms_allocator.h"
+#include "tsl/platform/logging.h"
 
 #ifndef LMS_BUILT_FOR_TF_VERSION
 #error "LMS_BUILT_FOR_TF_VERSION must name the TensorFlow version built against"
@@ -31,9 +44,12 @@
 namespace lms {
 namespace {
 
-struct AdapterState {
-  std::mutex mu;
-  // Settings; frozen once the device exists.
+// The emulated device's granule: 2 MiB, as on current NVIDIA GPUs.
+constexpr size_t kEmulatedGranuleBytes = size_t{2} << 20;
+constexpr char kDeviceName[] = "lms_emulated_device";
+
+// What the environment asked for; validated as a whole by tf_lms_configure.
+struct Settings {
   bool lms_enabled = false;
   // On by default: remapping free granules moves no data, so it costs only
   // mapping calls and spares evictions (IBM's was off because its
@@ -41,16 +57,28 @@ struct AdapterState {
   bool defrag_enabled = true;
   bool strict = false;
   size_t device_bytes = 0;  // 0: no emulated device
-  size_t host_bytes = kDefaultHostLimitBytes;
+  size_t host_bytes = 0;
+};
+
+struct AdapterState {
+  std::mutex mu;
+  // True once tf_lms_configure succeeded; the hooks serve nothing before.
+  bool configured LMS_GUARDED_BY(mu) = false;
+  bool hooks_registered LMS_GUARDED_BY(mu) = false;
+  Settings settings LMS_GUARDED_BY(mu);
+  // TensorFlow asked for its CPU allocator: the settings are fixed from here
+  // on, whether or not LMS serves the device.
+  bool device_created LMS_GUARDED_BY(mu) = false;
   // The emulated device, once TensorFlow created it.
-  std::unique_ptr<KernelPins> pins;
+  std::unique_ptr<KernelPins> pins LMS_GUARDED_BY(mu);
+  std::unique_ptr<LmsAllocator> allocator LMS_GUARDED_BY(mu);
+  // Set instead of `allocator` when the device could not be created.
+  std::unique_ptr<UnavailableDeviceAllocator> unavailable LMS_GUARDED_BY(mu);
+  std::string device_error LMS_GUARDED_BY(mu);
+  bool gpu_warned LMS_GUARDED_BY(mu) = false;
   // The hooks read this without the lock: it is set once, before TensorFlow
   // runs a kernel on the device.
   std::atomic<KernelPins*> active_pins{nullptr};
-  std::unique_ptr<LmsAllocator> allocator;
-  bool device_created = false;
-  std::string device_error;
-  bool gpu_warned = false;
 };
 
 AdapterState& State() {
@@ -58,55 +86,135 @@ AdapterState& State() {
   return *state;
 }
 
-int Fail(const std::string& message, char* error, size_t error_len) {
-  if (error != nullptr && error_len > 0) {
-    std::snprintf(error, error_len, "%s", message.c_str());
+TfLmsCode CodeOf(StatusCode code) {
+  switch (code) {
+    case StatusCode::kOk: return TF_LMS_OK;
+    case StatusCode::kInvalidArgument: return TF_LMS_INVALID_ARGUMENT;
+    case StatusCode::kNotFound: return TF_LMS_NOT_FOUND;
+    case StatusCode::kFailedPrecondition: return TF_LMS_FAILED_PRECONDITION;
+    case StatusCode::kResourceExhausted: return TF_LMS_RESOURCE_EXHAUSTED;
+    case StatusCode::kInternal: return TF_LMS_INTERNAL;
   }
-  return 1;
+  return TF_LMS_INTERNAL;
+}
+
+int Fail(TfLmsCode code, const std::string& message, char* out, size_t out_len) {
+  if (out != nullptr && out_len > 0) std::snprintf(out, out_len, "%s", message.c_str());
+  return code;
+}
+
+int Fail(const Status& status, char* out, size_t out_len) {
+  return Fail(CodeOf(status.code()), status.message(), out, out_len);
+}
+
+// "TF_LMS_CPU_DEVICE_MEMORY_MB=64, TF_GPU_HOST_MEM_LIMIT_IN_MB=65536": the
+// values a device was built from, for messages.
+std::string DescribeDevice(const Settings& s) {
+  return "TF_LMS_CPU_DEVICE_MEMORY_MB=" + std::to_string(s.device_bytes >> 20) +
+         ", TF_GPU_HOST_MEM_LIMIT_IN_MB=" + std::to_string(s.host_bytes >> 20) +
+         (s.strict ? ", TF_LMS_STRICT=1" : "");
+}
+
+// Creates the emulated device's engine. Never throws: running out of memory
+// for the engine's tables (std::bad_alloc) is kResourceExhausted, so it
+// cannot unwind through TensorFlow's device creation.
+Status CreateDeviceEngine(const Settings& settings, std::unique_ptr<Engine>* out) {
+  try {
+    std::unique_ptr<Backend> backend;
+    LMS_RETURN_IF_ERROR(PosixBackend::Create(kEmulatedGranuleBytes, &backend));
+    EngineOptions options;
+    options.device_bytes = settings.device_bytes;
+    options.host_bytes = settings.host_bytes;
+    options.lms_enabled = settings.lms_enabled;
+    options.defrag_enabled = settings.defrag_enabled;
+    options.strict = settings.strict;
+    return Engine::Create(options, std::move(backend), out);
+  } catch (const std::bad_alloc&) {
+    return ResourceExhausted("out of memory for the engine's tables");
+  } catch (const std::exception& e) {
+    return Internal(e.what());
+  }
+}
+
+Status DeviceCreationError(const Settings& settings, const Status& cause) {
+  return Status(cause.code(), "the emulated device (" + DescribeDevice(settings) +
+                                  ") could not be created: " + cause.ToString() +
+                                  "; lower these values or raise the process's "
+                                  "limits (ulimit -v)");
+}
+
+// Reads and validates the environment into *out.
+Status ReadSettings(Settings* out) {
+  Settings s;
+  const size_t machine = MachineMemoryBytes();
+  bool device_present = false;
+  bool host_present = false;
+  bool present = false;
+  LMS_RETURN_IF_ERROR(FlagFromEnv("TF_LMS_ENABLED", &present, &s.lms_enabled));
+  LMS_RETURN_IF_ERROR(FlagFromEnv("TF_LMS_DEFRAG_ENABLED", &present, &s.defrag_enabled));
+  LMS_RETURN_IF_ERROR(FlagFromEnv("TF_LMS_STRICT", &present, &s.strict));
+  LMS_RETURN_IF_ERROR(
+      MegabytesFromEnv("TF_LMS_CPU_DEVICE_MEMORY_MB", &device_present, &s.device_bytes));
+  if (device_present) {
+    LMS_RETURN_IF_ERROR(CheckMemorySetting("TF_LMS_CPU_DEVICE_MEMORY_MB", s.device_bytes,
+                                           kEmulatedGranuleBytes, machine));
+  }
+  // The host pool is a sparse file: TensorFlow's 64 GiB default costs nothing
+  // until evicted tensors fill it, but it is capped at the machine's memory
+  // so that the default is itself a valid value.
+  s.host_bytes = DefaultHostLimitBytes(kEmulatedGranuleBytes, machine);
+  LMS_RETURN_IF_ERROR(
+      MegabytesFromEnv("TF_GPU_HOST_MEM_LIMIT_IN_MB", &host_present, &s.host_bytes));
+  if (host_present) {
+    LMS_RETURN_IF_ERROR(CheckMemorySetting("TF_GPU_HOST_MEM_LIMIT_IN_MB", s.host_bytes,
+                                           kEmulatedGranuleBytes, machine));
+  }
+  *out = s;
+  return Status::Ok();
 }
 
 void* CpuAllocatorHook(void* original, int /*numa_node*/) {
   AdapterState& st = State();
   std::lock_guard<std::mutex> lock(st.mu);
   if (st.allocator != nullptr) return st.allocator.get();
-  if (st.device_created || st.device_bytes == 0) {
-    st.device_created = true;
-    return original;
-  }
+  if (st.unavailable != nullptr) return st.unavailable.get();
+  const bool first = !st.device_created;
   st.device_created = true;
-  std::unique_ptr<Backend> backend;
-  Status s = PosixBackend::Create(size_t{2} << 20, &backend);
-  EngineOptions options;
-  options.device_bytes = st.device_bytes;
-  options.host_bytes = st.host_bytes;
-  options.lms_enabled = st.lms_enabled;
-  options.defrag_enabled = st.defrag_enabled;
-  options.strict = st.strict;
+  if (!st.configured || st.settings.device_bytes == 0 || !first) return original;
   std::unique_ptr<Engine> engine;
-  if (s.ok()) s = Engine::Create(options, std::move(backend), &engine);
-  if (!s.ok()) {
-    st.device_error = "the emulated device (TF_LMS_CPU_DEVICE_MEMORY_MB) could not be "
-                      "created: " + s.ToString();
-    std::fprintf(stderr, "tensorflow_lms_allocator: %s; CPU:0 runs without it\n",
-                 st.device_error.c_str());
-    return original;
+  Status s = CreateDeviceEngine(st.settings, &engine);
+  if (s.ok()) {
+    try {
+      auto pins = std::make_unique<KernelPins>(engine.get());
+      auto allocator = std::make_unique<LmsAllocator>(kDeviceName, std::move(engine),
+                                                      pins.get());
+      st.pins = std::move(pins);
+      st.allocator = std::move(allocator);
+    } catch (const std::bad_alloc&) {
+      s = ResourceExhausted("out of memory for the adapter's tables");
+    }
   }
-  st.pins = std::make_unique<KernelPins>(engine.get());
+  if (!s.ok()) {
+    st.device_error = DeviceCreationError(st.settings, s).message();
+    LOG(ERROR) << "tensorflow_lms_allocator: " << st.device_error
+               << "; every allocation on CPU:0 fails";
+    // Not `original`: that would run the program uncapped, without LMS.
+    st.unavailable = std::make_unique<UnavailableDeviceAllocator>(kDeviceName,
+                                                                  st.device_error);
+    return st.unavailable.get();
+  }
   st.active_pins.store(st.pins.get(), std::memory_order_release);
-  st.allocator = std::make_unique<LmsAllocator>("lms_emulated_device", std::move(engine),
-                                                st.pins.get());
   return st.allocator.get();
 }
 
 void* GpuAllocatorHook(void* original, int tf_device_id) {
   AdapterState& st = State();
   std::lock_guard<std::mutex> lock(st.mu);
-  if (st.lms_enabled && !st.gpu_warned) {
+  if (st.settings.lms_enabled && !st.gpu_warned) {
     st.gpu_warned = true;
-    std::fprintf(stderr,
-                 "tensorflow_lms_allocator: ERROR: LMS is enabled but this build has no "
-                 "GPU backend yet; GPU:%d uses TensorFlow's own allocator, without LMS\n",
-                 tf_device_id);
+    LOG(ERROR) << "tensorflow_lms_allocator: LMS is enabled but this build has no GPU "
+                  "backend yet; GPU:"
+               << tf_device_id << " uses TensorFlow's own allocator, without LMS";
   }
   return original;
 }
@@ -124,10 +232,37 @@ void ContextDestroyedHook(void* context) {
 const TfLmsHooks kHooks = {ContextCreatedHook, ContextDestroyedHook, CpuAllocatorHook,
                            GpuAllocatorHook};
 
-Engine* DeviceEngine() {
+// The device's allocator, or null with *status saying why there is none.
+LmsAllocator* DeviceAllocator(Status* status) {
   AdapterState& st = State();
   std::lock_guard<std::mutex> lock(st.mu);
-  return st.allocator != nullptr ? &st.allocator->engine() : nullptr;
+  if (st.allocator != nullptr) return st.allocator.get();
+  if (!st.device_error.empty()) {
+    *status = FailedPrecondition(st.device_error);
+  } else if (st.configured && st.settings.device_bytes != 0) {
+    *status = FailedPrecondition("TensorFlow has not created its devices yet");
+  } else {
+    *status = NotFound(
+        "CPU:0 has no LMS allocator: set TF_LMS_CPU_DEVICE_MEMORY_MB=<MiB> before "
+        "starting Python to run the CPU device as an emulated GPU");
+  }
+  return nullptr;
+}
+
+Engine* DeviceEngine() {
+  Status ignored;
+  LmsAllocator* allocator = DeviceAllocator(&ignored);
+  return allocator != nullptr ? &allocator->engine() : nullptr;
+}
+
+// The flag a settable name refers to, or null. With `readable_only`, also
+// the flags fixed at import.
+bool* FlagNamed(Settings& s, const char* name, bool readable_only = false) {
+  if (name == nullptr) return nullptr;
+  if (std::strcmp(name, "lms_enabled") == 0) return &s.lms_enabled;
+  if (std::strcmp(name, "lms_defrag_enabled") == 0) return &s.defrag_enabled;
+  if (readable_only && std::strcmp(name, "strict") == 0) return &s.strict;
+  return nullptr;
 }
 
 // The statistics, in the order tf_lms_statistic_name() lists them.
@@ -141,98 +276,151 @@ constexpr int kNumStatistics = sizeof(kStatisticNames) / sizeof(kStatisticNames[
 
 extern "C" {
 
-// Checks the TensorFlow version, reads the environment (TF_LMS_ENABLED,
-// TF_LMS_DEFRAG_ENABLED, TF_LMS_STRICT, TF_LMS_CPU_DEVICE_MEMORY_MB,
-// TF_GPU_HOST_MEM_LIMIT_IN_MB) and registers the hooks with the interposer.
-__attribute__((visibility("default"))) int tf_lms_configure(const char* tf_version,
-                                                            char* error, size_t error_len) {
+const char* tf_lms_code_name(int code) {
+  switch (code) {
+    case TF_LMS_OK: return "OK";
+    case TF_LMS_INVALID_ARGUMENT: return "INVALID_ARGUMENT";
+    case TF_LMS_NOT_FOUND: return "NOT_FOUND";
+    case TF_LMS_RESOURCE_EXHAUSTED: return "RESOURCE_EXHAUSTED";
+    case TF_LMS_FAILED_PRECONDITION: return "FAILED_PRECONDITION";
+    case TF_LMS_INTERNAL: return "INTERNAL";
+  }
+  return "UNKNOWN";
+}
+
+int tf_lms_configure(const char* tf_version, char* message, size_t message_len) {
   using namespace lms;
-  if (std::strcmp(tf_version, LMS_BUILT_FOR_TF_VERSION) != 0) {
-    return Fail(std::string("tensorflow_lms_allocator was built for TensorFlow ") +
-                    LMS_BUILT_FOR_TF_VERSION + " but TensorFlow " + tf_version +
+  if (tf_version == nullptr || std::strcmp(tf_version, LMS_BUILT_FOR_TF_VERSION) != 0) {
+    return Fail(TF_LMS_FAILED_PRECONDITION,
+                std::string("tensorflow_lms_allocator was built for TensorFlow ") +
+                    LMS_BUILT_FOR_TF_VERSION + " but TensorFlow " +
+                    (tf_version != nullptr ? tf_version : "(unknown)") +
                     " is installed; install tensorflow==" LMS_BUILT_FOR_TF_VERSION
                     " or rebuild the package against this TensorFlow",
-                error, error_len);
+                message, message_len);
   }
   AdapterState& st = State();
   std::lock_guard<std::mutex> lock(st.mu);
-  bool present = false;
-  Status s = FlagFromEnv("TF_LMS_ENABLED", &present, &st.lms_enabled);
-  if (s.ok()) s = FlagFromEnv("TF_LMS_DEFRAG_ENABLED", &present, &st.defrag_enabled);
-  if (s.ok()) s = FlagFromEnv("TF_LMS_STRICT", &present, &st.strict);
-  if (s.ok()) s = MegabytesFromEnv("TF_LMS_CPU_DEVICE_MEMORY_MB", &present, &st.device_bytes);
-  if (s.ok()) s = HostLimitFromEnv(&st.host_bytes);
-  if (!s.ok()) return Fail(s.message(), error, error_len);
-  auto* reg = reinterpret_cast<int (*)(const TfLmsHooks*)>(
-      dlsym(RTLD_DEFAULT, "tf_lms_register_hooks"));
-  if (reg == nullptr) {
-    return Fail("the LMS interposer is not loaded in the global scope", error, error_len);
+  // The hooks go in first, even if the settings turn out bad: then a retry
+  // after a failed import can tell whether TensorFlow created its devices in
+  // between (without LMS, since nothing was configured).
+  if (!st.hooks_registered) {
+    auto* reg = reinterpret_cast<int (*)(const TfLmsHooks*)>(
+        dlsym(RTLD_DEFAULT, "tf_lms_register_hooks"));
+    if (reg == nullptr || reg(&kHooks) != 0) {
+      return Fail(TF_LMS_FAILED_PRECONDITION,
+                  "the LMS interposer is not loaded in the global scope", message,
+                  message_len);
+    }
+    st.hooks_registered = true;
   }
-  reg(&kHooks);
-  return 0;
+  if (st.device_created && !st.configured) {
+    return Fail(TF_LMS_FAILED_PRECONDITION,
+                "TensorFlow created its devices after the earlier import of "
+                "tensorflow_lms_allocator failed, so they run without LMS and "
+                "the settings can no longer apply in this process; start a new "
+                "Python process with the corrected setting",
+                message, message_len);
+  }
+  if (st.configured) return TF_LMS_OK;  // the package was imported already
+  Settings settings;
+  Status s = ReadSettings(&settings);
+  if (!s.ok()) return Fail(s, message, message_len);
+  if (settings.device_bytes != 0) {
+    // Create the device once and discard it: the pools are sparse files and
+    // the address ranges are only reserved, so this costs a few system calls,
+    // and whatever would make the device fail at TensorFlow's first op fails
+    // here, at import, naming the settings.
+    std::unique_ptr<Engine> trial;
+    s = CreateDeviceEngine(settings, &trial);
+    if (!s.ok()) return Fail(DeviceCreationError(settings, s), message, message_len);
+  }
+  st.settings = settings;
+  st.configured = true;
+  return TF_LMS_OK;
 }
 
-// Why the emulated device could not be created, or null if it was (or was
-// not asked for). The string lives as long as the process.
-__attribute__((visibility("default"))) const char* tf_lms_device_error() {
+int tf_lms_device_status(char* message, size_t message_len) {
   lms::AdapterState& st = lms::State();
   std::lock_guard<std::mutex> lock(st.mu);
-  return st.device_error.empty() ? nullptr : st.device_error.c_str();
+  if (st.device_error.empty()) return TF_LMS_OK;
+  return lms::Fail(TF_LMS_FAILED_PRECONDITION, st.device_error, message, message_len);
 }
 
-// which: 0 LMS, 1 defragmentation. Returns 0, or 1 with *error set when the
-// device already exists and the value would change.
-__attribute__((visibility("default"))) int tf_lms_set_flag(int which, int enabled, char* error,
-                                                           size_t error_len) {
+int tf_lms_set_flag(const char* setting, int enabled, char* message, size_t message_len) {
   lms::AdapterState& st = lms::State();
   std::lock_guard<std::mutex> lock(st.mu);
-  bool& flag = which == 0 ? st.lms_enabled : st.defrag_enabled;
-  if (st.device_created && flag != (enabled != 0)) {
-    return lms::Fail(std::string(which == 0 ? "LMS" : "LMS defragmentation") +
+  bool* flag = lms::FlagNamed(st.settings, setting);
+  if (flag == nullptr) {
+    return lms::Fail(TF_LMS_INVALID_ARGUMENT,
+                     std::string("unknown LMS setting '") + (setting ? setting : "") +
+                         "'; use lms_enabled or lms_defrag_enabled",
+                     message, message_len);
+  }
+  const bool is_lms = std::strcmp(setting, "lms_enabled") == 0;
+  if (st.device_created && *flag != (enabled != 0)) {
+    return lms::Fail(TF_LMS_FAILED_PRECONDITION,
+                     std::string(is_lms ? "LMS" : "LMS defragmentation") +
                          " must be set before TensorFlow creates its devices (before "
                          "the first op or tf.config call that lists logical devices); "
                          "set it right after importing tensorflow, or use the "
                          "environment variable " +
-                         (which == 0 ? "TF_LMS_ENABLED" : "TF_LMS_DEFRAG_ENABLED"),
-                     error, error_len);
+                         (is_lms ? "TF_LMS_ENABLED" : "TF_LMS_DEFRAG_ENABLED"),
+                     message, message_len);
   }
-  flag = enabled != 0;
-  return 0;
+  *flag = enabled != 0;
+  return TF_LMS_OK;
 }
 
-__attribute__((visibility("default"))) int tf_lms_get_flag(int which) {
+int tf_lms_get_flag(const char* setting, int* enabled, char* message,
+                    size_t message_len) {
   lms::AdapterState& st = lms::State();
   std::lock_guard<std::mutex> lock(st.mu);
-  return (which == 0 ? st.lms_enabled : st.defrag_enabled) ? 1 : 0;
+  bool* flag = lms::FlagNamed(st.settings, setting, /*readable_only=*/true);
+  if (flag == nullptr) {
+    return lms::Fail(TF_LMS_INVALID_ARGUMENT,
+                     std::string("unknown LMS setting '") + (setting ? setting : "") +
+                         "'; use lms_enabled, lms_defrag_enabled or strict",
+                     message, message_len);
+  }
+  *enabled = *flag ? 1 : 0;
+  return TF_LMS_OK;
 }
 
-__attribute__((visibility("default"))) int tf_lms_num_statistics() {
-  return lms::kNumStatistics;
+void tf_lms_keep_fault_handler_first(int chained_handler_removed) {
+  lms::AdapterState& st = lms::State();
+  {
+    std::lock_guard<std::mutex> lock(st.mu);
+    if (!st.configured || !st.settings.strict) return;
+  }
+  if (chained_handler_removed) {
+    lms::StrictMonitor::ChainedHandlerRemoved();
+  } else {
+    lms::StrictMonitor::EnsureHandlerFirst();
+  }
 }
 
-__attribute__((visibility("default"))) const char* tf_lms_statistic_name(int i) {
+int tf_lms_num_statistics(void) { return lms::kNumStatistics; }
+
+const char* tf_lms_statistic_name(int i) {
   return i >= 0 && i < lms::kNumStatistics ? lms::kStatisticNames[i] : nullptr;
 }
 
-// Fills values[0..count) in tf_lms_statistic_name order. Returns 1 if there
-// is no LMS device (values untouched).
-__attribute__((visibility("default"))) int tf_lms_get_statistics(int64_t* values, int count) {
-  lms::Engine* engine = lms::DeviceEngine();
-  if (engine == nullptr) return 1;
-  const lms::Statistics s = engine->GetStatistics();
+int tf_lms_get_statistics(int64_t* values, int count, char* message, size_t message_len) {
+  lms::Status status;
+  lms::LmsAllocator* allocator = lms::DeviceAllocator(&status);
+  if (allocator == nullptr) return lms::Fail(status, message, message_len);
+  const lms::Statistics s = allocator->engine().GetStatistics();
   const int64_t all[] = {
 #define LMS_VALUE(n, doc) s.n,
       LMS_FOR_EACH_STATISTIC(LMS_VALUE)
 #undef LMS_VALUE
   };
   for (int i = 0; i < count && i < lms::kNumStatistics; ++i) values[i] = all[i];
-  return 0;
+  return TF_LMS_OK;
 }
 
-// Strict mode's report as lines "address allocation_id allocation_address
-// allocation_bytes label\n", in a buffer the caller frees with
-// tf_lms_free_string. Null if there is no LMS device.
-__attribute__((visibility("default"))) char* tf_lms_unpinned_touches() {
+char* tf_lms_unpinned_touches(void) {
   lms::Engine* engine = lms::DeviceEngine();
   if (engine == nullptr) return nullptr;
   std::string out;
@@ -250,11 +438,43 @@ __attribute__((visibility("default"))) char* tf_lms_unpinned_touches() {
   return strdup(out.c_str());
 }
 
-__attribute__((visibility("default"))) void tf_lms_clear_unpinned_touches() {
+void tf_lms_clear_unpinned_touches(void) {
   lms::Engine* engine = lms::DeviceEngine();
   if (engine != nullptr) engine->ClearUnpinnedTouches();
 }
 
-__attribute__((visibility("default"))) void tf_lms_free_string(char* s) { free(s); }
+void tf_lms_free_string(char* s) { free(s); }
+
+int tf_lms_test_allocate_raw(size_t alignment, size_t num_bytes, int retry_on_failure,
+                             void** ptr, char* message, size_t message_len) {
+  lms::Status status;
+  lms::LmsAllocator* allocator = lms::DeviceAllocator(&status);
+  *ptr = nullptr;
+  if (allocator == nullptr) return lms::Fail(status, message, message_len);
+  tsl::AllocationAttributes attributes;
+  attributes.retry_on_failure = retry_on_failure != 0;
+  *ptr = allocator->AllocateRaw(alignment, num_bytes, attributes);
+  if (*ptr == nullptr) {
+    return lms::Fail(TF_LMS_RESOURCE_EXHAUSTED, allocator->Name(), message, message_len);
+  }
+  return TF_LMS_OK;
+}
+
+int tf_lms_test_allocation_sizes(const void* ptr, size_t* requested, size_t* allocated) {
+  lms::Status status;
+  lms::LmsAllocator* allocator = lms::DeviceAllocator(&status);
+  if (allocator == nullptr) return lms::CodeOf(status.code());
+  *requested = allocator->RequestedSize(ptr);
+  *allocated = allocator->AllocatedSize(ptr);
+  return TF_LMS_OK;
+}
+
+int tf_lms_test_deallocate_raw(void* ptr) {
+  lms::Status status;
+  lms::LmsAllocator* allocator = lms::DeviceAllocator(&status);
+  if (allocator == nullptr) return lms::CodeOf(status.code());
+  allocator->DeallocateRaw(ptr);
+  return TF_LMS_OK;
+}
 
 }  // extern "C"

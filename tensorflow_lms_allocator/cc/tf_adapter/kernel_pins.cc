@@ -84,7 +84,7 @@ void KernelPins::UnpinAll(const std::vector<Pin>& pins) {
     // kNotFound means the kernel freed what it allocated: nothing to unpin.
     Status s = engine_->Unpin(pin.ptr, pin.allocation_id);
     if (!s.ok() && s.code() != StatusCode::kNotFound) {
-      std::fprintf(stderr, "tensorflow_lms_allocator: %s\n", s.ToString().c_str());
+      LOG(ERROR) << "tensorflow_lms_allocator: " << s.ToString();
     }
   }
 }

@@ -1,9 +1,9 @@
 #include "tf_adapter/lms_allocator.h"
 
 #include <atomic>
-#include <cstdio>
 
 #include "tf_adapter/kernel_pins.h"
+#include "tsl/platform/logging.h"
 
 namespace lms {
 namespace {
@@ -17,10 +17,11 @@ void ReportFailure(size_t num_bytes, const Status& status) {
   static std::atomic<uint64_t> failures{0};
   const uint64_t n = failures.fetch_add(1, std::memory_order_relaxed) + 1;
   if (n > 3 && (n & (n - 1)) != 0) return;
-  std::fprintf(stderr,
-               "tensorflow_lms_allocator: allocation of %zu bytes failed (failure %llu "
-               "in this process): %s\n",
-               num_bytes, static_cast<unsigned long long>(n), status.message().c_str());
+  // TensorFlow's logging, so TF_CPP_MIN_LOG_LEVEL applies; the OOM error
+  // TensorFlow raises carries the reason too (Name()).
+  LOG(WARNING) << "tensorflow_lms_allocator: allocation of " << num_bytes
+               << " bytes failed (failure " << n << " in this process): "
+               << status.message();
 }
 
 }  // namespace
@@ -37,22 +38,29 @@ std::string LmsAllocator::Name() {
 }
 
 void* LmsAllocator::AllocateRaw(size_t alignment, size_t num_bytes) {
+  return Allocate(alignment, num_bytes, /*retry_on_failure=*/true);
+}
+
+void* LmsAllocator::AllocateRaw(size_t alignment, size_t num_bytes,
+                                const tsl::AllocationAttributes& attributes) {
+  return Allocate(alignment, num_bytes, attributes.retry_on_failure);
+}
+
+void* LmsAllocator::Allocate(size_t alignment, size_t num_bytes, bool retry_on_failure) {
   if (num_bytes == 0) return nullptr;  // as TensorFlow's BFC allocator does
-  // Small allocations are 256-byte aligned, large ones granule aligned; a
-  // stricter alignment is served by a granule-sized (large) allocation.
-  if (alignment > 256 && num_bytes < engine_->small_object_threshold()) {
-    num_bytes = engine_->small_object_threshold();
-  }
   const bool in_kernel = pins_ != nullptr && pins_->InKernel();
   Status status;
   uint64_t id = 0;
   void* ptr = nullptr;
+  // The engine meets the alignment by placement (small objects are 256-byte
+  // aligned, large ones granule aligned) and records num_bytes as requested.
   auto attempt = [&] {
     Status s;
-    ptr = engine_->Allocate(num_bytes, /*pin=*/in_kernel, &s, &id);
+    ptr = engine_->Allocate(num_bytes, /*pin=*/in_kernel, &s, &id, alignment);
     return s;
   };
-  status = pins_ != nullptr ? pins_->RetryWhileOthersRelease(attempt) : attempt();
+  status = pins_ != nullptr && retry_on_failure ? pins_->RetryWhileOthersRelease(attempt)
+                                                : attempt();
   if (ptr == nullptr) {
     t_last_failure = status.message();
     ReportFailure(num_bytes, status);
@@ -66,9 +74,7 @@ void* LmsAllocator::AllocateRaw(size_t alignment, size_t num_bytes) {
 void LmsAllocator::DeallocateRaw(void* ptr) {
   if (ptr == nullptr) return;
   Status s = engine_->Free(ptr);
-  if (!s.ok()) {
-    std::fprintf(stderr, "tensorflow_lms_allocator: %s\n", s.ToString().c_str());
-  }
+  if (!s.ok()) LOG(ERROR) << "tensorflow_lms_allocator: " << s.ToString();
 }
 
 size_t LmsAllocator::RequestedSize(const void* ptr) const {
@@ -102,6 +108,28 @@ std::optional<tsl::AllocatorStats> LmsAllocator::GetStats() {
 bool LmsAllocator::ClearStats() {
   engine_->ResetPeaks();
   return true;
+}
+
+UnavailableDeviceAllocator::UnavailableDeviceAllocator(std::string name,
+                                                       std::string reason)
+    : name_(std::move(name)), reason_(std::move(reason)) {}
+
+void* UnavailableDeviceAllocator::AllocateRaw(size_t /*alignment*/, size_t num_bytes) {
+  static std::atomic<uint64_t> failures{0};
+  const uint64_t n = failures.fetch_add(1, std::memory_order_relaxed) + 1;
+  if (n <= 3 || (n & (n - 1)) == 0) {
+    LOG(ERROR) << "tensorflow_lms_allocator: allocation of " << num_bytes
+               << " bytes failed: " << reason_;
+  }
+  return nullptr;
+}
+
+void UnavailableDeviceAllocator::DeallocateRaw(void* ptr) {
+  // Nothing was ever handed out.
+  if (ptr != nullptr) {
+    LOG(ERROR) << "tensorflow_lms_allocator: " << name_
+               << " was asked to free an address it never handed out";
+  }
 }
 
 }  // namespace lms

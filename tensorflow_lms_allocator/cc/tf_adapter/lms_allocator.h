@@ -9,6 +9,19 @@
 //     name into its OOM error ("... by allocator <name>"), so the user's
 //     ResourceExhaustedError says what was short (device memory, host swap
 //     space and TF_GPU_HOST_MEM_LIMIT_IN_MB, ...).
+//
+// AllocationAttributes are honoured: with retry_on_failure (TensorFlow's
+// default) a request that fails while other kernels hold pinned memory waits
+// for them to release it (KernelPins::RetryWhileOthersRelease); without it
+// (optional allocations, such as scratch space a kernel can do without) it
+// fails at once. RequestedSize is always what TensorFlow asked for: an
+// alignment above 256 bytes is met by the engine's placement, never by
+// inflating the request.
+//
+// UnavailableDeviceAllocator stands in for a device LMS could not create:
+// TensorFlow must still get an allocator, and handing back TensorFlow's own
+// would run the program uncapped without LMS. Every allocation fails with the
+// reason in Name(), so the first op raises an error that says why.
 #ifndef TENSORFLOW_LMS_ALLOCATOR_CC_TF_ADAPTER_LMS_ALLOCATOR_H_
 #define TENSORFLOW_LMS_ALLOCATOR_CC_TF_ADAPTER_LMS_ALLOCATOR_H_
 
@@ -31,6 +44,8 @@ class LmsAllocator : public tsl::Allocator {
 
   std::string Name() override;
   void* AllocateRaw(size_t alignment, size_t num_bytes) override;
+  void* AllocateRaw(size_t alignment, size_t num_bytes,
+                    const tsl::AllocationAttributes& attributes) override;
   void DeallocateRaw(void* ptr) override;
   bool TracksAllocationSizes() const override { return true; }
   size_t RequestedSize(const void* ptr) const override;
@@ -45,9 +60,32 @@ class LmsAllocator : public tsl::Allocator {
   Engine& engine() { return *engine_; }
 
  private:
+  // With `retry_on_failure`, waits for other kernels' releases as long as
+  // KernelPins allows; without, one attempt.
+  void* Allocate(size_t alignment, size_t num_bytes, bool retry_on_failure);
+
+  // Immutable after construction; the engine and KernelPins are thread-safe.
   const std::string name_;
   const std::unique_ptr<Engine> engine_;
   KernelPins* const pins_;
+};
+
+class UnavailableDeviceAllocator : public tsl::Allocator {
+ public:
+  // `reason` says which setting and why, e.g. "the emulated device
+  // (TF_LMS_CPU_DEVICE_MEMORY_MB=1024) could not be created: ...".
+  UnavailableDeviceAllocator(std::string name, std::string reason);
+
+  std::string Name() override { return name_ + " (unavailable: " + reason_ + ")"; }
+  void* AllocateRaw(size_t alignment, size_t num_bytes) override;
+  void DeallocateRaw(void* ptr) override;
+  tsl::AllocatorMemoryType GetMemoryType() const override {
+    return tsl::AllocatorMemoryType::kDevice;
+  }
+
+ private:
+  const std::string name_;
+  const std::string reason_;
 };
 
 }  // namespace lms

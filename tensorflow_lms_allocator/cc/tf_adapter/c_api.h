@@ -1,0 +1,122 @@
+// The C entry points of the TensorFlow adapter (libtf_lms_adapter.so), which
+// the Python package calls through ctypes.
+//
+// One way for errors to cross the boundary: every call that can fail returns
+// a TfLmsCode and writes a message naming the cause (and, for a setting, the
+// variable, its value and what is valid) into the caller's buffer. The
+// caller chooses its exception type from the code alone, never from the
+// message text; tf_lms_code_name() gives the code's name, so a caller in
+// another language needs no copy of the numbers. No C++ exception leaves
+// these functions.
+//
+// Lifecycle: Python loads the interposer (global scope) before TensorFlow,
+// imports TensorFlow, loads this library (private scope) and calls
+// tf_lms_configure(). The emulated device's engine is created on
+// TensorFlow's first GetCPUAllocator call, when TensorFlow creates its
+// devices; from then on the settings are fixed.
+#ifndef TENSORFLOW_LMS_ALLOCATOR_CC_TF_ADAPTER_C_API_H_
+#define TENSORFLOW_LMS_ALLOCATOR_CC_TF_ADAPTER_C_API_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TF_LMS_EXPORT __attribute__((visibility("default")))
+
+// What went wrong. The values are the canonical codes of absl::StatusCode
+// (and TensorFlow's errors), so they read the same in a TensorFlow log.
+typedef enum TfLmsCode {
+  TF_LMS_OK = 0,
+  // A setting or argument that can never work (a bad environment value, an
+  // unknown setting name).
+  TF_LMS_INVALID_ARGUMENT = 3,
+  // There is no LMS device where one was asked for.
+  TF_LMS_NOT_FOUND = 5,
+  // Not enough memory or address space (creating the device, allocating).
+  TF_LMS_RESOURCE_EXHAUSTED = 8,
+  // A call out of order or in the wrong process state: a setting changed
+  // after TensorFlow created its devices, another TensorFlow version, the
+  // interposer not loaded, a device that could not be created.
+  TF_LMS_FAILED_PRECONDITION = 9,
+  // The OS refused something it should not have.
+  TF_LMS_INTERNAL = 13,
+} TfLmsCode;
+
+// "OK", "INVALID_ARGUMENT", "NOT_FOUND", "RESOURCE_EXHAUSTED",
+// "FAILED_PRECONDITION", "INTERNAL"; "UNKNOWN" for any other value.
+TF_LMS_EXPORT const char* tf_lms_code_name(int code);
+
+// Checks the TensorFlow version, reads and validates the environment
+// (TF_LMS_ENABLED, TF_LMS_DEFRAG_ENABLED, TF_LMS_STRICT,
+// TF_LMS_CPU_DEVICE_MEMORY_MB, TF_GPU_HOST_MEM_LIMIT_IN_MB), checks that the
+// emulated device can be created with those values (by creating and
+// discarding one), and registers the hooks with the interposer.
+//   TF_LMS_INVALID_ARGUMENT     a value that cannot give a working device
+//   TF_LMS_RESOURCE_EXHAUSTED   valid values, but the process cannot reserve
+//                               the memory (e.g. `ulimit -v`)
+//   TF_LMS_FAILED_PRECONDITION  another TensorFlow version; no interposer;
+//                               TensorFlow created its devices after an
+//                               earlier call failed (too late to apply)
+// May be called again after a failure (a corrected environment); nothing is
+// changed by a failed call.
+TF_LMS_EXPORT int tf_lms_configure(const char* tf_version, char* message,
+                                   size_t message_len);
+
+// TF_LMS_FAILED_PRECONDITION (with the reason) if TensorFlow asked for the
+// emulated device and it could not be created; TF_LMS_OK otherwise (created,
+// not yet asked for, or none configured). The Python package checks it when
+// TensorFlow's eager context creates its devices, so the first op raises the
+// reason even on paths that do not survive a failed allocation.
+TF_LMS_EXPORT int tf_lms_device_status(char* message, size_t message_len);
+
+// Settings that can change until TensorFlow creates its devices, by name:
+// "lms_enabled", "lms_defrag_enabled". Setting a different value after the
+// devices exist is TF_LMS_FAILED_PRECONDITION; the same value is OK.
+// tf_lms_get_flag also reads "strict" (TF_LMS_STRICT, fixed at import).
+TF_LMS_EXPORT int tf_lms_set_flag(const char* setting, int enabled, char* message,
+                                  size_t message_len);
+TF_LMS_EXPORT int tf_lms_get_flag(const char* setting, int* enabled, char* message,
+                                  size_t message_len);
+
+// Strict mode: puts its SIGSEGV handler back on top after another library
+// installed one (call it right after faulthandler.enable()), chaining to the
+// newcomer; with `chained_handler_removed`, after that library removed its
+// handler again (faulthandler.disable()). No-op without strict mode.
+TF_LMS_EXPORT void tf_lms_keep_fault_handler_first(int chained_handler_removed);
+
+// The statistics (statistics.h), in a fixed order of names.
+TF_LMS_EXPORT int tf_lms_num_statistics(void);
+TF_LMS_EXPORT const char* tf_lms_statistic_name(int i);  // null if out of range
+// Fills values[0..count) in tf_lms_statistic_name order.
+//   TF_LMS_NOT_FOUND            no emulated device was asked for
+//   TF_LMS_FAILED_PRECONDITION  it was asked for but could not be created
+TF_LMS_EXPORT int tf_lms_get_statistics(int64_t* values, int count, char* message,
+                                        size_t message_len);
+
+// Strict mode's report as lines "address allocation_id allocation_address
+// allocation_bytes label\n", in a buffer the caller frees with
+// tf_lms_free_string. Null if there is no LMS device.
+TF_LMS_EXPORT char* tf_lms_unpinned_touches(void);
+TF_LMS_EXPORT void tf_lms_clear_unpinned_touches(void);
+TF_LMS_EXPORT void tf_lms_free_string(char* s);
+
+// For tests: the device's tsl::Allocator called exactly as TensorFlow calls
+// it, AllocateRaw(alignment, num_bytes, AllocationAttributes) with
+// retry_on_failure as given. *ptr is null (and the message says why) if the
+// allocation failed; TF_LMS_NOT_FOUND if there is no LMS device.
+TF_LMS_EXPORT int tf_lms_test_allocate_raw(size_t alignment, size_t num_bytes,
+                                           int retry_on_failure, void** ptr,
+                                           char* message, size_t message_len);
+// RequestedSize and AllocatedSize of a live allocation.
+TF_LMS_EXPORT int tf_lms_test_allocation_sizes(const void* ptr, size_t* requested,
+                                               size_t* allocated);
+TF_LMS_EXPORT int tf_lms_test_deallocate_raw(void* ptr);
+
+#ifdef __cplusplus
+}  // extern "C"
+#endif
+
+#endif  // TENSORFLOW_LMS_ALLOCATOR_CC_TF_ADAPTER_C_API_H_

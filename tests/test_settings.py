@@ -1,0 +1,202 @@
+"""Settings that cannot give a working device, and the adapter's contract with
+TensorFlow and Python (issue 6, items 4 and 6).
+
+Every configuration runs in a subprocess (tf_helpers.run_program) of
+tests/tf_programs/settings_probes.py: TensorFlow creates its devices once per
+process, and a bad setting must fail the import itself.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tf_helpers import describe, run_program
+
+MIB = 1 << 20
+MACHINE_MIB = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // MIB
+MAX_MIB = MACHINE_MIB // 2 * 2  # whole 2 MiB granules
+LMS_64 = {"TF_LMS_CPU_DEVICE_MEMORY_MB": "64", "TF_LMS_ENABLED": "1"}
+
+
+def probe(name: str, *args: str, env: dict[str, str] | None = None):
+    run = run_program("settings_probes.py", name, *args, env=env)
+    assert run.result is not None, describe(run)
+    return run
+
+
+# --- settings refused at import ------------------------------------------------
+
+@pytest.mark.parametrize("variable,value,why", [
+    ("TF_LMS_CPU_DEVICE_MEMORY_MB", "1", "is less than one granule (2 MiB)"),
+    ("TF_LMS_CPU_DEVICE_MEMORY_MB", "3", "would be rounded down; use 2 or 4"),
+    ("TF_LMS_CPU_DEVICE_MEMORY_MB", "65", "would be rounded down; use 64 or 66"),
+    ("TF_LMS_CPU_DEVICE_MEMORY_MB", str(MAX_MIB + 2), "is more than this machine's memory"),
+    ("TF_LMS_CPU_DEVICE_MEMORY_MB", "999999999999", "is more than this machine's memory"),
+    ("TF_GPU_HOST_MEM_LIMIT_IN_MB", "1", "is less than one granule (2 MiB)"),
+    ("TF_GPU_HOST_MEM_LIMIT_IN_MB", "5", "would be rounded down; use 4 or 6"),
+    ("TF_GPU_HOST_MEM_LIMIT_IN_MB", "99999999999", "is more than this machine's memory"),
+])
+def test_a_value_that_cannot_give_a_working_device_is_a_value_error_at_import(
+        variable, value, why):
+    env = {"TF_LMS_CPU_DEVICE_MEMORY_MB": "64", variable: value}
+    run = probe("import_outcome", env=env)
+    kind, message = run.result["error"]
+    assert kind == "ValueError", describe(run)
+    assert message.startswith(f"{variable}='{value}' "), message
+    assert why in message, message
+    assert f"from 2 to {MAX_MIB}" in message, message  # the valid range
+
+
+def test_valid_values_the_process_cannot_reserve_are_a_memory_error_at_import():
+    """16 GiB of address space (ulimit -v) holds TensorFlow but not the
+    device's address ranges (about twice device plus host memory)."""
+    run = probe("import_outcome", "16",
+                env={"TF_LMS_CPU_DEVICE_MEMORY_MB": "64",
+                     "TF_GPU_HOST_MEM_LIMIT_IN_MB": str(MAX_MIB)})
+    kind, message = run.result["error"]
+    assert kind == "MemoryError", describe(run)
+    assert (f"TF_LMS_CPU_DEVICE_MEMORY_MB=64, TF_GPU_HOST_MEM_LIMIT_IN_MB={MAX_MIB}"
+            in message), message
+    assert "could not be created" in message and "address space" in message
+
+
+def test_the_smallest_device_and_the_largest_host_limit_import_and_cap_the_device():
+    run = probe("import_outcome", env={"TF_LMS_CPU_DEVICE_MEMORY_MB": "2",
+                                       "TF_GPU_HOST_MEM_LIMIT_IN_MB": str(MAX_MIB)})
+    assert run.result["error"] is None, describe(run)
+    assert run.result["bytes_limit"] == 2 * MIB
+    assert run.result["total"] == 65536.0
+
+
+def test_tensorflows_64_gib_host_default_works_on_this_machine():
+    """TF_GPU_HOST_MEM_LIMIT_IN_MB unset: TensorFlow's 64 GiB, capped at the
+    machine's memory (the host pool is a sparse file, so it costs nothing
+    until used)."""
+    run = probe("import_outcome", env={"TF_LMS_CPU_DEVICE_MEMORY_MB": "64"})
+    assert run.result["error"] is None, describe(run)
+    assert run.result["bytes_limit"] == 64 * MIB
+
+
+def test_fixing_a_bad_value_and_importing_again_works():
+    run = probe("retry_import", env={"TF_LMS_ENABLED": "1"})
+    assert run.result["first"][0] == "ValueError"
+    assert "TF_LMS_CPU_DEVICE_MEMORY_MB='3'" in run.result["first"][1]
+    assert run.result["second"] is None, describe(run)
+    assert run.result["bytes_limit"] == 64 * MIB
+    assert run.result["total"] == 65536.0
+
+
+def test_a_retry_after_tensorflow_created_its_devices_says_so():
+    run = probe("retry_import", "ops")
+    kind, message = run.result["second"]
+    assert kind == "ImportError"
+    assert "created its devices after the earlier import" in message, message
+    assert "must be imported before TensorFlow" not in message
+    assert "start a new Python process" in message
+
+
+# --- a device that cannot be created at first use --------------------------------
+
+def test_a_device_that_cannot_be_created_fails_every_op_naming_the_setting():
+    run = probe("device_unavailable", env={"TF_LMS_CPU_DEVICE_MEMORY_MB": "1024"})
+    for name in ("first_op", "second_op", "statistics", "session"):
+        assert run.result[name] is not None, f"{name} ran uncapped\n{describe(run)}"
+        kind, message = run.result[name]
+        assert kind == "RuntimeError", (name, kind, message)
+        assert "TF_LMS_CPU_DEVICE_MEMORY_MB=1024" in message, message
+        assert "could not be created" in message and "address space" in message
+    assert run.returncode == 0
+
+
+# --- names and values as TensorFlow takes them ----------------------------------
+
+def test_tensorflows_device_names_and_bool_likes_are_accepted():
+    run = probe("device_names", env={"TF_LMS_CPU_DEVICE_MEMORY_MB": "64"})
+    r = run.result
+    assert r["flags"] == {"np_true": True, "int_1": True, "np_int_1": True,
+                          "np_false": False, "int_0": False, "true": True}
+    for name, error in r["refused"].items():
+        assert error is not None and error[0] == "TypeError", (name, error)
+    assert r["printed"] == "/job:localhost/replica:0/task:0/device:CPU:0"
+    assert r["limits"] == {name: 64 * MIB for name in r["limits"]}, r["limits"]
+    for name, error in r["bad"].items():
+        assert error is not None, name
+    assert r["bad"]["bool"][0] == "TypeError"
+    assert r["bad"]["gpu_full"][0] == "ValueError" and "GPU backend" in r["bad"]["gpu_full"][1]
+    assert r["bad"]["other_task"][0] == "ValueError"
+    assert r["bad"]["cpu1"][0] == "ValueError"
+
+
+# --- strict mode and faulthandler ---------------------------------------------
+
+@pytest.mark.parametrize("when", ["before_eviction", "after_eviction"])
+def test_strict_mode_keeps_reporting_when_faulthandler_is_enabled_late(when):
+    run = probe("strict_faulthandler", when, env={**LMS_64, "TF_LMS_STRICT": "1"})
+    assert run.returncode == 0, describe(run)
+    assert run.result["touches"] >= 1
+    assert run.result["intact"] and run.result["faulthandler"]
+    assert "Fatal Python error" not in run.stderr
+
+
+def test_a_real_crash_under_strict_mode_still_reaches_faulthandler():
+    run = run_program("settings_probes.py", "strict_faulthandler", "crash",
+                      env={**LMS_64, "TF_LMS_STRICT": "1"}, timeout=120)
+    assert run.result and run.result["touches"] >= 1, describe(run)
+    assert run.returncode == -11, describe(run)  # SIGSEGV, not a hang or a survival
+    assert "Fatal Python error: Segmentation fault" in run.stderr
+    assert "survived_null_read" not in run.stdout
+
+
+# --- the allocator honours what TensorFlow asks ------------------------------------
+
+def test_a_stricter_alignment_keeps_the_requested_size():
+    run = probe("aligned", env={**LMS_64, "TF_LMS_STRICT": "1"})
+    r = run.result
+    for alignment in ("64", "256", "4096", str(2 * MIB)):
+        assert r[alignment]["aligned"], (alignment, r[alignment])
+        assert r[alignment]["requested"] == 1000, (alignment, r[alignment])
+    assert r["4096"]["allocated"] == 2 * MIB  # placed on a granule
+    assert r["evicted"] > 0 and r["intact"]
+    assert [t["allocation_bytes"] for t in r["touches"]] == [1000], r["touches"]
+
+
+def test_retry_on_failure_false_fails_at_once_while_another_kernel_holds_memory():
+    run = probe("no_retry", env=LMS_64)
+    r = run.result
+    assert not r["False"]["ok"], r
+    assert r["False"]["seconds"] < 1.0, r  # the other kernel holds it for 3 s
+    assert "lms_emulated_device" in r["False"]["message"]
+    # With retry (TensorFlow's default) it waits for the other kernel's
+    # release (about 2.8 s here), not the whole 10 s budget. Whether the
+    # request then succeeds is KernelPins' business: today the wait ends
+    # when the kernel count drops, before its unpin, without a last attempt.
+    assert 1.0 < r["True"]["seconds"] < 9.0, r
+
+
+# --- errors across the C boundary -------------------------------------------------
+
+@pytest.mark.parametrize("level,shown", [("0", True), ("3", False)])
+def test_allocation_failures_are_logged_through_tensorflow(level, shown):
+    run = probe("oom_logging", env={**LMS_64, "TF_CPP_MIN_LOG_LEVEL": level})
+    assert run.result["error"][0] == "ResourceExhaustedError"
+    assert ("tensorflow_lms_allocator: allocation of" in run.stderr) == shown, run.stderr
+    if shown:  # TensorFlow's (absl's) log format: severity, time, file:line
+        line = next(x for x in run.stderr.splitlines() if "allocation of" in x)
+        assert line.startswith("W") and "lms_allocator.cc:" in line, line
+
+
+def test_python_raises_the_exception_of_the_error_code():
+    run = probe("error_codes")
+    r = run.result
+    assert r["names"] == {"0": "OK", "3": "INVALID_ARGUMENT", "5": "NOT_FOUND",
+                          "8": "RESOURCE_EXHAUSTED", "9": "FAILED_PRECONDITION",
+                          "13": "INTERNAL", "99": "UNKNOWN"}
+    assert r["by_code"] == {"3": "ValueError", "5": "ValueError", "8": "MemoryError",
+                            "9": "RuntimeError", "13": "RuntimeError"}
+    assert r["unknown_setting"][0] == "INVALID_ARGUMENT"
+    assert r["errors"]["late_enable"][0] == "RuntimeError"
+    assert "TF_LMS_ENABLED" in r["errors"]["late_enable"][1]
+    assert r["errors"]["no_device"][0] == "ValueError"
+    assert "TF_LMS_CPU_DEVICE_MEMORY_MB" in r["errors"]["no_device"][1]
