@@ -323,6 +323,7 @@ Status Engine::Unpin(const void* ptr, uint64_t unit_id) {
     }
     NoteRelease();
   }
+  DebugCheckInvariants();
   return Status::Ok();
 }
 
@@ -385,6 +386,7 @@ void Engine::RefreshPoolStatistics() {
   stats_.bytes_reserved = static_cast<int64_t>(device_pool_.in_use() * granule_);
   stats_.host_bytes_in_use = static_cast<int64_t>(host_pool_.in_use() * granule_);
   stats_.UpdatePeaks();
+  DebugCheckInvariants();  // every state change ends here
 }
 
 void Engine::NoteRelease() {

@@ -210,6 +210,10 @@ class Engine {
   uint32_t UnpinUnit(ChunkId id) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uintptr_t SlotAddress(uint64_t slot) const { return base_ + slot * granule_; }
   void RefreshPoolStatistics() LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Status CheckInvariantsLocked() const LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // In debug builds (no NDEBUG: the sanitizer test binaries), aborts with the
+  // broken equation after every operation that changes state.
+  void DebugCheckInvariants() const LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Moves the release epoch and wakes waiters, if any.
   void NoteRelease() LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

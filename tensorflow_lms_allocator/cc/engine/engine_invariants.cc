@@ -13,6 +13,8 @@
 //   each page: objects and bytes == the allocated chunks of its segment;
 //              available for new objects iff resident; empty only if pinned
 //   pin counts          < 2^31 (an unsigned count that wrapped went negative)
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "engine/engine.h"
@@ -33,6 +35,20 @@ std::string Eq(const char* what, int64_t got, int64_t want) {
 
 Status Engine::CheckInvariants() const {
   MutexLock lock(mu_);
+  return CheckInvariantsLocked();
+}
+
+void Engine::DebugCheckInvariants() const {
+#ifndef NDEBUG
+  const Status s = CheckInvariantsLocked();
+  if (!s.ok()) {
+    std::fprintf(stderr, "tensorflow_lms_allocator: %s\n", s.ToString().c_str());
+    std::abort();
+  }
+#endif
+}
+
+Status Engine::CheckInvariantsLocked() const {
   uint64_t resident = 0, evicted = 0, lru = 0, cached = 0, pages = 0,
            resident_pages = 0;
   int64_t in_use = 0, active = 0;
