@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <string>
 
+#include "engine/fork_handlers.h"
+
 namespace lms {
 namespace {
 
@@ -54,6 +56,7 @@ Status Engine::Create(const EngineOptions& options,
   }
   std::unique_ptr<Engine> engine(new Engine(options, std::move(backend)));
   LMS_RETURN_IF_ERROR(engine->Init());
+  RegisterForFork(engine.get());
   *out = std::move(engine);
   return Status::Ok();
 }
@@ -81,6 +84,7 @@ Status Engine::Init() {
 }
 
 Engine::~Engine() {
+  UnregisterForFork(this);
   strict_.reset();  // stop serving faults before the ranges go away
   if (large_base_ != 0) {
     backend_->ReleaseAddressRange(large_base_, large_slots_ * granule_);

@@ -1,0 +1,95 @@
+// The engine across fork(): the registry of live engines and the
+// pthread_atfork handlers that lock them and carry their memory over.
+// See Note [Fork] in engine/fork_handlers.h.
+#include <pthread.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <mutex>
+#include <new>
+#include <vector>
+
+#include "engine/engine.h"
+#include "engine/fork_handlers.h"
+
+namespace lms {
+namespace {
+
+struct ForkRegistry {
+  std::mutex mu;
+  // Live engines, in registration order: the handlers lock them in this
+  // order and unlock them in the reverse.
+  std::vector<Engine*> engines LMS_GUARDED_BY(mu);
+};
+
+ForkRegistry& Registry() {
+  static ForkRegistry* registry = new ForkRegistry();  // outlives every engine
+  return *registry;
+}
+
+// Runs in the parent before fork(): holds the registry's lock and every
+// engine's lock until AfterFork* release them in the parent and the child.
+void PrepareHandler() {
+  ForkRegistry& r = Registry();
+  r.mu.lock();
+  for (Engine* engine : r.engines) engine->PrepareFork();
+}
+
+void ParentHandler() {
+  ForkRegistry& r = Registry();
+  for (auto it = r.engines.rbegin(); it != r.engines.rend(); ++it) {
+    (*it)->AfterForkInParent();
+  }
+  r.mu.unlock();
+}
+
+void ChildHandler() {
+  ForkRegistry& r = Registry();
+  for (auto it = r.engines.rbegin(); it != r.engines.rend(); ++it) {
+    (*it)->AfterForkInChild();
+  }
+  // The forking thread locked it in PrepareHandler and is the child's only
+  // thread: unlocking a default (non-error-checking) mutex here is sound.
+  r.mu.unlock();
+}
+
+}  // namespace
+
+void RegisterForFork(Engine* engine) {
+  static std::once_flag installed;
+  std::call_once(installed, [] {
+    pthread_atfork(PrepareHandler, ParentHandler, ChildHandler);
+  });
+  ForkRegistry& r = Registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.engines.push_back(engine);
+}
+
+void UnregisterForFork(Engine* engine) {
+  ForkRegistry& r = Registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.engines.erase(std::remove(r.engines.begin(), r.engines.end(), engine),
+                  r.engines.end());
+}
+
+void Engine::PrepareFork() {
+  mu_.lock();  // released by AfterForkInParent / AfterForkInChild
+  backend_->PrepareFork();
+}
+
+void Engine::AfterForkInParent() {
+  backend_->AfterForkInParent();
+  mu_.unlock();
+}
+
+void Engine::AfterForkInChild() {
+  backend_->AfterForkInChild();
+  // Threads that waited for a release in the parent do not exist here, and a
+  // condition variable that counts phantom waiters may block a notify: start
+  // a fresh one (nobody can be waiting on it in this one-thread process).
+  new (&released_) std::condition_variable();
+  release_waiters_ = 0;
+  mu_.unlock();
+}
+
+}  // namespace lms

@@ -1,0 +1,133 @@
+"""Never crash, never corrupt (issue 6, item 3): fork() children, NumPy
+conversions that do not fit, and a huge constant inside a tf.function.
+
+The TensorFlow programs are in tests/tf_programs/robustness.py; each runs in a
+subprocess of its own on a 64 MiB emulated device.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from conftest import GRANULE
+from tf_helpers import describe, run_program
+
+DEVICE = {"TF_LMS_CPU_DEVICE_MEMORY_MB": "64"}
+LMS_ON = {**DEVICE, "TF_LMS_ENABLED": "1"}
+LMS_OFF = {**DEVICE, "TF_LMS_ENABLED": "0"}
+
+
+# --- fork() -----------------------------------------------------------------
+
+
+def _wait_exit_code(pid: int) -> int:
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status)
+
+
+def test_fork_child_has_its_own_engine_memory_both_ways(make_engine):
+    """After fork() each process writes, evicts and reuses device and host
+    memory; neither sees the other's bytes (Note [Fork])."""
+    engine = make_engine(8, 32)
+    a = engine.allocate(3 * GRANULE)
+    engine.fill_pattern(a, 3 * GRANULE, 1)
+    b = engine.allocate(2 * GRANULE)
+    engine.fill_pattern(b, 2 * GRANULE, 2)
+    engine.evict(b)  # the host pool is carried over too
+    child_ready_r, child_ready_w = os.pipe()
+    parent_done_r, parent_done_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report through the exit code only
+        code = 1
+        try:
+            inherited = (engine.verify_pattern(a, 3 * GRANULE, 1) == -1
+                         and engine.verify_pattern(b, 2 * GRANULE, 2) == -1)
+            engine.fill_pattern(a, 3 * GRANULE, 11)
+            engine.fill_pattern(b, 2 * GRANULE, 12)
+            c = engine.allocate(7 * GRANULE)  # evicts `a`, reuses its granules
+            engine.fill_pattern(c, 7 * GRANULE, 13)
+            os.write(child_ready_w, b"x")
+            os.read(parent_done_r, 1)  # the parent has written the same granules
+            mine = (engine.verify_pattern(a, 3 * GRANULE, 11) == -1
+                    and engine.verify_pattern(b, 2 * GRANULE, 12) == -1
+                    and engine.verify_pattern(c, 7 * GRANULE, 13) == -1)
+            code = 0 if inherited and mine else 2
+        finally:
+            os._exit(code)
+    os.read(child_ready_r, 1)
+    assert engine.verify_pattern(a, 3 * GRANULE, 1) == -1
+    assert engine.verify_pattern(b, 2 * GRANULE, 2) == -1
+    d = engine.allocate(5 * GRANULE)  # the free granules the child also took
+    engine.fill_pattern(d, 5 * GRANULE, 21)
+    engine.fill_pattern(b, 2 * GRANULE, 22)
+    os.write(parent_done_w, b"x")
+    assert _wait_exit_code(pid) == 0, "the child saw the parent's writes"
+    assert engine.verify_pattern(a, 3 * GRANULE, 1) == -1
+    assert engine.verify_pattern(b, 2 * GRANULE, 22) == -1
+    assert engine.verify_pattern(d, 5 * GRANULE, 21) == -1
+    engine.free(d)
+    for fd in (child_ready_r, child_ready_w, parent_done_r, parent_done_w):
+        os.close(fd)
+
+
+def test_fork_child_of_a_child_keeps_working(make_engine):
+    """The fork handlers leave the engine unlocked and usable in each process,
+    also after a second fork from the child."""
+    engine = make_engine(8, 32)
+    a = engine.allocate(4 * GRANULE)
+    engine.fill_pattern(a, 4 * GRANULE, 5)
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            grandchild = os.fork()
+            if grandchild == 0:
+                ok = engine.verify_pattern(a, 4 * GRANULE, 5) == -1
+                engine.fill_pattern(a, 4 * GRANULE, 6)
+                os._exit(0 if ok else 2)
+            ok = _wait_exit_code(grandchild) == 0
+            ok = ok and engine.verify_pattern(a, 4 * GRANULE, 5) == -1
+            x = engine.allocate(6 * GRANULE)  # evicts `a` in the child only
+            engine.fill_pattern(x, 6 * GRANULE, 7)
+            ok = ok and engine.verify_pattern(x, 6 * GRANULE, 7) == -1
+            code = 0 if ok else 3
+        finally:
+            os._exit(code)
+    assert _wait_exit_code(pid) == 0
+    assert engine.verify_pattern(a, 4 * GRANULE, 5) == -1
+    assert not engine.inspect(a)["evicted"]
+
+
+@pytest.mark.parametrize("env", [LMS_ON, LMS_OFF], ids=["lms_on", "lms_off"])
+def test_fork_child_writes_never_reach_the_parent_tensors(env):
+    run = run_program("robustness.py", "fork_child_writes", env=env)
+    assert run.result, describe(run)
+    r = run.result
+    assert r["child_exit"] == 0 and "child_error" not in r, describe(run)
+    assert r["child_own_ok"] and r["child_inherited_ok"], describe(run)
+    if env is LMS_ON:
+        assert r["child_evictions"] > 0  # the child evicted the parent's tensors
+    assert r["parent_ok"], "the child's tensors overwrote the parent's"
+    assert r["parent_new_ok"]
+
+
+@pytest.mark.parametrize("env", [LMS_ON, LMS_OFF], ids=["lms_on", "lms_off"])
+def test_fork_parent_writes_never_reach_the_child_tensors(env):
+    run = run_program("robustness.py", "fork_parent_writes", env=env)
+    assert run.result, describe(run)
+    r = run.result
+    assert r["child_exit"] == 0 and "child_error" not in r, describe(run)
+    assert r["child_before_ok"] and r["child_inherited_ok"], describe(run)
+    assert r["child_own_ok"], "the parent's tensors overwrote the child's"
+    assert r["parent_ok"] and r["parent_inherited_ok"]
+
+
+def test_multiprocessing_spawn_child_gets_a_fresh_device():
+    run = run_program("robustness.py", "spawn", env=LMS_ON)
+    assert run.result, describe(run)
+    r = run.result
+    assert r["child_exit"] == 0, describe(run)
+    assert r["child"]["ok"] and r["child"]["bytes_limit"] == 64 << 20
+    assert r["parent_ok"]
