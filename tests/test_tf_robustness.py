@@ -131,3 +131,65 @@ def test_multiprocessing_spawn_child_gets_a_fresh_device():
     assert r["child_exit"] == 0, describe(run)
     assert r["child"]["ok"] and r["child"]["bytes_limit"] == 64 << 20
     assert r["parent_ok"]
+
+
+# --- allocations outside any kernel ------------------------------------------
+
+
+def _assert_oom_naming_the_device(error: dict, run) -> None:
+    assert error["type"] == "ResourceExhaustedError", describe(run)
+    assert "OOM when allocating tensor" in error["message"], describe(run)
+    assert "/job:localhost/replica:0/task:0/device:CPU:0" in error["message"]
+    assert "lms_emulated_device" in error["message"]  # the allocator and its reason
+
+
+@pytest.mark.parametrize("env", [LMS_OFF, LMS_ON], ids=["lms_off", "lms_on"])
+def test_numpy_conversion_that_does_not_fit_is_no_crash(env):
+    """tf.constant of an unaligned 40 MiB NumPy array on a full 64 MiB device:
+    TensorFlow copies it outside any kernel and never checks the allocation,
+    which was a SIGSEGV. It now holds the right values (Note [Allocations
+    outside kernels]); a kernel's output must still fit the device."""
+    run = run_program("robustness.py", "numpy_on_full_device", env=env)
+    assert run.returncode == 0 and run.result, describe(run)  # not killed by a signal
+    r = run.result
+    assert not r["aligned"]  # the copying path was exercised
+    assert r["error"] is None, describe(run)
+    assert r["value_ok"] and r["sum_ok"]
+    if "kernel_error" in r:
+        _assert_oom_naming_the_device(r["kernel_error"], run)
+    else:
+        assert r["kernel_output"] == 2.0
+    assert r["kept_ok"]
+
+
+@pytest.mark.parametrize("env", [LMS_OFF, LMS_ON], ids=["lms_off", "lms_on"])
+def test_fit_with_numpy_data_larger_than_the_device_trains(env):
+    """model.fit with a 192 MiB NumPy x on a 64 MiB device trains, as stock
+    TensorFlow does on a GPU (the data set stays in host memory)."""
+    run = run_program("robustness.py", "fit_large_numpy", env=env)
+    assert run.returncode == 0 and run.result, describe(run)
+    assert run.result["error"] is None, describe(run)
+    assert not run.result["aligned"]
+    assert 0.0 <= run.result["loss"] < 10.0
+
+
+@pytest.mark.parametrize("env", [LMS_OFF, LMS_ON], ids=["lms_off", "lms_on"])
+def test_huge_fill_in_a_function_is_an_oom_naming_the_device(env):
+    """A 200 MiB tf.fill in a tf.function on 64 MiB: Grappler makes it a Const
+    whose parse failed as InvalidArgumentError "Cannot parse tensor from
+    proto". It is an OOM that names the device (or, where LMS can hold it,
+    the right value), and the device keeps working."""
+    run = run_program("robustness.py", "fill_in_function", env=env)
+    assert run.returncode == 0 and run.result, describe(run)
+    expected = {"returned": 1.0, "multiplied": 2.0 * 50 * (1 << 20)}
+    for case, value in expected.items():
+        outcome = run.result[case]
+        if outcome["error"] is None:
+            assert outcome["value"] == value
+        else:
+            _assert_oom_naming_the_device(outcome["error"], run)
+    if env is LMS_OFF:  # a device without LMS cannot hold the constant
+        error = run.result["returned"]["error"]
+        assert error is not None, describe(run)
+        assert "constant of a kernel being created" in error["message"]
+    assert run.result["after"] == float(1 << 20)

@@ -203,7 +203,9 @@ def fit_large_numpy() -> None:
 
     rows, width = 48 * 1024, 1024  # 192 MiB of float32
     rng = np.random.default_rng(0)
-    x = rng.random((rows, width), dtype=np.float32)
+    # At a 4-byte offset, so TensorFlow copies it through the allocator.
+    x = np.empty(rows * width + 1, dtype=np.float32)[1:].reshape(rows, width)
+    x[:] = rng.random((rows, width), dtype=np.float32)
     y = (x[:, :1] > 0.5).astype(np.float32)
     model = keras.Sequential([keras.Input((width,)), keras.layers.Dense(16, activation="relu"),
                               keras.layers.Dense(1)])
@@ -212,26 +214,35 @@ def fit_large_numpy() -> None:
     try:
         history = model.fit(x, y, batch_size=256, epochs=1, steps_per_epoch=20, verbose=0)
         result["loss"] = float(history.history["loss"][-1])
+        result["aligned"] = x.ctypes.data % 64 == 0
     except Exception as error:  # noqa: BLE001
         result["error"] = {"type": type(error).__name__, "message": str(error)[:2000]}
     emit(result)
 
 
 def fill_in_function() -> None:
-    """A 200 MiB tf.fill inside a tf.function on a 64 MiB device."""
+    """A 200 MiB tf.fill inside a tf.function on a 64 MiB device, returned
+    (Grappler makes it a 200 MiB Const node, parsed when its kernel is
+    created) and multiplied by an argument (as the issue reported it)."""
     tf = _tf()
 
     @tf.function
-    def big():
-        return tf.reduce_sum(tf.fill((50 * MIB,), 1.0))
+    def returned():
+        return tf.fill((50 * MIB,), 1.0)
 
-    result: dict = {"error": None}
-    try:
-        result["value"] = float(big())
-    except Exception as error:  # noqa: BLE001
-        result["error"] = {"type": type(error).__name__, "message": str(error)[:3000]}
-    small = tf.reduce_sum(tf.fill((MIB,), 1.0))  # the device still works
-    result["after"] = float(small)
+    @tf.function
+    def multiplied(x):
+        return tf.reduce_sum(tf.fill((50 * MIB,), 1.0) * x)
+
+    result: dict = {}
+    for name, call in [("returned", lambda: float(returned()[-1])),
+                       ("multiplied", lambda: float(multiplied(tf.constant(2.0))))]:
+        try:
+            result[name] = {"value": call(), "error": None}
+        except Exception as error:  # noqa: BLE001
+            result[name] = {"error": {"type": type(error).__name__,
+                                      "message": str(error)[-3000:]}}
+    result["after"] = float(tf.reduce_sum(tf.fill((MIB,), 1.0)))  # the device still works
     emit(result)
 
 

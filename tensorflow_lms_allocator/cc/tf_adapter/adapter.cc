@@ -23,6 +23,7 @@
 #include "interposer/lms_hooks.h"
 #include "tf_adapter/kernel_pins.h"
 #include "tf_adapter/lms_allocator.h"
+#include "tf_adapter/outside_kernel.h"
 
 #ifndef LMS_BUILT_FOR_TF_VERSION
 #error "LMS_BUILT_FOR_TF_VERSION must name the TensorFlow version built against"
@@ -122,7 +123,7 @@ void ContextDestroyedHook(void* context) {
 }
 
 const TfLmsHooks kHooks = {ContextCreatedHook, ContextDestroyedHook, CpuAllocatorHook,
-                           GpuAllocatorHook};
+                           GpuAllocatorHook, MakeTensorFromProtoHook};
 
 Engine* DeviceEngine() {
   AdapterState& st = State();

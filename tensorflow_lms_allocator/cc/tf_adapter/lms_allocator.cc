@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "tf_adapter/kernel_pins.h"
+#include "tf_adapter/outside_kernel.h"
 
 namespace lms {
 namespace {
@@ -55,6 +56,13 @@ void* LmsAllocator::AllocateRaw(size_t alignment, size_t num_bytes) {
   status = pins_ != nullptr ? pins_->RetryWhileOthersRelease(attempt) : attempt();
   if (ptr == nullptr) {
     t_last_failure = status.message();
+    // Outside a kernel nobody checks for null (Note [Allocations outside
+    // kernels] in outside_kernel.h): serve host memory instead, unless the
+    // caller needs device memory and checks.
+    if (!in_kernel) {
+      ptr = HostFallback::Allocate(alignment, num_bytes, Name());
+      if (ptr != nullptr) return ptr;
+    }
     ReportFailure(num_bytes, status);
     return nullptr;
   }
@@ -65,6 +73,7 @@ void* LmsAllocator::AllocateRaw(size_t alignment, size_t num_bytes) {
 
 void LmsAllocator::DeallocateRaw(void* ptr) {
   if (ptr == nullptr) return;
+  if (!engine_->Owns(ptr) && HostFallback::Free(ptr)) return;
   Status s = engine_->Free(ptr);
   if (!s.ok()) {
     std::fprintf(stderr, "tensorflow_lms_allocator: %s\n", s.ToString().c_str());
@@ -72,10 +81,12 @@ void LmsAllocator::DeallocateRaw(void* ptr) {
 }
 
 size_t LmsAllocator::RequestedSize(const void* ptr) const {
+  if (!engine_->Owns(ptr)) return HostFallback::RequestedSize(ptr);
   return engine_->RequestedSize(ptr);
 }
 
 size_t LmsAllocator::AllocatedSize(const void* ptr) const {
+  if (!engine_->Owns(ptr)) return HostFallback::RequestedSize(ptr);
   return engine_->AllocatedSize(ptr);
 }
 
