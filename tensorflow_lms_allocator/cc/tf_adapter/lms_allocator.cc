@@ -61,7 +61,10 @@ void* LmsAllocator::AllocateRaw(size_t alignment, size_t num_bytes) {
     // caller needs device memory and checks.
     if (!in_kernel) {
       ptr = HostFallback::Allocate(alignment, num_bytes, Name());
-      if (ptr != nullptr) return ptr;
+      if (ptr != nullptr) {
+        t_last_failure.clear();  // the request was served
+        return ptr;
+      }
     }
     ReportFailure(num_bytes, status);
     return nullptr;
