@@ -8,6 +8,7 @@ subprocess of its own on a 64 MiB emulated device.
 from __future__ import annotations
 
 import os
+import signal
 
 import pytest
 
@@ -25,6 +26,15 @@ LMS_OFF = {**DEVICE, "TF_LMS_ENABLED": "0"}
 def _wait_exit_code(pid: int) -> int:
     _, status = os.waitpid(pid, 0)
     return os.waitstatus_to_exitcode(status)
+
+
+def _reap(pid: int) -> None:
+    """Kills and reaps a child the test did not wait for (it failed early)."""
+    try:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    except (ProcessLookupError, ChildProcessError):
+        pass
 
 
 def test_fork_child_has_its_own_engine_memory_both_ways(make_engine):
@@ -56,20 +66,25 @@ def test_fork_child_has_its_own_engine_memory_both_ways(make_engine):
             code = 0 if inherited and mine else 2
         finally:
             os._exit(code)
-    os.read(child_ready_r, 1)
-    assert engine.verify_pattern(a, 3 * GRANULE, 1) == -1
-    assert engine.verify_pattern(b, 2 * GRANULE, 2) == -1
-    d = engine.allocate(5 * GRANULE)  # the free granules the child also took
-    engine.fill_pattern(d, 5 * GRANULE, 21)
-    engine.fill_pattern(b, 2 * GRANULE, 22)
-    os.write(parent_done_w, b"x")
-    assert _wait_exit_code(pid) == 0, "the child saw the parent's writes"
+    try:
+        os.read(child_ready_r, 1)
+        parent_intact = (engine.verify_pattern(a, 3 * GRANULE, 1) == -1
+                         and engine.verify_pattern(b, 2 * GRANULE, 2) == -1)
+        d = engine.allocate(5 * GRANULE)  # the free granules the child also took
+        engine.fill_pattern(d, 5 * GRANULE, 21)
+        engine.fill_pattern(b, 2 * GRANULE, 22)
+        os.write(parent_done_w, b"x")
+        child_code = _wait_exit_code(pid)
+    finally:
+        _reap(pid)
+        for fd in (child_ready_r, child_ready_w, parent_done_r, parent_done_w):
+            os.close(fd)
+    assert parent_intact, "the child's writes reached the parent's allocations"
+    assert child_code == 0, "the child saw the parent's writes"
     assert engine.verify_pattern(a, 3 * GRANULE, 1) == -1
     assert engine.verify_pattern(b, 2 * GRANULE, 22) == -1
     assert engine.verify_pattern(d, 5 * GRANULE, 21) == -1
     engine.free(d)
-    for fd in (child_ready_r, child_ready_w, parent_done_r, parent_done_w):
-        os.close(fd)
 
 
 def test_fork_child_of_a_child_keeps_working(make_engine):
@@ -160,6 +175,18 @@ def test_numpy_conversion_that_does_not_fit_is_no_crash(env):
     else:
         assert r["kernel_output"] == 2.0
     assert r["kept_ok"]
+
+
+@pytest.mark.parametrize("env", [LMS_OFF, LMS_ON], ids=["lms_off", "lms_on"])
+def test_numpy_array_larger_than_the_device_converts(env):
+    """tf.constant of an unaligned 200 MiB NumPy array on a 64 MiB device was
+    a SIGSEGV with LMS on; it now holds the right values."""
+    run = run_program("robustness.py", "numpy_larger_than_device", env=env)
+    assert run.returncode == 0 and run.result, describe(run)
+    r = run.result
+    assert not r["aligned"]
+    assert r["error"] is None, describe(run)
+    assert r["value_ok"] and r["slice_sum"] == r["expected_sum"]
 
 
 @pytest.mark.parametrize("env", [LMS_OFF, LMS_ON], ids=["lms_off", "lms_on"])

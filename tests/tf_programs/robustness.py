@@ -7,6 +7,7 @@ Usage: python robustness.py NAME
                         child holds tensors; the child's must stay intact
   spawn                 multiprocessing with the spawn start method
   numpy_on_full_device  tf.constant of a 40 MiB NumPy array on a full device
+  numpy_larger_than_device  tf.constant of a 200 MiB NumPy array on 64 MiB
   fit_large_numpy       model.fit with a 192 MiB NumPy x on a 64 MiB device
   fill_in_function      a 200 MiB tf.fill inside a tf.function on 64 MiB
 
@@ -194,6 +195,25 @@ def numpy_on_full_device() -> None:
     emit(result)
 
 
+def numpy_larger_than_device() -> None:
+    """tf.constant of an unaligned 200 MiB NumPy array on a 64 MiB device."""
+    import numpy as np
+
+    tf = _tf()
+
+    result: dict = {"error": None}
+    array = np.arange(50 * MIB + 1, dtype=np.float32)[1:]  # 200 MiB, 4-byte offset
+    result["aligned"] = array.ctypes.data % 64 == 0
+    try:
+        tensor = tf.constant(array)
+        result["value_ok"] = bool(np.array_equal(tensor.numpy(), array))
+        result["slice_sum"] = float(tf.reduce_sum(tensor[-1000:]))
+        result["expected_sum"] = float(array[-1000:].sum())
+    except Exception as error:  # noqa: BLE001
+        result["error"] = {"type": type(error).__name__, "message": str(error)[:2000]}
+    emit(result)
+
+
 def fit_large_numpy() -> None:
     """model.fit with a 192 MiB NumPy x (48 M floats) on a 64 MiB device."""
     import numpy as np
@@ -249,5 +269,5 @@ def fill_in_function() -> None:
 if __name__ == "__main__":
     {"fork_child_writes": fork_child_writes, "fork_parent_writes": fork_parent_writes,
      "spawn": spawn, "numpy_on_full_device": numpy_on_full_device,
-     "fit_large_numpy": fit_large_numpy,
+     "fit_large_numpy": fit_large_numpy, "numpy_larger_than_device": numpy_larger_than_device,
      "fill_in_function": fill_in_function}[sys.argv[1]]()
