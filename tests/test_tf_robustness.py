@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 
 import pytest
 
@@ -113,6 +115,44 @@ def test_fork_child_of_a_child_keeps_working(make_engine):
     assert _wait_exit_code(pid) == 0
     assert engine.verify_pattern(a, 4 * GRANULE, 5) == -1
     assert not engine.inspect(a)["evicted"]
+
+
+_CUT_OFF_CHILD = """
+import os, resource
+from tensorflow_lms_allocator.engine import Engine
+G = 64 << 10
+engine = Engine(8 * G, host_bytes=32 * G, granule_bytes=G)
+a = engine.allocate(3 * G)
+engine.fill_pattern(a, 3 * G, 1)
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+fds = []
+try:  # a full descriptor table: the fork handler cannot make the child's copy
+    while True:
+        fds.append(os.open("/dev/null", os.O_RDONLY))
+except OSError:
+    pass
+pid = os.fork()
+if pid == 0:
+    engine.fill_pattern(a, 3 * G, 9)  # would write the parent's memory
+    os._exit(0)
+for fd in fds:
+    os.close(fd)
+_, status = os.waitpid(pid, 0)
+print("child_signal", os.WTERMSIG(status) if os.WIFSIGNALED(status) else None)
+print("parent_ok", engine.verify_pattern(a, 3 * G, 1) == -1)
+"""
+
+
+def test_fork_child_that_cannot_get_a_copy_is_cut_off_not_shared():
+    """If the copy for the child cannot be made, the child's LMS memory is
+    inaccessible: its write faults in the child, and says why, instead of
+    landing in the parent's tensor."""
+    proc = subprocess.run([sys.executable, "-c", _CUT_OFF_CHILD], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "child_signal 11" in proc.stdout, proc.stdout + proc.stderr
+    assert "parent_ok True" in proc.stdout
+    assert "could not get its own copy of the emulated device's memory" in proc.stderr
 
 
 @pytest.mark.parametrize("env", [LMS_ON, LMS_OFF], ids=["lms_on", "lms_off"])
