@@ -215,6 +215,8 @@ def test_numpy_conversion_that_does_not_fit_is_no_crash(env):
     else:
         assert r["kernel_output"] == 2.0
     assert r["kept_ok"]
+    assert r["resident_growth_mib"] < 100  # 400 MiB converted and freed
+    assert "NOT_FOUND" not in run.stderr  # every buffer freed where it came from
 
 
 @pytest.mark.parametrize("env", [LMS_OFF, LMS_ON], ids=["lms_off", "lms_on"])
