@@ -1,10 +1,16 @@
 #include "backends/posix_backend.h"
 
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -57,11 +63,15 @@ Status PosixBackend::ReserveAddressRange(size_t bytes, uintptr_t* base) {
     munmap(reinterpret_cast<void*>(aligned + bytes), end - (aligned + bytes));
   }
   *base = aligned;
+  reserved_.emplace_back(aligned, bytes);
   return Status::Ok();
 }
 
 void PosixBackend::ReleaseAddressRange(uintptr_t base, size_t bytes) {
   munmap(reinterpret_cast<void*>(base), bytes);
+  reserved_.erase(std::remove(reserved_.begin(), reserved_.end(),
+                              std::make_pair(base, bytes)),
+                  reserved_.end());
 }
 
 Status PosixBackend::CreatePool(PoolKind pool, size_t granules) {
@@ -143,6 +153,169 @@ Status PosixBackend::CopyGranules(PoolKind dst_pool, const GranuleId* dst,
     bytes -= n;
     i += run;
   }
+  return Status::Ok();
+}
+
+// fork(): Note [Fork] in engine/fork_handlers.h. All of this runs with the
+// engine's lock held (no Map, Unmap or copy in between); PrepareFork in the
+// parent before fork(), the After calls in each process after it.
+
+void PosixBackend::PrepareFork() {
+  fork_error_.clear();
+  fork_mappings_.clear();
+  Status s = ListPoolMappings(&fork_mappings_);
+  for (int i = 0; i < 2 && s.ok(); ++i) {
+    if (pools_[i].fd >= 0) s = SnapshotPool(i, &fork_fds_[i]);
+  }
+  if (!s.ok()) {
+    fork_error_ = s.message();
+    CloseSnapshots();
+  }
+}
+
+void PosixBackend::AfterForkInParent() {
+  // The parent keeps its own files; the copies belong to the child.
+  CloseSnapshots();
+  fork_mappings_.clear();
+  fork_error_.clear();
+}
+
+void PosixBackend::AfterForkInChild() {
+  // Each mapping moves to the same range of the copy: same address, offset
+  // and protection, so granule ids, windows and the engine's state all stay
+  // valid. MAP_FIXED replaces the old mapping in one step.
+  for (size_t i = 0; i < fork_mappings_.size() && fork_error_.empty(); ++i) {
+    const PoolMapping& m = fork_mappings_[i];
+    void* r = mmap(reinterpret_cast<void*>(m.start), m.bytes, m.prot,
+                   MAP_SHARED | MAP_FIXED, fork_fds_[m.pool], m.offset);
+    if (r == MAP_FAILED) {
+      fork_error_ = "mapping the copy at " +
+                    FormatAddress(reinterpret_cast<void*>(m.start)) +
+                    " failed: " + std::strerror(errno);
+    }
+  }
+  if (fork_error_.empty()) {
+    for (int i = 0; i < 2; ++i) {
+      if (fork_fds_[i] < 0) continue;
+      close(pools_[i].fd);
+      pools_[i].fd = fork_fds_[i];
+      fork_fds_[i] = -1;
+    }
+  } else {
+    // No copy: the child must not reach the parent's pages. Every reserved
+    // range and window becomes inaccessible private memory and the pool
+    // files are closed, so a touch faults and a Map fails, in this process
+    // only.
+    for (const auto& [base, bytes] : reserved_) {
+      mmap(reinterpret_cast<void*>(base), bytes, PROT_NONE,
+           MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+    }
+    for (PoolFile& p : pools_) {
+      if (p.window != nullptr) {
+        mmap(p.window, p.granules * granule_, PROT_NONE,
+             MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+      }
+      if (p.fd >= 0) close(p.fd);
+      p.fd = -1;
+    }
+    CloseSnapshots();
+    std::fprintf(stderr,
+                 "tensorflow_lms_allocator: this fork() child could not get its own "
+                 "copy of the emulated device's memory (%s); LMS memory is "
+                 "inaccessible in this process, so that it never writes the "
+                 "parent's\n",
+                 fork_error_.c_str());
+  }
+  fork_mappings_.clear();
+}
+
+void PosixBackend::CloseSnapshots() {
+  for (int& fd : fork_fds_) {
+    if (fd >= 0) close(fd);
+    fd = -1;
+  }
+}
+
+Status PosixBackend::SnapshotPool(int pool, int* out) const {
+  const PoolFile& p = pools_[pool];
+  const PoolKind kind = static_cast<PoolKind>(pool);
+  const off_t bytes = static_cast<off_t>(p.granules * granule_);
+  const std::string name = std::string("tf-lms-") + PoolName(kind) + "-pool";
+  const int fd = memfd_create(name.c_str(), MFD_CLOEXEC);
+  if (fd < 0) return Errno("memfd_create for the fork child's " + name);
+  Status s;
+  if (ftruncate(fd, bytes) != 0) {
+    s = Errno("sizing the fork child's " + name);
+  }
+  // Only written extents: a hole reads as zeros in the copy too.
+  for (off_t pos = 0; s.ok() && pos < bytes;) {
+    const off_t data = lseek(p.fd, pos, SEEK_DATA);
+    if (data < 0) {
+      if (errno != ENXIO) s = Errno("finding data in the " + name);
+      break;  // ENXIO: no data after pos
+    }
+    off_t hole = lseek(p.fd, data, SEEK_HOLE);
+    if (hole < 0) {
+      s = Errno("finding holes in the " + name);
+      break;
+    }
+    hole = std::min(hole, bytes);
+    for (off_t at = data; at < hole;) {
+      const ssize_t n = pwrite(fd, p.window + at, static_cast<size_t>(hole - at), at);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        s = Errno("copying the " + name + " for the fork child");
+        break;
+      }
+      at += n;
+    }
+    pos = hole;
+  }
+  if (!s.ok()) {
+    close(fd);
+    return s;
+  }
+  *out = fd;
+  return Status::Ok();
+}
+
+Status PosixBackend::ListPoolMappings(std::vector<PoolMapping>* out) const {
+  struct stat files[2];
+  for (int i = 0; i < 2; ++i) {
+    if (pools_[i].fd >= 0 && fstat(pools_[i].fd, &files[i]) != 0) {
+      return Errno("fstat of a pool file");
+    }
+  }
+  FILE* maps = std::fopen("/proc/self/maps", "re");
+  if (maps == nullptr) return Errno("opening /proc/self/maps");
+  char* line = nullptr;
+  size_t capacity = 0;
+  while (getline(&line, &capacity, maps) > 0) {
+    uintptr_t start = 0, end = 0;
+    unsigned long long offset = 0, inode = 0;
+    unsigned int major_id = 0, minor_id = 0;
+    char perms[8] = {};
+    if (std::sscanf(line, "%" SCNxPTR "-%" SCNxPTR " %7s %llx %x:%x %llu", &start, &end,
+                    perms, &offset, &major_id, &minor_id, &inode) != 7) {
+      continue;
+    }
+    for (int i = 0; i < 2; ++i) {
+      if (pools_[i].fd < 0 || inode != files[i].st_ino ||
+          makedev(major_id, minor_id) != files[i].st_dev) {
+        continue;
+      }
+      PoolMapping m;
+      m.start = start;
+      m.bytes = end - start;
+      m.offset = static_cast<off_t>(offset);
+      m.prot = (perms[0] == 'r' ? PROT_READ : 0) | (perms[1] == 'w' ? PROT_WRITE : 0) |
+               (perms[2] == 'x' ? PROT_EXEC : 0);
+      m.pool = i;
+      out->push_back(m);
+    }
+  }
+  std::free(line);
+  std::fclose(maps);
   return Status::Ok();
 }
 

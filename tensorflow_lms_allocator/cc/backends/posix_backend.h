@@ -12,13 +12,22 @@
 // Copies are synchronous, so CopiesAfterCompute and WaitForCopies have
 // nothing to wait for.
 //
+// Across fork() the child gets its own copy of both pools at the same
+// addresses (PrepareFork/AfterForkInChild, Note [Fork] in
+// engine/fork_handlers.h): MAP_SHARED memory would otherwise be shared.
+//
 // Thread-compatible: the engine's lock serialises calls.
 #ifndef TENSORFLOW_LMS_ALLOCATOR_CC_BACKENDS_POSIX_BACKEND_H_
 #define TENSORFLOW_LMS_ALLOCATOR_CC_BACKENDS_POSIX_BACKEND_H_
 
+#include <sys/types.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "engine/backend.h"
 
@@ -43,6 +52,9 @@ class PosixBackend : public Backend {
                       size_t bytes) override;
   Status CopiesAfterCompute() override { return Status::Ok(); }
   Status WaitForCopies() override { return Status::Ok(); }
+  void PrepareFork() override;
+  void AfterForkInParent() override;
+  void AfterForkInChild() override;
 
  private:
   explicit PosixBackend(size_t granule_bytes) : granule_(granule_bytes) {}
@@ -53,8 +65,31 @@ class PosixBackend : public Backend {
     char* window = nullptr;  // the whole file, mapped once
   };
 
+  // One mapping of a pool file in this process, as /proc/self/maps lists it.
+  struct PoolMapping {
+    uintptr_t start = 0;
+    size_t bytes = 0;
+    off_t offset = 0;
+    int prot = 0;
+    int pool = 0;
+  };
+  // Copies pool `pool`'s written extents into a new memfd (*fd).
+  Status SnapshotPool(int pool, int* fd) const;
+  // Every current mapping of the pool files, allocations' slots and windows.
+  Status ListPoolMappings(std::vector<PoolMapping>* out) const;
+  void CloseSnapshots();
+
   const size_t granule_;
   PoolFile pools_[2];
+  // Reserved address ranges (base, bytes): what a fork child must cut off
+  // from the parent's memory if it cannot have its own copy.
+  std::vector<std::pair<uintptr_t, size_t>> reserved_;
+  // Between PrepareFork and the After calls: the child's pool files (-1 if
+  // the pool does not exist), the mappings to move to them, and why the
+  // snapshot failed (empty if it did not).
+  int fork_fds_[2] = {-1, -1};
+  std::vector<PoolMapping> fork_mappings_;
+  std::string fork_error_;
 };
 
 }  // namespace lms

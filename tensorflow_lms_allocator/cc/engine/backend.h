@@ -96,6 +96,17 @@ class Backend {
   // may be unmapped and reused. On failure no copy since the last successful
   // wait may be trusted.
   virtual Status WaitForCopies() = 0;
+
+  // fork() (Note [Fork] in engine/fork_handlers.h). The engine calls these
+  // from its atfork handlers with its lock held, so no other call runs from
+  // PrepareFork (in the parent, before fork) to the After call in each
+  // process. fork() cannot fail on their account: PrepareFork keeps any
+  // failure to itself, and AfterForkInChild must then leave the child unable
+  // to reach the parent's memory (never sharing it). The defaults do
+  // nothing, for backends whose memory is private to the process.
+  virtual void PrepareFork() {}
+  virtual void AfterForkInParent() {}
+  virtual void AfterForkInChild() {}
 };
 
 }  // namespace lms

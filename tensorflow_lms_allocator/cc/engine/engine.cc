@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <string>
 
+#include "engine/fork_handlers.h"
+
 namespace lms {
 namespace {
 
@@ -55,6 +57,7 @@ Status Engine::Create(const EngineOptions& options,
   }
   std::unique_ptr<Engine> engine(new Engine(options, std::move(backend)));
   LMS_RETURN_IF_ERROR(engine->Init());
+  RegisterForFork(engine.get());
   *out = std::move(engine);
   return Status::Ok();
 }
@@ -78,6 +81,7 @@ Status Engine::Init() {
 }
 
 Engine::~Engine() {
+  UnregisterForFork(this);
   strict_.reset();  // stop serving faults before the range goes away
   if (base_ != 0) backend_->ReleaseAddressRange(base_, slots_ * granule_);
 }

@@ -184,6 +184,13 @@ class Engine {
   void ClearUnpinnedTouches();
   const Backend& backend() const { return *backend_; }
 
+  // The fork handlers (engine_fork.cc, Note [Fork] in fork_handlers.h):
+  // PrepareFork takes the lock and keeps it across fork(); the After calls
+  // carry the backend's memory over and release it, in each process.
+  void PrepareFork() LMS_THREAD_ANNOTATION(acquire_capability(mu_));
+  void AfterForkInParent() LMS_THREAD_ANNOTATION(release_capability(mu_));
+  void AfterForkInChild() LMS_THREAD_ANNOTATION(release_capability(mu_));
+
  private:
   Engine(const EngineOptions& options, std::unique_ptr<Backend> backend);
   Status Init();

@@ -11,6 +11,7 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -136,3 +137,29 @@ void* _ZN10tensorflow15GPUProcessState15GetGPUAllocatorERKNS_10GPUOptionsEN3tsl3
   if (h != NULL && h->gpu_allocator != NULL) return h->gpu_allocator(allocator, tf_device_id);
   return allocator;
 }
+
+#if defined(__x86_64__)
+/* absl::Status tensorflow::ThreadPoolDevice::MakeTensorFromProto(
+ *     const TensorProto&, tsl::AllocatorAttributes, Tensor*)
+ * (a vtable slot, bound by symbol). absl::Status is not trivially copyable,
+ * so the x86-64 ABI returns it through a hidden pointer passed first, before
+ * `this`, and hands that pointer back in rax; AllocatorAttributes is two
+ * 32-bit fields, one register. Other ABIs pass the hidden pointer
+ * elsewhere (x8 on AArch64), which C cannot express: there the original
+ * runs unhooked. The adapter turns an allocation failure inside it into an
+ * OOM error (tf_adapter/outside_kernel.h). */
+#define LMS_MAKE_TENSOR_FROM_PROTO \
+  "_ZN10tensorflow16ThreadPoolDevice19MakeTensorFromProtoERKNS_11TensorProtoEN3tsl19AllocatorAttributesEPNS_6TensorE"
+typedef void* (*MakeTensorFn)(void*, void*, const void*, unsigned long long, void*);
+void* _ZN10tensorflow16ThreadPoolDevice19MakeTensorFromProtoERKNS_11TensorProtoEN3tsl19AllocatorAttributesEPNS_6TensorE(
+    void* status, void* self, const void* proto, unsigned long long attributes,
+    void* tensor) {
+  RESOLVE(MakeTensorFn, original, LMS_MAKE_TENSOR_FROM_PROTO);
+  const TfLmsHooks* h = Hooks();
+  if (h != NULL && h->make_tensor_from_proto != NULL) {
+    return h->make_tensor_from_proto((void*)original, status, self, proto, attributes,
+                                     tensor);
+  }
+  return original(status, self, proto, attributes, tensor);
+}
+#endif

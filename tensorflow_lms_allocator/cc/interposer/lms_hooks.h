@@ -20,6 +20,13 @@ typedef struct TfLmsHooks {
   void* (*cpu_allocator)(void* original, int numa_node);
   /* GPUProcessState::GetGPUAllocator returned `original`; likewise. */
   void* (*gpu_allocator)(void* original, int tf_device_id);
+  /* Instead of ThreadPoolDevice::MakeTensorFromProto (x86-64 only): calls
+   * `original` (that function, taking the absl::Status* it returns through
+   * first) and returns `status`. `attributes` is tsl::AllocatorAttributes
+   * (two 32-bit fields, in one register). */
+  void* (*make_tensor_from_proto)(void* original, void* status, void* device,
+                                  const void* proto, unsigned long long attributes,
+                                  void* tensor);
 } TfLmsHooks;
 
 /* Installs (or, with NULL, removes) the hooks. Returns 0 on success. */

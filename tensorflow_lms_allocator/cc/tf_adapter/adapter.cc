@@ -35,6 +35,7 @@
 #include "interposer/lms_hooks.h"
 #include "tf_adapter/kernel_pins.h"
 #include "tf_adapter/lms_allocator.h"
+#include "tf_adapter/outside_kernel.h"
 #include "tsl/platform/logging.h"
 
 #ifndef LMS_BUILT_FOR_TF_VERSION
@@ -230,7 +231,7 @@ void ContextDestroyedHook(void* context) {
 }
 
 const TfLmsHooks kHooks = {ContextCreatedHook, ContextDestroyedHook, CpuAllocatorHook,
-                           GpuAllocatorHook};
+                           GpuAllocatorHook, MakeTensorFromProtoHook};
 
 // The device's allocator, or null with *status saying why there is none.
 LmsAllocator* DeviceAllocator(Status* status) {

@@ -3,6 +3,7 @@
 #include <atomic>
 
 #include "tf_adapter/kernel_pins.h"
+#include "tf_adapter/outside_kernel.h"
 #include "tsl/platform/logging.h"
 
 namespace lms {
@@ -63,6 +64,16 @@ void* LmsAllocator::Allocate(size_t alignment, size_t num_bytes, bool retry_on_f
                                                 : attempt();
   if (ptr == nullptr) {
     t_last_failure = status.message();
+    // Outside a kernel nobody checks for null (Note [Allocations outside
+    // kernels] in outside_kernel.h): serve host memory instead, unless the
+    // caller needs device memory and checks.
+    if (!in_kernel) {
+      ptr = HostFallback::Allocate(alignment, num_bytes, Name());
+      if (ptr != nullptr) {
+        t_last_failure.clear();  // the request was served
+        return ptr;
+      }
+    }
     ReportFailure(num_bytes, status);
     return nullptr;
   }
@@ -73,15 +84,18 @@ void* LmsAllocator::Allocate(size_t alignment, size_t num_bytes, bool retry_on_f
 
 void LmsAllocator::DeallocateRaw(void* ptr) {
   if (ptr == nullptr) return;
+  if (!engine_->Owns(ptr) && HostFallback::Free(ptr)) return;
   Status s = engine_->Free(ptr);
   if (!s.ok()) LOG(ERROR) << "tensorflow_lms_allocator: " << s.ToString();
 }
 
 size_t LmsAllocator::RequestedSize(const void* ptr) const {
+  if (!engine_->Owns(ptr)) return HostFallback::RequestedSize(ptr);
   return engine_->RequestedSize(ptr);
 }
 
 size_t LmsAllocator::AllocatedSize(const void* ptr) const {
+  if (!engine_->Owns(ptr)) return HostFallback::RequestedSize(ptr);
   return engine_->AllocatedSize(ptr);
 }
 

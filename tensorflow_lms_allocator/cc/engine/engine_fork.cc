@@ -1,0 +1,101 @@
+// The engine across fork(): the registry of live engines and the
+// pthread_atfork handlers that lock them and carry their memory over.
+// See Note [Fork] in engine/fork_handlers.h.
+#include <pthread.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <mutex>
+#include <new>
+#include <vector>
+
+#include "engine/engine.h"
+#include "engine/fork_handlers.h"
+
+namespace lms {
+namespace {
+
+struct ForkRegistry {
+  Mutex mu;
+  // Live engines, in registration order: the handlers lock them in this
+  // order and unlock them in the reverse.
+  std::vector<Engine*> engines LMS_GUARDED_BY(mu);
+};
+
+ForkRegistry& Registry() {
+  static ForkRegistry* registry = new ForkRegistry();  // outlives every engine
+  return *registry;
+}
+
+// The three handlers hold the registry's lock from PrepareHandler to the
+// parent's or child's handler, which a per-function analysis cannot follow;
+// each says what it assumes instead.
+
+// Runs in the parent before fork(): holds the registry's lock and every
+// engine's lock until AfterFork* release them in the parent and the child.
+void PrepareHandler() LMS_THREAD_ANNOTATION(no_thread_safety_analysis) {
+  ForkRegistry& r = Registry();
+  r.mu.Lock();
+  for (Engine* engine : r.engines) engine->PrepareFork();
+}
+
+// Requires the registry's lock (taken by PrepareHandler).
+void ParentHandler() LMS_THREAD_ANNOTATION(no_thread_safety_analysis) {
+  ForkRegistry& r = Registry();
+  for (auto it = r.engines.rbegin(); it != r.engines.rend(); ++it) {
+    (*it)->AfterForkInParent();
+  }
+  r.mu.Unlock();
+}
+
+// Requires the registry's lock (taken by PrepareHandler in the parent).
+void ChildHandler() LMS_THREAD_ANNOTATION(no_thread_safety_analysis) {
+  ForkRegistry& r = Registry();
+  for (auto it = r.engines.rbegin(); it != r.engines.rend(); ++it) {
+    (*it)->AfterForkInChild();
+  }
+  // The forking thread locked it in PrepareHandler and is the child's only
+  // thread: unlocking a default (non-error-checking) mutex here is sound.
+  r.mu.Unlock();
+}
+
+}  // namespace
+
+void RegisterForFork(Engine* engine) {
+  static std::once_flag installed;
+  std::call_once(installed, [] {
+    pthread_atfork(PrepareHandler, ParentHandler, ChildHandler);
+  });
+  ForkRegistry& r = Registry();
+  MutexLock lock(r.mu);
+  r.engines.push_back(engine);
+}
+
+void UnregisterForFork(Engine* engine) {
+  ForkRegistry& r = Registry();
+  MutexLock lock(r.mu);
+  r.engines.erase(std::remove(r.engines.begin(), r.engines.end(), engine),
+                  r.engines.end());
+}
+
+void Engine::PrepareFork() {
+  mu_.Lock();  // released by AfterForkInParent / AfterForkInChild
+  backend_->PrepareFork();
+}
+
+void Engine::AfterForkInParent() {
+  backend_->AfterForkInParent();
+  mu_.Unlock();
+}
+
+void Engine::AfterForkInChild() {
+  backend_->AfterForkInChild();
+  // Threads that waited for a release in the parent do not exist here, and a
+  // condition variable that counts phantom waiters may block a notify: start
+  // a fresh one (nobody can be waiting on it in this one-thread process).
+  new (&released_) std::condition_variable();
+  release_waiters_ = 0;
+  mu_.Unlock();
+}
+
+}  // namespace lms
