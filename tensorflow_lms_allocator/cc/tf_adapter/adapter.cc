@@ -257,4 +257,15 @@ __attribute__((visibility("default"))) void tf_lms_clear_unpinned_touches() {
 
 __attribute__((visibility("default"))) void tf_lms_free_string(char* s) { free(s); }
 
+// For tests: out[0..2) = {live kernel contexts in the process, live contexts
+// the calling thread created}. Returns 1 (out untouched) if there is no LMS
+// device.
+__attribute__((visibility("default"))) int tf_lms_kernel_contexts(int64_t* out) {
+  lms::KernelPins* pins = lms::State().active_pins.load(std::memory_order_acquire);
+  if (pins == nullptr) return 1;
+  out[0] = pins->LiveContexts();
+  out[1] = pins->ThreadLiveContexts();
+  return 0;
+}
+
 }  // extern "C"

@@ -9,38 +9,77 @@
 #include "tensorflow/core/framework/op_kernel.h"
 
 namespace lms {
+
+// Note [Kernel context lifetime] in kernel_pins.h.
+struct ThreadContexts {
+  struct Frame {
+    void* context;
+    uint64_t serial;
+    const char* label;  // the op's name, for strict mode's report
+  };
+  std::mutex mu;
+  // Live contexts this thread created, outermost first.
+  std::vector<Frame> frames LMS_GUARDED_BY(mu);
+  // frames.size(), for the lock-free InKernel(); written under mu.
+  std::atomic<int64_t> depth{0};
+};
+
 namespace {
 
-thread_local void* t_current_context = nullptr;
+// This thread's stack: owned by the thread and shared with the entries of
+// its live contexts, which may be destroyed after the thread exits. The raw
+// pointer is the fast path's view of it (no TLS wrapper call).
+thread_local std::shared_ptr<ThreadContexts> t_owner;
+thread_local ThreadContexts* t_contexts = nullptr;
+
+ThreadContexts& ThisThread() {
+  if (t_contexts == nullptr) {
+    t_owner = std::make_shared<ThreadContexts>();
+    t_contexts = t_owner.get();
+  }
+  return *t_contexts;
+}
 
 }  // namespace
 
 void KernelPins::OnContextCreated(void* context, void* params) {
   auto* p = static_cast<tensorflow::OpKernelContext::Params*>(params);
   Entry entry;
-  entry.previous_context = t_current_context;
   for (const tensorflow::TensorValue& value : p->inputs) {
-    if (value.tensor == nullptr) continue;
-    const void* data = tensorflow::DMAHelper::base(value.tensor);
-    if (data == nullptr || !engine_->InEvictableRange(data)) continue;
-    uint64_t id = 0;
-    Status s = RetryWhileOthersRelease([&] { return engine_->Pin(data, &id); });
-    // A failed pin (counted by the engine as num_failed_pins) still lets
-    // the kernel read the right bytes: evicted memory is mapped from host
-    // memory at the same address, only slower to reach.
-    if (s.ok()) entry.pins.push_back({data, id});
+    const tensorflow::Tensor* tensor = value.tensor;
+    if (tensor == nullptr) continue;
+    const void* data = tensorflow::DMAHelper::base(tensor);
+    if (data != nullptr && engine_->InEvictableRange(data)) PinInput(data, &entry.pins);
   }
+  ThreadContexts& thread = ThisThread();
+  const uint64_t serial = next_serial_.fetch_add(1, std::memory_order_relaxed);
+  const char* label = p->op_kernel != nullptr ? p->op_kernel->name().c_str() : nullptr;
+  entry.serial = serial;
+  entry.creator = t_owner;
+  Entry replaced;
   Shard& shard = ShardFor(context);
   {
     std::lock_guard<std::mutex> lock(shard.mu);
-    shard.entries[context] = std::move(entry);
+    Entry& slot = shard.entries[context];
+    // A live entry here would be a context destroyed without the hook
+    // (TensorFlow's destructors are all hooked): retire it, never leak it.
+    replaced = std::move(slot);
+    slot = std::move(entry);
+  }
+  if (replaced.creator != nullptr) {
+    live_contexts_.fetch_sub(1, std::memory_order_relaxed);
+    Forget(*replaced.creator, replaced.serial);
+    UnpinAll(replaced.pins);
   }
   live_contexts_.fetch_add(1, std::memory_order_relaxed);
-  t_current_context = context;
-  if (p->op_kernel != nullptr) {
-    // Strict mode labels unpinned touches with the running op.
-    StrictMonitor::SetThreadLabel(p->op_kernel->name().c_str());
+  {
+    std::lock_guard<std::mutex> lock(thread.mu);
+    thread.frames.push_back({context, serial, label});
+    thread.depth.store(static_cast<int64_t>(thread.frames.size()),
+                       std::memory_order_relaxed);
   }
+  // Strict mode labels unpinned touches with the running op.
+  if (label != nullptr) StrictMonitor::SetThreadLabel(label);
 }
 
 void KernelPins::OnContextDestroyed(void* context) {
@@ -54,29 +93,71 @@ void KernelPins::OnContextDestroyed(void* context) {
     shard.entries.erase(it);
   }
   live_contexts_.fetch_sub(1, std::memory_order_relaxed);
-  if (t_current_context == context) {
-    t_current_context = entry.previous_context;
-    if (t_current_context == nullptr) StrictMonitor::SetThreadLabel(nullptr);
+  Forget(*entry.creator, entry.serial);
+  if (entry.creator.get() == t_contexts) {
+    // Back to the enclosing kernel's label, or none. (A context destroyed on
+    // another thread cannot reach its creator's thread-local label.)
+    const char* label = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(t_contexts->mu);
+      if (!t_contexts->frames.empty()) label = t_contexts->frames.back().label;
+    }
+    StrictMonitor::SetThreadLabel(label);
   }
   UnpinAll(entry.pins);
 }
 
-bool KernelPins::InKernel() const { return t_current_context != nullptr; }
+void KernelPins::Forget(ThreadContexts& creator, uint64_t serial) {
+  std::lock_guard<std::mutex> lock(creator.mu);
+  std::vector<ThreadContexts::Frame>& frames = creator.frames;
+  // Innermost first: contexts mostly end in reverse order of creation.
+  for (size_t i = frames.size(); i-- > 0;) {
+    if (frames[i].serial == serial) {
+      frames.erase(frames.begin() + static_cast<ptrdiff_t>(i));
+      break;
+    }
+  }
+  creator.depth.store(static_cast<int64_t>(frames.size()), std::memory_order_relaxed);
+}
 
+bool KernelPins::InKernel() const {
+  const ThreadContexts* thread = t_contexts;
+  return thread != nullptr && thread->depth.load(std::memory_order_relaxed) > 0;
+}
+
+int64_t KernelPins::ThreadLiveContexts() const {
+  const ThreadContexts* thread = t_contexts;
+  return thread != nullptr ? thread->depth.load(std::memory_order_relaxed) : 0;
+}
 
 void KernelPins::RecordAllocation(const void* ptr, uint64_t id) {
-  void* context = t_current_context;
-  if (context != nullptr) {
-    Shard& shard = ShardFor(context);
+  ThreadContexts::Frame current{nullptr, 0, nullptr};
+  if (ThreadContexts* thread = t_contexts) {
+    std::lock_guard<std::mutex> lock(thread->mu);
+    if (!thread->frames.empty()) current = thread->frames.back();
+  }
+  if (current.context != nullptr) {
+    Shard& shard = ShardFor(current.context);
     std::lock_guard<std::mutex> lock(shard.mu);
-    auto it = shard.entries.find(context);
-    if (it != shard.entries.end()) {
+    auto it = shard.entries.find(current.context);
+    // The serial check matters only if the context ended (on another thread)
+    // since it was read above and TensorFlow reused its address.
+    if (it != shard.entries.end() && it->second.serial == current.serial) {
       it->second.pins.push_back({ptr, id});
       return;
     }
   }
   // The kernel is gone (destroyed on another thread): nobody holds this.
   engine_->Unpin(ptr, id);
+}
+
+void KernelPins::PinInput(const void* data, std::vector<Pin>* pins) {
+  uint64_t id = 0;
+  Status s = RetryWhileOthersRelease([&] { return engine_->Pin(data, &id); });
+  // A failed pin (counted by the engine as num_failed_pins) still lets the
+  // kernel read the right bytes: evicted memory is mapped from host memory
+  // at the same address, only slower to reach.
+  if (s.ok()) pins->push_back({data, id});
 }
 
 void KernelPins::UnpinAll(const std::vector<Pin>& pins) {
