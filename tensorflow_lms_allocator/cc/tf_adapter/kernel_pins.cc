@@ -1,12 +1,18 @@
 // The one translation unit that includes OpKernelContext's header: it reads
-// a context's input tensors. Everything else in the adapter stays light.
+// a context's input tensors and the variables its resource inputs name.
+// Everything else in the adapter stays light.
 #include "tf_adapter/kernel_pins.h"
 
 #include <cstdio>
+#include <string>
 
 #include "engine/strict_monitor.h"
 #include "tensorflow/core/common_runtime/dma_helper.h"
 #include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/resource_handle.h"
+#include "tensorflow/core/framework/resource_mgr.h"
+#include "tensorflow/core/framework/resource_var.h"
+#include "tensorflow/core/framework/type_index.h"
 
 namespace lms {
 
@@ -40,9 +46,57 @@ ThreadContexts& ThisThread() {
   return *t_contexts;
 }
 
+// Whether kernels of op type `op` read or write the data a variable named by
+// their resource inputs holds when they start. TensorFlow names those
+// Resource* (ResourceGather, ResourceScatterAdd, ResourceApplyAdam,
+// ResourceSparseApply*, ...) or *VariableOp (ReadVariableOp,
+// AssignAddVariableOp, AssignSubVariableOp). Not: AssignVariableOp (it
+// replaces the buffer, or allocates a new one in copy-on-read mode, and never
+// reads the old one, so paging it in would copy bytes about to be freed);
+// VarIsInitializedOp, VariableShape, DestroyResourceOp, function calls and
+// control flow (they pass or inspect the handle only).
+bool TouchesVariableData(const std::string& op) {
+  static constexpr char kPrefix[] = "Resource";
+  static constexpr char kSuffix[] = "VariableOp";
+  constexpr size_t kPrefixLen = sizeof(kPrefix) - 1;
+  constexpr size_t kSuffixLen = sizeof(kSuffix) - 1;
+  if (op.compare(0, kPrefixLen, kPrefix) == 0) return true;
+  return op.size() >= kSuffixLen &&
+         op.compare(op.size() - kSuffixLen, kSuffixLen, kSuffix) == 0 &&
+         op != "AssignVariableOp";
+}
+
+// The variable `handle` names, with a reference the caller drops, or null if
+// it is not reachable from `ctx` (another device's name, deleted, another
+// type). Mirrors tensorflow::LookupResource without building error statuses.
+tensorflow::Var* LookupVariable(tensorflow::OpKernelContext* ctx,
+                                const tensorflow::ResourceHandle& handle) {
+  if (handle.IsRefCounting()) {
+    // The handle owns the variable (eager and tf.function variables). The
+    // caller checked the type hash, the check GetResource<Var>() makes.
+    auto* var = static_cast<tensorflow::Var*>(handle.resource().get());
+    var->Ref();
+    return var;
+  }
+  // A name in a device's resource manager (tf.compat.v1 graphs): only this
+  // device's manager knows it, as internal::ValidateDevice requires.
+  tensorflow::DeviceBase* device = ctx->device();
+  tensorflow::ResourceMgr* manager = ctx->resource_manager();
+  if (device == nullptr || manager == nullptr ||
+      handle.device() != device->attributes().name()) {
+    return nullptr;
+  }
+  tensorflow::Var* var = nullptr;
+  if (!manager->Lookup<tensorflow::Var>(handle.container(), handle.name(), &var).ok()) {
+    return nullptr;
+  }
+  return var;
+}
+
 }  // namespace
 
 void KernelPins::OnContextCreated(void* context, void* params) {
+  auto* ctx = static_cast<tensorflow::OpKernelContext*>(context);
   auto* p = static_cast<tensorflow::OpKernelContext::Params*>(params);
   Entry entry;
   for (const tensorflow::TensorValue& value : p->inputs) {
@@ -50,6 +104,10 @@ void KernelPins::OnContextCreated(void* context, void* params) {
     if (tensor == nullptr) continue;
     const void* data = tensorflow::DMAHelper::base(tensor);
     if (data != nullptr && engine_->InEvictableRange(data)) PinInput(data, &entry.pins);
+    if (tensor->dtype() == tensorflow::DT_RESOURCE && p->op_kernel != nullptr &&
+        TouchesVariableData(p->op_kernel->type_string())) {
+      PinVariables(ctx, *tensor, &entry.pins);
+    }
   }
   ThreadContexts& thread = ThisThread();
   const uint64_t serial = next_serial_.fetch_add(1, std::memory_order_relaxed);
@@ -157,6 +215,45 @@ void KernelPins::PinInput(const void* data, std::vector<Pin>* pins) {
   // A failed pin (counted by the engine as num_failed_pins) still lets the
   // kernel read the right bytes: evicted memory is mapped from host memory
   // at the same address, only slower to reach.
+  if (s.ok()) pins->push_back({data, id});
+}
+
+void KernelPins::PinVariables(tensorflow::OpKernelContext* context,
+                              const tensorflow::Tensor& handles,
+                              std::vector<Pin>* pins) {
+  // TypeIndex hashes the type's name (the wheel is built with RTTI), so this
+  // equals the hash TensorFlow's own libraries put in Var handles.
+  static const uint64_t kVarType =
+      tensorflow::TypeIndex::Make<tensorflow::Var>().hash_code();
+  if (!handles.IsInitialized()) return;
+  const auto flat = handles.flat<tensorflow::ResourceHandle>();
+  for (int64_t i = 0; i < flat.size(); ++i) {
+    const tensorflow::ResourceHandle& handle = flat(i);
+    if (handle.hash_code() != kVarType) continue;  // a table, iterator, ...
+    tensorflow::Var* var = LookupVariable(context, handle);
+    if (var == nullptr) continue;
+    tensorflow::core::ScopedUnref unref(var);
+    PinVariable(var, pins);
+  }
+}
+
+void KernelPins::PinVariable(tensorflow::Var* var, std::vector<Pin>* pins) {
+  const void* data = nullptr;
+  uint64_t id = 0;
+  Status s;
+  tensorflow::Tensor held;  // keeps the buffer alive while waiting unlocked
+  {
+    tensorflow::tf_shared_lock lock(*var->mu());
+    data = tensorflow::DMAHelper::base(var->tensor());
+    // Uninitialized, or not in this device's evictable memory.
+    if (data == nullptr || !engine_->InEvictableRange(data)) return;
+    s = engine_->Pin(data, &id);
+    if (s.code() == StatusCode::kResourceExhausted) held = *var->tensor();
+  }
+  if (s.code() == StatusCode::kResourceExhausted) {
+    s = RetryWhileOthersRelease([&] { return engine_->Pin(data, &id); });
+  }
+  // As for inputs, a failed pin leaves the kernel reading host memory in place.
   if (s.ok()) pins->push_back({data, id});
 }
 

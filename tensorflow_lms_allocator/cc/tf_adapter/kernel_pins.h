@@ -2,10 +2,15 @@
 //
 // When an OpKernelContext is constructed, every input tensor whose buffer the
 // engine may evict is pinned (sub-slices included: the engine resolves any
-// address inside an allocation), paging it in first if it was evicted. While
-// the kernel runs, what it allocates on its thread starts pinned and joins
-// the same list. When the context is destroyed, everything on the list is
-// unpinned and becomes inactive, ready for eviction in LRU order.
+// address inside an allocation), paging it in first if it was evicted. So is
+// the buffer of every variable the kernel reaches through a DT_RESOURCE input
+// (ResourceGather, AssignAddVariableOp, ResourceApplyAdam, ...): see Note
+// [Variables reached through handles]. While the kernel runs, what it
+// allocates on its thread starts pinned and joins the same list; that covers
+// a variable whose buffer the kernel replaces (a copy-on-write update or an
+// assign that copies allocates the new buffer inside the kernel). When the
+// context is destroyed, everything on the list is unpinned and becomes
+// inactive, ready for eviction in LRU order.
 //
 // Note [Kernel context lifetime]
 // TensorFlow constructs an OpKernelContext on the thread that runs the
@@ -37,6 +42,26 @@
 // Precondition (TensorFlow keeps it): a context is destroyed only after its
 // constructor returned, and only once.
 //
+// Note [Variables reached through handles]
+// A DT_RESOURCE input holds ResourceHandles, not data. For each handle whose
+// type is tensorflow::Var, the variable is found as TensorFlow's own
+// LookupResource finds it (the handle owns it, or this device's
+// ResourceMgr names it), and the buffer it holds when the kernel starts is
+// pinned. Only kernels that read or write a variable's data take this path
+// (ops named Resource* or *VariableOp, but not AssignVariableOp, which
+// discards the old buffer unread): handles also flow through function
+// calls, control flow and VarIsInitializedOp, and pinning there would keep
+// every weight of a model resident for a whole call, or page a variable in to
+// read its shape. Other inputs never pay for it: the check is one dtype
+// compare. The buffer is read under the variable's shared lock (the lock
+// TensorFlow's kernels take) and pinned without waiting; if the device is
+// full of pinned memory, the buffer is held by a Tensor reference and the
+// lock dropped before waiting for other kernels, since one of them may need
+// the lock exclusively (an assign) before it can finish. A variable whose
+// buffer another kernel replaces concurrently is pinned in its old buffer
+// only; TensorFlow serialises such updates with the same lock, so this is a
+// race the program has without LMS too.
+//
 // Thread-safety: all methods may be called from any thread. One KernelPins
 // serves a process (the thread stacks are per thread, not per instance).
 #ifndef TENSORFLOW_LMS_ALLOCATOR_CC_TF_ADAPTER_KERNEL_PINS_H_
@@ -52,6 +77,12 @@
 
 #include "engine/engine.h"
 #include "engine/thread_annotations.h"
+
+namespace tensorflow {
+class OpKernelContext;
+class Tensor;
+class Var;
+}  // namespace tensorflow
 
 namespace lms {
 
@@ -131,6 +162,11 @@ class KernelPins {
   // Pins `data` (in the evictable range), waiting for other kernels if the
   // device is full of pinned memory; records it in `pins` if pinned.
   void PinInput(const void* data, std::vector<Pin>* pins);
+  // Note [Variables reached through handles]. `handles` is a DT_RESOURCE
+  // input of the kernel `context` runs.
+  void PinVariables(tensorflow::OpKernelContext* context,
+                    const tensorflow::Tensor& handles, std::vector<Pin>* pins);
+  void PinVariable(tensorflow::Var* variable, std::vector<Pin>* pins);
   // Removes the context with `serial` from its creator's stack.
   static void Forget(ThreadContexts& creator, uint64_t serial);
   void UnpinAll(const std::vector<Pin>& pins);
