@@ -28,6 +28,10 @@ struct ThreadContexts {
   std::vector<Frame> frames LMS_GUARDED_BY(mu);
   // frames.size(), for the lock-free InKernel(); written under mu.
   std::atomic<int64_t> depth{0};
+  // The last serial given to a context of this thread. Only the thread
+  // itself reads or writes it: serials are unique per creator, and a
+  // context is identified by (creator, serial).
+  uint64_t last_serial = 0;
 };
 
 namespace {
@@ -110,7 +114,7 @@ void KernelPins::OnContextCreated(void* context, void* params) {
     }
   }
   ThreadContexts& thread = ThisThread();
-  const uint64_t serial = next_serial_.fetch_add(1, std::memory_order_relaxed);
+  const uint64_t serial = ++thread.last_serial;
   const char* label = p->op_kernel != nullptr ? p->op_kernel->name().c_str() : nullptr;
   entry.serial = serial;
   entry.creator = t_owner;
@@ -151,21 +155,16 @@ void KernelPins::OnContextDestroyed(void* context) {
     shard.entries.erase(it);
   }
   live_contexts_.fetch_sub(1, std::memory_order_relaxed);
-  Forget(*entry.creator, entry.serial);
+  const char* enclosing_label = Forget(*entry.creator, entry.serial);
   if (entry.creator.get() == t_contexts) {
     // Back to the enclosing kernel's label, or none. (A context destroyed on
     // another thread cannot reach its creator's thread-local label.)
-    const char* label = nullptr;
-    {
-      std::lock_guard<std::mutex> lock(t_contexts->mu);
-      if (!t_contexts->frames.empty()) label = t_contexts->frames.back().label;
-    }
-    StrictMonitor::SetThreadLabel(label);
+    StrictMonitor::SetThreadLabel(enclosing_label);
   }
   UnpinAll(entry.pins);
 }
 
-void KernelPins::Forget(ThreadContexts& creator, uint64_t serial) {
+const char* KernelPins::Forget(ThreadContexts& creator, uint64_t serial) {
   std::lock_guard<std::mutex> lock(creator.mu);
   std::vector<ThreadContexts::Frame>& frames = creator.frames;
   // Innermost first: contexts mostly end in reverse order of creation.
@@ -176,6 +175,7 @@ void KernelPins::Forget(ThreadContexts& creator, uint64_t serial) {
     }
   }
   creator.depth.store(static_cast<int64_t>(frames.size()), std::memory_order_relaxed);
+  return frames.empty() ? nullptr : frames.back().label;
 }
 
 bool KernelPins::InKernel() const {
@@ -198,9 +198,10 @@ void KernelPins::RecordAllocation(const void* ptr, uint64_t id) {
     Shard& shard = ShardFor(current.context);
     std::lock_guard<std::mutex> lock(shard.mu);
     auto it = shard.entries.find(current.context);
-    // The serial check matters only if the context ended (on another thread)
-    // since it was read above and TensorFlow reused its address.
-    if (it != shard.entries.end() && it->second.serial == current.serial) {
+    // The identity check matters only if the context ended (on another
+    // thread) since it was read above and TensorFlow reused its address.
+    if (it != shard.entries.end() && it->second.creator.get() == t_contexts &&
+        it->second.serial == current.serial) {
       it->second.pins.push_back({ptr, id});
       return;
     }

@@ -28,8 +28,8 @@
 // destroying the context removes it from that stack on whichever thread the
 // destruction runs. Invariant: a thread's stack holds exactly the live
 // contexts it created; no stale context stays current, and an address
-// TensorFlow reuses for a new context starts a new entry with a new serial,
-// so nothing recorded for the old one joins the new one.
+// TensorFlow reuses for a new context starts a new entry with a new identity
+// (creator, serial), so nothing recorded for the old one joins the new one.
 // "Other kernels" (whose end may release memory a failed request waits for)
 // are the live contexts minus the waiting thread's own: an outer context on
 // the same thread cannot end before the inner one returns, so waiting for it
@@ -145,7 +145,8 @@ class KernelPins {
     uint64_t allocation_id;
   };
   struct Entry {
-    // Unique per context ever created: tells a reused address apart.
+    // Unique among the contexts `creator` ever created: with the creator, it
+    // tells a context at a reused address apart.
     uint64_t serial = 0;
     std::shared_ptr<ThreadContexts> creator;
     std::vector<Pin> pins;
@@ -167,14 +168,14 @@ class KernelPins {
   void PinVariables(tensorflow::OpKernelContext* context,
                     const tensorflow::Tensor& handles, std::vector<Pin>* pins);
   void PinVariable(tensorflow::Var* variable, std::vector<Pin>* pins);
-  // Removes the context with `serial` from its creator's stack.
-  static void Forget(ThreadContexts& creator, uint64_t serial);
+  // Removes the context with `serial` from its creator's stack; returns the
+  // label of the creator's innermost remaining context (null if none).
+  static const char* Forget(ThreadContexts& creator, uint64_t serial);
   void UnpinAll(const std::vector<Pin>& pins);
 
   Engine* const engine_;
   Shard shards_[kShards];
   std::atomic<int64_t> live_contexts_{0};
-  std::atomic<uint64_t> next_serial_{1};
 };
 
 }  // namespace lms
