@@ -1,6 +1,6 @@
 """Kernels that reach evicted tf.Variables through their resource handles.
 
-Usage: python variables.py CASE [CASE ...]    (or `all`)
+Usage: python variables.py CASE [CASE ...]    (or `all`, or `train`)
 
 Each case creates variables of 4 MiB (two granules: evictable), evicts them by
 filling the emulated device with other tensors, runs one kind of variable op
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import os
 import sys
 import traceback
 
@@ -360,11 +361,42 @@ def case_keras_adam() -> dict:
                                                     epsilon=eps), reference)
 
 
+def train(steps: int = 4) -> dict:
+    """Keras training whose weights and Adam slots (4 MiB each, 72 MiB in
+    all) do not fit the 64 MiB device beside each other: between uses they
+    are evicted, and each step's kernels page them back in. Single-threaded,
+    so the losses can be compared bit for bit with an uncapped run."""
+    import keras
+
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    keras.utils.set_random_seed(0)
+    width, layers, batch = 1024, 6, 32
+    model = keras.Sequential([keras.Input((width,))] +
+                             [keras.layers.Dense(width, activation="tanh")
+                              for _ in range(layers)] + [keras.layers.Dense(1)])
+    model.compile(optimizer=keras.optimizers.Adam(1e-3), loss="mse")
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((batch * steps, width)).astype(np.float32)
+    y = rng.standard_normal((batch * steps, 1)).astype(np.float32)
+    losses = []
+    lms.clear_unpinned_touches()
+    for i in range(steps):
+        losses.append(float(model.train_on_batch(x[i * batch:(i + 1) * batch],
+                                                 y[i * batch:(i + 1) * batch])))
+    capped = "TF_LMS_CPU_DEVICE_MEMORY_MB" in os.environ  # else stock allocation
+    return {"losses": losses, "touches": [t.__dict__ for t in lms.unpinned_touches()],
+            "stats": lms.get_statistics(0) if capped else None}
+
+
 CASES = {name[len("case_"):]: fn for name, fn in sorted(globals().items())
          if name.startswith("case_")}
 
 
 def main(names: list[str]) -> None:
+    if names == ["train"]:
+        print("RESULT " + json.dumps(train()), flush=True)
+        return
     if names == ["all"]:
         names = list(CASES)
     results = {}
