@@ -32,6 +32,7 @@ OPS = {
     "sparse_read": "ResourceGather (sparse_read)",
     "apply_momentum": "ResourceApplyMomentum",
     "apply_adam": "ResourceApplyAdam",
+    "sparse_apply_momentum": "ResourceSparseApplyMomentum",
     "keras_sgd_momentum": "a Keras SGD step with momentum",
     "keras_adam": "a Keras Adam step",
     "tf_function": "a gather, an update and a read in a tf.function",

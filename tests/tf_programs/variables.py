@@ -222,6 +222,23 @@ def case_apply_momentum() -> dict:
     return out
 
 
+def case_sparse_apply_momentum() -> dict:
+    """The sparse optimizer update of an embedding table (rows `idx` only)."""
+    var, accum = tf.Variable(on_device(initial(1))), tf.Variable(on_device(initial(3)))
+    idx = sparse_indices()
+    grad = np.linspace(-1, 1, len(idx)).astype(np.float32)
+    lr, momentum = 0.1, 0.9
+    out = run_op([var, accum], lambda: tf.raw_ops.ResourceSparseApplyMomentum(
+        var=var.handle, accum=accum.handle, lr=lr, grad=tf.constant(grad),
+        indices=tf.constant(idx), momentum=momentum))
+    out.pop("result")
+    expected_accum, expected_var = initial(3), initial(1)
+    expected_accum[idx] = expected_accum[idx] * momentum + grad
+    expected_var[idx] -= lr * expected_accum[idx]
+    out["ok"] = same(accum.numpy(), expected_accum) and same(var.numpy(), expected_var)
+    return out
+
+
 def case_apply_adam() -> dict:
     var, m = tf.Variable(on_device(initial(1))), tf.Variable(on_device(initial(3)))
     v = tf.Variable(on_device(np.abs(initial(4))))
