@@ -37,6 +37,7 @@ OPS = {
     "keras_adam": "a Keras Adam step",
     "tf_function": "a gather, an update and a read in a tf.function",
     "session": "a gather and an update in a tf.compat.v1 Session",
+    "xla": "an update and a read in a tf.function(jit_compile=True)",
 }
 
 

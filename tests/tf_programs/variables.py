@@ -298,6 +298,27 @@ def case_tf_function() -> dict:
     return out
 
 
+def case_xla() -> dict:
+    """tf.function(jit_compile=True) runs as one XLA kernel named after the
+    function; it reads and updates the variables it captures."""
+    v = tf.Variable(on_device(initial(1)))
+    delta = on_device(initial(2))
+
+    @tf.function(jit_compile=True)
+    def step():
+        v.assign_add(delta)
+        return tf.reduce_sum(v)
+
+    step.get_concrete_function()
+    out = run_op([v], step)
+    total = float(out.pop("result"))
+    expected = initial(1) + initial(2)
+    out["ok"] = (same(v.numpy(), expected) and
+                 bool(np.isclose(total, float(np.sum(expected.astype(np.float64))),
+                                 rtol=1e-3, atol=1e-2)))
+    return out
+
+
 def case_session() -> dict:
     """tf.compat.v1 graph and Session: variable handles are names in the
     device's ResourceMgr (not reference-counting handles)."""

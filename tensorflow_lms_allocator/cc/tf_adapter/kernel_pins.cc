@@ -50,24 +50,33 @@ ThreadContexts& ThisThread() {
   return *t_contexts;
 }
 
-// Whether kernels of op type `op` read or write the data a variable named by
-// their resource inputs holds when they start. TensorFlow names those
-// Resource* (ResourceGather, ResourceScatterAdd, ResourceApplyAdam,
+// Whether `kernel` reads or writes the data a variable named by its resource
+// inputs holds when it starts. TensorFlow names such ops Resource*
+// (ResourceGather, ResourceScatterAdd, ResourceApplyAdam,
 // ResourceSparseApply*, ...) or *VariableOp (ReadVariableOp,
-// AssignAddVariableOp, AssignSubVariableOp). Not: AssignVariableOp (it
-// replaces the buffer, or allocates a new one in copy-on-read mode, and never
-// reads the old one, so paging it in would copy bytes about to be freed);
-// VarIsInitializedOp, VariableShape, DestroyResourceOp, function calls and
-// control flow (they pass or inspect the handle only).
-bool TouchesVariableData(const std::string& op) {
+// AssignAddVariableOp, AssignSubVariableOp); XLA runs a compiled cluster as
+// XlaLaunch or _XlaRun, and a tf.function(jit_compile=True) as one kernel
+// named after the function with the _XlaMustCompile attribute. Not:
+// AssignVariableOp (it replaces the buffer, or allocates a new one in
+// copy-on-read mode, and never reads the old one, so paging it in would copy
+// bytes about to be freed); VarIsInitializedOp, VariableShape,
+// DestroyResourceOp, function calls and control flow (they pass or inspect
+// the handle only).
+bool TouchesVariableData(const tensorflow::OpKernel& kernel) {
   static constexpr char kPrefix[] = "Resource";
   static constexpr char kSuffix[] = "VariableOp";
   constexpr size_t kPrefixLen = sizeof(kPrefix) - 1;
   constexpr size_t kSuffixLen = sizeof(kSuffix) - 1;
+  const std::string& op = kernel.type_string();
   if (op.compare(0, kPrefixLen, kPrefix) == 0) return true;
-  return op.size() >= kSuffixLen &&
-         op.compare(op.size() - kSuffixLen, kSuffixLen, kSuffix) == 0 &&
-         op != "AssignVariableOp";
+  if (op.size() >= kSuffixLen &&
+      op.compare(op.size() - kSuffixLen, kSuffixLen, kSuffix) == 0) {
+    return op != "AssignVariableOp";
+  }
+  if (op == "XlaLaunch" || op == "XlaLaunchV2" || op == "_XlaRun") return true;
+  const auto& attrs = kernel.def().attr();
+  const auto it = attrs.find("_XlaMustCompile");
+  return it != attrs.end() && it->second.b();
 }
 
 // The variable `handle` names, with a reference the caller drops, or null if
@@ -109,7 +118,7 @@ void KernelPins::OnContextCreated(void* context, void* params) {
     const void* data = tensorflow::DMAHelper::base(tensor);
     if (data != nullptr && engine_->InEvictableRange(data)) PinInput(data, &entry.pins);
     if (tensor->dtype() == tensorflow::DT_RESOURCE && p->op_kernel != nullptr &&
-        TouchesVariableData(p->op_kernel->type_string())) {
+        TouchesVariableData(*p->op_kernel)) {
       PinVariables(ctx, *tensor, &entry.pins);
     }
   }

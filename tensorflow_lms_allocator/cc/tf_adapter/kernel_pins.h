@@ -47,13 +47,13 @@
 // type is tensorflow::Var, the variable is found as TensorFlow's own
 // LookupResource finds it (the handle owns it, or this device's
 // ResourceMgr names it), and the buffer it holds when the kernel starts is
-// pinned. Only kernels that read or write a variable's data take this path
-// (ops named Resource* or *VariableOp, but not AssignVariableOp, which
-// discards the old buffer unread): handles also flow through function
-// calls, control flow and VarIsInitializedOp, and pinning there would keep
-// every weight of a model resident for a whole call, or page a variable in to
-// read its shape. Other inputs never pay for it: the check is one dtype
-// compare. The buffer is read under the variable's shared lock (the lock
+// pinned. Only kernels that read or write a variable's data take this path:
+// ops named Resource* or *VariableOp (not AssignVariableOp, which discards
+// the old buffer unread) and XLA launches (TouchesVariableData). Handles also
+// flow through function calls, control flow and VarIsInitializedOp, and
+// pinning there would keep every weight of a model resident for a whole call,
+// or page a variable in to read its shape. Other inputs never pay for it: the
+// check is one dtype compare. The buffer is read under the variable's shared lock (the lock
 // TensorFlow's kernels take) and pinned without waiting; if the device is
 // full of pinned memory, the buffer is held by a Tensor reference and the
 // lock dropped before waiting for other kernels, since one of them may need
