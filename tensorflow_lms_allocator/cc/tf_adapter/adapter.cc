@@ -478,4 +478,31 @@ int tf_lms_test_deallocate_raw(void* ptr) {
   return TF_LMS_OK;
 }
 
+// For tests: out[0..2) = {live kernel contexts in the process, live contexts
+// the calling thread created}. Returns 1 (out untouched) if there is no LMS
+// device.
+__attribute__((visibility("default"))) int tf_lms_kernel_contexts(int64_t* out) {
+  lms::KernelPins* pins = lms::State().active_pins.load(std::memory_order_acquire);
+  if (pins == nullptr) return 1;
+  out[0] = pins->LiveContexts();
+  out[1] = pins->ThreadLiveContexts();
+  return 0;
+}
+
+// For tests and tools: what the engine knows about the live allocation
+// containing `address`, as out[0..5) = {allocation id, its first byte,
+// requested bytes, evicted (0/1), pin count}. Returns 1 (out untouched) if
+// there is no LMS device or no live allocation contains `address`.
+__attribute__((visibility("default"))) int tf_lms_inspect(const void* address, int64_t* out) {
+  lms::Engine* engine = lms::DeviceEngine();
+  lms::AllocationInfo info;
+  if (engine == nullptr || !engine->Inspect(address, &info).ok()) return 1;
+  out[0] = static_cast<int64_t>(info.id);
+  out[1] = static_cast<int64_t>(info.address);
+  out[2] = static_cast<int64_t>(info.requested_bytes);
+  out[3] = info.evicted ? 1 : 0;
+  out[4] = static_cast<int64_t>(info.pin_count);
+  return 0;
+}
+
 }  // extern "C"

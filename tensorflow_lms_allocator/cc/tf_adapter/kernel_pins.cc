@@ -1,46 +1,158 @@
 // The one translation unit that includes OpKernelContext's header: it reads
-// a context's input tensors. Everything else in the adapter stays light.
+// a context's input tensors and the variables its resource inputs name.
+// Everything else in the adapter stays light.
 #include "tf_adapter/kernel_pins.h"
 
 #include <cstdio>
+#include <string>
 
 #include "engine/strict_monitor.h"
 #include "tensorflow/core/common_runtime/dma_helper.h"
 #include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/resource_handle.h"
+#include "tensorflow/core/framework/resource_mgr.h"
+#include "tensorflow/core/framework/resource_var.h"
+#include "tensorflow/core/framework/type_index.h"
 
 namespace lms {
+
+// Note [Kernel context lifetime] in kernel_pins.h.
+struct ThreadContexts {
+  struct Frame {
+    void* context;
+    uint64_t serial;
+    const char* label;  // the op's name, for strict mode's report
+  };
+  std::mutex mu;
+  // Live contexts this thread created, outermost first.
+  std::vector<Frame> frames LMS_GUARDED_BY(mu);
+  // frames.size(), for the lock-free InKernel(); written under mu.
+  std::atomic<int64_t> depth{0};
+  // The last serial given to a context of this thread. Only the thread
+  // itself reads or writes it: serials are unique per creator, and a
+  // context is identified by (creator, serial).
+  uint64_t last_serial = 0;
+};
+
 namespace {
 
-thread_local void* t_current_context = nullptr;
+// This thread's stack: owned by the thread and shared with the entries of
+// its live contexts, which may be destroyed after the thread exits. The raw
+// pointer is the fast path's view of it (no TLS wrapper call).
+thread_local std::shared_ptr<ThreadContexts> t_owner;
+thread_local ThreadContexts* t_contexts = nullptr;
+
+ThreadContexts& ThisThread() {
+  if (t_contexts == nullptr) {
+    t_owner = std::make_shared<ThreadContexts>();
+    t_contexts = t_owner.get();
+  }
+  return *t_contexts;
+}
+
+// Whether `kernel` reads or writes the data a variable named by its resource
+// inputs holds when it starts. TensorFlow names such ops Resource*
+// (ResourceGather, ResourceScatterAdd, ResourceApplyAdam,
+// ResourceSparseApply*, ...) or *VariableOp (ReadVariableOp,
+// AssignAddVariableOp, AssignSubVariableOp); XLA runs a compiled cluster as
+// XlaLaunch or _XlaRun, and a tf.function(jit_compile=True) as one kernel
+// named after the function with the _XlaMustCompile attribute. Not:
+// AssignVariableOp (it replaces the buffer, or allocates a new one in
+// copy-on-read mode, and never reads the old one, so paging it in would copy
+// bytes about to be freed); VarIsInitializedOp, VariableShape,
+// DestroyResourceOp, function calls and control flow (they pass or inspect
+// the handle only).
+__attribute__((noinline)) bool TouchesVariableData(const tensorflow::OpKernel& kernel) {
+  static constexpr char kPrefix[] = "Resource";
+  static constexpr char kSuffix[] = "VariableOp";
+  constexpr size_t kPrefixLen = sizeof(kPrefix) - 1;
+  constexpr size_t kSuffixLen = sizeof(kSuffix) - 1;
+  const std::string& op = kernel.type_string();
+  if (op.compare(0, kPrefixLen, kPrefix) == 0) return true;
+  if (op.size() >= kSuffixLen &&
+      op.compare(op.size() - kSuffixLen, kSuffixLen, kSuffix) == 0) {
+    return op != "AssignVariableOp";
+  }
+  if (op == "XlaLaunch" || op == "XlaLaunchV2" || op == "_XlaRun") return true;
+  const auto& attrs = kernel.def().attr();
+  const auto it = attrs.find("_XlaMustCompile");
+  return it != attrs.end() && it->second.b();
+}
+
+// The variable `handle` names, with a reference the caller drops, or null if
+// it is not reachable from `ctx` (another device's name, deleted, another
+// type). Mirrors tensorflow::LookupResource without building error statuses.
+tensorflow::Var* LookupVariable(tensorflow::OpKernelContext* ctx,
+                                const tensorflow::ResourceHandle& handle) {
+  if (handle.IsRefCounting()) {
+    // The handle owns the variable (eager and tf.function variables). The
+    // caller checked the type hash, the check GetResource<Var>() makes.
+    auto* var = static_cast<tensorflow::Var*>(handle.resource().get());
+    var->Ref();
+    return var;
+  }
+  // A name in a device's resource manager (tf.compat.v1 graphs): only this
+  // device's manager knows it, as internal::ValidateDevice requires.
+  tensorflow::DeviceBase* device = ctx->device();
+  tensorflow::ResourceMgr* manager = ctx->resource_manager();
+  if (device == nullptr || manager == nullptr ||
+      handle.device() != device->attributes().name()) {
+    return nullptr;
+  }
+  tensorflow::Var* var = nullptr;
+  if (!manager->Lookup<tensorflow::Var>(handle.container(), handle.name(), &var).ok()) {
+    return nullptr;
+  }
+  return var;
+}
 
 }  // namespace
 
 void KernelPins::OnContextCreated(void* context, void* params) {
+  auto* ctx = static_cast<tensorflow::OpKernelContext*>(context);
   auto* p = static_cast<tensorflow::OpKernelContext::Params*>(params);
   Entry entry;
-  entry.previous_context = t_current_context;
   for (const tensorflow::TensorValue& value : p->inputs) {
-    if (value.tensor == nullptr) continue;
-    const void* data = tensorflow::DMAHelper::base(value.tensor);
-    if (data == nullptr || !engine_->InEvictableRange(data)) continue;
-    uint64_t id = 0;
-    Status s = RetryWhileOthersRelease([&] { return engine_->Pin(data, &id); });
-    // A failed pin (counted by the engine as num_failed_pins) still lets
-    // the kernel read the right bytes: evicted memory is mapped from host
-    // memory at the same address, only slower to reach.
-    if (s.ok()) entry.pins.push_back({data, id});
+    const tensorflow::Tensor* tensor = value.tensor;
+    if (tensor == nullptr) continue;
+    const void* data = tensorflow::DMAHelper::base(tensor);
+    if (data != nullptr && engine_->InEvictableRange(data)) PinInput(data, &entry.pins);
+    // Out of line and marked unlikely, so the loop over plain inputs stays
+    // as small as it was without this check (measured: it matters).
+    if (__builtin_expect(tensor->dtype() == tensorflow::DT_RESOURCE, 0) &&
+        p->op_kernel != nullptr && TouchesVariableData(*p->op_kernel)) {
+      PinVariables(ctx, *tensor, &entry.pins);
+    }
   }
+  ThreadContexts& thread = ThisThread();
+  const uint64_t serial = ++thread.last_serial;
+  const char* label = p->op_kernel != nullptr ? p->op_kernel->name().c_str() : nullptr;
+  entry.serial = serial;
+  entry.creator = t_owner;
+  Entry replaced;
   Shard& shard = ShardFor(context);
   {
     std::lock_guard<std::mutex> lock(shard.mu);
-    shard.entries[context] = std::move(entry);
+    Entry& slot = shard.entries[context];
+    // A live entry here would be a context destroyed without the hook
+    // (TensorFlow's destructors are all hooked): retire it, never leak it.
+    replaced = std::move(slot);
+    slot = std::move(entry);
+  }
+  if (replaced.creator != nullptr) {
+    live_contexts_.fetch_sub(1, std::memory_order_relaxed);
+    Forget(*replaced.creator, replaced.serial);
+    UnpinAll(replaced.pins);
   }
   live_contexts_.fetch_add(1, std::memory_order_relaxed);
-  t_current_context = context;
-  if (p->op_kernel != nullptr) {
-    // Strict mode labels unpinned touches with the running op.
-    StrictMonitor::SetThreadLabel(p->op_kernel->name().c_str());
+  {
+    std::lock_guard<std::mutex> lock(thread.mu);
+    thread.frames.push_back({context, serial, label});
+    thread.depth.store(static_cast<int64_t>(thread.frames.size()),
+                       std::memory_order_relaxed);
   }
+  // Strict mode labels unpinned touches with the running op.
+  if (label != nullptr) StrictMonitor::SetThreadLabel(label);
 }
 
 void KernelPins::OnContextDestroyed(void* context) {
@@ -54,29 +166,107 @@ void KernelPins::OnContextDestroyed(void* context) {
     shard.entries.erase(it);
   }
   live_contexts_.fetch_sub(1, std::memory_order_relaxed);
-  if (t_current_context == context) {
-    t_current_context = entry.previous_context;
-    if (t_current_context == nullptr) StrictMonitor::SetThreadLabel(nullptr);
+  const char* enclosing_label = Forget(*entry.creator, entry.serial);
+  if (entry.creator.get() == t_contexts) {
+    // Back to the enclosing kernel's label, or none. (A context destroyed on
+    // another thread cannot reach its creator's thread-local label.)
+    StrictMonitor::SetThreadLabel(enclosing_label);
   }
   UnpinAll(entry.pins);
 }
 
-bool KernelPins::InKernel() const { return t_current_context != nullptr; }
+const char* KernelPins::Forget(ThreadContexts& creator, uint64_t serial) {
+  std::lock_guard<std::mutex> lock(creator.mu);
+  std::vector<ThreadContexts::Frame>& frames = creator.frames;
+  // Innermost first: contexts mostly end in reverse order of creation.
+  for (size_t i = frames.size(); i-- > 0;) {
+    if (frames[i].serial == serial) {
+      frames.erase(frames.begin() + static_cast<ptrdiff_t>(i));
+      break;
+    }
+  }
+  creator.depth.store(static_cast<int64_t>(frames.size()), std::memory_order_relaxed);
+  return frames.empty() ? nullptr : frames.back().label;
+}
 
+bool KernelPins::InKernel() const {
+  const ThreadContexts* thread = t_contexts;
+  return thread != nullptr && thread->depth.load(std::memory_order_relaxed) > 0;
+}
+
+int64_t KernelPins::ThreadLiveContexts() const {
+  const ThreadContexts* thread = t_contexts;
+  return thread != nullptr ? thread->depth.load(std::memory_order_relaxed) : 0;
+}
 
 void KernelPins::RecordAllocation(const void* ptr, uint64_t id) {
-  void* context = t_current_context;
-  if (context != nullptr) {
-    Shard& shard = ShardFor(context);
+  ThreadContexts::Frame current{nullptr, 0, nullptr};
+  if (ThreadContexts* thread = t_contexts) {
+    std::lock_guard<std::mutex> lock(thread->mu);
+    if (!thread->frames.empty()) current = thread->frames.back();
+  }
+  if (current.context != nullptr) {
+    Shard& shard = ShardFor(current.context);
     std::lock_guard<std::mutex> lock(shard.mu);
-    auto it = shard.entries.find(context);
-    if (it != shard.entries.end()) {
+    auto it = shard.entries.find(current.context);
+    // The identity check matters only if the context ended (on another
+    // thread) since it was read above and TensorFlow reused its address.
+    if (it != shard.entries.end() && it->second.creator.get() == t_contexts &&
+        it->second.serial == current.serial) {
       it->second.pins.push_back({ptr, id});
       return;
     }
   }
   // The kernel is gone (destroyed on another thread): nobody holds this.
   engine_->Unpin(ptr, id);
+}
+
+void KernelPins::PinInput(const void* data, std::vector<Pin>* pins) {
+  uint64_t id = 0;
+  Status s = RetryWhileOthersRelease([&] { return engine_->Pin(data, &id); });
+  // A failed pin (counted by the engine as num_failed_pins) still lets the
+  // kernel read the right bytes: evicted memory is mapped from host memory
+  // at the same address, only slower to reach.
+  if (s.ok()) pins->push_back({data, id});
+}
+
+__attribute__((noinline)) void KernelPins::PinVariables(
+    tensorflow::OpKernelContext* context, const tensorflow::Tensor& handles,
+    std::vector<Pin>* pins) {
+  // TypeIndex hashes the type's name (the wheel is built with RTTI), so this
+  // equals the hash TensorFlow's own libraries put in Var handles.
+  static const uint64_t kVarType =
+      tensorflow::TypeIndex::Make<tensorflow::Var>().hash_code();
+  if (!handles.IsInitialized()) return;
+  const auto flat = handles.flat<tensorflow::ResourceHandle>();
+  for (int64_t i = 0; i < flat.size(); ++i) {
+    const tensorflow::ResourceHandle& handle = flat(i);
+    if (handle.hash_code() != kVarType) continue;  // a table, iterator, ...
+    tensorflow::Var* var = LookupVariable(context, handle);
+    if (var == nullptr) continue;
+    tensorflow::core::ScopedUnref unref(var);
+    PinVariable(var, pins);
+  }
+}
+
+void KernelPins::PinVariable(tensorflow::Var* var, std::vector<Pin>* pins) {
+  const void* data = nullptr;
+  uint64_t id = 0;
+  Status s;
+  tensorflow::Tensor held;  // keeps the buffer alive while waiting unlocked
+  {
+    tensorflow::tf_shared_lock lock(*var->mu());
+    data = tensorflow::DMAHelper::base(var->tensor());
+    // Uninitialized, or not in this device's evictable memory.
+    if (data == nullptr || !engine_->InEvictableRange(data)) return;
+    s = engine_->Pin(data, &id);
+    if (s.code() == StatusCode::kResourceExhausted) held = *var->tensor();
+  }
+  if (s.code() == StatusCode::kResourceExhausted) {
+    s = RetryWhileOthersRelease([&] { return engine_->Pin(data, &id); });
+  }
+  // As for inputs, a failed pin leaves the kernel reading host memory in place.
+  if (s.ok()) pins->push_back({data, id});
 }
 
 void KernelPins::UnpinAll(const std::vector<Pin>& pins) {

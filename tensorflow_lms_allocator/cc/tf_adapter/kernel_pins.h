@@ -2,26 +2,75 @@
 //
 // When an OpKernelContext is constructed, every input tensor whose buffer the
 // engine may evict is pinned (sub-slices included: the engine resolves any
-// address inside an allocation), paging it in first if it was evicted. While
-// the kernel runs, what it allocates on its thread starts pinned and joins
-// the same list. When the context is destroyed, everything on the list is
-// unpinned and becomes inactive, ready for eviction in LRU order.
+// address inside an allocation), paging it in first if it was evicted. So is
+// the buffer of every variable the kernel reaches through a DT_RESOURCE input
+// (ResourceGather, AssignAddVariableOp, ResourceApplyAdam, ...): see Note
+// [Variables reached through handles]. While the kernel runs, what it
+// allocates on its thread starts pinned and joins the same list; that covers
+// a variable whose buffer the kernel replaces (a copy-on-write update or an
+// assign that copies allocates the new buffer inside the kernel). When the
+// context is destroyed, everything on the list is unpinned and becomes
+// inactive, ready for eviction in LRU order.
 //
-// A context's list is found by the context's address (sharded maps). The
-// thread's current context is a thread-local pointer set at construction and
-// restored at destruction, so a kernel that runs another inline (a nested
-// context) gets its own list and the outer one back afterwards. A context
-// destroyed on another thread (asynchronous kernels) leaves the creating
-// thread's pointer stale; allocations recorded against a context that no
-// longer exists are unpinned at once, never leaked.
+// Note [Kernel context lifetime]
+// TensorFlow constructs an OpKernelContext on the thread that runs the
+// kernel, and usually destroys it there. Two exceptions shape this class:
+//   - An asynchronous kernel's context (the executor keeps it in its
+//     AsyncState) is destroyed by whichever thread calls the kernel's done
+//     callback: often another one, e.g. the thread of the enqueue that
+//     completed a blocked dequeue.
+//   - A kernel may run other kernels inline on its own thread while its
+//     context lives: tf.py_function's kernel runs eager ops, a function call
+//     may run the function's kernels. Contexts then nest.
+// So each thread keeps the stack of the live contexts it created, innermost
+// last (ThreadContexts): the innermost is the thread's current kernel, which
+// its allocations join. Each context's entry holds its creator's stack, and
+// destroying the context removes it from that stack on whichever thread the
+// destruction runs. Invariant: a thread's stack holds exactly the live
+// contexts it created; no stale context stays current, and an address
+// TensorFlow reuses for a new context starts a new entry with a new identity
+// (creator, serial), so nothing recorded for the old one joins the new one.
+// "Other kernels" (whose end may release memory a failed request waits for)
+// are the live contexts minus the waiting thread's own: an outer context on
+// the same thread cannot end before the inner one returns, so waiting for it
+// would only wait out the timeout. Two approximations remain: a pending
+// asynchronous kernel the thread started also counts as its own (not waited
+// for, though another thread may complete it: the request may fail where a
+// wait could have saved it), and an outer kernel whose inner kernels run on
+// another thread (a function call on the inter-op pool) still counts as
+// another kernel for them (they wait out the timeout, as before).
+// Precondition (TensorFlow keeps it): a context is destroyed only after its
+// constructor returned, and only once.
 //
-// Thread-safety: all methods may be called from any thread.
+// Note [Variables reached through handles]
+// A DT_RESOURCE input holds ResourceHandles, not data. For each handle whose
+// type is tensorflow::Var, the variable is found as TensorFlow's own
+// LookupResource finds it (the handle owns it, or this device's
+// ResourceMgr names it), and the buffer it holds when the kernel starts is
+// pinned. Only kernels that read or write a variable's data take this path:
+// ops named Resource* or *VariableOp (not AssignVariableOp, which discards
+// the old buffer unread) and XLA launches (TouchesVariableData). Handles also
+// flow through function calls, control flow and VarIsInitializedOp, and
+// pinning there would keep every weight of a model resident for a whole call,
+// or page a variable in to read its shape. Other inputs never pay for it: the
+// check is one dtype compare. The buffer is read under the variable's shared lock (the lock
+// TensorFlow's kernels take) and pinned without waiting; if the device is
+// full of pinned memory, the buffer is held by a Tensor reference and the
+// lock dropped before waiting for other kernels, since one of them may need
+// the lock exclusively (an assign) before it can finish. A variable whose
+// buffer another kernel replaces concurrently is pinned in its old buffer
+// only; TensorFlow serialises such updates with the same lock, so this is a
+// race the program has without LMS too.
+//
+// Thread-safety: all methods may be called from any thread. One KernelPins
+// serves a process (the thread stacks are per thread, not per instance).
 #ifndef TENSORFLOW_LMS_ALLOCATOR_CC_TF_ADAPTER_KERNEL_PINS_H_
 #define TENSORFLOW_LMS_ALLOCATOR_CC_TF_ADAPTER_KERNEL_PINS_H_
 
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
@@ -29,7 +78,16 @@
 #include "engine/engine.h"
 #include "engine/thread_annotations.h"
 
+namespace tensorflow {
+class OpKernelContext;
+class Tensor;
+class Var;
+}  // namespace tensorflow
+
 namespace lms {
+
+// The live contexts one thread created (kernel_pins.cc).
+struct ThreadContexts;
 
 class KernelPins {
  public:
@@ -39,12 +97,14 @@ class KernelPins {
   void OnContextCreated(void* context, void* params);
   void OnContextDestroyed(void* context);
 
-  // Whether this thread is inside a kernel (allocations should start pinned).
+  // Whether this thread is inside a kernel (allocations should start pinned):
+  // it has created a context that is still alive. Lock-free.
   bool InKernel() const;
-  // Whether kernels other than this thread's current one are running (and
-  // may release pinned memory when they finish).
+  // Whether kernels other than this thread's own live ones are running (and
+  // may release pinned memory when they finish). Note [Kernel context
+  // lifetime].
   bool OtherKernelsRunning() const {
-    return live_contexts_.load(std::memory_order_relaxed) > (InKernel() ? 1 : 0);
+    return live_contexts_.load(std::memory_order_relaxed) > ThreadLiveContexts();
   }
   // Runs `attempt` (an allocation or a pin) again each time another kernel
   // releases memory, while it fails with kResourceExhausted, LMS is on and
@@ -75,13 +135,20 @@ class KernelPins {
   // Adds an allocation made pinned on this thread to the current kernel.
   void RecordAllocation(const void* ptr, uint64_t allocation_id);
 
+  // For tests: live contexts in the process, and those this thread created.
+  int64_t LiveContexts() const { return live_contexts_.load(std::memory_order_relaxed); }
+  int64_t ThreadLiveContexts() const;
+
  private:
   struct Pin {
     const void* ptr;
     uint64_t allocation_id;
   };
   struct Entry {
-    void* previous_context = nullptr;
+    // Unique among the contexts `creator` ever created: with the creator, it
+    // tells a context at a reused address apart.
+    uint64_t serial = 0;
+    std::shared_ptr<ThreadContexts> creator;
     std::vector<Pin> pins;
   };
   struct Shard {
@@ -93,6 +160,17 @@ class KernelPins {
   Shard& ShardFor(void* context) {
     return shards_[(reinterpret_cast<uintptr_t>(context) >> 6) % kShards];
   }
+  // Pins `data` (in the evictable range), waiting for other kernels if the
+  // device is full of pinned memory; records it in `pins` if pinned.
+  void PinInput(const void* data, std::vector<Pin>* pins);
+  // Note [Variables reached through handles]. `handles` is a DT_RESOURCE
+  // input of the kernel `context` runs.
+  void PinVariables(tensorflow::OpKernelContext* context,
+                    const tensorflow::Tensor& handles, std::vector<Pin>* pins);
+  void PinVariable(tensorflow::Var* variable, std::vector<Pin>* pins);
+  // Removes the context with `serial` from its creator's stack; returns the
+  // label of the creator's innermost remaining context (null if none).
+  static const char* Forget(ThreadContexts& creator, uint64_t serial);
   void UnpinAll(const std::vector<Pin>& pins);
 
   Engine* const engine_;
