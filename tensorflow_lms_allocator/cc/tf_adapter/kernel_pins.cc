@@ -111,6 +111,7 @@ tensorflow::Var* LookupVariable(tensorflow::OpKernelContext* ctx,
 void KernelPins::OnContextCreated(void* context, void* params) {
   auto* ctx = static_cast<tensorflow::OpKernelContext*>(context);
   auto* p = static_cast<tensorflow::OpKernelContext::Params*>(params);
+  if (__builtin_expect(num_waiting_.load(std::memory_order_relaxed) > 0, 0)) AwaitTurn();
   Entry entry;
   for (const tensorflow::TensorValue& value : p->inputs) {
     const tensorflow::Tensor* tensor = value.tensor;
@@ -165,6 +166,10 @@ void KernelPins::OnContextDestroyed(void* context) {
     entry = std::move(it->second);
     shard.entries.erase(it);
   }
+  // Unpin first, then stop counting: a request waiting for this kernel's
+  // memory (RetryWhileOthersRelease) makes its last attempt after the count
+  // drops, and must find the memory released by then.
+  UnpinAll(entry.pins);
   live_contexts_.fetch_sub(1, std::memory_order_relaxed);
   const char* enclosing_label = Forget(*entry.creator, entry.serial);
   if (entry.creator.get() == t_contexts) {
@@ -172,7 +177,32 @@ void KernelPins::OnContextDestroyed(void* context) {
     // another thread cannot reach its creator's thread-local label.)
     StrictMonitor::SetThreadLabel(enclosing_label);
   }
-  UnpinAll(entry.pins);
+}
+
+KernelPins::Turn::Turn(KernelPins* pins) : pins_(pins) {
+  std::lock_guard<std::mutex> lock(pins_->turn_mu_);
+  ticket_ = pins_->next_ticket_++;
+  pins_->waiting_.insert(ticket_);
+  pins_->num_waiting_.fetch_add(1, std::memory_order_relaxed);
+}
+
+KernelPins::Turn::~Turn() {
+  {
+    std::lock_guard<std::mutex> lock(pins_->turn_mu_);
+    pins_->waiting_.erase(ticket_);
+    pins_->num_waiting_.fetch_sub(1, std::memory_order_relaxed);
+  }
+  pins_->turn_cv_.notify_all();
+}
+
+bool KernelPins::Turn::oldest() const {
+  std::lock_guard<std::mutex> lock(pins_->turn_mu_);
+  return *pins_->waiting_.begin() == ticket_;
+}
+
+void KernelPins::AwaitTurn() {
+  std::unique_lock<std::mutex> lock(turn_mu_);
+  turn_cv_.wait_for(lock, kTurnWait, [this] { return waiting_.empty(); });
 }
 
 const char* KernelPins::Forget(ThreadContexts& creator, uint64_t serial) {

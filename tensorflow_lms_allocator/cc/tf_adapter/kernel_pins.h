@@ -67,11 +67,14 @@
 #ifndef TENSORFLOW_LMS_ALLOCATOR_CC_TF_ADAPTER_KERNEL_PINS_H_
 #define TENSORFLOW_LMS_ALLOCATOR_CC_TF_ADAPTER_KERNEL_PINS_H_
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <set>
+#include <condition_variable>
 #include <unordered_map>
 #include <vector>
 
@@ -111,26 +114,39 @@ class KernelPins {
   // other kernels are running, for at most kRetryBudget in all. Memory pinned
   // by kernels on other threads comes back when they finish, so a request that
   // fits once they are done waits for that (as TensorFlow's GPU allocator
-  // retries) instead of failing.
+  // retries) instead of failing. Waiters take turns: Note [Taking turns].
   // (A template, so the fast path calls `attempt` with no std::function.)
   template <typename Attempt>
   Status RetryWhileOthersRelease(Attempt attempt) {
     Status status = attempt();
-    if (status.code() != StatusCode::kResourceExhausted) return status;
+    if (status.code() != StatusCode::kResourceExhausted || !engine_->lms_enabled()) {
+      return status;
+    }
+    const Turn turn(this);
     const auto deadline = std::chrono::steady_clock::now() + kRetryBudget;
-    while (engine_->lms_enabled() && OtherKernelsRunning()) {
-      // Read the epoch, then try again: a release after the read wakes the
-      // wait, so none is missed between the failure and the wait.
+    while (true) {
+      // Others are counted before the attempt and read the epoch before it
+      // too: a kernel unpins before it stops counting, so the attempt after
+      // the last one ended sees its memory, and a release after the read
+      // wakes the wait below.
+      const bool others = OtherKernelsRunning();
       const uint64_t epoch = engine_->ReleaseEpoch();
-      status = attempt();
-      if (status.code() != StatusCode::kResourceExhausted) break;
+      if (turn.oldest()) {
+        status = attempt();
+        if (status.code() != StatusCode::kResourceExhausted) break;
+      }
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
           deadline - std::chrono::steady_clock::now());
-      if (left.count() <= 0 || !engine_->WaitForRelease(epoch, left)) break;
+      if ((!others && turn.oldest()) || left.count() <= 0) break;
+      // In slices: a turn passes to this waiter without a release.
+      engine_->WaitForRelease(epoch, std::min(left, kTurnSlice));
     }
     return status;
   }
   static constexpr std::chrono::seconds kRetryBudget{10};
+  static constexpr std::chrono::milliseconds kTurnSlice{50};
+  // How long a new kernel waits for the waiters before pinning its inputs.
+  static constexpr std::chrono::seconds kTurnWait{1};
 
   // Adds an allocation made pinned on this thread to the current kernel.
   void RecordAllocation(const void* ptr, uint64_t allocation_id);
@@ -140,6 +156,31 @@ class KernelPins {
   int64_t ThreadLiveContexts() const;
 
  private:
+  // Note [Taking turns]
+  // Kernels on several threads (two models trained at once, parallel
+  // branches) can each fit alone but not together: each pins its inputs,
+  // then waits for memory the others hold, and all time out. So a request
+  // that starts waiting takes a ticket; only the oldest waiter retries (a
+  // release goes to it, not to whoever asks next), and a new kernel waits
+  // before pinning its inputs while anyone waits, up to kTurnWait, so the
+  // memory that finishing kernels release is not pinned again at once by
+  // newcomers. The waits are bounded: a waiter that cannot be served gives up
+  // after kRetryBudget, and newcomers go ahead after kTurnWait, so turns
+  // never deadlock; kernels already running are never held back.
+  class Turn {
+   public:
+    explicit Turn(KernelPins* pins);
+    ~Turn();
+    bool oldest() const;
+
+   private:
+    KernelPins* const pins_;
+    uint64_t ticket_;
+  };
+  // Called before a new kernel pins its inputs: waits (bounded) while
+  // requests are waiting for memory.
+  void AwaitTurn();
+
   struct Pin {
     const void* ptr;
     uint64_t allocation_id;
@@ -176,6 +217,11 @@ class KernelPins {
   Engine* const engine_;
   Shard shards_[kShards];
   std::atomic<int64_t> live_contexts_{0};
+  std::mutex turn_mu_;
+  std::condition_variable turn_cv_;
+  uint64_t next_ticket_ LMS_GUARDED_BY(turn_mu_) = 0;
+  std::set<uint64_t> waiting_ LMS_GUARDED_BY(turn_mu_);  // tickets, oldest first
+  std::atomic<int> num_waiting_{0};
 };
 
 }  // namespace lms
