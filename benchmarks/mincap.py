@@ -46,6 +46,7 @@ from maxbatch import failure_reason, probe_environment  # noqa: E402
 MIB = 1 << 20
 MODELS = ("resnet50", "densenet121", "transformer")
 UNCAPPED_MB = 16384
+GRANULE_MB = 2
 
 
 def build_model(name: str) -> tuple[Any, Any, Any]:
@@ -168,14 +169,17 @@ def measure(model_name: str, steps: int, resolution: float, timeout: float) -> O
     peak_mb = uncapped.stats["peak_bytes_in_use"] / MIB
     print(f"{model_name}: peak {peak_mb:.0f} MiB in use, "
           f"step {uncapped.step_time:.2f} s uncapped", flush=True)
-    fits_mb, fails_mb = int(peak_mb) + 1, 0
+    # Device sizes are whole granules (TF_LMS_CPU_DEVICE_MEMORY_MB refuses others).
+    fits_mb, fails_mb = -(-int(peak_mb + 1) // GRANULE_MB) * GRANULE_MB, 0
     best = None
     probes = 1
     step_mb = max(4, int(peak_mb * resolution))
     while fits_mb - fails_mb > step_mb:
-        cap = (fits_mb + fails_mb) // 2
+        cap = (fits_mb + fails_mb) // (2 * GRANULE_MB) * GRANULE_MB
         probe = run_probe(model_name, cap, steps, timeout)
         probes += 1
+        if "TF_LMS_CPU_DEVICE_MEMORY_MB" in probe.reason:
+            raise RuntimeError(f"the probe's setting was refused: {probe.reason}")
         verdict = "fits" if probe.fits else f"FAILS ({probe.reason[:150]})"
         print(f"  {model_name} at {cap} MiB ({cap / peak_mb:.2f} of peak): {verdict}",
               flush=True)
