@@ -15,7 +15,11 @@ import math
 
 from tf_helpers import describe, run_program
 
-CAP_MIB = 80  # one model trains in 64 MiB; two at once need turns here
+# One model trains in 64 MiB. Two at once: without turns both failed at 72, 80
+# and 88 MiB (every run); with turns both finish at 88 (and mostly at 80: when
+# both kernels are already mid-step, each holding what the other needs, the
+# younger gives up after the budget and the older finishes).
+CAP_MIB = 88
 
 
 def test_two_models_trained_at_once_take_turns_and_both_finish():
