@@ -90,6 +90,34 @@ def probe_environment(mode: str, cap_mb: int, inter_op_threads: int | None
     return env
 
 
+def train_and_time(model: Any, inputs: Any, labels: Any, steps: int) -> list[float]:
+    """Trains `steps` steps (SGD with momentum, under tf.function); their seconds.
+
+    Example:
+        seconds = train_and_time(model, images, labels, steps=3)  # [trace, step, step]
+    """
+    import keras
+    import tensorflow as tf
+
+    optimizer = keras.optimizers.SGD(learning_rate=0.001, momentum=0.9)
+    loss_fn = keras.losses.SparseCategoricalCrossentropy()
+
+    @tf.function
+    def train_step() -> tf.Tensor:
+        with tf.GradientTape() as tape:
+            loss = loss_fn(labels, model(inputs, training=True))
+        gradients = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(gradients, model.trainable_variables))
+        return loss
+
+    step_seconds = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        float(train_step())
+        step_seconds.append(time.perf_counter() - start)
+    return step_seconds
+
+
 def run_probe_in_this_process(mode: str, batch: int, steps: int, image_size: int,
                               result_path: Path) -> int:
     """Trains `steps` steps and writes {"step_seconds", "statistics"} as JSON."""
@@ -103,24 +131,9 @@ def run_probe_in_this_process(mode: str, batch: int, steps: int, image_size: int
     keras.utils.set_random_seed(0)
     model = keras.applications.ResNet50(weights=None, classes=10,
                                         input_shape=(image_size, image_size, 3))
-    optimizer = keras.optimizers.SGD(learning_rate=0.001, momentum=0.9)
-    loss_fn = keras.losses.SparseCategoricalCrossentropy()
     images = tf.random.uniform((batch, image_size, image_size, 3))
     labels = tf.random.uniform((batch,), maxval=10, dtype=tf.int32)
-
-    @tf.function
-    def train_step() -> tf.Tensor:
-        with tf.GradientTape() as tape:
-            loss = loss_fn(labels, model(images, training=True))
-        gradients = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply_gradients(zip(gradients, model.trainable_variables))
-        return loss
-
-    step_seconds = []
-    for _ in range(steps):
-        start = time.perf_counter()
-        float(train_step())
-        step_seconds.append(time.perf_counter() - start)
+    step_seconds = train_and_time(model, images, labels, steps)
     result: dict[str, Any] = {"step_seconds": step_seconds}
     if lms is not None:
         result["statistics"] = lms.get_statistics(0)

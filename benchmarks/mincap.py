@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from maxbatch import failure_reason, probe_environment  # noqa: E402
+from maxbatch import failure_reason, probe_environment, train_and_time  # noqa: E402
 
 MIB = 1 << 20
 MODELS = ("resnet50", "densenet121", "transformer")
@@ -83,26 +83,9 @@ def build_model(name: str) -> tuple[Any, Any, Any]:
 def run_probe_in_this_process(model_name: str, steps: int, result_path: Path) -> int:
     """Trains `steps` steps; writes {"step_seconds", "statistics"} as JSON."""
     import tensorflow_lms_allocator as lms  # before tensorflow
-    import keras
-    import tensorflow as tf
 
     model, inputs, labels = build_model(model_name)
-    optimizer = keras.optimizers.SGD(learning_rate=0.001, momentum=0.9)
-    loss_fn = keras.losses.SparseCategoricalCrossentropy()
-
-    @tf.function
-    def train_step() -> tf.Tensor:
-        with tf.GradientTape() as tape:
-            loss = loss_fn(labels, model(inputs, training=True))
-        gradients = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply_gradients(zip(gradients, model.trainable_variables))
-        return loss
-
-    step_seconds = []
-    for _ in range(steps):
-        start = time.perf_counter()
-        float(train_step())
-        step_seconds.append(time.perf_counter() - start)
+    step_seconds = train_and_time(model, inputs, labels, steps)
     result_path.write_text(json.dumps({"step_seconds": step_seconds,
                                        "statistics": lms.get_statistics(0)}))
     return 0
