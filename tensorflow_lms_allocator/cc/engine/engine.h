@@ -249,6 +249,13 @@ class Engine {
       LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Status EvictChunk(ChunkId id) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Status PageIn(ChunkId id) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Takes n host granules into *host, or kResourceExhausted naming
+  // TF_GPU_HOST_MEM_LIMIT_IN_MB (`what` is the action that needed them).
+  Status TakeHostGranules(uint64_t n, const char* what, std::vector<GranuleId>* host)
+      LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Records a unit just mapped from host granules: evicted, watched by strict
+  // mode (`watched_bytes` of it), counted in the host statistics.
+  void NoteEvicted(ChunkId id, uint64_t watched_bytes) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Maps host granules at a new unit's unmapped slots and marks it evicted.
   Status PlaceBornEvicted(ChunkId id) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Maps granules[0..count) at the consecutive slots from `first_slot` and

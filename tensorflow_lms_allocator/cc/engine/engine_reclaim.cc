@@ -97,15 +97,8 @@ Status Engine::EvictChunk(ChunkId id) {
   const uint64_t n = residency_.record(id).granules;
   // Local buffers: an eviction copies at least a granule, so their
   // allocation is noise next to it.
-  std::vector<GranuleId> host(n);
-  if (!host_pool_.Take(n, host.data())) {
-    return ResourceExhausted(
-        "host memory for evicted tensors is exhausted: evicting " +
-        FormatBytes(n * granule_) + " needs host memory, but only " +
-        FormatBytes(host_pool_.free_count() * granule_) + " of " +
-        FormatBytes(host_pool_.capacity() * granule_) +
-        " is free; raise TF_GPU_HOST_MEM_LIMIT_IN_MB");
-  }
+  std::vector<GranuleId> host;
+  LMS_RETURN_IF_ERROR(TakeHostGranules(n, "evicting", &host));
   std::vector<GranuleId> device(n);
   for (uint64_t i = 0; i < n; ++i) device[i] = backing_.at(first + i).granule;
   const Access access = strict_ ? Access::kNone : Access::kReadWrite;
@@ -127,19 +120,36 @@ Status Engine::EvictChunk(ChunkId id) {
     return s;
   }
   device_pool_.Give(device.data(), n);
-  residency_.MarkEvicted(id);
   NoteResidencyChange(id, /*resident=*/false);
-  if (strict_) {
-    strict_->Watch(first, n, chunk.allocation_id, SlotAddress(first),
-                   chunk.requested_bytes);
-  }
-  const int64_t bytes = static_cast<int64_t>(n * granule_);
   ++stats_.num_evictions;
-  stats_.bytes_reclaimed += bytes;
-  stats_.current_bytes_reclaimed += bytes;
+  stats_.bytes_reclaimed += static_cast<int64_t>(n * granule_);
+  NoteEvicted(id, chunk.requested_bytes);
+  return Status::Ok();
+}
+
+Status Engine::TakeHostGranules(uint64_t n, const char* what,
+                                std::vector<GranuleId>* host) {
+  host->resize(n);
+  if (host_pool_.Take(n, host->data())) return Status::Ok();
+  return ResourceExhausted(
+      "host memory for evicted tensors is exhausted: " + std::string(what) + " " +
+      FormatBytes(n * granule_) + " needs host memory, but only " +
+      FormatBytes(host_pool_.free_count() * granule_) + " of " +
+      FormatBytes(host_pool_.capacity() * granule_) +
+      " is free; raise TF_GPU_HOST_MEM_LIMIT_IN_MB");
+}
+
+void Engine::NoteEvicted(ChunkId id, uint64_t watched_bytes) {
+  const BestFitArena::Chunk& chunk = arena_.chunk(id);
+  const uint64_t n = residency_.record(id).granules;
+  residency_.MarkEvicted(id);
+  if (strict_) {
+    strict_->Watch(chunk.start, n, chunk.allocation_id, SlotAddress(chunk.start),
+                   watched_bytes);
+  }
+  stats_.current_bytes_reclaimed += static_cast<int64_t>(n * granule_);
   stats_.host_bytes_in_use = static_cast<int64_t>(host_pool_.in_use() * granule_);
   stats_.UpdatePeaks();
-  return Status::Ok();
 }
 
 Status Engine::PageIn(ChunkId id) {
@@ -189,26 +199,16 @@ Status Engine::PageIn(ChunkId id) {
 Status Engine::PlaceBornEvicted(ChunkId id) {
   const BestFitArena::Chunk& chunk = arena_.chunk(id);
   const uint64_t n = residency_.record(id).granules;
-  std::vector<GranuleId> host(n);
-  if (!host_pool_.Take(n, host.data())) {
-    return ResourceExhausted("host memory for evicted tensors is exhausted");
-  }
+  std::vector<GranuleId> host;
+  LMS_RETURN_IF_ERROR(TakeHostGranules(n, "placing", &host));
   const Access access = strict_ ? Access::kNone : Access::kReadWrite;
   Status s = MapSlots(chunk.start, n, PoolKind::kHost, host.data(), access);
   if (!s.ok()) {
     host_pool_.Give(host.data(), n);
     return s;
   }
-  residency_.MarkEvicted(id);
-  if (strict_) {
-    strict_->Watch(chunk.start, n, chunk.allocation_id, SlotAddress(chunk.start),
-                   n * granule_);
-  }
-  const int64_t bytes = static_cast<int64_t>(n * granule_);
   ++stats_.num_born_evicted;
-  stats_.current_bytes_reclaimed += bytes;
-  stats_.host_bytes_in_use = static_cast<int64_t>(host_pool_.in_use() * granule_);
-  stats_.UpdatePeaks();
+  NoteEvicted(id, n * granule_);
   return Status::Ok();
 }
 

@@ -14,10 +14,16 @@ thread_local std::string t_last_failure;
 
 // One out-of-memory error fails many allocations at once; report the first
 // few and then every power of two, so the reason is seen but not repeated.
+// Counts this failure and returns its number if it should be reported, else 0.
+uint64_t FailureToReport(std::atomic<uint64_t>* failures) {
+  const uint64_t n = failures->fetch_add(1, std::memory_order_relaxed) + 1;
+  return n <= 3 || (n & (n - 1)) == 0 ? n : 0;
+}
+
 void ReportFailure(size_t num_bytes, const Status& status) {
   static std::atomic<uint64_t> failures{0};
-  const uint64_t n = failures.fetch_add(1, std::memory_order_relaxed) + 1;
-  if (n > 3 && (n & (n - 1)) != 0) return;
+  const uint64_t n = FailureToReport(&failures);
+  if (n == 0) return;
   // TensorFlow's logging, so TF_CPP_MIN_LOG_LEVEL applies; the OOM error
   // TensorFlow raises carries the reason too (Name()).
   LOG(WARNING) << "tensorflow_lms_allocator: allocation of " << num_bytes
@@ -130,8 +136,7 @@ UnavailableDeviceAllocator::UnavailableDeviceAllocator(std::string name,
 
 void* UnavailableDeviceAllocator::AllocateRaw(size_t /*alignment*/, size_t num_bytes) {
   static std::atomic<uint64_t> failures{0};
-  const uint64_t n = failures.fetch_add(1, std::memory_order_relaxed) + 1;
-  if (n <= 3 || (n & (n - 1)) == 0) {
+  if (FailureToReport(&failures) != 0) {
     LOG(ERROR) << "tensorflow_lms_allocator: allocation of " << num_bytes
                << " bytes failed: " << reason_;
   }

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <unordered_map>
@@ -15,6 +14,7 @@
 #include "tensorflow/core/framework/tensor.pb.h"
 #include "tensorflow/core/framework/tensor_shape.h"
 #include "tensorflow/core/framework/types.h"
+#include "tsl/platform/logging.h"
 
 namespace lms {
 namespace {
@@ -58,12 +58,13 @@ void* HostFallback::Allocate(size_t alignment, size_t bytes, const std::string& 
     st.bytes_in_use += bytes;
   }
   if (!st.warned.exchange(true, std::memory_order_relaxed)) {
-    std::fprintf(stderr,
-                 "tensorflow_lms_allocator: WARNING: %s requested outside any kernel (such "
-                 "as converting a NumPy array) did not fit on the device: %s. It is held "
-                 "in ordinary host memory instead, outside the device's cap, as a GPU "
-                 "system stages such data on the host (said once per process)\n",
-                 FormatBytes(bytes).c_str(), reason.c_str());
+    LOG(WARNING) << "tensorflow_lms_allocator: " << FormatBytes(bytes)
+                 << " requested outside any kernel (such as converting a NumPy array) "
+                    "did not fit on the device: "
+                 << reason
+                 << ". It is held in ordinary host memory instead, outside the device's "
+                    "cap, as a GPU system stages such data on the host (said once per "
+                    "process)";
   }
   return ptr;
 }
