@@ -13,7 +13,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "backends/posix_backend.h"
+#include "backends/backend_factory.h"
 #include "engine/engine.h"
 #include "engine/env_options.h"
 #include "testing/pattern.h"
@@ -47,7 +47,9 @@ class PyEngine {
            size_t granule_bytes, size_t small_object_threshold, bool lms_enabled,
            bool defrag_enabled, bool strict) {
     std::unique_ptr<Backend> backend;
-    Check(PosixBackend::Create(granule_bytes, &backend));
+    BackendSpec spec;
+    spec.granule_bytes = granule_bytes;
+    Check(CreateBackend(spec, &backend));
     EngineOptions o;
     o.device_bytes = device_bytes;
     if (host_bytes.has_value()) {

@@ -28,7 +28,7 @@
 #include <new>
 #include <string>
 
-#include "backends/posix_backend.h"
+#include "backends/backend_factory.h"
 #include "engine/env_options.h"
 #include "engine/strict_monitor.h"
 #include "engine/thread_annotations.h"
@@ -122,7 +122,9 @@ std::string DescribeDevice(const Settings& s) {
 Status CreateDeviceEngine(const Settings& settings, std::unique_ptr<Engine>* out) {
   try {
     std::unique_ptr<Backend> backend;
-    LMS_RETURN_IF_ERROR(PosixBackend::Create(kEmulatedGranuleBytes, &backend));
+    BackendSpec spec;
+    spec.granule_bytes = kEmulatedGranuleBytes;
+    LMS_RETURN_IF_ERROR(CreateBackend(spec, &backend));
     EngineOptions options;
     options.device_bytes = settings.device_bytes;
     options.host_bytes = settings.host_bytes;

@@ -1,0 +1,32 @@
+#include "backends/backend_factory.h"
+
+#include "backends/posix_backend.h"
+
+namespace lms {
+
+Status ParseBackendKind(const std::string& name, BackendKind* kind) {
+  if (name == "posix") {
+    *kind = BackendKind::kPosix;
+  } else if (name == "cuda") {
+    *kind = BackendKind::kCuda;
+  } else {
+    return InvalidArgument("unknown backend '" + name + "'; use \"posix\" or \"cuda\"");
+  }
+  return Status::Ok();
+}
+
+const char* BackendKindName(BackendKind kind) {
+  return kind == BackendKind::kCuda ? "cuda" : "posix";
+}
+
+Status CreateBackend(const BackendSpec& spec, std::unique_ptr<Backend>* out) {
+  switch (spec.kind) {
+    case BackendKind::kPosix:
+      return PosixBackend::Create(spec.granule_bytes, out);
+    case BackendKind::kCuda:
+      return FailedPrecondition("the CUDA backend is not built yet");
+  }
+  return InvalidArgument("unknown backend kind");
+}
+
+}  // namespace lms
