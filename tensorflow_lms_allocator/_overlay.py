@@ -15,6 +15,8 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+from tensorflow_lms_allocator import _c_api
+
 _ADAPTER: ctypes.CDLL | None = None
 # Whether this process loaded the interposer (before TensorFlow). It survives
 # a failed `import tensorflow_lms_allocator`: Python drops the package from
@@ -76,37 +78,6 @@ def error(code: int, message: ctypes.Array) -> Exception:
     return _EXCEPTIONS.get(name, RuntimeError)(message.value.decode(errors="replace"))
 
 
-def _declare_signatures(lib: ctypes.CDLL) -> None:
-    """ctypes signatures of the C API (cc/tf_adapter/c_api.h)."""
-    c_message = [ctypes.c_char_p, ctypes.c_size_t]
-    lib.tf_lms_code_name.argtypes = [ctypes.c_int]
-    lib.tf_lms_code_name.restype = ctypes.c_char_p
-    lib.tf_lms_configure.argtypes = [ctypes.c_char_p, *c_message]
-    lib.tf_lms_device_status.argtypes = c_message
-    lib.tf_lms_set_flag.argtypes = [ctypes.c_char_p, ctypes.c_int, *c_message]
-    lib.tf_lms_get_flag.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_int),
-                                    *c_message]
-    lib.tf_lms_keep_fault_handler_first.argtypes = [ctypes.c_int]
-    lib.tf_lms_keep_fault_handler_first.restype = None
-    lib.tf_lms_num_statistics.argtypes = []
-    lib.tf_lms_statistic_name.argtypes = [ctypes.c_int]
-    lib.tf_lms_statistic_name.restype = ctypes.c_char_p
-    lib.tf_lms_get_statistics.argtypes = [ctypes.POINTER(ctypes.c_int64), ctypes.c_int,
-                                          *c_message]
-    lib.tf_lms_unpinned_touches.argtypes = []
-    lib.tf_lms_unpinned_touches.restype = ctypes.c_void_p
-    lib.tf_lms_clear_unpinned_touches.argtypes = []
-    lib.tf_lms_clear_unpinned_touches.restype = None
-    lib.tf_lms_free_string.argtypes = [ctypes.c_void_p]
-    lib.tf_lms_free_string.restype = None
-    lib.tf_lms_test_allocate_raw.argtypes = [ctypes.c_size_t, ctypes.c_size_t, ctypes.c_int,
-                                             ctypes.POINTER(ctypes.c_void_p), *c_message]
-    lib.tf_lms_test_allocation_sizes.argtypes = [ctypes.c_void_p,
-                                                 ctypes.POINTER(ctypes.c_size_t),
-                                                 ctypes.POINTER(ctypes.c_size_t)]
-    lib.tf_lms_test_deallocate_raw.argtypes = [ctypes.c_void_p]
-
-
 def install() -> ModuleType:
     """Loads the interposer, imports TensorFlow, loads and configures the adapter.
 
@@ -139,7 +110,7 @@ def install() -> ModuleType:
     import tensorflow as tf
 
     lib = ctypes.CDLL(str(libs / "libtf_lms_adapter.so"))
-    _declare_signatures(lib)
+    _c_api.declare(lib, libs / "c_api.h")
     message = message_buffer()
     code = lib.tf_lms_configure(tf.__version__.encode(), message, len(message))
     if code != 0:

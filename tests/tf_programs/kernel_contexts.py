@@ -39,7 +39,6 @@ def kernel_contexts() -> dict:
     """Live kernel contexts in the process, and those the calling thread created."""
     out = (ctypes.c_int64 * 2)()
     lib = _overlay.adapter()
-    lib.tf_lms_kernel_contexts.argtypes = [ctypes.POINTER(ctypes.c_int64)]
     assert lib.tf_lms_kernel_contexts(out) == 0, "no LMS device"
     return {"live": out[0], "thread": out[1], "thread_id": threading.get_ident()}
 

@@ -50,7 +50,6 @@ def inspect(address: int) -> dict | None:
     """The engine's view of the live allocation containing `address`."""
     out = (ctypes.c_int64 * 5)()
     lib = _overlay.adapter()
-    lib.tf_lms_inspect.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int64)]
     if lib.tf_lms_inspect(address, out) != 0:
         return None
     return {"id": out[0], "address": out[1], "requested_bytes": out[2],

@@ -115,6 +115,17 @@ TF_LMS_EXPORT int tf_lms_test_allocation_sizes(const void* ptr, size_t* requeste
                                                size_t* allocated);
 TF_LMS_EXPORT int tf_lms_test_deallocate_raw(void* ptr);
 
+// For tests: out[0..2) = {live kernel contexts in the process, live contexts
+// the calling thread created}. Returns 1 (out untouched) if there is no LMS
+// device.
+TF_LMS_EXPORT int tf_lms_kernel_contexts(int64_t* out);
+
+// For tests and tools: what the engine knows about the live allocation
+// containing `address`, as out[0..5) = {allocation id, its first byte,
+// requested bytes, evicted (0/1), pin count}. Returns 1 (out untouched) if
+// there is no LMS device or no live allocation contains `address`.
+TF_LMS_EXPORT int tf_lms_inspect(const void* address, int64_t* out);
+
 #ifdef __cplusplus
 }  // extern "C"
 #endif

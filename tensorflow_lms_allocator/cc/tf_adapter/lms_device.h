@@ -1,0 +1,56 @@
+// LmsDevice: everything one TensorFlow device needs from LMS, made in one
+// call. "An LMS allocator for device D with backend B" is this unit, and both
+// ways into TensorFlow make their devices through it: the runtime overlay
+// (overlay.h) for the emulated device and the GPUs of the stock wheel, and
+// the source patch from GPUProcessState.
+//
+// An LmsDevice owns its engine (through the allocator) and the kernel pins
+// that the OpKernelContext hooks drive. It lives as long as the process's
+// TensorFlow devices: TensorFlow never gives an allocator back.
+#ifndef TENSORFLOW_LMS_ALLOCATOR_CC_TF_ADAPTER_LMS_DEVICE_H_
+#define TENSORFLOW_LMS_ALLOCATOR_CC_TF_ADAPTER_LMS_DEVICE_H_
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "backends/backend_factory.h"
+#include "engine/status.h"
+#include "tf_adapter/kernel_pins.h"
+#include "tf_adapter/lms_allocator.h"
+
+namespace lms {
+
+struct LmsDeviceSpec {
+  // The allocator's name, which TensorFlow puts in its OOM messages.
+  std::string name;
+  BackendSpec backend;
+  size_t device_bytes = 0;  // whole granules of the backend
+  size_t host_bytes = 0;
+  bool lms_enabled = false;
+  bool defrag_enabled = true;
+  bool strict = false;
+};
+
+class LmsDevice {
+ public:
+  // Never throws: running out of memory for the engine's or the adapter's
+  // tables is kResourceExhausted, so nothing unwinds through TensorFlow's
+  // device creation. On failure *out is untouched.
+  static Status Create(const LmsDeviceSpec& spec, std::unique_ptr<LmsDevice>* out);
+
+  LmsAllocator* allocator() const { return allocator_.get(); }
+  KernelPins* pins() const { return pins_.get(); }
+  Engine& engine() const { return allocator_->engine(); }
+
+ private:
+  LmsDevice() = default;
+
+  // Declared first so it outlives the allocator, which holds a pointer to it.
+  std::unique_ptr<KernelPins> pins_;
+  std::unique_ptr<LmsAllocator> allocator_;
+};
+
+}  // namespace lms
+
+#endif  // TENSORFLOW_LMS_ALLOCATOR_CC_TF_ADAPTER_LMS_DEVICE_H_

@@ -1,0 +1,182 @@
+#include "tf_adapter/overlay.h"
+
+#include <cstring>
+#include <new>
+#include <string>
+#include <utility>
+
+#include "tf_adapter/hooks.h"
+#include "tsl/platform/logging.h"
+
+#ifndef LMS_BUILT_FOR_TF_VERSION
+#error "LMS_BUILT_FOR_TF_VERSION must name the TensorFlow version built against"
+#endif
+
+namespace lms {
+namespace {
+
+constexpr char kEmulatedDeviceName[] = "lms_emulated_device";
+
+}  // namespace
+
+Overlay& Overlay::Get() {
+  static Overlay* overlay = new Overlay();  // never destroyed: TF outlives us
+  return *overlay;
+}
+
+LmsDeviceSpec Overlay::EmulatedDeviceSpec() const {
+  LmsDeviceSpec spec;
+  spec.name = kEmulatedDeviceName;
+  spec.backend.kind = BackendKind::kPosix;
+  spec.backend.granule_bytes = kEmulatedGranuleBytes;
+  spec.device_bytes = settings_.device_bytes;
+  spec.host_bytes = settings_.host_bytes;
+  spec.lms_enabled = settings_.lms_enabled;
+  spec.defrag_enabled = settings_.defrag_enabled;
+  spec.strict = settings_.strict;
+  return spec;
+}
+
+Status Overlay::DeviceCreationError(const Status& cause) const {
+  return Status(cause.code(), "the emulated device (" + DescribeEmulatedDevice(settings_) +
+                                  ") could not be created: " + cause.ToString() +
+                                  "; lower these values or raise the process's "
+                                  "limits (ulimit -v)");
+}
+
+Status Overlay::Configure(const char* tf_version) {
+  if (tf_version == nullptr || std::strcmp(tf_version, LMS_BUILT_FOR_TF_VERSION) != 0) {
+    return FailedPrecondition(
+        std::string("tensorflow_lms_allocator was built for TensorFlow ") +
+        LMS_BUILT_FOR_TF_VERSION + " but TensorFlow " +
+        (tf_version != nullptr ? tf_version : "(unknown)") +
+        " is installed; install tensorflow==" LMS_BUILT_FOR_TF_VERSION
+        " or rebuild the package against this TensorFlow");
+  }
+  MutexLock lock(mu_);
+  // The hooks go in first, even if the settings turn out bad: then a retry
+  // after a failed import can tell whether TensorFlow created its devices in
+  // between (without LMS, since nothing was configured).
+  if (!hooks_registered_) {
+    LMS_RETURN_IF_ERROR(RegisterOverlayHooks());
+    hooks_registered_ = true;
+  }
+  if (device_created_ && !configured_) {
+    return FailedPrecondition(
+        "TensorFlow created its devices after the earlier import of "
+        "tensorflow_lms_allocator failed, so they run without LMS and the settings "
+        "can no longer apply in this process; start a new Python process with the "
+        "corrected setting");
+  }
+  if (configured_) return Status::Ok();  // the package was imported already
+  Settings settings;
+  LMS_RETURN_IF_ERROR(ReadSettings(&settings));
+  settings_ = settings;
+  if (settings.device_bytes != 0) {
+    // Create the device once and discard it: the pools are sparse files and
+    // the address ranges are only reserved, so this costs a few system calls,
+    // and whatever would make the device fail at TensorFlow's first op fails
+    // here, at import, naming the settings.
+    std::unique_ptr<LmsDevice> trial;
+    Status s = LmsDevice::Create(EmulatedDeviceSpec(), &trial);
+    if (!s.ok()) return DeviceCreationError(s);
+  }
+  configured_ = true;
+  return Status::Ok();
+}
+
+Status Overlay::DeviceStatus() {
+  MutexLock lock(mu_);
+  return device_error_.empty() ? Status::Ok() : FailedPrecondition(device_error_);
+}
+
+Status Overlay::SetFlag(const char* name, bool enabled) {
+  MutexLock lock(mu_);
+  bool* flag = FlagNamed(settings_, name);
+  if (flag == nullptr) {
+    return InvalidArgument(std::string("unknown LMS setting '") + (name ? name : "") +
+                           "'; use lms_enabled or lms_defrag_enabled");
+  }
+  const bool is_lms = std::strcmp(name, "lms_enabled") == 0;
+  if (device_created_ && *flag != enabled) {
+    return FailedPrecondition(
+        std::string(is_lms ? "LMS" : "LMS defragmentation") +
+        " must be set before TensorFlow creates its devices (before the first op or "
+        "tf.config call that lists logical devices); set it right after importing "
+        "tensorflow, or use the environment variable " +
+        (is_lms ? "TF_LMS_ENABLED" : "TF_LMS_DEFRAG_ENABLED"));
+  }
+  *flag = enabled;
+  return Status::Ok();
+}
+
+Status Overlay::GetFlag(const char* name, bool* enabled) {
+  MutexLock lock(mu_);
+  bool* flag = FlagNamed(settings_, name, /*readable_only=*/true);
+  if (flag == nullptr) {
+    return InvalidArgument(std::string("unknown LMS setting '") + (name ? name : "") +
+                           "'; use lms_enabled, lms_defrag_enabled or strict");
+  }
+  *enabled = *flag;
+  return Status::Ok();
+}
+
+bool Overlay::StrictConfigured() {
+  MutexLock lock(mu_);
+  return configured_ && settings_.strict;
+}
+
+void* Overlay::CpuAllocator(void* original) {
+  MutexLock lock(mu_);
+  if (device_ != nullptr) return device_->allocator();
+  if (unavailable_ != nullptr) return unavailable_.get();
+  const bool first = !device_created_;
+  device_created_ = true;
+  if (!configured_ || settings_.device_bytes == 0 || !first) return original;
+  Status s = LmsDevice::Create(EmulatedDeviceSpec(), &device_);
+  if (!s.ok()) {
+    device_error_ = DeviceCreationError(s).message();
+    LOG(ERROR) << "tensorflow_lms_allocator: " << device_error_
+               << "; every allocation on CPU:0 fails";
+    // Not `original`: that would run the program uncapped, without LMS.
+    unavailable_ =
+        std::make_unique<UnavailableDeviceAllocator>(kEmulatedDeviceName, device_error_);
+    return unavailable_.get();
+  }
+  active_pins_.store(device_->pins(), std::memory_order_release);
+  return device_->allocator();
+}
+
+void* Overlay::GpuAllocator(void* original, int tf_device_id) {
+  MutexLock lock(mu_);
+  if (settings_.lms_enabled && !gpu_warned_) {
+    gpu_warned_ = true;
+    LOG(ERROR) << "tensorflow_lms_allocator: LMS is enabled but this build has no GPU "
+                  "backend yet; GPU:"
+               << tf_device_id << " uses TensorFlow's own allocator, without LMS";
+  }
+  return original;
+}
+
+LmsAllocator* Overlay::DeviceAllocator(Status* status) {
+  MutexLock lock(mu_);
+  if (device_ != nullptr) return device_->allocator();
+  if (!device_error_.empty()) {
+    *status = FailedPrecondition(device_error_);
+  } else if (configured_ && settings_.device_bytes != 0) {
+    *status = FailedPrecondition("TensorFlow has not created its devices yet");
+  } else {
+    *status = NotFound(
+        "CPU:0 has no LMS allocator: set TF_LMS_CPU_DEVICE_MEMORY_MB=<MiB> before "
+        "starting Python to run the CPU device as an emulated GPU");
+  }
+  return nullptr;
+}
+
+Engine* Overlay::DeviceEngine() {
+  Status ignored;
+  LmsAllocator* allocator = DeviceAllocator(&ignored);
+  return allocator != nullptr ? &allocator->engine() : nullptr;
+}
+
+}  // namespace lms

@@ -1,0 +1,52 @@
+#include "tf_adapter/settings.h"
+
+#include <cstring>
+
+#include "engine/env_options.h"
+
+namespace lms {
+
+Status ReadSettings(Settings* out) {
+  Settings s;
+  const size_t machine = MachineMemoryBytes();
+  bool device_present = false;
+  bool host_present = false;
+  bool present = false;
+  LMS_RETURN_IF_ERROR(FlagFromEnv("TF_LMS_ENABLED", &present, &s.lms_enabled));
+  LMS_RETURN_IF_ERROR(FlagFromEnv("TF_LMS_DEFRAG_ENABLED", &present, &s.defrag_enabled));
+  LMS_RETURN_IF_ERROR(FlagFromEnv("TF_LMS_STRICT", &present, &s.strict));
+  LMS_RETURN_IF_ERROR(
+      MegabytesFromEnv("TF_LMS_CPU_DEVICE_MEMORY_MB", &device_present, &s.device_bytes));
+  if (device_present) {
+    LMS_RETURN_IF_ERROR(CheckMemorySetting("TF_LMS_CPU_DEVICE_MEMORY_MB", s.device_bytes,
+                                           kEmulatedGranuleBytes, machine));
+  }
+  // The host pool is a sparse file: TensorFlow's 64 GiB default costs nothing
+  // until evicted tensors fill it, but it is capped at the machine's memory
+  // so that the default is itself a valid value.
+  s.host_bytes = DefaultHostLimitBytes(kEmulatedGranuleBytes, machine);
+  LMS_RETURN_IF_ERROR(
+      MegabytesFromEnv("TF_GPU_HOST_MEM_LIMIT_IN_MB", &host_present, &s.host_bytes));
+  if (host_present) {
+    LMS_RETURN_IF_ERROR(CheckMemorySetting("TF_GPU_HOST_MEM_LIMIT_IN_MB", s.host_bytes,
+                                           kEmulatedGranuleBytes, machine));
+  }
+  *out = s;
+  return Status::Ok();
+}
+
+std::string DescribeEmulatedDevice(const Settings& s) {
+  return "TF_LMS_CPU_DEVICE_MEMORY_MB=" + std::to_string(s.device_bytes >> 20) +
+         ", TF_GPU_HOST_MEM_LIMIT_IN_MB=" + std::to_string(s.host_bytes >> 20) +
+         (s.strict ? ", TF_LMS_STRICT=1" : "");
+}
+
+bool* FlagNamed(Settings& s, const char* name, bool readable_only) {
+  if (name == nullptr) return nullptr;
+  if (std::strcmp(name, "lms_enabled") == 0) return &s.lms_enabled;
+  if (std::strcmp(name, "lms_defrag_enabled") == 0) return &s.defrag_enabled;
+  if (readable_only && std::strcmp(name, "strict") == 0) return &s.strict;
+  return nullptr;
+}
+
+}  // namespace lms

@@ -1,0 +1,46 @@
+// The overlay's settings: what the environment (and the Python calls that may
+// change the flags before TensorFlow creates its devices) asked for.
+//
+// Read and validated as a whole at import (ReadSettings), so a value that
+// cannot give a working device is an import error naming the variable, never
+// a device that silently runs without LMS.
+#ifndef TENSORFLOW_LMS_ALLOCATOR_CC_TF_ADAPTER_SETTINGS_H_
+#define TENSORFLOW_LMS_ALLOCATOR_CC_TF_ADAPTER_SETTINGS_H_
+
+#include <cstddef>
+#include <string>
+
+#include "engine/status.h"
+
+namespace lms {
+
+// The emulated device's granule: 2 MiB, as on current NVIDIA GPUs.
+inline constexpr size_t kEmulatedGranuleBytes = size_t{2} << 20;
+
+struct Settings {
+  bool lms_enabled = false;
+  // On by default: remapping free granules moves no data, so it costs only
+  // mapping calls and spares evictions (IBM's was off because its
+  // defragmentation moved tensors).
+  bool defrag_enabled = true;
+  bool strict = false;
+  size_t device_bytes = 0;  // the emulated device; 0: none
+  size_t host_bytes = 0;    // the host pool (swap space) of every LMS device
+};
+
+// Reads TF_LMS_ENABLED, TF_LMS_DEFRAG_ENABLED, TF_LMS_STRICT,
+// TF_LMS_CPU_DEVICE_MEMORY_MB and TF_GPU_HOST_MEM_LIMIT_IN_MB into *out.
+// kInvalidArgument names the variable, its value and what is valid.
+Status ReadSettings(Settings* out);
+
+// "TF_LMS_CPU_DEVICE_MEMORY_MB=64, TF_GPU_HOST_MEM_LIMIT_IN_MB=65536": the
+// values the emulated device was built from, for messages.
+std::string DescribeEmulatedDevice(const Settings& settings);
+
+// The flag a settable name ("lms_enabled", "lms_defrag_enabled") refers to,
+// or null. With `readable_only`, also the flags fixed at import ("strict").
+bool* FlagNamed(Settings& settings, const char* name, bool readable_only = false);
+
+}  // namespace lms
+
+#endif  // TENSORFLOW_LMS_ALLOCATOR_CC_TF_ADAPTER_SETTINGS_H_

@@ -1,0 +1,53 @@
+"""The adapter's C API is declared once, in c_api.h, and Python reads it from there."""
+
+from __future__ import annotations
+
+import ctypes
+from pathlib import Path
+
+import pytest
+
+from tensorflow_lms_allocator import _c_api, _overlay
+
+HEADER = Path(__file__).parents[1] / "tensorflow_lms_allocator/cc/tf_adapter/c_api.h"
+
+
+def test_every_exported_function_of_the_header_is_read_with_its_types() -> None:
+    prototypes = _c_api.read_prototypes(HEADER.read_text())
+    assert prototypes["tf_lms_get_flag"] == ("int", ["const char*", "int*", "char*", "size_t"])
+    assert prototypes["tf_lms_unpinned_touches"] == ("char*", [])
+    assert prototypes["tf_lms_num_statistics"] == ("int", [])
+    assert len(prototypes) == HEADER.read_text().count("TF_LMS_EXPORT ") - 1  # minus the #define
+
+
+def test_the_installed_header_is_the_source_header() -> None:
+    installed = _overlay._library_dir() / "c_api.h"
+    assert installed.read_bytes() == HEADER.read_bytes()
+
+
+def test_the_built_adapter_exports_every_declared_function(tmp_path: Path) -> None:
+    # Loading the adapter needs TensorFlow's framework library; its rpath finds it.
+    lib = ctypes.CDLL(str(_overlay._library_dir() / "libtf_lms_adapter.so"))
+    _c_api.declare(lib, _overlay._library_dir() / "c_api.h")
+    assert lib.tf_lms_code_name.restype is ctypes.c_char_p
+    assert lib.tf_lms_code_name(8) == b"RESOURCE_EXHAUSTED"
+    assert lib.tf_lms_get_statistics.argtypes[0]._type_ is ctypes.c_int64
+
+
+def test_a_function_the_library_lacks_is_an_import_error(tmp_path: Path) -> None:
+    header = tmp_path / "c_api.h"
+    header.write_text("TF_LMS_EXPORT int tf_lms_no_such_function(int x);\n")
+    with pytest.raises(ImportError, match="tf_lms_no_such_function.*make build"):
+        _c_api.declare(ctypes.CDLL(None), header)
+
+
+def test_an_unknown_c_type_is_an_import_error_naming_it(tmp_path: Path) -> None:
+    header = tmp_path / "c_api.h"
+    header.write_text("TF_LMS_EXPORT int tf_lms_f(struct Foo* foo);\n")
+    with pytest.raises(ImportError, match=r"struct Foo\*"):
+        _c_api.declare(ctypes.CDLL(None), header)
+
+
+def test_a_missing_header_is_an_import_error(tmp_path: Path) -> None:
+    with pytest.raises(ImportError, match="cannot be read.*make build"):
+        _c_api.declare(ctypes.CDLL(None), tmp_path / "missing.h")
