@@ -30,6 +30,7 @@ _tf = _overlay.install()
 from tensorflow_lms_allocator.lms import (  # noqa: E402
     UnpinnedTouch,
     clear_unpinned_touches,
+    device_names,
     get_lms_defrag_enabled,
     get_lms_enabled,
     get_statistics,
@@ -41,12 +42,13 @@ from tensorflow_lms_allocator import lms as _lms  # noqa: E402
 
 _lms.attach(_tf)
 if get_lms_enabled():
-    _lms.check_no_gpu(_tf)  # TF_LMS_ENABLED=1 with a GPU: say so now, not never
+    _lms.check_gpus(_tf)  # TF_LMS_ENABLED=1 with a GPU LMS cannot serve: say so now
 del _tf
 
 __all__ = [
     "UnpinnedTouch",
     "clear_unpinned_touches",
+    "device_names",
     "get_lms_defrag_enabled",
     "get_lms_enabled",
     "get_statistics",

@@ -15,8 +15,10 @@ Statistics take a device: ``0`` (the first LMS device, as IBM's took a GPU
 index), a device name in any form TensorFlow prints or accepts (``"CPU:0"``,
 ``"/device:CPU:0"``, ``"/job:localhost/replica:0/task:0/device:CPU:0"``), or
 a device object from ``tf.config.list_logical_devices()`` /
-``list_physical_devices()``. Without a GPU backend, the only LMS device is the
-emulated one that ``TF_LMS_CPU_DEVICE_MEMORY_MB`` puts on ``CPU:0``.
+``list_physical_devices()``. The LMS devices are the GPUs TensorFlow creates
+while LMS is enabled (``"GPU:0"``, ...) and the emulated device that
+``TF_LMS_CPU_DEVICE_MEMORY_MB`` puts on ``CPU:0``; index ``i`` is
+``device_names()[i]``.
 """
 
 from __future__ import annotations
@@ -53,14 +55,25 @@ STATISTICS: dict[str, str] = {
 }
 
 
-def check_no_gpu(tf_module) -> None:
-    """Raises NotImplementedError if TensorFlow sees a GPU: LMS cannot run there yet."""
-    if tf_module.config.list_physical_devices("GPU"):
-        raise NotImplementedError(
-            "LMS on a GPU needs the CUDA backend, which this build of "
-            "tensorflow_lms_allocator does not have yet; LMS runs on the "
-            "emulated device (TF_LMS_CPU_DEVICE_MEMORY_MB) only. Unset "
-            "TF_LMS_ENABLED or hide the GPUs (CUDA_VISIBLE_DEVICES=).")
+def check_gpus(tf_module) -> None:
+    """Raises RuntimeError if a GPU TensorFlow sees cannot run LMS, saying why.
+
+    Called when LMS is enabled (``set_lms_enabled(True)``, or
+    ``TF_LMS_ENABLED=1`` at import), so an unsupported driver or GPU is an
+    error then, naming the GPU, the driver version and what LMS needs, not a
+    failure at the first op.
+
+    Example:
+        >>> check_gpus(tf)  # doctest: +SKIP
+    """
+    for ordinal, _ in enumerate(tf_module.config.list_physical_devices("GPU")):
+        message = _overlay.message_buffer()
+        code = _overlay.adapter().tf_lms_check_gpu(ordinal, message, len(message))
+        if code != 0:
+            raise RuntimeError(
+                message.value.decode(errors="replace") + ". Disable LMS "
+                "(TF_LMS_ENABLED=0) to run on TensorFlow's own allocator, or hide "
+                "this GPU (CUDA_VISIBLE_DEVICES).")
 
 
 def _as_bool(value: Any, function: str) -> bool:
@@ -89,7 +102,7 @@ def _set_flag(setting: bytes, enabled: Any, function: str) -> None:
     if flag and setting == b"lms_enabled":
         import tensorflow as tf
 
-        check_no_gpu(tf)
+        check_gpus(tf)
     message = _overlay.message_buffer()
     code = _overlay.adapter().tf_lms_set_flag(setting, int(flag), message, len(message))
     if code != 0:
@@ -143,52 +156,77 @@ def get_lms_defrag_enabled() -> bool:
     return _get_flag(b"lms_defrag_enabled")
 
 
-def _check_device(device: Any) -> None:
-    """Accepts `device` if it names the LMS device, as TensorFlow names devices.
+def device_names() -> list[str]:
+    """The LMS devices TensorFlow created: the emulated ``"CPU:0"`` first, then GPUs.
+
+    Index ``i`` of the statistics functions is ``device_names()[i]``.
 
     Example:
-        >>> _check_device("/job:localhost/replica:0/task:0/device:CPU:0")  # doctest: +SKIP
+        >>> tensorflow_lms_allocator.device_names()  # doctest: +SKIP
+        ['GPU:0', 'GPU:1']
+    """
+    import tensorflow as tf
+
+    tf.config.list_logical_devices()  # creates the devices if they are not yet
+    lib = _overlay.adapter()
+    raw = lib.tf_lms_device_names()
+    try:
+        return ctypes.string_at(raw).decode().split()
+    finally:
+        lib.tf_lms_free_string(raw)
+
+
+def _device_name(device: Any) -> str:
+    """The LMS device `device` names ("CPU:0", "GPU:1"), as TensorFlow names devices.
+
+    Example:
+        >>> _device_name("/job:localhost/replica:0/task:0/device:GPU:1")  # doctest: +SKIP
+        'GPU:1'
     """
     import numpy as np
 
     if isinstance(device, numbers.Integral) and not isinstance(device, (bool, np.bool_)):
-        if int(device) != 0:
-            raise ValueError(f"no LMS device with index {device}: this build has one, "
-                             "the emulated device (index 0, 'CPU:0')")
-        return
+        names = device_names()
+        if not 0 <= int(device) < len(names):
+            listed = ", ".join(f"{i} ({n})" for i, n in enumerate(names)) or "none"
+            raise ValueError(f"no LMS device with index {device}; the LMS devices are: "
+                             f"{listed}. Enable LMS (TF_LMS_ENABLED=1) for GPUs, or set "
+                             "TF_LMS_CPU_DEVICE_MEMORY_MB for the emulated device")
+        return names[int(device)]
     # A LogicalDevice or PhysicalDevice names itself in .name.
     name = device if isinstance(device, str) else getattr(device, "name", None)
     if not isinstance(name, str):
-        raise TypeError(f"device must be an index like 0, a device name like 'CPU:0' or "
-                        f"'/job:localhost/replica:0/task:0/device:CPU:0', or a device "
+        raise TypeError(f"device must be an index like 0, a device name like 'GPU:0' or "
+                        f"'/job:localhost/replica:0/task:0/device:GPU:0', or a device "
                         f"from tf.config.list_logical_devices(), not {device!r}")
     import tensorflow as tf
 
     try:
         spec = tf.DeviceSpec.from_string(name.replace("/physical_device:", "/device:"))
     except ValueError as error:
-        raise ValueError(f"{device!r} is not a device name; use 0, 'CPU:0' or "
-                         "'/job:localhost/replica:0/task:0/device:CPU:0'") from error
+        raise ValueError(f"{device!r} is not a device name; use 0, 'GPU:0', 'CPU:0' or "
+                         "'/job:localhost/replica:0/task:0/device:GPU:0'") from error
     kind = (spec.device_type or "").upper()
+    index = spec.device_index or 0
     local = (spec.job in (None, "localhost") and spec.replica in (None, 0)
              and spec.task in (None, 0))
-    if kind == "GPU":
-        raise ValueError(f"no LMS allocator on {device!r}: this build has no GPU "
-                         "backend yet; its LMS device is the emulated 'CPU:0'")
-    if kind not in ("CPU", "XLA_CPU") or spec.device_index not in (None, 0) or not local:
-        raise ValueError(f"unknown device {device!r}; use 0, 'CPU:0' or 'GPU:0' (or "
-                         "the full name, '/job:localhost/replica:0/task:0/device:CPU:0')")
+    if kind == "GPU" and local:
+        return f"GPU:{index}"
+    if kind in ("CPU", "XLA_CPU") and index == 0 and local:
+        return "CPU:0"
+    raise ValueError(f"unknown device {device!r}; use 0, 'GPU:0' or 'CPU:0' (or the full "
+                     "name, '/job:localhost/replica:0/task:0/device:GPU:0')")
 
 
 def get_statistics(device: int | str | Any = 0) -> dict[str, int]:
     """Every LMS statistic of `device` as a dict (engine names).
 
     Example:
-        >>> stats = tensorflow_lms_allocator.get_statistics("CPU:0")  # doctest: +SKIP
+        >>> stats = tensorflow_lms_allocator.get_statistics("GPU:0")  # doctest: +SKIP
         >>> stats["num_page_ins"]  # doctest: +SKIP
         42
     """
-    _check_device(device)
+    name = _device_name(device)
     import tensorflow as tf
 
     tf.config.list_logical_devices()  # creates the devices if they are not yet
@@ -196,7 +234,7 @@ def get_statistics(device: int | str | Any = 0) -> dict[str, int]:
     count = lib.tf_lms_num_statistics()
     values = (ctypes.c_int64 * count)()
     message = _overlay.message_buffer()
-    code = lib.tf_lms_get_statistics(values, count, message, len(message))
+    code = lib.tf_lms_get_statistics(name.encode(), values, count, message, len(message))
     if code != 0:
         raise _overlay.error(code, message)
     return {lib.tf_lms_statistic_name(i).decode(): values[i] for i in range(count)}

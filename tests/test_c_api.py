@@ -31,7 +31,7 @@ def test_the_built_adapter_exports_every_declared_function(tmp_path: Path) -> No
     _c_api.declare(lib, _overlay._library_dir() / "c_api.h")
     assert lib.tf_lms_code_name.restype is ctypes.c_char_p
     assert lib.tf_lms_code_name(8) == b"RESOURCE_EXHAUSTED"
-    assert lib.tf_lms_get_statistics.argtypes[0]._type_ is ctypes.c_int64
+    assert lib.tf_lms_get_statistics.argtypes[1]._type_ is ctypes.c_int64
 
 
 def test_a_function_the_library_lacks_is_an_import_error(tmp_path: Path) -> None:

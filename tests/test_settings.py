@@ -124,7 +124,8 @@ def test_tensorflows_device_names_and_bool_likes_are_accepted():
     for name, error in r["bad"].items():
         assert error is not None, name
     assert r["bad"]["bool"][0] == "TypeError"
-    assert r["bad"]["gpu_full"][0] == "ValueError" and "GPU backend" in r["bad"]["gpu_full"][1]
+    assert r["bad"]["gpu_full"][0] == "ValueError"
+    assert "GPU:0 has no LMS allocator" in r["bad"]["gpu_full"][1]
     assert r["bad"]["other_task"][0] == "ValueError"
     assert r["bad"]["cpu1"][0] == "ValueError"
 

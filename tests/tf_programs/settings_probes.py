@@ -182,14 +182,14 @@ def _allocate(alignment: int, num_bytes: int, retry: bool) -> tuple[int | None, 
     overlay = _adapter()
     ptr = ctypes.c_void_p()
     message = overlay.message_buffer()
-    overlay.adapter().tf_lms_test_allocate_raw(alignment, num_bytes, int(retry),
+    overlay.adapter().tf_lms_test_allocate_raw(b"CPU:0", alignment, num_bytes, int(retry),
                                                ctypes.byref(ptr), message, len(message))
     return ptr.value, message.value.decode()
 
 
 def _sizes(ptr: int) -> tuple[int, int]:
     requested, allocated = ctypes.c_size_t(), ctypes.c_size_t()
-    _adapter().adapter().tf_lms_test_allocation_sizes(ptr, ctypes.byref(requested),
+    _adapter().adapter().tf_lms_test_allocation_sizes(b"CPU:0", ptr, ctypes.byref(requested),
                                                       ctypes.byref(allocated))
     return requested.value, allocated.value
 
@@ -206,7 +206,7 @@ def aligned() -> None:
         result[str(alignment)] = {"aligned": ptr % alignment == 0, "requested": requested,
                                   "allocated": allocated}
         if alignment != 4096:
-            _adapter().adapter().tf_lms_test_deallocate_raw(ptr)
+            _adapter().adapter().tf_lms_test_deallocate_raw(b"CPU:0", ptr)
         else:
             kept = ptr
     ctypes.memset(kept, 0x5A, 1000)
@@ -256,7 +256,7 @@ def no_retry() -> None:
             outcome.update(ok=ptr is not None, seconds=time.monotonic() - begin,
                            message=message)
             if ptr is not None:
-                _adapter().adapter().tf_lms_test_deallocate_raw(ptr)
+                _adapter().adapter().tf_lms_test_deallocate_raw(b"CPU:0", ptr)
             return tf.constant(0.0)
 
         tf.py_function(kernel_allocates, [], tf.float32)

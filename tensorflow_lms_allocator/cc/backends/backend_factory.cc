@@ -29,4 +29,14 @@ Status CreateBackend(const BackendSpec& spec, std::unique_ptr<Backend>* out) {
   return InvalidArgument("unknown backend kind");
 }
 
+Status CheckBackendSupport(const BackendSpec& spec) {
+  switch (spec.kind) {
+    case BackendKind::kPosix:
+      return Status::Ok();
+    case BackendKind::kCuda:
+      return FailedPrecondition("the CUDA backend is not built yet");
+  }
+  return InvalidArgument("unknown backend kind");
+}
+
 }  // namespace lms

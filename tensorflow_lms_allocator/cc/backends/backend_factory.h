@@ -26,6 +26,10 @@ struct BackendSpec {
   // kCuda: the CUDA device ordinal (as the driver numbers devices, after
   // CUDA_VISIBLE_DEVICES).
   int device_ordinal = 0;
+  // kCuda: create device memory as granules are first used, not all when the
+  // pool is created (TensorFlow's allow_growth). The host pool always grows
+  // on demand: it is pinned memory, taken from the machine.
+  bool allow_growth = false;
 };
 
 // "posix" or "cuda" -> *kind; anything else is kInvalidArgument naming the
@@ -37,6 +41,12 @@ const char* BackendKindName(BackendKind kind);
 // status says what is missing (for kCuda: the driver, the device, or the
 // virtual memory support LMS needs).
 Status CreateBackend(const BackendSpec& spec, std::unique_ptr<Backend>* out);
+
+// Whether `spec`'s backend can run here, without making it (for kCuda: the
+// driver, the device and its virtual memory support, queried without
+// creating a context). The same error CreateBackend would give, earlier:
+// when the user enables LMS rather than when TensorFlow creates its devices.
+Status CheckBackendSupport(const BackendSpec& spec);
 
 }  // namespace lms
 

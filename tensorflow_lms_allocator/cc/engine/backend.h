@@ -97,6 +97,13 @@ class Backend {
   // wait may be trusted.
   virtual Status WaitForCopies() = 0;
 
+  // A device work queue (a CUstream, as void*) whose queued work may touch
+  // this backend's memory: TensorFlow's compute and copy streams. The
+  // backend fences every such queue before it copies out of or unmaps
+  // memory that queued work may still use. Backends whose memory is touched
+  // only synchronously ignore it (the default).
+  virtual Status AddFencedQueue(void* /*queue*/) { return Status::Ok(); }
+
   // fork() (Note [Fork] in engine/fork_handlers.h). The engine calls these
   // from its atfork handlers with its lock held, so no other call runs from
   // PrepareFork (in the parent, before fork) to the After call in each

@@ -132,10 +132,12 @@ void* _ZN10tensorflow15GPUProcessState15GetGPUAllocatorERKNS_10GPUOptionsEN3tsl3
     const void* peer_gpu_ids) {
   RESOLVE(GetGpuFn, original,
           "_ZN10tensorflow15GPUProcessState15GetGPUAllocatorERKNS_10GPUOptionsEN3tsl3gtl7IntTypeINS4_15TfDeviceId_tag_EiEEmRKSt6vectorIS8_SaIS8_EE");
-  void* allocator = original(self, options, tf_device_id, total_bytes, peer_gpu_ids);
   const TfLmsHooks* h = Hooks();
-  if (h != NULL && h->gpu_allocator != NULL) return h->gpu_allocator(allocator, tf_device_id);
-  return allocator;
+  if (h != NULL && h->gpu_allocator != NULL) {
+    return h->gpu_allocator((void*)original, self, options, tf_device_id, total_bytes,
+                            peer_gpu_ids);
+  }
+  return original(self, options, tf_device_id, total_bytes, peer_gpu_ids);
 }
 
 #if defined(__x86_64__)

@@ -5,6 +5,8 @@
 #ifndef TENSORFLOW_LMS_ALLOCATOR_CC_INTERPOSER_LMS_HOOKS_H_
 #define TENSORFLOW_LMS_ALLOCATOR_CC_INTERPOSER_LMS_HOOKS_H_
 
+#include <stddef.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -18,8 +20,16 @@ typedef struct TfLmsHooks {
   /* ProcessState::GetCPUAllocator returned `original` (a tsl::Allocator*);
    * returns the allocator TensorFlow should use instead (or `original`). */
   void* (*cpu_allocator)(void* original, int numa_node);
-  /* GPUProcessState::GetGPUAllocator returned `original`; likewise. */
-  void* (*gpu_allocator)(void* original, int tf_device_id);
+  /* Instead of GPUProcessState::GetGPUAllocator(options, tf_device_id,
+   * total_bytes, peer_gpu_ids) on `self`: returns the allocator TensorFlow
+   * should use. `original` is that function; the hook calls it as
+   * original(self, options, tf_device_id, total_bytes, peer_gpu_ids) when
+   * TensorFlow's own allocator should serve the GPU, and must not call it
+   * otherwise (TensorFlow's allocator would take the GPU's memory).
+   * `options` is a const tensorflow::GPUOptions*, `total_bytes` the memory
+   * TensorFlow budgeted for the device. */
+  void* (*gpu_allocator)(void* original, void* self, const void* options,
+                         int tf_device_id, size_t total_bytes, const void* peer_gpu_ids);
   /* Instead of ThreadPoolDevice::MakeTensorFromProto (x86-64 only): calls
    * `original` (that function, taking the absl::Status* it returns through
    * first) and returns `status`. `attributes` is tsl::AllocatorAttributes

@@ -8,6 +8,8 @@
 #include <string>
 
 #include "engine/statistics.h"
+#include "tensorflow/core/common_runtime/gpu/gpu_id_manager.h"
+#include "tf_adapter/gpu_devices.h"
 #include "tf_adapter/overlay.h"
 #include "tf_adapter/strict_report.h"
 
@@ -96,11 +98,13 @@ const char* tf_lms_statistic_name(int i) {
   return i >= 0 && i < lms::kNumStatistics ? lms::kStatisticNames[i] : nullptr;
 }
 
-int tf_lms_get_statistics(int64_t* values, int count, char* message, size_t message_len) {
+int tf_lms_get_statistics(const char* device, int64_t* values, int count, char* message,
+                          size_t message_len) {
   lms::Status status;
-  lms::LmsAllocator* allocator = lms::Overlay::Get().DeviceAllocator(&status);
-  if (allocator == nullptr) return lms::Report(status, message, message_len);
-  const lms::Statistics s = allocator->engine().GetStatistics();
+  lms::LmsDevice* lms_device =
+      lms::Overlay::Get().DeviceNamed(device != nullptr ? device : "", &status);
+  if (lms_device == nullptr) return lms::Report(status, message, message_len);
+  const lms::Statistics s = lms_device->engine().GetStatistics();
   const int64_t all[] = {
 #define LMS_VALUE(n, doc) s.n,
       LMS_FOR_EACH_STATISTIC(LMS_VALUE)
@@ -108,6 +112,12 @@ int tf_lms_get_statistics(int64_t* values, int count, char* message, size_t mess
   };
   for (int i = 0; i < count && i < lms::kNumStatistics; ++i) values[i] = all[i];
   return TF_LMS_OK;
+}
+
+char* tf_lms_device_names(void) {
+  std::string out;
+  for (const std::string& name : lms::Overlay::Get().DeviceNames()) out += name + "\n";
+  return strdup(out.c_str());
 }
 
 char* tf_lms_unpinned_touches(void) {
@@ -123,12 +133,15 @@ void tf_lms_clear_unpinned_touches(void) {
 
 void tf_lms_free_string(char* s) { free(s); }
 
-int tf_lms_test_allocate_raw(size_t alignment, size_t num_bytes, int retry_on_failure,
-                             void** ptr, char* message, size_t message_len) {
+int tf_lms_test_allocate_raw(const char* device, size_t alignment, size_t num_bytes,
+                             int retry_on_failure, void** ptr, char* message,
+                             size_t message_len) {
   lms::Status status;
-  lms::LmsAllocator* allocator = lms::Overlay::Get().DeviceAllocator(&status);
+  lms::LmsDevice* lms_device =
+      lms::Overlay::Get().DeviceNamed(device != nullptr ? device : "", &status);
   *ptr = nullptr;
-  if (allocator == nullptr) return lms::Report(status, message, message_len);
+  if (lms_device == nullptr) return lms::Report(status, message, message_len);
+  lms::LmsAllocator* allocator = lms_device->allocator();
   tsl::AllocationAttributes attributes;
   attributes.retry_on_failure = retry_on_failure != 0;
   *ptr = allocator->AllocateRaw(alignment, num_bytes, attributes);
@@ -138,41 +151,87 @@ int tf_lms_test_allocate_raw(size_t alignment, size_t num_bytes, int retry_on_fa
   return TF_LMS_OK;
 }
 
-int tf_lms_test_allocation_sizes(const void* ptr, size_t* requested, size_t* allocated) {
+int tf_lms_test_allocation_sizes(const char* device, const void* ptr, size_t* requested,
+                                 size_t* allocated) {
   lms::Status status;
-  lms::LmsAllocator* allocator = lms::Overlay::Get().DeviceAllocator(&status);
-  if (allocator == nullptr) return lms::CodeOf(status.code());
-  *requested = allocator->RequestedSize(ptr);
-  *allocated = allocator->AllocatedSize(ptr);
+  lms::LmsDevice* lms_device =
+      lms::Overlay::Get().DeviceNamed(device != nullptr ? device : "", &status);
+  if (lms_device == nullptr) return lms::CodeOf(status.code());
+  *requested = lms_device->allocator()->RequestedSize(ptr);
+  *allocated = lms_device->allocator()->AllocatedSize(ptr);
   return TF_LMS_OK;
 }
 
-int tf_lms_test_deallocate_raw(void* ptr) {
+int tf_lms_test_deallocate_raw(const char* device, void* ptr) {
   lms::Status status;
-  lms::LmsAllocator* allocator = lms::Overlay::Get().DeviceAllocator(&status);
-  if (allocator == nullptr) return lms::CodeOf(status.code());
-  allocator->DeallocateRaw(ptr);
+  lms::LmsDevice* lms_device =
+      lms::Overlay::Get().DeviceNamed(device != nullptr ? device : "", &status);
+  if (lms_device == nullptr) return lms::CodeOf(status.code());
+  lms_device->allocator()->DeallocateRaw(ptr);
+  return TF_LMS_OK;
+}
+
+int tf_lms_check_gpu(int ordinal, char* message, size_t message_len) {
+  lms::BackendSpec spec;
+  spec.kind = lms::BackendKind::kCuda;
+  spec.device_ordinal = ordinal;
+  return lms::Report(lms::CheckBackendSupport(spec), message, message_len);
+}
+
+int tf_lms_test_gpu_allocator(int tf_device_id, size_t total_bytes, char* message,
+                              size_t message_len) {
+  // As TensorFlow's GPU device factory would have: TfDeviceId n is CUDA
+  // device n.
+  tsl::PlatformDeviceId platform_id;
+  if (!tensorflow::GpuIdManager::TfToPlatformDeviceId(tsl::TfDeviceId(tf_device_id),
+                                                      &platform_id)
+           .ok()) {
+    (void)tensorflow::GpuIdManager::InsertTfPlatformDeviceIdPair(
+        tsl::TfDeviceId(tf_device_id), tsl::PlatformDeviceId(tf_device_id));
+  }
+  auto no_tensorflow_allocator = [](void*, const void*, int, size_t, const void*) -> void* {
+    return nullptr;
+  };
+  void* allocator = lms::Overlay::Get().GpuAllocator(
+      reinterpret_cast<void*>(+no_tensorflow_allocator), nullptr, nullptr, tf_device_id,
+      total_bytes, nullptr);
+  if (allocator == nullptr) {
+    return lms::Fail(TF_LMS_FAILED_PRECONDITION,
+                     "LMS is not enabled: TensorFlow's own allocator would serve the GPU",
+                     message, message_len);
+  }
+  lms::Status status;
+  if (lms::Overlay::Get().DeviceNamed(lms::GpuDeviceName(tf_device_id), &status) ==
+      nullptr) {
+    return lms::Report(status, message, message_len);
+  }
   return TF_LMS_OK;
 }
 
 int tf_lms_kernel_contexts(int64_t* out) {
-  lms::KernelPins* pins = lms::Overlay::Get().active_pins();
-  if (pins == nullptr) return 1;
-  out[0] = pins->LiveContexts();
-  out[1] = pins->ThreadLiveContexts();
+  lms::Status status;
+  lms::LmsDevice* device = lms::Overlay::Get().DeviceNamed("CPU:0", &status);
+  if (device == nullptr) return 1;
+  out[0] = device->pins()->LiveContexts();
+  out[1] = device->pins()->ThreadLiveContexts();
   return 0;
 }
 
 int tf_lms_inspect(const void* address, int64_t* out) {
-  lms::Engine* engine = lms::Overlay::Get().DeviceEngine();
-  lms::AllocationInfo info;
-  if (engine == nullptr || !engine->Inspect(address, &info).ok()) return 1;
-  out[0] = static_cast<int64_t>(info.id);
-  out[1] = static_cast<int64_t>(info.address);
-  out[2] = static_cast<int64_t>(info.requested_bytes);
-  out[3] = info.evicted ? 1 : 0;
-  out[4] = static_cast<int64_t>(info.pin_count);
-  return 0;
+  lms::Overlay& overlay = lms::Overlay::Get();
+  for (const std::string& name : overlay.DeviceNames()) {
+    lms::Status status;
+    lms::LmsDevice* device = overlay.DeviceNamed(name, &status);
+    lms::AllocationInfo info;
+    if (device == nullptr || !device->engine().Inspect(address, &info).ok()) continue;
+    out[0] = static_cast<int64_t>(info.id);
+    out[1] = static_cast<int64_t>(info.address);
+    out[2] = static_cast<int64_t>(info.requested_bytes);
+    out[3] = info.evicted ? 1 : 0;
+    out[4] = static_cast<int64_t>(info.pin_count);
+    return 0;
+  }
+  return 1;
 }
 
 }  // extern "C"

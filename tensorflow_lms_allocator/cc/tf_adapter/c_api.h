@@ -90,11 +90,17 @@ TF_LMS_EXPORT void tf_lms_keep_fault_handler_first(int chained_handler_removed);
 // The statistics (statistics.h), in a fixed order of names.
 TF_LMS_EXPORT int tf_lms_num_statistics(void);
 TF_LMS_EXPORT const char* tf_lms_statistic_name(int i);  // null if out of range
-// Fills values[0..count) in tf_lms_statistic_name order.
-//   TF_LMS_NOT_FOUND            no emulated device was asked for
+// Fills values[0..count) in tf_lms_statistic_name order for `device`, an LMS
+// device's name as tf_lms_device_names lists it ("CPU:0", "GPU:1").
+//   TF_LMS_NOT_FOUND            no such LMS device (LMS off, not created, or
+//                               not a device TensorFlow sees)
 //   TF_LMS_FAILED_PRECONDITION  it was asked for but could not be created
-TF_LMS_EXPORT int tf_lms_get_statistics(int64_t* values, int count, char* message,
-                                        size_t message_len);
+TF_LMS_EXPORT int tf_lms_get_statistics(const char* device, int64_t* values, int count,
+                                        char* message, size_t message_len);
+// The LMS devices TensorFlow created, one name per line: the emulated device
+// ("CPU:0") first, then GPUs by TensorFlow id ("GPU:0"). A buffer the caller
+// frees with tf_lms_free_string.
+TF_LMS_EXPORT char* tf_lms_device_names(void);
 
 // Strict mode's report as lines "address allocation_id allocation_address
 // allocation_bytes label\n", in a buffer the caller frees with
@@ -103,17 +109,35 @@ TF_LMS_EXPORT char* tf_lms_unpinned_touches(void);
 TF_LMS_EXPORT void tf_lms_clear_unpinned_touches(void);
 TF_LMS_EXPORT void tf_lms_free_string(char* s);
 
-// For tests: the device's tsl::Allocator called exactly as TensorFlow calls
-// it, AllocateRaw(alignment, num_bytes, AllocationAttributes) with
-// retry_on_failure as given. *ptr is null (and the message says why) if the
-// allocation failed; TF_LMS_NOT_FOUND if there is no LMS device.
-TF_LMS_EXPORT int tf_lms_test_allocate_raw(size_t alignment, size_t num_bytes,
-                                           int retry_on_failure, void** ptr,
-                                           char* message, size_t message_len);
+// For tests: the allocator of LMS device `device` ("CPU:0", "GPU:0") called
+// exactly as TensorFlow calls it, AllocateRaw(alignment, num_bytes,
+// AllocationAttributes) with retry_on_failure as given. *ptr is null (and the
+// message says why) if the allocation failed; TF_LMS_NOT_FOUND if there is no
+// such LMS device.
+TF_LMS_EXPORT int tf_lms_test_allocate_raw(const char* device, size_t alignment,
+                                           size_t num_bytes, int retry_on_failure,
+                                           void** ptr, char* message,
+                                           size_t message_len);
 // RequestedSize and AllocatedSize of a live allocation.
-TF_LMS_EXPORT int tf_lms_test_allocation_sizes(const void* ptr, size_t* requested,
-                                               size_t* allocated);
-TF_LMS_EXPORT int tf_lms_test_deallocate_raw(void* ptr);
+TF_LMS_EXPORT int tf_lms_test_allocation_sizes(const char* device, const void* ptr,
+                                               size_t* requested, size_t* allocated);
+TF_LMS_EXPORT int tf_lms_test_deallocate_raw(const char* device, void* ptr);
+// Whether CUDA device `ordinal` (as the driver numbers devices after
+// CUDA_VISIBLE_DEVICES) can run LMS: the driver, the device and its virtual
+// memory support, queried without creating a CUDA context. TF_LMS_OK, or
+// TF_LMS_FAILED_PRECONDITION with a message naming the GPU, the driver
+// version and what LMS requires.
+TF_LMS_EXPORT int tf_lms_check_gpu(int ordinal, char* message, size_t message_len);
+
+// For tests without a GPU: asks for GPU `tf_device_id`'s allocator as
+// TensorFlow's GPU device factory does (GPUProcessState::GetGPUAllocator with
+// default GPUOptions and a budget of `total_bytes`), mapping TfDeviceId n to
+// CUDA device n if TensorFlow has not. With LMS enabled that makes the GPU's
+// LMS device over the CUDA backend (the driver TF_LMS_CUDA_DRIVER_PATH names
+// can be the tests' fake driver). TF_LMS_FAILED_PRECONDITION with the reason
+// if LMS is off or the device cannot run LMS.
+TF_LMS_EXPORT int tf_lms_test_gpu_allocator(int tf_device_id, size_t total_bytes,
+                                            char* message, size_t message_len);
 
 // For tests: out[0..2) = {live kernel contexts in the process, live contexts
 // the calling thread created}. Returns 1 (out untouched) if there is no LMS

@@ -13,18 +13,21 @@ void* CpuAllocatorHook(void* original, int /*numa_node*/) {
   return Overlay::Get().CpuAllocator(original);
 }
 
-void* GpuAllocatorHook(void* original, int tf_device_id) {
-  return Overlay::Get().GpuAllocator(original, tf_device_id);
+void* GpuAllocatorHook(void* original, void* self, const void* options, int tf_device_id,
+                       size_t total_bytes, const void* peer_gpu_ids) {
+  return Overlay::Get().GpuAllocator(original, self, options, tf_device_id, total_bytes,
+                                     peer_gpu_ids);
 }
 
 void ContextCreatedHook(void* context, void* params) {
-  KernelPins* pins = Overlay::Get().active_pins();
-  if (pins != nullptr) pins->OnContextCreated(context, params);
+  LmsDevice* device = Overlay::Get().router().ForParams(params);
+  if (device != nullptr) device->pins()->OnContextCreated(context, params);
 }
 
 void ContextDestroyedHook(void* context) {
-  KernelPins* pins = Overlay::Get().active_pins();
-  if (pins != nullptr) pins->OnContextDestroyed(context);
+  // Only the pins that recorded the context act on it.
+  Overlay::Get().router().ForEach(
+      [context](LmsDevice* device) { device->pins()->OnContextDestroyed(context); });
 }
 
 const TfLmsHooks kHooks = {ContextCreatedHook, ContextDestroyedHook, CpuAllocatorHook,

@@ -2,6 +2,7 @@
 
 #include <exception>
 #include <new>
+#include <string>
 #include <utility>
 
 namespace lms {
@@ -10,15 +11,25 @@ Status LmsDevice::Create(const LmsDeviceSpec& spec, std::unique_ptr<LmsDevice>* 
   try {
     std::unique_ptr<Backend> backend;
     LMS_RETURN_IF_ERROR(CreateBackend(spec.backend, &backend));
+    // A budget from TensorFlow (a GPU's memory_limit) is rarely whole
+    // granules; the engine takes only whole ones.
+    const size_t granule = backend->granule_bytes();
     EngineOptions options;
-    options.device_bytes = spec.device_bytes;
-    options.host_bytes = spec.host_bytes;
+    options.device_bytes = spec.device_bytes - spec.device_bytes % granule;
+    options.host_bytes = spec.host_bytes - spec.host_bytes % granule;
+    if (options.device_bytes == 0) {
+      return InvalidArgument(spec.name + ": a budget of " +
+                             std::to_string(spec.device_bytes) +
+                             " bytes holds no whole granule of " +
+                             std::to_string(granule) + " bytes");
+    }
     options.lms_enabled = spec.lms_enabled;
     options.defrag_enabled = spec.defrag_enabled;
     options.strict = spec.strict;
+    std::unique_ptr<LmsDevice> device(new LmsDevice());
+    device->backend_ = backend.get();
     std::unique_ptr<Engine> engine;
     LMS_RETURN_IF_ERROR(Engine::Create(options, std::move(backend), &engine));
-    std::unique_ptr<LmsDevice> device(new LmsDevice());
     device->pins_ = std::make_unique<KernelPins>(engine.get());
     device->allocator_ =
         std::make_unique<LmsAllocator>(spec.name, std::move(engine), device->pins_.get());
@@ -29,6 +40,11 @@ Status LmsDevice::Create(const LmsDeviceSpec& spec, std::unique_ptr<LmsDevice>* 
   } catch (const std::exception& e) {
     return Internal(e.what());
   }
+}
+
+Status LmsDevice::AddFencedQueues(const std::vector<void*>& queues) {
+  for (void* queue : queues) LMS_RETURN_IF_ERROR(backend_->AddFencedQueue(queue));
+  return Status::Ok();
 }
 
 }  // namespace lms

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "backends/backend_factory.h"
 #include "engine/status.h"
@@ -39,6 +40,10 @@ class LmsDevice {
   // device creation. On failure *out is untouched.
   static Status Create(const LmsDeviceSpec& spec, std::unique_ptr<LmsDevice>* out);
 
+  // Hands `queues` (TensorFlow's CUstreams of this device, as void*) to the
+  // backend's fence (Backend::AddFencedQueue).
+  Status AddFencedQueues(const std::vector<void*>& queues);
+
   LmsAllocator* allocator() const { return allocator_.get(); }
   KernelPins* pins() const { return pins_.get(); }
   Engine& engine() const { return allocator_->engine(); }
@@ -46,7 +51,10 @@ class LmsDevice {
  private:
   LmsDevice() = default;
 
-  // Declared first so it outlives the allocator, which holds a pointer to it.
+  // Owned by the engine, which lives as long as this device.
+  Backend* backend_ = nullptr;
+  // Declared before the allocator so it outlives it (the allocator holds a
+  // pointer to it).
   std::unique_ptr<KernelPins> pins_;
   std::unique_ptr<LmsAllocator> allocator_;
 };

@@ -5,6 +5,8 @@
 #include <string>
 #include <utility>
 
+#include "tf_adapter/gpu_devices.h"
+#include "tf_adapter/gpu_streams.h"
 #include "tf_adapter/hooks.h"
 #include "tsl/platform/logging.h"
 
@@ -18,6 +20,15 @@ namespace {
 constexpr char kEmulatedDeviceName[] = "lms_emulated_device";
 
 }  // namespace
+
+Overlay::Overlay()
+    : router_([](LmsDevice* device, void* device_context) {
+        const Status s = device->AddFencedQueues(GpuDeviceContextStreams(device_context));
+        if (!s.ok()) {
+          LOG(ERROR) << "tensorflow_lms_allocator: " << device->allocator()->Name()
+                     << ": TensorFlow's streams could not be fenced: " << s.ToString();
+        }
+      }) {}
 
 Overlay& Overlay::Get() {
   static Overlay* overlay = new Overlay();  // never destroyed: TF outlives us
@@ -61,7 +72,7 @@ Status Overlay::Configure(const char* tf_version) {
     LMS_RETURN_IF_ERROR(RegisterOverlayHooks());
     hooks_registered_ = true;
   }
-  if (device_created_ && !configured_) {
+  if (settings_fixed_ && !configured_) {
     return FailedPrecondition(
         "TensorFlow created its devices after the earlier import of "
         "tensorflow_lms_allocator failed, so they run without LMS and the settings "
@@ -98,7 +109,7 @@ Status Overlay::SetFlag(const char* name, bool enabled) {
                            "'; use lms_enabled or lms_defrag_enabled");
   }
   const bool is_lms = std::strcmp(name, "lms_enabled") == 0;
-  if (device_created_ && *flag != enabled) {
+  if (settings_fixed_ && *flag != enabled) {
     return FailedPrecondition(
         std::string(is_lms ? "LMS" : "LMS defragmentation") +
         " must be set before TensorFlow creates its devices (before the first op or "
@@ -130,8 +141,9 @@ void* Overlay::CpuAllocator(void* original) {
   MutexLock lock(mu_);
   if (device_ != nullptr) return device_->allocator();
   if (unavailable_ != nullptr) return unavailable_.get();
-  const bool first = !device_created_;
-  device_created_ = true;
+  const bool first = !cpu_asked_;
+  cpu_asked_ = true;
+  settings_fixed_ = true;
   if (!configured_ || settings_.device_bytes == 0 || !first) return original;
   Status s = LmsDevice::Create(EmulatedDeviceSpec(), &device_);
   if (!s.ok()) {
@@ -143,19 +155,82 @@ void* Overlay::CpuAllocator(void* original) {
         std::make_unique<UnavailableDeviceAllocator>(kEmulatedDeviceName, device_error_);
     return unavailable_.get();
   }
-  active_pins_.store(device_->pins(), std::memory_order_release);
+  router_.Add(device_.get(), /*emulated=*/true);
   return device_->allocator();
 }
 
-void* Overlay::GpuAllocator(void* original, int tf_device_id) {
-  MutexLock lock(mu_);
-  if (settings_.lms_enabled && !gpu_warned_) {
-    gpu_warned_ = true;
-    LOG(ERROR) << "tensorflow_lms_allocator: LMS is enabled but this build has no GPU "
-                  "backend yet; GPU:"
-               << tf_device_id << " uses TensorFlow's own allocator, without LMS";
+void Overlay::CreateGpuDevice(GpuEntry* entry, const void* options, int tf_device_id,
+                              size_t total_bytes) {
+  LmsDeviceSpec spec;
+  Status s = GpuDeviceSpec(settings_, options, tf_device_id, total_bytes, &spec);
+  if (s.ok()) s = LmsDevice::Create(spec, &entry->device);
+  if (s.ok()) {
+    router_.Add(entry->device.get(), /*emulated=*/false);
+    return;
   }
-  return original;
+  const std::string name = GpuDeviceName(tf_device_id);
+  entry->error = "LMS is enabled but " + name + " cannot run it: " + s.ToString();
+  LOG(ERROR) << "tensorflow_lms_allocator: " << entry->error << "; every allocation on "
+             << name << " fails (disable LMS to run on TensorFlow's own allocator)";
+  // Not TensorFlow's allocator: the user asked for LMS, and running without
+  // it would fail later, less clearly, or silently use less memory.
+  entry->unavailable = std::make_unique<UnavailableDeviceAllocator>(
+      name + "_lms", entry->error);
+}
+
+void* Overlay::GpuAllocator(void* get_original, void* self, const void* options,
+                            int tf_device_id, size_t total_bytes, const void* peer_gpu_ids) {
+  {
+    MutexLock lock(mu_);
+    settings_fixed_ = true;
+    if (configured_ && settings_.lms_enabled) {
+      GpuEntry& entry = gpus_[tf_device_id];
+      if (entry.device == nullptr && entry.unavailable == nullptr) {
+        CreateGpuDevice(&entry, options, tf_device_id, total_bytes);
+      }
+      if (entry.device != nullptr) return entry.device->allocator();
+      return entry.unavailable.get();
+    }
+  }
+  // Outside the lock: TensorFlow's own allocator may take its time (it
+  // reserves the GPU's memory) and must not wait on ours.
+  using GetGpuAllocatorFn = void* (*)(void*, const void*, int, size_t, const void*);
+  return reinterpret_cast<GetGpuAllocatorFn>(get_original)(self, options, tf_device_id,
+                                                           total_bytes, peer_gpu_ids);
+}
+
+LmsDevice* Overlay::DeviceNamed(const std::string& name, Status* status) {
+  if (name == "CPU:0") {
+    LmsAllocator* allocator = DeviceAllocator(status);
+    if (allocator == nullptr) return nullptr;
+    MutexLock lock(mu_);
+    return device_.get();
+  }
+  MutexLock lock(mu_);
+  for (const auto& [id, entry] : gpus_) {
+    if (GpuDeviceName(id) != name) continue;
+    if (entry.device != nullptr) return entry.device.get();
+    *status = FailedPrecondition(entry.error);
+    return nullptr;
+  }
+  *status = NotFound(
+      name + " has no LMS allocator" +
+      (settings_.lms_enabled ? std::string(": TensorFlow has not created it (or it is "
+                                           "not a GPU TensorFlow sees)")
+                             : std::string(": LMS is not enabled (set TF_LMS_ENABLED=1 "
+                                           "or call tf.config.experimental."
+                                           "set_lms_enabled(True) first)")));
+  return nullptr;
+}
+
+std::vector<std::string> Overlay::DeviceNames() {
+  MutexLock lock(mu_);
+  std::vector<std::string> names;
+  if (device_ != nullptr) names.push_back("CPU:0");
+  for (const auto& [id, entry] : gpus_) {
+    if (entry.device != nullptr) names.push_back(GpuDeviceName(id));
+  }
+  return names;
 }
 
 LmsAllocator* Overlay::DeviceAllocator(Status* status) {

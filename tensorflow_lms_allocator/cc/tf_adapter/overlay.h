@@ -8,25 +8,31 @@
 //      with those values and discarded, so a value the process cannot serve
 //      (address space, memory for the engine's tables) is an import error
 //      naming the variables;
-//   2. at first use (CpuAllocator): if the device still cannot be created
+//   2. at first use (CpuAllocator, GpuAllocator): if a device cannot be created
 //      (the process's limits changed since), TensorFlow gets an
 //      UnavailableDeviceAllocator whose every allocation fails with the
 //      reason, so the first op raises ResourceExhaustedError saying why,
 //      rather than running uncapped on TensorFlow's own allocator.
 // The settings are fixed once TensorFlow asks for its first allocator.
+//
+// GPUs: with LMS enabled, each GPU TensorFlow creates gets its own LMS device
+// over the CUDA backend (gpu_devices.h says how TensorFlow's memory settings
+// apply), and TensorFlow's own GPU allocator is never made; with LMS off,
+// TensorFlow's allocator serves the GPU, untouched.
 #ifndef TENSORFLOW_LMS_ALLOCATOR_CC_TF_ADAPTER_OVERLAY_H_
 #define TENSORFLOW_LMS_ALLOCATOR_CC_TF_ADAPTER_OVERLAY_H_
 
-#include <atomic>
+#include <map>
 #include <memory>
-#include <mutex>
 #include <string>
+#include <vector>
 
 #include "engine/status.h"
 #include "engine/thread_annotations.h"
 #include "tf_adapter/kernel_pins.h"
 #include "tf_adapter/lms_allocator.h"
 #include "tf_adapter/lms_device.h"
+#include "tf_adapter/pins_router.h"
 #include "tf_adapter/settings.h"
 
 namespace lms {
@@ -54,37 +60,57 @@ class Overlay {
 
   // The hooks' work. `original` is the allocator TensorFlow would use.
   void* CpuAllocator(void* original);
-  void* GpuAllocator(void* original, int tf_device_id);
-  // The emulated device's kernel pins, or null. Lock-free: set once, before
-  // TensorFlow runs a kernel on the device.
-  KernelPins* active_pins() const { return active_pins_.load(std::memory_order_acquire); }
+  // `get_original` is GPUProcessState::GetGPUAllocator (lms_hooks.h), called
+  // only when TensorFlow's own allocator serves the GPU.
+  void* GpuAllocator(void* get_original, void* self, const void* options,
+                     int tf_device_id, size_t total_bytes, const void* peer_gpu_ids);
+  // Routes kernel contexts to their LMS device (lock-free).
+  PinsRouter& router() { return router_; }
 
-  // The emulated device's allocator, or null with *status saying why there
-  // is none.
+  // The LMS device named `name` ("CPU:0" for the emulated device, "GPU:<n>"),
+  // or null with *status saying why there is none.
+  LmsDevice* DeviceNamed(const std::string& name, Status* status);
+  // The emulated device's (CPU:0) allocator and engine, or null.
   LmsAllocator* DeviceAllocator(Status* status);
   Engine* DeviceEngine();
+  // The names of the LMS devices TensorFlow created, the emulated device
+  // first, then GPUs by id: what index i of get_statistics(i) means.
+  std::vector<std::string> DeviceNames();
 
  private:
-  Overlay() = default;
+  // A GPU's LMS device, or why it has none.
+  struct GpuEntry {
+    std::unique_ptr<LmsDevice> device;
+    std::unique_ptr<UnavailableDeviceAllocator> unavailable;
+    std::string error;
+  };
+
+  Overlay();
 
   Status DeviceCreationError(const Status& cause) const LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   LmsDeviceSpec EmulatedDeviceSpec() const LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Makes GPU `tf_device_id`'s entry.
+  void CreateGpuDevice(GpuEntry* entry, const void* options, int tf_device_id,
+                       size_t total_bytes) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   Mutex mu_;
   // True once Configure succeeded; the hooks serve nothing before.
   bool configured_ LMS_GUARDED_BY(mu_) = false;
   bool hooks_registered_ LMS_GUARDED_BY(mu_) = false;
   Settings settings_ LMS_GUARDED_BY(mu_);
-  // TensorFlow asked for its CPU allocator: the settings are fixed from here
-  // on, whether or not LMS serves the device.
-  bool device_created_ LMS_GUARDED_BY(mu_) = false;
+  // TensorFlow asked for a device's allocator: the settings are fixed from
+  // here on, whether or not LMS serves the device.
+  bool settings_fixed_ LMS_GUARDED_BY(mu_) = false;
+  // TensorFlow asked for its CPU allocator.
+  bool cpu_asked_ LMS_GUARDED_BY(mu_) = false;
   // The emulated device, once TensorFlow created it.
   std::unique_ptr<LmsDevice> device_ LMS_GUARDED_BY(mu_);
   // Set instead of `device_` when the device could not be created.
   std::unique_ptr<UnavailableDeviceAllocator> unavailable_ LMS_GUARDED_BY(mu_);
   std::string device_error_ LMS_GUARDED_BY(mu_);
-  bool gpu_warned_ LMS_GUARDED_BY(mu_) = false;
-  std::atomic<KernelPins*> active_pins_{nullptr};
+  // GPUs with LMS, by TensorFlow device id.
+  std::map<int, GpuEntry> gpus_ LMS_GUARDED_BY(mu_);
+  PinsRouter router_;
 };
 
 }  // namespace lms

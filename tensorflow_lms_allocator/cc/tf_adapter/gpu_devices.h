@@ -1,0 +1,39 @@
+// What an LMS device on a GPU is made from: TensorFlow's view of the GPU
+// (its id, the memory it budgeted, its GPUOptions) turned into an
+// LmsDeviceSpec over the CUDA backend.
+//
+// TensorFlow's device memory settings are honoured because TensorFlow has
+// already applied them when it asks for the allocator:
+//   - memory_limit of logical devices and per_process_gpu_memory_fraction
+//     decide `total_bytes`, the device's budget (rounded down to whole
+//     granules by the backend);
+//   - visible_device_list and CUDA_VISIBLE_DEVICES decide the TfDeviceId ->
+//     platform id mapping (GpuIdManager), and the platform id is the CUDA
+//     device ordinal;
+//   - allow_growth (or TF_FORCE_GPU_ALLOW_GROWTH) asks the backend to create
+//     device memory as it is first used rather than all at once.
+#ifndef TENSORFLOW_LMS_ALLOCATOR_CC_TF_ADAPTER_GPU_DEVICES_H_
+#define TENSORFLOW_LMS_ALLOCATOR_CC_TF_ADAPTER_GPU_DEVICES_H_
+
+#include <cstddef>
+#include <string>
+
+#include "engine/status.h"
+#include "tf_adapter/lms_device.h"
+#include "tf_adapter/settings.h"
+
+namespace lms {
+
+// "GPU:<tf_device_id>", the name statistics and messages use.
+std::string GpuDeviceName(int tf_device_id);
+
+// The spec of GPU `tf_device_id`'s LMS device. `gpu_options` is TensorFlow's
+// const GPUOptions* for the device. kFailedPrecondition where LMS cannot
+// serve a GPU with these settings (TF_LMS_STRICT=1), kNotFound if
+// TensorFlow has no platform id for the device.
+Status GpuDeviceSpec(const Settings& settings, const void* gpu_options, int tf_device_id,
+                     size_t total_bytes, LmsDeviceSpec* spec);
+
+}  // namespace lms
+
+#endif  // TENSORFLOW_LMS_ALLOCATOR_CC_TF_ADAPTER_GPU_DEVICES_H_
