@@ -26,7 +26,7 @@ THREAD_SAFETY_FLAGS := -std=c++17 -c -Wall -Wextra -Wthread-safety -Wthread-safe
                        -Werror -I$(CC_SRC)
 
 .PHONY: all build test test-asan test-tsan test-thread-safety test-python demo bench-allocator \
-        bench-maxbatch bench-mincap clean
+        bench-maxbatch bench-mincap clean test-gpu-wheel
 
 all: build
 
@@ -78,6 +78,36 @@ $(BUILD)/cc/thread_safety.stamp: $(ENGINE_SRCS) $(ENGINE_HDRS) $(VENV)/.bootstra
 	touch $@
 
 test-thread-safety: $(BUILD)/cc/thread_safety.stamp
+
+# The GPU wheel (tensorflow==2.21.0, without the CUDA libraries of its
+# and-cuda extra) in its own environment: the package built against it, every
+# intercepted symbol checked against its libraries, and the emulated-device
+# TensorFlow tests run with it (no GPU: TensorFlow runs its CPU device).
+GPU_VENV := .venv-gpu-wheel
+GPU_PY := $(GPU_VENV)/bin/python
+GPU_WHEEL_TESTS := tests/test_c_api.py tests/test_tensorflow.py tests/test_tf_variables.py \
+                   tests/test_tf_small_objects.py tests/test_tf_kernel_contexts.py \
+                   tests/test_gpu_wiring.py
+
+$(GPU_VENV)/.bootstrapped: requirements-dev.txt
+	@echo "== Bootstrapping $(GPU_VENV) with the GPU wheel tensorflow==2.21.0 (about 600 MB the first time)"
+	$(PYTHON) -m venv $(GPU_VENV)
+	$(GPU_PY) -m pip install --quiet --upgrade pip
+	sed 's/^tensorflow-cpu==/tensorflow==/' requirements-dev.txt > $(GPU_VENV)/requirements.txt
+	$(GPU_PY) -m pip install --progress-bar off -r $(GPU_VENV)/requirements.txt
+	touch $@
+
+$(GPU_VENV)/.built: $(GPU_VENV)/.bootstrapped $(PACKAGE_SRCS) CMakeLists.txt pyproject.toml
+	@echo "== Building tensorflow_lms_allocator against the GPU wheel"
+	$(GPU_PY) -m pip install --quiet --no-build-isolation --no-deps \
+	    -C build-dir=$(BUILD)/gpu-wheel -e .
+	touch $@
+
+test-gpu-wheel: $(GPU_VENV)/.built fake-cuda
+	@echo "== Intercepted symbols in the GPU wheel"
+	$(GPU_PY) build_scripts/check_wheel_symbols.py
+	@echo "== TensorFlow tests with the GPU wheel"
+	LD_BIND_NOW=1 $(GPU_PY) -m pytest $(GPU_WHEEL_TESTS)
 
 test-python: build
 	@echo "== Python tests"

@@ -1,0 +1,95 @@
+#!/usr/bin/env python3
+"""Checks that the installed TensorFlow exports every symbol LMS relies on.
+
+The interposer (tensorflow_lms_allocator/cc/interposer/interposer.c) replaces
+TensorFlow functions by their mangled names, and the adapter calls TensorFlow
+functions it links against. On a wheel where one of them is missing or
+renamed, the overlay would silently not hook it (the interposer) or fail to
+load (the adapter). This script lists both sets and checks each against the
+dynamic symbol tables of the TensorFlow libraries installed in this Python.
+
+Usage:
+    python build_scripts/check_wheel_symbols.py
+
+Exits 0 if every symbol resolves, 1 (listing the missing ones) otherwise, 2
+if a tool or library is missing.
+
+Example:
+    $ .venv-gpu-wheel/bin/python build_scripts/check_wheel_symbols.py
+    interposer: 7 of 7 symbols exported by TensorFlow 2.21.0
+    adapter: 412 of 412 TensorFlow symbols exported
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+INTERPOSER = ROOT / "tensorflow_lms_allocator/cc/interposer/interposer.c"
+TF_LIBRARIES = ("libtensorflow_framework.so.2", "libtensorflow_cc.so.2")
+TF_NAMESPACES = re.compile(r"10tensorflow|3tsl|3xla|4absl|6google8protobuf")
+
+
+def fail(message: str, code: int = 2) -> None:
+    print(f"check_wheel_symbols: {message}", file=sys.stderr)
+    sys.exit(code)
+
+
+def dynamic_symbols(library: Path, defined: bool) -> set[str]:
+    """The dynamic symbols `library` defines (or leaves undefined), without versions."""
+    flag = "--defined-only" if defined else "--undefined-only"
+    out = subprocess.run(["nm", "-D", flag, str(library)], capture_output=True, text=True,
+                         check=True).stdout
+    return {line.split()[-1].split("@")[0] for line in out.splitlines() if line.strip()}
+
+
+def package_dir(name: str) -> Path:
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        fail(f"{name} is not installed in {sys.executable}")
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def main() -> int:
+    if shutil.which("nm") is None:
+        fail("nm (binutils) is needed: install binutils")
+    tf_dir = package_dir("tensorflow")
+    libraries = [tf_dir / name for name in TF_LIBRARIES if (tf_dir / name).exists()]
+    if not libraries:
+        fail(f"no TensorFlow library ({', '.join(TF_LIBRARIES)}) in {tf_dir}")
+    exported: set[str] = set()
+    for library in libraries:
+        exported |= dynamic_symbols(library, defined=True)
+
+    interposed = sorted(set(re.findall(r'"(_Z[^"]+)"', INTERPOSER.read_text())))
+    missing = [s for s in interposed if s not in exported]
+    print(f"interposer: {len(interposed) - len(missing)} of {len(interposed)} symbols "
+          f"exported by {tf_dir}")
+
+    adapter = package_dir("tensorflow_lms_allocator")
+    # Editable installs keep the libraries next to the _engine extension.
+    engine = importlib.util.find_spec("tensorflow_lms_allocator._engine")
+    if engine is not None and engine.origin is not None:
+        adapter = Path(engine.origin).parent
+    adapter_lib = adapter / "libtf_lms_adapter.so"
+    if not adapter_lib.exists():
+        fail(f"{adapter_lib} is not built: run make build")
+    # Everything from TensorFlow's namespaces (and the absl and protobuf it
+    # bundles): functions, vtables, typeinfo.
+    needed = {s for s in dynamic_symbols(adapter_lib, defined=False)
+              if s.startswith("_Z") and TF_NAMESPACES.search(s)}
+    missing_adapter = sorted(needed - exported)
+    print(f"adapter: {len(needed) - len(missing_adapter)} of {len(needed)} TensorFlow "
+          "symbols exported")
+    for symbol in missing + missing_adapter:
+        print(f"  missing: {symbol}", file=sys.stderr)
+    return 1 if missing or missing_adapter else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

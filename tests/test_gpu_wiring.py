@@ -1,0 +1,88 @@
+"""LMS on a GPU, as the overlay wires it, over the fake CUDA driver.
+
+TensorFlow's CPU wheel makes no GPU device, so the GPU's allocator is asked
+for as TensorFlow's GPU device factory asks (GPUProcessState::GetGPUAllocator
+through the interposer's hook), with TF_LMS_CUDA_DRIVER_PATH naming the fake
+driver (built by `make fake-cuda`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tf_helpers import describe, run_program
+
+MIB = 1 << 20
+FAKE_DRIVER = Path(__file__).parents[1] / "build/fake_cuda/libfakecuda.so"
+
+
+
+@pytest.fixture(autouse=True)
+def _fake_driver_is_built() -> None:
+    if not FAKE_DRIVER.exists():
+        pytest.fail(f"{FAKE_DRIVER} is missing: run `make fake-cuda` (make test builds it)")
+
+
+def fake_gpu(**env: str) -> dict[str, str]:
+    return {"TF_LMS_CUDA_DRIVER_PATH": str(FAKE_DRIVER), "FAKE_CUDA_DEVICE_MB": "256",
+            "FAKE_CUDA_HOST_MB": "512", "TF_GPU_HOST_MEM_LIMIT_IN_MB": "256", **env}
+
+
+def test_a_gpu_gets_an_lms_device_from_tensorflows_budget_and_swaps_past_it():
+    run = run_program("gpu_wiring.py", "allocate", env=fake_gpu(TF_LMS_ENABLED="1"))
+    assert run.result, describe(run)
+    r = run.result
+    assert r["create"] == [0, ""] and r["again"] == [0, ""]
+    assert r["names"] == ["GPU:0"]
+    # 64.5 MiB from TensorFlow: the engine takes whole 2 MiB granules.
+    assert r["limit_by_name"] == r["limit_by_index"] == 64 * MIB
+    assert r["allocated"] == 12, r.get("allocate_error")
+    assert r["during"]["bytes_in_use"] == 96 * MIB
+    assert r["during"]["host_bytes_in_use"] >= 32 * MIB
+    assert r["after"]["bytes_in_use"] == 0
+    assert r["violations"] == ""
+
+
+def test_with_lms_off_tensorflows_own_allocator_serves_the_gpu():
+    run = run_program("gpu_wiring.py", "refused", env=fake_gpu())
+    assert run.result, describe(run)
+    assert run.result["create"][0] == "FAILED_PRECONDITION"
+    assert "TensorFlow's own allocator" in run.result["create"][1]
+    assert run.result["stats_error"][0] == "ValueError"
+    assert "LMS is not enabled" in run.result["stats_error"][1]
+
+
+def test_strict_mode_on_a_gpu_is_a_clear_error():
+    run = run_program("gpu_wiring.py", "refused",
+                      env=fake_gpu(TF_LMS_ENABLED="1", TF_LMS_STRICT="1"))
+    assert run.result, describe(run)
+    code, message = run.result["create"]
+    assert code == "FAILED_PRECONDITION"
+    assert "TF_LMS_STRICT=1 is for the emulated device" in message and "GPU:0" in message
+    assert run.result["stats_error"][0] == "RuntimeError"
+
+
+@pytest.mark.parametrize("knob, value, expected", [
+    ("FAKE_CUDA_HOST_VMM", "0", "12.4"),
+    ("FAKE_CUDA_DRIVER_VERSION", "11080", "11.8"),
+])
+def test_a_gpu_without_what_lms_needs_is_refused_naming_gpu_driver_and_requirement(
+        knob, value, expected):
+    run = run_program("gpu_wiring.py", "refused",
+                      env=fake_gpu(TF_LMS_ENABLED="1", **{knob: value}))
+    assert run.result, describe(run)
+    for code, message in (run.result["check"], run.result["create"]):
+        assert code == "FAILED_PRECONDITION", message
+        assert "GPU 0" in message and f"driver {expected}" in message, message
+        assert "12.2" in message, message  # what LMS requires
+
+
+def test_a_missing_driver_is_a_clear_error():
+    run = run_program("gpu_wiring.py", "refused",
+                      env=fake_gpu(TF_LMS_ENABLED="1",
+                                   TF_LMS_CUDA_DRIVER_PATH="/nonexistent/libcuda.so.1"))
+    assert run.result, describe(run)
+    code, message = run.result["check"]
+    assert code == "FAILED_PRECONDITION" and "/nonexistent/libcuda.so.1" in message

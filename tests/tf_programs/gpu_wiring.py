@@ -1,0 +1,92 @@
+"""The overlay's GPU path over the fake CUDA driver; prints ``RESULT <json>``.
+
+No GPU exists here and TensorFlow's CPU wheel creates no GPU device, so these
+programs ask for a GPU's allocator as TensorFlow's GPU device factory does
+(tf_lms_test_gpu_allocator: GPUProcessState::GetGPUAllocator through the
+interposer's hook), with TF_LMS_CUDA_DRIVER_PATH naming the fake driver.
+
+Usage: python gpu_wiring.py NAME
+  allocate   GPU:0's LMS device from a budget that is not whole granules;
+             allocations past the budget, statistics by name and index
+  refused    asking for the GPU allocator when LMS cannot serve it; prints
+             the C API's code and message, and tf_lms_check_gpu's
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import sys
+
+MIB = 1 << 20
+
+
+def emit(result: dict) -> None:
+    print("RESULT " + json.dumps(result), flush=True)
+
+
+def gpu_allocator(lib: ctypes.CDLL, total_bytes: int) -> tuple[int, str]:
+    message = ctypes.create_string_buffer(2048)
+    code = lib.tf_lms_test_gpu_allocator(0, total_bytes, message, len(message))
+    return code, message.value.decode()
+
+
+def allocate() -> None:
+    import tensorflow_lms_allocator as lms
+    from tensorflow_lms_allocator import _overlay
+    import tensorflow as tf
+
+    lib = _overlay.adapter()
+    fake = ctypes.CDLL(os.environ["TF_LMS_CUDA_DRIVER_PATH"])
+    result: dict = {"create": gpu_allocator(lib, 64 * MIB + MIB // 2)}
+    result["again"] = gpu_allocator(lib, 64 * MIB + MIB // 2)
+    result["names"] = lms.device_names()
+    result["limit_by_name"] = tf.config.experimental.get_bytes_limit("GPU:0")
+    result["limit_by_index"] = tf.config.experimental.get_bytes_limit(0)
+    message = ctypes.create_string_buffer(2048)
+    pointers = []
+    for _ in range(12):  # 96 MiB of 8 MiB tensors on a 64 MiB device
+        ptr = ctypes.c_void_p()
+        code = lib.tf_lms_test_allocate_raw(b"GPU:0", 256, 8 * MIB, 1, ctypes.byref(ptr),
+                                            message, len(message))
+        if code != 0:
+            result["allocate_error"] = message.value.decode()
+            break
+        pointers.append(ptr.value)
+    result["allocated"] = len(pointers)
+    stats = lms.get_statistics("GPU:0")
+    result["during"] = {k: stats[k] for k in ("bytes_in_use", "host_bytes_in_use",
+                                              "num_born_evicted", "num_evictions")
+                        if k in stats}
+    for ptr in pointers:
+        lib.tf_lms_test_deallocate_raw(b"GPU:0", ptr)
+    stats = lms.get_statistics("GPU:0")
+    result["after"] = {"bytes_in_use": stats["bytes_in_use"]}
+    fake.fake_cuda_violations.restype = ctypes.c_void_p
+    raw = fake.fake_cuda_violations()
+    result["violations"] = ctypes.string_at(raw).decode()
+    ctypes.CDLL(None).free(ctypes.c_void_p(raw))
+    emit(result)
+
+
+def refused() -> None:
+    from tensorflow_lms_allocator import _overlay
+    import tensorflow_lms_allocator as lms
+
+    lib = _overlay.adapter()
+    message = ctypes.create_string_buffer(2048)
+    check = lib.tf_lms_check_gpu(0, message, len(message))
+    result = {"check": [lib.tf_lms_code_name(check).decode(), message.value.decode()]}
+    code, text = gpu_allocator(lib, 64 * MIB)
+    result["create"] = [lib.tf_lms_code_name(code).decode(), text]
+    try:
+        lms.get_statistics("GPU:0")
+        result["stats_error"] = None
+    except Exception as error:  # noqa: BLE001 - the type is what is checked
+        result["stats_error"] = [type(error).__name__, str(error)]
+    emit(result)
+
+
+if __name__ == "__main__":
+    {"allocate": allocate, "refused": refused}[sys.argv[1]]()
