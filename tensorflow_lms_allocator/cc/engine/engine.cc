@@ -235,13 +235,16 @@ Status Engine::ReleaseUnit(ChunkId c) {
   const uint64_t n = r.granules;
   Status status;
   if (r.evicted) {
-    // Host granules go back to the host pool; the slots end up unmapped.
-    for (uint64_t s = first; s < first + n; ++s) {
-      host_pool_.Give(backing_.at(s).granule);
-      backing_.Clear(s);
-    }
+    // Host granules go back to the host pool once nothing maps them. If the
+    // unmap fails they stay out of it, stranded: a granule still mapped at
+    // a free slot must never back another allocation.
     if (strict_) strict_->Unwatch(first, n);
     status = backend_->Unmap(SlotAddress(first), n);
+    for (uint64_t s = first; s < first + n; ++s) {
+      if (status.ok()) host_pool_.Give(backing_.at(s).granule);
+      else ++stranded_host_granules_;
+      backing_.Clear(s);
+    }
     stats_.current_bytes_reclaimed -= static_cast<int64_t>(n * granule_);
   } else {
     for (uint64_t s = first; s < first + n; ++s) backing_.AddCached(s);
@@ -415,7 +418,36 @@ bool Engine::WaitForRelease(uint64_t epoch, std::chrono::milliseconds timeout) c
 
 Statistics Engine::GetStatistics() const {
   MutexLock lock(mu_);
-  return stats_;
+  Statistics s = stats_;
+  const BackendStatistics b = backend_->GetStatistics();
+  s.num_fences = b.fences;
+  s.num_host_waits = b.host_waits;
+  s.num_copies = b.copies;
+  s.bytes_copied = b.bytes_copied;
+  return s;
+}
+
+Status Engine::CheckCopyRange(const void* ptr, size_t bytes) const {
+  const ChunkId c = UnitAt(ptr);
+  const uintptr_t a = reinterpret_cast<uintptr_t>(ptr);
+  if (c == kNoChunk || bytes == 0 ||
+      UnitAt(reinterpret_cast<const void*>(a + bytes - 1)) != c) {
+    return NotFound("copying " + FormatBytes(bytes) + " at " + FormatAddress(ptr) +
+                    ": the range is not inside one live allocation of this allocator");
+  }
+  return Status::Ok();
+}
+
+Status Engine::CopyToHost(const void* ptr, void* dst, size_t bytes) const {
+  MutexLock lock(mu_);
+  LMS_RETURN_IF_ERROR(CheckCopyRange(ptr, bytes));
+  return backend_->CopyToHost(dst, reinterpret_cast<uintptr_t>(ptr), bytes);
+}
+
+Status Engine::CopyFromHost(void* ptr, const void* src, size_t bytes) {
+  MutexLock lock(mu_);
+  LMS_RETURN_IF_ERROR(CheckCopyRange(ptr, bytes));
+  return backend_->CopyFromHost(reinterpret_cast<uintptr_t>(ptr), src, bytes);
 }
 
 void Engine::ResetPeaks() {

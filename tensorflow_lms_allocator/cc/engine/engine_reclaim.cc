@@ -168,8 +168,13 @@ Status Engine::PageIn(ChunkId id) {
   // Strict mode first stops watching, so a touch between here and the remap
   // is not reported as unpinned: the caller holds the pin.
   if (strict_) strict_->Unwatch(first, n);
-  s = backend_->CopyGranules(PoolKind::kDevice, device.data(), PoolKind::kHost,
-                             host.data(), chunk.requested_bytes);
+  // The copy follows queued work too: TensorFlow's own host-to-device copies
+  // write tensors nobody pinned (a born-evicted one), over the bus.
+  s = backend_->CopiesAfterCompute();
+  if (s.ok()) {
+    s = backend_->CopyGranules(PoolKind::kDevice, device.data(), PoolKind::kHost,
+                               host.data(), chunk.requested_bytes);
+  }
   if (s.ok()) s = backend_->WaitForCopies();
   if (s.ok()) {
     s = MapSlots(first, n, PoolKind::kDevice, device.data(), Access::kReadWrite);
