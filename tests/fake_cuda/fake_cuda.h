@@ -1,0 +1,135 @@
+// The test-extension C API of the fake CUDA driver (build/fake_cuda/
+// libfakecuda.so): what a test needs beyond the driver API to drive it and
+// to see what it caught.
+//
+// The fake implements the driver functions of LMS_CUDA_DRIVER_FUNCTIONS in
+// tensorflow_lms_allocator/cc/backends/cuda_driver_api.h and exports only
+// cuGetProcAddress_v2, cuGetProcAddress and the fake_cuda_* functions below,
+// so a test loads it exactly as the CUDA backend loads libcuda.so.1: dlopen,
+// dlsym of cuGetProcAddress_v2, everything else through it. It is not named
+// libcuda.so.1 because TensorFlow would load it as the real driver.
+//
+// What it models (Note [Fake CUDA driver]):
+//   - Physical memory: two pools, each a memfd with a capacity cap (device
+//     and host-located memory); a handle from cuMemCreate owns an extent.
+//   - Device virtual addresses: cuMemAddressReserve reserves PROT_NONE host
+//     address space, so a host touch of device memory faults as it would on
+//     a GPU. Stream workers and "kernels" reach mapped memory through a
+//     private alias of each reservation (fake_cuda_device_alias). Host-
+//     located memory given host access by cuMemSetAccess is also mapped
+//     read/write at its own address.
+//   - Streams: one worker thread per stream runs copies, event records,
+//     event waits, host functions and kernels in order, asynchronously to
+//     the caller. An address is resolved when the work executes; work that
+//     touches memory without device access at that moment records a
+//     violation and makes the context's sticky error
+//     CUDA_ERROR_ILLEGAL_ADDRESS.
+//   - The checker: cuMemUnmap, cuMemSetAccess and cuMemAddressFree on a
+//     range that queued or running stream work references record a
+//     violation (the real driver does not order these calls after stream
+//     work; on a GPU this is a silent race or a fault).
+//
+// Every function here is thread-safe. Knobs take effect for calls made after
+// they are set. Environment variables read at load and by fake_cuda_reset():
+//   FAKE_CUDA_DEVICE_MB, FAKE_CUDA_HOST_MB   pool caps (default 1024 each)
+//   FAKE_CUDA_DRIVER_VERSION                 default 12040
+//   FAKE_CUDA_DEVICE_COUNT                   default 1 (at most 8)
+//   FAKE_CUDA_COPY_DELAY_US                  default 0
+//   FAKE_CUDA_HOST_VMM                       1 (default) or 0
+// A bad value makes cuInit fail with CUDA_ERROR_INVALID_VALUE after printing
+// the variable and the value to stderr.
+#ifndef TENSORFLOW_LMS_ALLOCATOR_TESTS_FAKE_CUDA_FAKE_CUDA_H_
+#define TENSORFLOW_LMS_ALLOCATOR_TESTS_FAKE_CUDA_FAKE_CUDA_H_
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// A device address range a kernel reads, or reads and writes.
+typedef struct fake_cuda_range {
+  unsigned long long address;  // a CUdeviceptr
+  size_t bytes;
+  int writes;  // nonzero: the kernel writes (needs READWRITE access)
+} fake_cuda_range;
+
+// The pools of fake_cuda_set_pool_capacity / fake_cuda_pool_bytes_in_use.
+enum { FAKE_CUDA_POOL_DEVICE = 0, FAKE_CUDA_POOL_HOST = 1 };
+
+// --- Kernels ---------------------------------------------------------------
+
+// Enqueues a "kernel" on `stream` (a CUstream): fn(user) runs on the stream's
+// worker in stream order. Before it runs, every declared range must be
+// mapped with device access for the stream's device (READWRITE where
+// `writes`); otherwise the kernel does not run, a violation is recorded and
+// the context's sticky error becomes CUDA_ERROR_ILLEGAL_ADDRESS. The ranges
+// are what the checker holds the kernel to until it returns. Returns a
+// CUresult (the same validation as cuLaunchHostFunc).
+int fake_cuda_launch_kernel(void* stream, void (*fn)(void* user), void* user,
+                            const fake_cuda_range* ranges, size_t n);
+
+// The fake's private alias of [address, address + bytes): what a kernel
+// dereferences instead of the device address. Null, with a violation
+// recorded, unless the whole range lies in one reservation and is mapped
+// with device access (for the device of the stream running the caller, else
+// of the calling thread's current context, else device 0). The pointer is
+// valid while the range stays mapped.
+void* fake_cuda_device_alias(unsigned long long address, size_t bytes);
+
+// --- The checker ------------------------------------------------------------
+
+size_t fake_cuda_violation_count(void);
+// Every violation since the last clear, one per line. The caller frees the
+// result with free(); never null.
+char* fake_cuda_violations(void);
+void fake_cuda_clear_violations(void);
+
+// --- Knobs --------------------------------------------------------------------
+
+// Each stream copy (and synchronous copy) sleeps this long before moving
+// bytes, to widen race windows.
+void fake_cuda_set_copy_delay_us(unsigned microseconds);
+// The n-th cuMemCreate from now (1 = the next) fails with
+// CUDA_ERROR_OUT_OF_MEMORY; 0 disarms. One shot.
+void fake_cuda_fail_nth_mem_create(int n);
+// The n-th cuMemMap from now fails with `error` (CUDA_ERROR_OUT_OF_MEMORY or
+// CUDA_ERROR_UNKNOWN, as real drivers do); 0 disarms. One shot.
+void fake_cuda_fail_nth_mem_map(int n, int error);
+// Whether host-located VMM is supported: attributes 141 and 145 (145 only on
+// drivers >= 13000) and cuMemCreate at HOST_NUMA / HOST.
+void fake_cuda_set_host_vmm_supported(int supported);
+// What cuDriverGetVersion reports and cuGetProcAddress compares against
+// (e.g. 11080 for a driver too old for the backend).
+void fake_cuda_set_driver_version(int version);
+// The following return 0, or -1 (nothing changed) if the value is out of
+// range or, for the device count and granularity, if any handle, mapping,
+// reservation, stream or event is alive.
+int fake_cuda_set_device_count(int count);  // 0..8
+int fake_cuda_set_granularity(size_t bytes);  // a power of two >= 4096
+int fake_cuda_set_pool_capacity(int pool, size_t bytes);
+
+// --- Observers (for leak checks) ----------------------------------------------
+
+size_t fake_cuda_live_handles(void);  // created and not released
+size_t fake_cuda_live_mappings(void);
+size_t fake_cuda_live_reservations(void);
+size_t fake_cuda_live_streams(void);
+size_t fake_cuda_live_events(void);
+// Bytes of the pool held by handles, including released handles that are
+// still mapped (their memory returns when the last mapping goes).
+size_t fake_cuda_pool_bytes_in_use(int pool);
+
+// Restores the state of a freshly loaded library: knobs from the
+// environment, no violations, not initialized (cuInit needed again), primary
+// contexts released and their sticky errors cleared. Only when nothing is
+// alive: returns the number of live handles, mappings, reservations, streams
+// and events, and changes nothing, if that is not zero. So a test that ends
+// with fake_cuda_reset() == 0 has also checked that it leaked nothing.
+size_t fake_cuda_reset(void);
+
+#ifdef __cplusplus
+}  // extern "C"
+#endif
+
+#endif  // TENSORFLOW_LMS_ALLOCATOR_TESTS_FAKE_CUDA_FAKE_CUDA_H_

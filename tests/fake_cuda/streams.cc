@@ -1,0 +1,281 @@
+#include "streams.h"
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <set>
+#include <thread>
+#include <utility>
+
+#include "engine/thread_annotations.h"
+#include "entry_points.h"
+
+namespace lms {
+namespace cu {
+namespace fake {
+namespace {
+
+struct Stream {
+  Context* context = nullptr;  // immutable after creation
+  // Guarded by StreamState::mu.
+  std::deque<std::function<void(Context*)>> queue;
+  uint64_t enqueued = 0;
+  uint64_t completed = 0;  // enqueued - completed ops are queued or running
+  bool stopping = false;   // cuStreamDestroy: drain the queue, then exit
+  std::condition_variable work_cv;  // queue non-empty, or stopping
+  std::thread worker;
+};
+
+struct Event {
+  // Guarded by StreamState::mu.
+  uint64_t last_recorded = 0;  // 0: never recorded
+  std::set<uint64_t> pending;  // records enqueued and not yet reached
+};
+
+struct StreamState {
+  Mutex mu;
+  // The live streams and events by handle. Queued operations hold their own
+  // references, so destroying a handle never frees what a worker still uses.
+  std::map<CUstream, std::shared_ptr<Stream>> streams LMS_GUARDED_BY(mu);
+  std::map<CUevent, std::shared_ptr<Event>> events LMS_GUARDED_BY(mu);
+  // Notified whenever an operation completes (streams drain, records are
+  // reached).
+  std::condition_variable progress_cv;
+};
+
+// Never destroyed: workers of streams nobody destroyed run until exit.
+StreamState& State() {
+  static StreamState* state = new StreamState;
+  return *state;
+}
+
+// Waits on `cv` until pred(); `mu` is held on entry and on return.
+template <typename Pred>
+void Await(Mutex& mu, std::condition_variable& cv, Pred pred)
+    LMS_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+  while (!mu.AwaitWithTimeout(cv, std::chrono::milliseconds(1000), pred)) {
+  }
+}
+
+void RunWorker(Stream* s) {
+  ExecutingContext() = s->context;
+  StreamState& st = State();
+  for (;;) {
+    std::function<void(Context*)> op;
+    {
+      MutexLock lock(st.mu);
+      Await(st.mu, s->work_cv, [s] { return !s->queue.empty() || s->stopping; });
+      if (s->queue.empty()) return;  // stopping, and drained
+      op = std::move(s->queue.front());
+      s->queue.pop_front();
+    }
+    op(s->context);
+    {
+      MutexLock lock(st.mu);
+      ++s->completed;
+    }
+    st.progress_cv.notify_all();
+  }
+}
+
+std::shared_ptr<Event> FindEvent(StreamState& st, CUevent event)
+    LMS_EXCLUSIVE_LOCKS_REQUIRED(st.mu) {
+  auto it = st.events.find(event);
+  return it == st.events.end() ? nullptr : it->second;
+}
+
+}  // namespace
+
+CUresult Enqueue(CUstream stream, std::function<void(Context*)> op) {
+  StreamState& st = State();
+  std::shared_ptr<Stream> s;
+  {
+    MutexLock lock(st.mu);
+    auto it = st.streams.find(stream);
+    if (it == st.streams.end()) return CUDA_ERROR_INVALID_HANDLE;
+    s = it->second;
+    s->queue.push_back(std::move(op));
+    ++s->enqueued;
+  }
+  s->work_cv.notify_one();
+  return CUDA_SUCCESS;
+}
+
+size_t LiveStreams() {
+  StreamState& st = State();
+  MutexLock lock(st.mu);
+  return st.streams.size();
+}
+
+size_t LiveEvents() {
+  StreamState& st = State();
+  MutexLock lock(st.mu);
+  return st.events.size();
+}
+
+CUresult cuStreamCreate(CUstream* stream, unsigned int flags) {
+  Context* context = nullptr;
+  if (CUresult r = RequireContext(&context)) return r;
+  if (stream == nullptr || (flags & ~CU_STREAM_NON_BLOCKING) != 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  auto s = std::make_shared<Stream>();
+  s->context = context;
+  const CUstream handle = reinterpret_cast<CUstream>(s.get());
+  s->worker = std::thread(RunWorker, s.get());
+  StreamState& st = State();
+  MutexLock lock(st.mu);
+  st.streams[handle] = std::move(s);
+  *stream = handle;
+  return CUDA_SUCCESS;
+}
+
+// Unlike the real driver, waits for the stream's work to finish (the real
+// one returns at once and releases the stream when its work is done): the
+// difference is invisible to a caller that did not use the handle again.
+CUresult cuStreamDestroy(CUstream stream) {
+  Context* context = nullptr;
+  if (CUresult r = RequireContext(&context)) return r;
+  StreamState& st = State();
+  std::shared_ptr<Stream> s;
+  {
+    MutexLock lock(st.mu);
+    auto it = st.streams.find(stream);
+    if (it == st.streams.end()) return CUDA_ERROR_INVALID_HANDLE;
+    s = std::move(it->second);
+    st.streams.erase(it);
+    s->stopping = true;
+  }
+  s->work_cv.notify_one();
+  if (s->worker.get_id() == std::this_thread::get_id()) {
+    s->worker.detach();  // destroyed from its own host function
+  } else {
+    s->worker.join();
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult cuStreamSynchronize(CUstream stream) {
+  Context* context = nullptr;
+  if (CUresult r = RequireContext(&context)) return r;
+  StreamState& st = State();
+  std::shared_ptr<Stream> s;
+  {
+    MutexLock lock(st.mu);
+    auto it = st.streams.find(stream);
+    if (it == st.streams.end()) return CUDA_ERROR_INVALID_HANDLE;
+    s = it->second;
+    const uint64_t target = s->enqueued;
+    Await(st.mu, st.progress_cv, [&] { return s->completed >= target; });
+  }
+  return s->context->sticky_error.load();
+}
+
+CUresult cuStreamWaitEvent(CUstream stream, CUevent event, unsigned int flags) {
+  Context* context = nullptr;
+  if (CUresult r = RequireContext(&context)) return r;
+  if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  StreamState& st = State();
+  std::shared_ptr<Event> e;
+  uint64_t target = 0;
+  {
+    MutexLock lock(st.mu);
+    e = FindEvent(st, event);
+    if (e == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+    target = e->last_recorded;  // the most recent record as of now
+  }
+  return Enqueue(stream, [e, target](Context*) {
+    StreamState& st = State();
+    MutexLock lock(st.mu);
+    Await(st.mu, st.progress_cv, [&] { return e->pending.count(target) == 0; });
+  });
+}
+
+CUresult cuLaunchHostFunc(CUstream stream, CUhostFn fn, void* user_data) {
+  Context* context = nullptr;
+  if (CUresult r = RequireContext(&context)) return r;
+  if (fn == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return Enqueue(stream, [fn, user_data](Context*) { fn(user_data); });
+}
+
+CUresult cuEventCreate(CUevent* event, unsigned int flags) {
+  Context* context = nullptr;
+  if (CUresult r = RequireContext(&context)) return r;
+  // DEFAULT, BLOCKING_SYNC (0x1), DISABLE_TIMING (0x2), INTERPROCESS (0x4,
+  // only with DISABLE_TIMING; accepted but not shareable here).
+  if (event == nullptr || (flags & ~0x7u) != 0 ||
+      ((flags & 0x4u) != 0 && (flags & CU_EVENT_DISABLE_TIMING) == 0)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  auto e = std::make_shared<Event>();
+  const CUevent handle = reinterpret_cast<CUevent>(e.get());
+  StreamState& st = State();
+  MutexLock lock(st.mu);
+  st.events[handle] = std::move(e);
+  *event = handle;
+  return CUDA_SUCCESS;
+}
+
+// As in the real driver, a record still queued completes normally; the
+// queued operations hold the event.
+CUresult cuEventDestroy(CUevent event) {
+  Context* context = nullptr;
+  if (CUresult r = RequireContext(&context)) return r;
+  StreamState& st = State();
+  MutexLock lock(st.mu);
+  return st.events.erase(event) == 1 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+CUresult cuEventRecord(CUevent event, CUstream stream) {
+  Context* context = nullptr;
+  if (CUresult r = RequireContext(&context)) return r;
+  StreamState& st = State();
+  MutexLock lock(st.mu);
+  std::shared_ptr<Event> e = FindEvent(st, event);
+  if (e == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  auto it = st.streams.find(stream);
+  if (it == st.streams.end()) return CUDA_ERROR_INVALID_HANDLE;
+  // Numbered and enqueued in one critical section, so a wait enqueued after
+  // this call targets this record or a later one.
+  const uint64_t record = ++e->last_recorded;
+  e->pending.insert(record);
+  it->second->queue.push_back([e, record](Context*) {
+    StreamState& st = State();
+    MutexLock lock(st.mu);
+    e->pending.erase(record);
+  });
+  ++it->second->enqueued;
+  it->second->work_cv.notify_one();
+  return CUDA_SUCCESS;
+}
+
+CUresult cuEventQuery(CUevent event) {
+  Context* context = nullptr;
+  if (CUresult r = RequireContext(&context)) return r;
+  StreamState& st = State();
+  MutexLock lock(st.mu);
+  std::shared_ptr<Event> e = FindEvent(st, event);
+  if (e == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  if (e->pending.count(e->last_recorded) != 0) return CUDA_ERROR_NOT_READY;
+  return context->sticky_error.load();
+}
+
+CUresult cuEventSynchronize(CUevent event) {
+  Context* context = nullptr;
+  if (CUresult r = RequireContext(&context)) return r;
+  StreamState& st = State();
+  {
+    MutexLock lock(st.mu);
+    std::shared_ptr<Event> e = FindEvent(st, event);
+    if (e == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+    const uint64_t target = e->last_recorded;
+    Await(st.mu, st.progress_cv, [&] { return e->pending.count(target) == 0; });
+  }
+  return context->sticky_error.load();
+}
+
+}  // namespace fake
+}  // namespace cu
+}  // namespace lms
