@@ -41,11 +41,18 @@ FAKE_CUDA_TSAN_LIB := $(BUILD)/fake_cuda/libfakecuda_tsan.so
 # The toolkit's cuda.h, against which tests/cc/cuda_abi_test.cc checks
 # cuda_driver_api.h (only that test needs it).
 CUDA_INCLUDE ?= /usr/local/cuda/include
+# The engine's C++ tests run over both backends (tests/cc/test_backend.h):
+# POSIX, then CUDA over the fake driver built with the same sanitizer.
+ENGINE_TEST_HDRS := tests/cc/test_backend.h tests/cc/fake_cuda_access.h \
+                    $(FAKE_CUDA_DIR)/fake_cuda.h
+ENGINE_TEST_CXXFLAGS := -Itests
+CUDA_TEST_ASAN := LMS_TEST_BACKEND=cuda TF_LMS_CUDA_DRIVER_PATH=$(FAKE_CUDA_ASAN_LIB)
+CUDA_TEST_TSAN := LMS_TEST_BACKEND=cuda TF_LMS_CUDA_DRIVER_PATH=$(FAKE_CUDA_TSAN_LIB)
 THREAD_SAFETY_FLAGS := -std=c++17 -c -Wall -Wextra -Wthread-safety -Wthread-safety-beta \
                        -Werror -I$(CC_SRC)
 
 .PHONY: all build test test-asan test-tsan test-thread-safety test-python demo bench-allocator \
-        bench-maxbatch bench-mincap clean fake-cuda test-fake-cuda
+        bench-maxbatch bench-mincap clean fake-cuda test-fake-cuda mutation-check-cuda
 
 all: build
 
@@ -64,29 +71,39 @@ $(VENV)/.built: $(VENV)/.bootstrapped $(PACKAGE_SRCS) CMakeLists.txt pyproject.t
 
 build: $(VENV)/.built
 
-$(BUILD)/cc/engine_test_asan: $(ENGINE_SRCS) $(ENGINE_HDRS) tests/cc/engine_test.cc
+$(BUILD)/cc/engine_test_asan: $(ENGINE_SRCS) $(ENGINE_HDRS) $(ENGINE_TEST_HDRS) tests/cc/engine_test.cc
 	@mkdir -p $(@D)
 	@echo "== Compiling $@"
-	$(CXX) $(TEST_CXXFLAGS) $(ASAN_FLAGS) $(ENGINE_SRCS) tests/cc/engine_test.cc -o $@
+	$(CXX) $(TEST_CXXFLAGS) $(ENGINE_TEST_CXXFLAGS) $(ASAN_FLAGS) $(ENGINE_SRCS) tests/cc/engine_test.cc -ldl -o $@
 
-$(BUILD)/cc/concurrency_test_asan: $(ENGINE_SRCS) $(ENGINE_HDRS) tests/cc/concurrency_test.cc
+$(BUILD)/cc/concurrency_test_asan: $(ENGINE_SRCS) $(ENGINE_HDRS) $(ENGINE_TEST_HDRS) tests/cc/concurrency_test.cc
 	@mkdir -p $(@D)
 	@echo "== Compiling $@"
-	$(CXX) $(TEST_CXXFLAGS) $(ASAN_FLAGS) $(ENGINE_SRCS) tests/cc/concurrency_test.cc -o $@
+	$(CXX) $(TEST_CXXFLAGS) $(ENGINE_TEST_CXXFLAGS) $(ASAN_FLAGS) $(ENGINE_SRCS) tests/cc/concurrency_test.cc -ldl -o $@
 
-$(BUILD)/cc/concurrency_test_tsan: $(ENGINE_SRCS) $(ENGINE_HDRS) tests/cc/concurrency_test.cc
+$(BUILD)/cc/concurrency_test_tsan: $(ENGINE_SRCS) $(ENGINE_HDRS) $(ENGINE_TEST_HDRS) tests/cc/concurrency_test.cc
 	@mkdir -p $(@D)
 	@echo "== Compiling $@"
-	$(CXX) $(TEST_CXXFLAGS) $(TSAN_FLAGS) $(ENGINE_SRCS) tests/cc/concurrency_test.cc -o $@
+	$(CXX) $(TEST_CXXFLAGS) $(ENGINE_TEST_CXXFLAGS) $(TSAN_FLAGS) $(ENGINE_SRCS) tests/cc/concurrency_test.cc -ldl -o $@
 
-test-asan: $(BUILD)/cc/engine_test_asan $(BUILD)/cc/concurrency_test_asan
-	@echo "== Engine tests under ASan/UBSan"
+test-asan: $(BUILD)/cc/engine_test_asan $(BUILD)/cc/concurrency_test_asan \
+           $(BUILD)/cc/cuda_backend_test_asan $(FAKE_CUDA_ASAN_LIB)
+	@echo "== Engine tests under ASan/UBSan (POSIX backend)"
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 $(BUILD)/cc/engine_test_asan
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 $(BUILD)/cc/concurrency_test_asan
+	@echo "== Engine tests under ASan/UBSan (CUDA backend, fake driver)"
+	$(CUDA_TEST_ASAN) ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 $(BUILD)/cc/engine_test_asan
+	$(CUDA_TEST_ASAN) ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 $(BUILD)/cc/concurrency_test_asan
+	@echo "== CUDA backend contract and stream-ordering tests under ASan/UBSan"
+	$(CUDA_TEST_ASAN) ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 $(BUILD)/cc/cuda_backend_test_asan
 
-test-tsan: $(BUILD)/cc/concurrency_test_tsan
-	@echo "== Concurrency test under TSan"
+test-tsan: $(BUILD)/cc/concurrency_test_tsan $(BUILD)/cc/cuda_backend_test_tsan \
+           $(FAKE_CUDA_TSAN_LIB)
+	@echo "== Concurrency test under TSan (POSIX, then CUDA over the fake driver)"
 	TSAN_OPTIONS=halt_on_error=1 $(BUILD)/cc/concurrency_test_tsan
+	$(CUDA_TEST_TSAN) TSAN_OPTIONS=halt_on_error=1 $(BUILD)/cc/concurrency_test_tsan
+	@echo "== CUDA backend tests under TSan"
+	$(CUDA_TEST_TSAN) TSAN_OPTIONS=halt_on_error=1 $(BUILD)/cc/cuda_backend_test_tsan
 
 fake-cuda: $(FAKE_CUDA_LIB) $(FAKE_CUDA_ASAN_LIB) $(FAKE_CUDA_TSAN_LIB)
 
@@ -150,7 +167,28 @@ $(BUILD)/cc/thread_safety.stamp: $(ENGINE_SRCS) $(ENGINE_HDRS) $(VENV)/.bootstra
 
 test-thread-safety: $(BUILD)/cc/thread_safety.stamp
 
-test-python: build
+# The CUDA backend's own tests (contract, fault injection, stream order).
+$(BUILD)/cc/cuda_backend_test_asan: $(ENGINE_SRCS) $(ENGINE_HDRS) $(ENGINE_TEST_HDRS) \
+                                    tests/cc/cuda_backend_test.cc
+	@mkdir -p $(@D)
+	@echo "== Compiling $@"
+	$(CXX) $(TEST_CXXFLAGS) $(ENGINE_TEST_CXXFLAGS) $(ASAN_FLAGS) $(ENGINE_SRCS) \
+	  tests/cc/cuda_backend_test.cc -ldl -o $@
+
+$(BUILD)/cc/cuda_backend_test_tsan: $(ENGINE_SRCS) $(ENGINE_HDRS) $(ENGINE_TEST_HDRS) \
+                                    tests/cc/cuda_backend_test.cc
+	@mkdir -p $(@D)
+	@echo "== Compiling $@"
+	$(CXX) $(TEST_CXXFLAGS) $(ENGINE_TEST_CXXFLAGS) $(TSAN_FLAGS) $(ENGINE_SRCS) \
+	  tests/cc/cuda_backend_test.cc -ldl -o $@
+
+# Proves the stream-ordering tests fail without the fence or the host wait
+# (tests/cc/mutation_check.py; mutated copies live in build/, never in the
+# sources). About a minute; not part of `make test`.
+mutation-check-cuda: $(FAKE_CUDA_LIB)
+	$(PY) tests/cc/mutation_check.py $(BUILD)/mutation $(CXX) $(FAKE_CUDA_LIB)
+
+test-python: build $(FAKE_CUDA_LIB)
 	@echo "== Python tests"
 	$(PY) -m pytest tests
 

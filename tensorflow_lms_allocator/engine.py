@@ -1,4 +1,4 @@
-"""The LMS engine over the POSIX backend, for tests, benchmarks and tools.
+"""The LMS engine over the POSIX backend (or a GPU's), for tests, benchmarks and tools.
 
 The engine is the allocator that the TensorFlow adapter wraps; here it runs
 over "emulated device memory" (a memfd of the given size) so its behaviour can
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from tensorflow_lms_allocator._engine import (
     AllocationStateError,
+    BackendUnavailableError,
     STATISTICS,
     Engine,
     OutOfMemoryError,
@@ -30,6 +31,7 @@ from tensorflow_lms_allocator._engine import (
 
 __all__ = [
     "AllocationStateError",
+    "BackendUnavailableError",
     "Engine",
     "OutOfMemoryError",
     "STATISTICS",

@@ -55,12 +55,32 @@ Status CudaDriver::LoadFrom(const std::string& path, std::unique_ptr<CudaDriver>
   LMS_CUDA_DRIVER_FUNCTIONS(LMS_CUDA_RESOLVE)
 #undef LMS_CUDA_RESOLVE
   if (!missing.empty()) {
+    // Most likely an older driver: say which, if it can tell (cuDriverGetVersion
+    // exists at every ABI since CUDA 2.2).
+    cu::PFN_cuDriverGetVersion get_version = nullptr;
+    int version = 0;
+    int symbol_status = 0;
+    const cu::CUresult r =
+        get_v2 != nullptr
+            ? get_v2("cuDriverGetVersion", reinterpret_cast<void**>(&get_version), 2020,
+                     cu::CU_GET_PROC_ADDRESS_DEFAULT, &symbol_status)
+            : get_v1("cuDriverGetVersion", reinterpret_cast<void**>(&get_version), 2020,
+                     cu::CU_GET_PROC_ADDRESS_DEFAULT);
+    const bool known = r == cu::CUDA_SUCCESS && get_version != nullptr &&
+                       get_version(&version) == cu::CUDA_SUCCESS;
     dlclose(handle);  // nothing of it was used
-    return FailedPrecondition("the NVIDIA driver " + path + " does not provide " +
-                              missing + " at the CUDA " +
-                              std::to_string(cu::kCudaAbiVersion / 1000) + "." +
-                              std::to_string(cu::kCudaAbiVersion % 1000 / 10) +
-                              " ABI; LMS needs a CUDA 12 driver or newer");
+    const std::string abi = std::to_string(cu::kCudaAbiVersion / 1000) + "." +
+                            std::to_string(cu::kCudaAbiVersion % 1000 / 10);
+    if (known && version < cu::kCudaAbiVersion) {
+      return FailedPrecondition(
+          "the NVIDIA driver " + path + " is for CUDA " + std::to_string(version / 1000) +
+          "." + std::to_string(version % 1000 / 10) +
+          ": too old; LMS needs a driver for CUDA 12.2 or newer (host-located virtual "
+          "memory for evicted tensors)");
+    }
+    return FailedPrecondition("the NVIDIA driver " + path + " does not provide " + missing +
+                              " at the CUDA " + abi +
+                              " ABI; LMS needs a driver for CUDA 12.2 or newer");
   }
   *out = std::move(driver);
   return Status::Ok();

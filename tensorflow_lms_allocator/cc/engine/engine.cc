@@ -52,8 +52,10 @@ Status Engine::Create(const EngineOptions& options,
                            FormatBytes(granule) + ")");
   }
   if (options.strict && std::string(backend->Name()) != "posix") {
-    return InvalidArgument("strict mode needs the POSIX backend, not " +
-                           std::string(backend->Name()));
+    return InvalidArgument("strict mode (TF_LMS_STRICT) needs the POSIX backend, not " +
+                           std::string(backend->Name()) +
+                           ": it is for the emulated device (on a GPU a no-access "
+                           "mapping would kill the CUDA context)");
   }
   std::unique_ptr<Engine> engine(new Engine(options, std::move(backend)));
   LMS_RETURN_IF_ERROR(engine->Init());
