@@ -15,6 +15,13 @@ Example:
     True
     >>> engine.verify_pattern(a, 6 << 20, seed=1)  # still readable in place
     -1
+
+The same engine runs on a GPU with ``backend="cuda"`` (the NVIDIA driver
+through its virtual memory API; ``BackendUnavailableError`` says what is
+missing where it cannot). Device memory is not readable by the host, so
+``fill_pattern`` and ``verify_pattern`` go through the backend's copies:
+
+    >>> gpu = Engine(device_bytes=64 << 20, backend="cuda")  # doctest: +SKIP
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from __future__ import annotations
 import ctypes
 import gc
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -52,7 +52,7 @@ def load_fake_cuda() -> ctypes.CDLL:
     set to the tests' granule then).
     """
     path = os.environ.setdefault("TF_LMS_CUDA_DRIVER_PATH", str(FAKE_CUDA))
-    if not Path(path).exists():
+    if not Path(path).is_file():
         pytest.fail(f"the fake CUDA driver {path} is missing: run `make fake-cuda`")
     lib = ctypes.CDLL(path)
     if not getattr(load_fake_cuda, "granule_set", False):
@@ -63,7 +63,16 @@ def load_fake_cuda() -> ctypes.CDLL:
     return lib
 
 
-@pytest.fixture(scope="session")
-def fake_cuda() -> ctypes.CDLL:
-    """The fake CUDA driver, ready for Engine(..., backend="cuda")."""
-    return load_fake_cuda()
+@pytest.fixture(scope="module")
+def fake_cuda() -> Iterator[ctypes.CDLL]:
+    """The fake CUDA driver, ready for Engine(..., backend="cuda").
+
+    TF_LMS_CUDA_DRIVER_PATH is restored after the module, so that no later
+    test (nor the TensorFlow programs they start) sees the fake.
+    """
+    saved = os.environ.get("TF_LMS_CUDA_DRIVER_PATH")
+    yield load_fake_cuda()
+    if saved is None:
+        os.environ.pop("TF_LMS_CUDA_DRIVER_PATH", None)
+    else:
+        os.environ["TF_LMS_CUDA_DRIVER_PATH"] = saved

@@ -109,6 +109,15 @@ def test_a_missing_gpu_or_driver_raises(fake, monkeypatch):
         cuda_engine(4, 4)
 
 
+def test_a_failed_pool_creation_raises_and_leaks_nothing(fake):
+    fake.fake_cuda_fail_nth_mem_create(5)  # the device pool's fifth granule
+    with pytest.raises(OutOfMemoryError, match="cuMemCreate of device granule 4"):
+        cuda_engine(8, 8)
+    engine = cuda_engine(8, 8)  # the next one is whole
+    engine.check_invariants()
+    del engine
+
+
 def test_bad_backend_names_and_strict_mode_on_a_gpu_are_value_errors(fake):
     with pytest.raises(ValueError, match='use "posix" or "cuda"'):
         Engine(4 * GRANULE, backend="rocm")

@@ -252,7 +252,7 @@ class EngineModel(RuleBasedStateMachine):
 # Examples per backend: the CUDA backend over the fake driver is slower (every
 # verify_pattern is a driver copy), so it runs fewer.
 EXAMPLES = {"posix": int(os.environ.get("LMS_MODEL_EXAMPLES", "300")),
-            "cuda": int(os.environ.get("LMS_MODEL_EXAMPLES_CUDA", "60"))}
+            "cuda": int(os.environ.get("LMS_MODEL_EXAMPLES_CUDA", "100"))}
 
 
 @pytest.mark.parametrize("backend", ["posix", "cuda"])

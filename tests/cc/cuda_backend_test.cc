@@ -397,6 +397,10 @@ TEST(AnEvictionCopiesWhatAKernelQueuedBeforeTheUnpinStillWrites) {
     const Statistics st = e->GetStatistics();
     EXPECT_TRUE(st.num_fences >= 2);      // before the copy, before the unmap
     EXPECT_TRUE(st.num_host_waits >= 1);
+    std::printf("  one eviction with a fenced stream: fences=%lld host_waits=%lld "
+                "copies=%lld bytes_copied=%lld\n",
+                static_cast<long long>(st.num_fences), static_cast<long long>(st.num_host_waits),
+                static_cast<long long>(st.num_copies), static_cast<long long>(st.bytes_copied));
     EXPECT_OK(e->Free(u));
     EXPECT_OK(e->Free(t));
   }

@@ -101,9 +101,10 @@ class Backend {
                               PoolKind src_pool, const GranuleId* src,
                               size_t bytes) = 0;
 
-  // Orders the copies issued after this call behind all compute work
-  // submitted so far, so an eviction never reads a tensor a kernel still
-  // writes.
+  // Orders the copies issued after this call behind all device work queued
+  // so far that may touch LMS memory (on a GPU: the fenced streams, Note
+  // [Stream protocol] in cuda_backend.h), so an eviction never reads a tensor
+  // a kernel still writes, nor a page-in one a queued copy still fills.
   virtual Status CopiesAfterCompute() = 0;
 
   // Blocks until every copy issued so far is complete, so the source granules

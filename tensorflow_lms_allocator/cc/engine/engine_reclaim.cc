@@ -6,7 +6,12 @@
 //     address, so an unpinned touch still reads and writes the right bytes
 //     (strict mode maps it with no access and reports the touch instead);
 //   - an allocation is remapped only after the copy of its bytes completes
-//     (CopiesAfterCompute before, WaitForCopies after), so no byte is lost;
+//     (CopiesAfterCompute before, WaitForCopies after), so no byte is lost,
+//     not even one queued device work writes after the host let go of it
+//     (Note [Stream protocol] in backends/cuda_backend.h);
+//   - a granule goes back to its pool only once nothing maps it at a slot
+//     (the backend replaced or unmapped the mapping), since cuMemMap refuses
+//     a mapped range and the granule may back another slot next;
 //   - nothing here moves an address: only the granules behind it change.
 #include <algorithm>
 #include <string>
