@@ -171,6 +171,35 @@ TEST(NoAccessMappingsAreRefusedOnAGpu) {
   ExpectNoViolationAndNothingLeaked();
 }
 
+TEST(EveryCallLeavesTheCallersContextCurrent) {
+  if (!FreshFake() || Fake().set_device_count(2) != 0) return;
+  auto b = MustMakeCuda();  // GPU 0
+  const CudaDriver& d = b->driver();
+  cu::CUdevice other_device = 0;
+  cu::CUcontext other = nullptr, current = nullptr;
+  EXPECT_OK(d.Check(d.cuDeviceGet(&other_device, 1), "cuDeviceGet"));
+  EXPECT_OK(d.Check(d.cuDevicePrimaryCtxRetain(&other, other_device), "retain"));
+  ASSERT_TRUE(other != b->context());
+  uintptr_t base = 0;
+  for (cu::CUcontext callers : {static_cast<cu::CUcontext>(nullptr), other}) {
+    EXPECT_OK(d.Check(d.cuCtxSetCurrent(callers), "cuCtxSetCurrent"));
+    if (base == 0) {
+      EXPECT_OK(b->ReserveAddressRange(2 * kGranule, &base));
+      EXPECT_OK(b->CreatePool(PoolKind::kDevice, 2));
+    }
+    const GranuleId ids[] = {0, 1};
+    EXPECT_OK(b->Map(base, PoolKind::kDevice, ids, 2, Access::kReadWrite));
+    EXPECT_OK(b->Unmap(base, 2));
+    EXPECT_OK(d.Check(d.cuCtxGetCurrent(&current), "cuCtxGetCurrent"));
+    EXPECT_TRUE(current == callers);
+  }
+  b->ReleaseAddressRange(base, 2 * kGranule);
+  EXPECT_OK(d.Check(d.cuCtxSetCurrent(nullptr), "cuCtxSetCurrent"));
+  EXPECT_OK(d.Check(d.cuDevicePrimaryCtxRelease(other_device), "release"));
+  b.reset();
+  ExpectNoViolationAndNothingLeaked();
+}
+
 // ------------------------------------------------------------ all or nothing
 
 TEST(CreatePoolIsAllOrNothing) {
