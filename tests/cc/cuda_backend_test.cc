@@ -546,6 +546,35 @@ TEST(DefragmentationWaitsForQueuedWorkOnAFreedGranule) {
   ExpectNoViolationAndNothingLeaked();
 }
 
+TEST(AGranuleFreedBeforeACompletedFenceIsTakenWithoutAHostWait) {
+  if (!FreshFake()) return;
+  auto backend = MustMakeCuda();
+  CudaBackend* b = backend.get();
+  auto e = MakeEngine(std::move(backend), /*device=*/6, /*host=*/8, /*defrag=*/true);
+  {
+    FencedStream compute(b);
+    uint64_t id = 0;
+    void* t = e->Allocate(3 * kGranule, /*pin=*/true, nullptr, &id);
+    void* wall = MustAllocate(*e, kGranule, /*pin=*/true);
+    void* x = MustAllocate(*e, 2 * kGranule, /*pin=*/false);
+    ASSERT_TRUE(t != nullptr && wall != nullptr && x != nullptr);
+    EXPECT_OK(e->Unpin(t, id));
+    EXPECT_OK(e->Free(t));
+    EXPECT_OK(e->Evict(x));  // fences and waits: covers all T's work
+    const int64_t waits = e->GetStatistics().num_host_waits;
+    void* u = MustAllocate(*e, 4 * kGranule, /*pin=*/true);  // takes 2 of T's
+    ASSERT_TRUE(u != nullptr);
+    const Statistics st = e->GetStatistics();
+    EXPECT_EQ(st.num_defragmentations, 1);
+    EXPECT_EQ(st.num_host_waits, waits);  // no wait for the freed granules
+    EXPECT_OK(FillAllocation(*e, u, 4 * kGranule, 7));
+    EXPECT_EQ(VerifyAllocation(*e, u, 4 * kGranule, 7), -1);
+    for (void* p : {u, wall, x}) EXPECT_OK(e->Free(p));
+  }
+  e.reset();
+  ExpectNoViolationAndNothingLeaked();
+}
+
 }  // namespace
 }  // namespace lms
 

@@ -1,8 +1,8 @@
 """Proves the stream-ordering tests of cuda_backend_test.cc can fail.
 
 Each mutation removes one part of the stream protocol (Note [Stream protocol]
-in backends/cuda_backend.h) from a copy of cuda_backend_streams.cc, builds
-the test against that copy and runs it over the fake driver. The check
+in backends/cuda_backend.h) from a copy of one backend source, builds the
+test against that copy and runs it over the fake driver. The check
 passes only if every named test fails under its mutation (and no other test
 does); production sources are never touched.
 
@@ -18,41 +18,46 @@ from pathlib import Path
 
 SRC = Path("tensorflow_lms_allocator/cc")
 STREAMS = SRC / "backends/cuda_backend_streams.cc"
+MEMORY = SRC / "backends/cuda_backend.cc"
 
 EVICTION = "AnEvictionCopiesWhatAKernelQueuedBeforeTheUnpinStillWrites"
 COPY = "ACopyOfAnUnpinnedTensorInFlightDuringItsEvictionReadsTheRightBytes"
 FREE = "FreeingAnEvictedTensorWaitsForACopyOfItInFlight"
 DEFRAG = "DefragmentationWaitsForQueuedWorkOnAFreedGranule"
 
-# name -> (text to find, replacement, tests that must fail)
+# name -> (source, text to find, replacement, tests that must fail)
 MUTATIONS = {
-    "no-fence": ("Status CudaBackend::Fence() {\n",
+    "no-fence": (STREAMS, "Status CudaBackend::Fence() {\n",
                  "Status CudaBackend::Fence() {\n  return Status::Ok();  // MUTATION\n",
                  {EVICTION, COPY, FREE, DEFRAG}),
     "no-fence-before-copies": (
-        "Status CudaBackend::CopiesAfterCompute() {\n",
+        STREAMS, "Status CudaBackend::CopiesAfterCompute() {\n",
         "Status CudaBackend::CopiesAfterCompute() {\n  return Status::Ok();  // MUTATION\n",
         {EVICTION}),
     "no-host-wait-before-unmap": (
-        "  LMS_RETURN_IF_ERROR(Fence());\n  return HostWait();\n",
+        STREAMS, "  LMS_RETURN_IF_ERROR(Fence());\n  return HostWait();\n",
         "  return Fence();  // MUTATION\n",
         {FREE, DEFRAG}),
+    "freed-memory-never-waits": (
+        MEMORY, "/*drain=*/fences_waited_ <= mark", "/*drain=*/false /* MUTATION */",
+        {DEFRAG}),
 }
 
 
 def main() -> int:
     build, cxx, fake = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
     build.mkdir(parents=True, exist_ok=True)
-    original = STREAMS.read_text()
-    sources = [str(p) for p in sorted((SRC / "engine").glob("*.cc"))]
-    sources += [str(p) for p in sorted((SRC / "backends").glob("*.cc")) if p != STREAMS]
+    engine = [str(p) for p in sorted((SRC / "engine").glob("*.cc"))]
     ok = True
-    for name, (find, replace, must_fail) in MUTATIONS.items():
+    for name, (source, find, replace, must_fail) in MUTATIONS.items():
+        original = source.read_text()
         if original.count(find) != 1:
-            print(f"{name}: the text to mutate is not in {STREAMS} once; update this check")
+            print(f"{name}: the text to mutate is not in {source} once; update this check")
             return 1
-        mutated = build / f"cuda_backend_streams_{name}.cc"
+        mutated = build / f"{source.stem}_{name}.cc"
         mutated.write_text(original.replace(find, replace))
+        sources = engine + [str(p) for p in sorted((SRC / "backends").glob("*.cc"))
+                            if p != source]
         binary = build / f"cuda_backend_test_{name}"
         subprocess.run([cxx, "-std=c++17", "-O1", "-g", f"-I{SRC}", "-Itests/cc", "-Itests",
                         "-pthread", *sources, str(mutated), "tests/cc/cuda_backend_test.cc",

@@ -173,14 +173,21 @@ Status CudaBackend::Unmap(uintptr_t address, size_t count) {
   return UnmapSlots(address, count);
 }
 
-Status CudaBackend::UnmapSlots(uintptr_t address, size_t count) {
+Status CudaBackend::UnmapReleased(uintptr_t address, size_t count, uint64_t mark) {
+  LMS_CUDA_SCOPE(*driver_, context_);
+  // A fence issued after the release has been waited for: nothing queued
+  // can still touch the freed slots.
+  return UnmapSlots(address, count, /*drain=*/fences_waited_ <= mark);
+}
+
+Status CudaBackend::UnmapSlots(uintptr_t address, size_t count, bool drain) {
   bool any = false;
   for (size_t i = 0; i < count && !any; ++i) {
     const Slot* slot = SlotAt(address + i * granule_);
     any = slot != nullptr && slot->mapped;
   }
   if (!any) return Status::Ok();
-  LMS_RETURN_IF_ERROR(Drain());
+  if (drain) LMS_RETURN_IF_ERROR(Drain());
   Status status;
   for (size_t i = 0; i < count; ++i) {
     const uintptr_t at = address + i * granule_;

@@ -56,6 +56,13 @@
 // before it; a page-in does the same in the other direction; defragmentation
 // (taking a granule cached at a freed range) unmaps it only after a drain, so
 // work still queued on the freed buffer finishes before the granule moves.
+// Freed memory needs less: nothing is enqueued on a buffer after its free
+// (TensorFlow enqueues all work on a buffer before dropping its last
+// reference), so once a fence issued after the free has been waited for, no
+// queued work can touch the buffer, and its slots are unmapped without a
+// drain (UnmapReleased with the ReleaseMark taken at the free: the fence
+// count then). Defragmentation mostly takes such granules: an eviction in
+// between has already waited.
 // The costs are counted (GetStatistics): fences, host waits, copies, bytes.
 // With no fenced stream registered, a drain needs no host wait unless a copy
 // is in flight.
@@ -98,6 +105,8 @@ class CudaBackend : public Backend {
   Status Map(uintptr_t address, PoolKind pool, const GranuleId* ids, size_t count,
              Access access) override;
   Status Unmap(uintptr_t address, size_t count) override;
+  uint64_t ReleaseMark() const override { return fences_issued_; }
+  Status UnmapReleased(uintptr_t address, size_t count, uint64_t mark) override;
   Status CopyGranules(PoolKind dst_pool, const GranuleId* dst, PoolKind src_pool,
                       const GranuleId* src, size_t bytes) override;
   Status CopiesAfterCompute() override;
@@ -151,8 +160,9 @@ class CudaBackend : public Backend {
   // its handles.
   void DestroyWindow(Pool* pool, size_t mapped);
   // cuMemUnmap of every mapped slot among `count` from `address`, after a
-  // drain. Slots it could not unmap stay mapped (and recorded as such).
-  Status UnmapSlots(uintptr_t address, size_t count);
+  // drain unless `drain` is false. Slots it could not unmap stay mapped (and
+  // recorded as such).
+  Status UnmapSlots(uintptr_t address, size_t count, bool drain = true);
   // Copies between host memory and mapped slots through the windows.
   Status CopyHost(uintptr_t address, size_t bytes, void* to_host, const void* from_host);
 
@@ -177,6 +187,11 @@ class CudaBackend : public Backend {
   Pool pools_[2];
   std::map<uintptr_t, std::vector<Slot>> ranges_;  // reserved base -> slots
   bool copies_in_flight_ = false;  // a copy was issued since the last wait
+  // Fences issued so far, and how many of them a completed host wait covers
+  // (every fence makes the copy stream wait, so a wait on the copy stream
+  // covers every earlier fence).
+  uint64_t fences_issued_ = 0;
+  uint64_t fences_waited_ = 0;
   BackendStatistics stats_;
 
   // The fenced streams, each with the event its fences record.

@@ -49,6 +49,7 @@ Status CudaBackend::Fence() {
   // What follows on the copy stream waits for the fence: a host wait on the
   // copy stream now also waits for the fenced work.
   copies_in_flight_ = true;
+  ++fences_issued_;
   ++stats_.fences;
   return Status::Ok();
 }
@@ -60,12 +61,14 @@ Status CudaBackend::WaitForCopies() {
 
 Status CudaBackend::HostWait() {
   if (!copies_in_flight_) return Status::Ok();
+  const uint64_t covered = fences_issued_;
   LMS_RETURN_IF_ERROR(driver_->Check(driver_->cuEventRecord(copies_done_, copy_stream_),
                                      "cuEventRecord on the LMS copy stream"));
   ++stats_.host_waits;
   LMS_RETURN_IF_ERROR(driver_->Check(driver_->cuEventSynchronize(copies_done_),
                                      "cuEventSynchronize (waiting for LMS copies)"));
   copies_in_flight_ = false;
+  fences_waited_ = covered;
   return Status::Ok();
 }
 

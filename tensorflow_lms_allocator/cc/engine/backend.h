@@ -92,6 +92,18 @@ class Backend {
   // Assumes what Map assumes. On failure nothing changed.
   virtual Status Unmap(uintptr_t address, size_t count) = 0;
 
+  // Unmap of slots whose allocation was freed when ReleaseMark() returned
+  // `mark`. Nothing is queued on freed memory after its free (its owner
+  // enqueued all its work before letting go of it), so a backend whose
+  // unmaps wait for queued work may skip the wait once it has waited for
+  // everything queued before the mark (Note [Stream protocol] in
+  // cuda_backend.h). The defaults suit backends without streams.
+  virtual uint64_t ReleaseMark() const { return 0; }
+  virtual Status UnmapReleased(uintptr_t address, size_t count, uint64_t mark) {
+    (void)mark;
+    return Unmap(address, count);
+  }
+
   // Copies the first `bytes` of the granule sequence src[] (in order, each
   // granule contributing up to granule_bytes()) into dst[]. Asynchronous on
   // backends with streams: see CopiesAfterCompute and WaitForCopies.

@@ -174,8 +174,12 @@ ChunkId Engine::PlaceUnit(uint64_t n, bool pin, bool may_be_born_evicted,
   } else if (!s.ok() && may_be_born_evicted && lms_enabled_ &&
              host_pool_.free_count() >= n) {
     // Born evicted: a unit is wholly resident or wholly evicted, so the
-    // range's device granules go back to the pool.
-    Status unmapped_ok = backend_->Unmap(SlotAddress(first), n);
+    // range's device granules (all cached: freed) go back to the pool.
+    uint64_t mark = 0;
+    for (uint64_t u = first; u < first + n; ++u) {
+      if (backing_.at(u).mapped) mark = std::max(mark, backing_.release_mark(u));
+    }
+    Status unmapped_ok = backend_->UnmapReleased(SlotAddress(first), n, mark);
     if (unmapped_ok.ok()) {
       for (uint64_t u = first; u < first + n; ++u) {
         if (!backing_.at(u).mapped) continue;
@@ -249,7 +253,11 @@ Status Engine::ReleaseUnit(ChunkId c) {
     }
     stats_.current_bytes_reclaimed -= static_cast<int64_t>(n * granule_);
   } else {
-    for (uint64_t s = first; s < first + n; ++s) backing_.AddCached(s);
+    const uint64_t mark = backend_->ReleaseMark();
+    for (uint64_t s = first; s < first + n; ++s) {
+      backing_.AddCached(s);
+      backing_.SetReleaseMark(s, mark);
+    }
   }
   residency_.Untrack(c);
   arena_.Free(c);

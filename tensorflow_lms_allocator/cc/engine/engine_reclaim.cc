@@ -46,7 +46,9 @@ uint64_t Engine::StealCachedGranules(uint64_t granules) {
   while (stolen < granules && backing_.cached_count() > 0) {
     const uint64_t slot = backing_.AnyCached();
     const GranuleId g = backing_.at(slot).granule;
-    if (!backend_->Unmap(SlotAddress(slot), 1).ok()) break;
+    if (!backend_->UnmapReleased(SlotAddress(slot), 1, backing_.release_mark(slot)).ok()) {
+      break;
+    }
     backing_.RemoveCached(slot);
     backing_.Clear(slot);
     device_pool_.Give(g);
