@@ -140,11 +140,12 @@ test-fake-cuda: $(BUILD)/cc/fake_cuda_test_asan $(BUILD)/cc/fake_cuda_test_tsan 
 	TF_LMS_CUDA_DRIVER_PATH=$(FAKE_CUDA_TSAN_LIB) TSAN_OPTIONS=halt_on_error=1 \
 	  $(BUILD)/cc/fake_cuda_test_tsan
 
-$(BUILD)/cc/thread_safety.stamp: $(ENGINE_SRCS) $(ENGINE_HDRS) $(VENV)/.bootstrapped
+$(BUILD)/cc/thread_safety.stamp: $(ENGINE_SRCS) $(ENGINE_HDRS) $(FAKE_CUDA_SRCS) $(FAKE_CUDA_HDRS) \
+                                 $(VENV)/.bootstrapped
 	@mkdir -p $(@D)
-	@echo "== Thread-safety analysis of the engine (clang -Wthread-safety -Werror)"
-	@for f in $(ENGINE_SRCS); do \
-	  $(PY) -m ziglang c++ $(THREAD_SAFETY_FLAGS) $$f -o $(BUILD)/cc/thread_safety.o || exit 1; \
+	@echo "== Thread-safety analysis of the engine and the fake CUDA driver (clang -Wthread-safety -Werror)"
+	@for f in $(ENGINE_SRCS) $(FAKE_CUDA_SRCS); do \
+	  $(PY) -m ziglang c++ $(THREAD_SAFETY_FLAGS) -I$(FAKE_CUDA_DIR) $$f -o $(BUILD)/cc/thread_safety.o || exit 1; \
 	done
 	touch $@
 

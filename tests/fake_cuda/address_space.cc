@@ -15,7 +15,7 @@
 #include <sys/mman.h>
 
 #include <cstdio>
-#include <functional>
+#include <vector>
 
 #include "checker.h"
 #include "context.h"
@@ -57,12 +57,19 @@ const Reservation* FindReservation(MemoryState& m, uint64_t address, size_t byte
   return &it->second;
 }
 
-// Calls fn(mapping address, mapping, first granule, granule count) for each
-// mapping covering [address, address + bytes) in address order; false if a
-// byte of the range is not mapped.
-using PieceFn = std::function<void(uint64_t, Mapping&, size_t, size_t)>;
-bool ForEachMappedPiece(MemoryState& m, uint64_t address, size_t bytes,
-                        const PieceFn& fn) LMS_EXCLUSIVE_LOCKS_REQUIRED(m.mu) {
+// The part of one mapping a range covers, in granules of the mapping.
+struct Piece {
+  uint64_t address;  // of the mapping
+  Mapping* mapping;
+  size_t first;
+  size_t count;
+};
+
+// The pieces of the mappings covering [address, address + bytes), in address
+// order; false if a byte of the range is not mapped.
+bool MappedPieces(MemoryState& m, uint64_t address, size_t bytes,
+                  std::vector<Piece>* pieces) LMS_EXCLUSIVE_LOCKS_REQUIRED(m.mu) {
+  pieces->clear();
   const size_t g = GetKnobs().granularity;
   auto it = m.mappings.upper_bound(address);
   if (it == m.mappings.begin()) return false;
@@ -77,7 +84,7 @@ bool ForEachMappedPiece(MemoryState& m, uint64_t address, size_t bytes,
     const uint64_t piece_end = std::min<uint64_t>(end, it->first + it->second.size);
     const size_t first = (at - it->first) / g;
     const size_t last = (piece_end - 1 - it->first) / g;
-    fn(it->first, it->second, first, last - first + 1);
+    pieces->push_back({it->first, &it->second, first, last - first + 1});
     at = piece_end;
     ++it;
   }
@@ -97,14 +104,15 @@ void* ResolveForDevice(int device, uint64_t address, size_t bytes, bool writes,
     *why = "not inside one reservation";
     return nullptr;
   }
+  std::vector<Piece> pieces;
+  const bool mapped = MappedPieces(m, address, bytes, &pieces);
   bool accessible = true;
-  const bool mapped = ForEachMappedPiece(
-      m, address, bytes, [&](uint64_t, Mapping& mp, size_t first, size_t count) {
-        for (size_t i = first; i < first + count; ++i) {
-          const int flags = mp.device_access[i][device];
-          if (flags == kNoAccess || (writes && flags != kReadWrite)) accessible = false;
-        }
-      });
+  for (const Piece& p : pieces) {
+    for (size_t i = p.first; i < p.first + p.count; ++i) {
+      const int flags = p.mapping->device_access[i][device];
+      if (flags == kNoAccess || (writes && flags != kReadWrite)) accessible = false;
+    }
+  }
   if (!mapped || !accessible) {
     *why = !mapped ? "not mapped" : writes ? "not mapped read/write for the device"
                                            : "not mapped with device access";
@@ -258,12 +266,12 @@ CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* des
   }
   MemoryState& m = Memory();
   MutexLock lock(m.mu);
-  bool all_host = true;
-  if (!ForEachMappedPiece(m, ptr, size, [&](uint64_t, Mapping& mp, size_t, size_t) {
-        all_host = all_host && m.handles[mp.handle].host;
-      })) {
+  std::vector<Piece> pieces;
+  if (!MappedPieces(m, ptr, size, &pieces)) {
     return CUDA_ERROR_INVALID_VALUE;  // the whole range must be mapped
   }
+  bool all_host = true;
+  for (const Piece& p : pieces) all_host = all_host && m.handles[p.mapping->handle].host;
   for (size_t i = 0; i < count; ++i) {
     const CUmemLocation& loc = desc[i].location;
     if (!ValidAccessFlags(desc[i].flags)) return CUDA_ERROR_INVALID_VALUE;
@@ -282,25 +290,26 @@ CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* des
   for (size_t i = 0; i < count; ++i) {
     const CUmemLocation loc = desc[i].location;
     const int flags = desc[i].flags;
-    ForEachMappedPiece(m, ptr, size, [&](uint64_t va, Mapping& mp, size_t first,
-                                         size_t n) {
-      for (size_t k = first; k < first + n; ++k) {
-        if (loc.type == CU_MEM_LOCATION_TYPE_DEVICE) {
-          mp.device_access[k][loc.id] = static_cast<uint8_t>(flags);
+    const bool device = loc.type == CU_MEM_LOCATION_TYPE_DEVICE;
+    for (const Piece& p : pieces) {
+      for (size_t k = p.first; k < p.first + p.count; ++k) {
+        if (device) {
+          p.mapping->device_access[k][loc.id] = static_cast<uint8_t>(flags);
         } else {
-          mp.host_access[k] = static_cast<uint8_t>(flags);
+          p.mapping->host_access[k] = static_cast<uint8_t>(flags);
         }
       }
-      if (loc.type == CU_MEM_LOCATION_TYPE_DEVICE) return;
-      const uintptr_t at = va + first * g;
+      if (device) continue;
+      // The host view at the address follows the host access.
+      const uintptr_t at = p.address + p.first * g;
       if (flags == kNoAccess) {
-        MapInaccessible(at, n * g);
-        return;
+        MapInaccessible(at, p.count * g);
+        continue;
       }
-      const Handle& h = m.handles[mp.handle];
       const int prot = flags == kReadWrite ? PROT_READ | PROT_WRITE : PROT_READ;
-      MapAt(at, n * g, prot, MAP_SHARED, PoolOf(m, true).fd, h.offset + first * g);
-    });
+      MapAt(at, p.count * g, prot, MAP_SHARED, PoolOf(m, true).fd,
+            m.handles[p.mapping->handle].offset + p.first * g);
+    }
   }
   return CUDA_SUCCESS;
 }
