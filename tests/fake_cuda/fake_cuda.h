@@ -120,6 +120,12 @@ size_t fake_cuda_live_events(void);
 // still mapped (their memory returns when the last mapping goes).
 size_t fake_cuda_pool_bytes_in_use(int pool);
 
+// Checks the fake's own bookkeeping (memory_state.h): pool usage against
+// handle sizes, mapping counts against mappings, mappings inside one
+// reservation and disjoint. Returns the number of broken equations (0 when
+// consistent) and records them as a violation.
+size_t fake_cuda_check_invariants(void);
+
 // Restores the state of a freshly loaded library: knobs from the
 // environment, no violations, not initialized (cuInit needed again), primary
 // contexts released and their sticky errors cleared. Only when nothing is
