@@ -1,5 +1,5 @@
-# make test   the whole suite: the engine's thread-safety analysis, its C++ tests under
-#             ASan/UBSan and TSan, then pytest
+# make test   the whole suite: the thread-safety analysis, the engine's C++ tests under
+#             ASan/UBSan and TSan, the fake CUDA driver's tests, then pytest
 # make demo   the README's main job
 # make bench-allocator   allocator benchmark against TensorFlow's own BFC allocator
 # make fake-cuda   the fake CUDA driver of the tests (build/fake_cuda/libfakecuda*.so)

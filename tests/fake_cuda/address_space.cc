@@ -130,7 +130,7 @@ bool InsideOneReservation(uint64_t address, size_t bytes) {
 }
 
 CUresult cuMemAddressReserve(CUdeviceptr* ptr, size_t size, size_t alignment,
-                             CUdeviceptr addr, unsigned long long flags) {
+                             CUdeviceptr addr, unsigned long long flags) noexcept {
   Context* context = nullptr;
   if (CUresult r = RequireContext(&context)) return r;
   const size_t g = GetKnobs().granularity;
@@ -160,7 +160,7 @@ CUresult cuMemAddressReserve(CUdeviceptr* ptr, size_t size, size_t alignment,
   return CUDA_SUCCESS;
 }
 
-CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) {
+CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) noexcept {
   Context* context = nullptr;
   if (CUresult r = RequireContext(&context)) return r;
   MemoryState& m = Memory();
@@ -181,7 +181,7 @@ CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) {
 }
 
 CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
-                  CUmemGenericAllocationHandle handle, unsigned long long flags) {
+                  CUmemGenericAllocationHandle handle, unsigned long long flags) noexcept {
   Context* context = nullptr;
   if (CUresult r = RequireContext(&context)) return r;
   if (size == 0 || !Aligned(size) || !Aligned(ptr) || offset != 0 || flags != 0) {
@@ -221,7 +221,7 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
   return CUDA_SUCCESS;
 }
 
-CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
+CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) noexcept {
   Context* context = nullptr;
   if (CUresult r = RequireContext(&context)) return r;
   if (size == 0) return CUDA_ERROR_INVALID_VALUE;
@@ -258,7 +258,7 @@ CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
 }
 
 CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* desc,
-                        size_t count) {
+                        size_t count) noexcept {
   Context* context = nullptr;
   if (CUresult r = RequireContext(&context)) return r;
   if (desc == nullptr || count == 0 || size == 0 || !Aligned(ptr) || !Aligned(size)) {
@@ -321,7 +321,7 @@ CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* des
 using lms::cu::fake::Context;
 
 FAKE_CUDA_EXPORT void* fake_cuda_device_alias(unsigned long long address,
-                                              size_t bytes) {
+                                              size_t bytes) noexcept {
   Context* context = lms::cu::fake::ExecutingContext();
   if (context == nullptr) context = lms::cu::fake::CurrentContextOrNull();
   const int device = context == nullptr ? 0 : context->device;

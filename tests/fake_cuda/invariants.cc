@@ -34,7 +34,7 @@ void CheckPool(MemoryState& m, bool host, std::string* broken)
 }  // namespace cu
 }  // namespace lms
 
-FAKE_CUDA_EXPORT size_t fake_cuda_check_invariants(void) {
+FAKE_CUDA_EXPORT size_t fake_cuda_check_invariants(void) noexcept {
   namespace fake = lms::cu::fake;
   fake::MemoryState& m = fake::Memory();
   std::string broken;

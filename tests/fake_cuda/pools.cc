@@ -132,7 +132,7 @@ void FreeHandle(MemoryState& m, uint64_t handle_id) {
 
 CUresult cuMemGetAllocationGranularity(size_t* granularity,
                                        const CUmemAllocationProp* prop,
-                                       int option) {
+                                       int option) noexcept {
   if (CUresult r = RequireInitialized()) return r;
   if (granularity == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (option != CU_MEM_ALLOC_GRANULARITY_MINIMUM &&
@@ -146,7 +146,7 @@ CUresult cuMemGetAllocationGranularity(size_t* granularity,
 }
 
 CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
-                     const CUmemAllocationProp* prop, unsigned long long flags) {
+                     const CUmemAllocationProp* prop, unsigned long long flags) noexcept {
   Context* context = nullptr;
   if (CUresult r = RequireContext(&context)) return r;
   const Knobs& k = GetKnobs();
@@ -173,7 +173,7 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
   return CUDA_SUCCESS;
 }
 
-CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
+CUresult cuMemRelease(CUmemGenericAllocationHandle handle) noexcept {
   Context* context = nullptr;
   if (CUresult r = RequireContext(&context)) return r;
   MemoryState& m = Memory();

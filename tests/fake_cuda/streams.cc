@@ -122,7 +122,7 @@ size_t LiveEvents() {
   return st.events.size();
 }
 
-CUresult cuStreamCreate(CUstream* stream, unsigned int flags) {
+CUresult cuStreamCreate(CUstream* stream, unsigned int flags) noexcept {
   Context* context = nullptr;
   if (CUresult r = RequireContext(&context)) return r;
   if (stream == nullptr || (flags & ~CU_STREAM_NON_BLOCKING) != 0) {
@@ -142,7 +142,7 @@ CUresult cuStreamCreate(CUstream* stream, unsigned int flags) {
 // Unlike the real driver, waits for the stream's work to finish (the real
 // one returns at once and releases the stream when its work is done): the
 // difference is invisible to a caller that did not use the handle again.
-CUresult cuStreamDestroy(CUstream stream) {
+CUresult cuStreamDestroy(CUstream stream) noexcept {
   Context* context = nullptr;
   if (CUresult r = RequireContext(&context)) return r;
   StreamState& st = State();
@@ -164,7 +164,7 @@ CUresult cuStreamDestroy(CUstream stream) {
   return CUDA_SUCCESS;
 }
 
-CUresult cuStreamSynchronize(CUstream stream) {
+CUresult cuStreamSynchronize(CUstream stream) noexcept {
   Context* context = nullptr;
   if (CUresult r = RequireContext(&context)) return r;
   StreamState& st = State();
@@ -182,7 +182,7 @@ CUresult cuStreamSynchronize(CUstream stream) {
   return s->context->sticky_error.load();
 }
 
-CUresult cuStreamWaitEvent(CUstream stream, CUevent event, unsigned int flags) {
+CUresult cuStreamWaitEvent(CUstream stream, CUevent event, unsigned int flags) noexcept {
   Context* context = nullptr;
   if (CUresult r = RequireContext(&context)) return r;
   if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
@@ -204,14 +204,14 @@ CUresult cuStreamWaitEvent(CUstream stream, CUevent event, unsigned int flags) {
   });
 }
 
-CUresult cuLaunchHostFunc(CUstream stream, CUhostFn fn, void* user_data) {
+CUresult cuLaunchHostFunc(CUstream stream, CUhostFn fn, void* user_data) noexcept {
   Context* context = nullptr;
   if (CUresult r = RequireContext(&context)) return r;
   if (fn == nullptr) return CUDA_ERROR_INVALID_VALUE;
   return Enqueue(stream, [fn, user_data](Context*) { fn(user_data); });
 }
 
-CUresult cuEventCreate(CUevent* event, unsigned int flags) {
+CUresult cuEventCreate(CUevent* event, unsigned int flags) noexcept {
   Context* context = nullptr;
   if (CUresult r = RequireContext(&context)) return r;
   // DEFAULT, BLOCKING_SYNC (0x1), DISABLE_TIMING (0x2), INTERPROCESS (0x4,
@@ -231,7 +231,7 @@ CUresult cuEventCreate(CUevent* event, unsigned int flags) {
 
 // As in the real driver, a record still queued completes normally; the
 // queued operations hold the event.
-CUresult cuEventDestroy(CUevent event) {
+CUresult cuEventDestroy(CUevent event) noexcept {
   Context* context = nullptr;
   if (CUresult r = RequireContext(&context)) return r;
   StreamState& st = State();
@@ -239,7 +239,7 @@ CUresult cuEventDestroy(CUevent event) {
   return st.events.erase(event) == 1 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
 }
 
-CUresult cuEventRecord(CUevent event, CUstream stream) {
+CUresult cuEventRecord(CUevent event, CUstream stream) noexcept {
   Context* context = nullptr;
   if (CUresult r = RequireContext(&context)) return r;
   StreamState& st = State();
@@ -261,7 +261,7 @@ CUresult cuEventRecord(CUevent event, CUstream stream) {
   return CUDA_SUCCESS;
 }
 
-CUresult cuEventQuery(CUevent event) {
+CUresult cuEventQuery(CUevent event) noexcept {
   Context* context = nullptr;
   if (CUresult r = RequireContext(&context)) return r;
   StreamState& st = State();
@@ -272,7 +272,7 @@ CUresult cuEventQuery(CUevent event) {
   return context->sticky_error.load();
 }
 
-CUresult cuEventSynchronize(CUevent event) {
+CUresult cuEventSynchronize(CUevent event) noexcept {
   Context* context = nullptr;
   if (CUresult r = RequireContext(&context)) return r;
   StreamState& st = State();
