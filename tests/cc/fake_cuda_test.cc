@@ -7,8 +7,8 @@
 //
 // Every test starts from a fresh state and ends with the fake's invariants
 // holding and fake_cuda_reset() == 0, which also proves it leaked no handle,
-// mapping, reservation, stream or event (so a test that fails with objects
-// alive makes the following ones fail too: read the first failure).
+// mapping, reservation, stream or event (a test that did leak fails, and
+// fake_cuda_destroy_all cleans up for the next one).
 #include <dlfcn.h>
 #include <unistd.h>
 
@@ -49,7 +49,7 @@ struct Driver {
   X(fail_nth_mem_map) X(set_host_vmm_supported) X(set_driver_version)           \
   X(set_device_count) X(set_granularity) X(set_pool_capacity) X(live_handles)   \
   X(live_mappings) X(live_reservations) X(live_streams) X(live_events)          \
-  X(pool_bytes_in_use) X(check_invariants) X(reset)
+  X(pool_bytes_in_use) X(check_invariants) X(destroy_all) X(reset)
 
 struct FakeApi {
 #define FAKE_CUDA_TEST_FIELD(name) decltype(&::fake_cuda_##name) name = nullptr;
@@ -148,6 +148,9 @@ class Session {
     if (live != 0) {
       std::printf("  test left %zu driver objects alive\n", live);
       ++::lms_test::Failures();
+      // So that the next test starts clean.
+      EXPECT_EQ(F().destroy_all(), live);
+      EXPECT_EQ(F().reset(), 0u);
     }
   }
   CUcontext context() const { return context_; }
@@ -652,9 +655,9 @@ TEST(HostLocatedMemoryWithHostAccessIsReadWriteAtItsAddress) {
   const CUdeviceptr ptr = Reserve(2 * kG);
   MapDevice(ptr, 2 * kG, CU_MEM_LOCATION_TYPE_HOST_NUMA);
   EXPECT_TRUE(HostReadFaults(ptr));  // no host access yet
-  EXPECT_EQ(SetAccess(ptr + kG, kG, CU_MEM_LOCATION_TYPE_HOST_NUMA,
-                      CU_MEM_ACCESS_FLAGS_PROT_READWRITE),
-            CUDA_SUCCESS);
+  ASSERT_TRUE(SetAccess(ptr + kG, kG, CU_MEM_LOCATION_TYPE_HOST_NUMA,
+                        CU_MEM_ACCESS_FLAGS_PROT_READWRITE) == CUDA_SUCCESS);
+  ASSERT_TRUE(!HostReadFaults(ptr + kG));
   EXPECT_TRUE(HostReadFaults(ptr));  // only the second granule was given access
   unsigned char* host = reinterpret_cast<unsigned char*>(ptr + kG);
   const std::vector<unsigned char> pattern = Pattern(kG, 7);
@@ -1058,6 +1061,28 @@ TEST(ResetRefusesWhileObjectsAreAliveAndCountsThem) {
   EXPECT_EQ(F().reset(), 2u);
   EXPECT_EQ(D().cuStreamDestroy(s), CUDA_SUCCESS);  // reset changed nothing
   EXPECT_EQ(D().cuMemRelease(h), CUDA_SUCCESS);
+}
+
+TEST(DestroyAllLeavesNothingAliveAndTheFakeUsable) {
+  Session session;
+  const CUdeviceptr ptr = Reserve(2 * kG);
+  MapDevice(ptr, kG);
+  const CUmemGenericAllocationHandle unmapped = Create(kG);
+  (void)unmapped;
+  const CUstream s = NewStream();
+  const CUevent e = NewEvent();
+  EXPECT_EQ(D().cuMemcpyAsync(ptr + 4096, ptr, 4096, s), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuEventRecord(e, s), CUDA_SUCCESS);
+  // A stream, an event, a mapping, a reservation, a released-but-mapped
+  // handle and an unmapped one.
+  EXPECT_EQ(F().destroy_all(), 6u);
+  EXPECT_EQ(F().pool_bytes_in_use(FAKE_CUDA_POOL_DEVICE), 0u);
+  EXPECT_EQ(F().check_invariants(), 0u);
+  EXPECT_EQ(F().violation_count(), 0u);  // the copy ran before its stream went
+  EXPECT_EQ(F().live_reservations() + F().live_mappings() + F().live_streams(), 0u);
+  const CUdeviceptr again = Reserve(kG);
+  MapDevice(again, kG);
+  Unreserve(again, kG);
 }
 
 // --- Concurrency (for TSan) -----------------------------------------------------------

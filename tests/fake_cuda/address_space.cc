@@ -129,6 +129,21 @@ bool InsideOneReservation(uint64_t address, size_t bytes) {
   return FindReservation(m, address, bytes) != nullptr;
 }
 
+size_t DestroyAllMemory() {
+  MemoryState& m = Memory();
+  MutexLock lock(m.mu);
+  const size_t count = m.mappings.size() + m.reservations.size() + m.handles.size();
+  for (const auto& [base, r] : m.reservations) {
+    munmap(reinterpret_cast<void*>(base), r.size);
+    munmap(reinterpret_cast<void*>(r.alias), r.size);
+  }
+  for (const auto& [address, mapping] : m.mappings) --m.handles[mapping.handle].mappings;
+  m.mappings.clear();
+  m.reservations.clear();
+  while (!m.handles.empty()) FreeHandle(m, m.handles.begin()->first);
+  return count;
+}
+
 CUresult cuMemAddressReserve(CUdeviceptr* ptr, size_t size, size_t alignment,
                              CUdeviceptr addr, unsigned long long flags) noexcept {
   Context* context = nullptr;

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "address_space.h"
 #include "checker.h"
 #include "context.h"
 #include "entry_points.h"
@@ -120,6 +121,12 @@ FAKE_CUDA_EXPORT size_t fake_cuda_pool_bytes_in_use(int pool) noexcept {
   lms::MutexLock lock(m.mu);
   if (pool != FAKE_CUDA_POOL_DEVICE && pool != FAKE_CUDA_POOL_HOST) return 0;
   return fake::PoolOf(m, pool == FAKE_CUDA_POOL_HOST).used;
+}
+
+FAKE_CUDA_EXPORT size_t fake_cuda_destroy_all(void) noexcept {
+  // Streams first: their queued work may still touch memory.
+  const size_t streams_and_events = fake::DestroyAllStreamsAndEvents();
+  return streams_and_events + fake::DestroyAllMemory();
 }
 
 FAKE_CUDA_EXPORT size_t fake_cuda_reset(void) noexcept {

@@ -176,6 +176,13 @@ size_t fake_cuda_pool_bytes_in_use(int pool) FAKE_CUDA_NOEXCEPT;
 // consistent) and records them as a violation.
 size_t fake_cuda_check_invariants(void) FAKE_CUDA_NOEXCEPT;
 
+// Destroys whatever a test left alive: every stream (after its queued work
+// ran, so a stream held by a latch never opened hangs here) and event, then
+// every mapping, reservation and handle. Returns how many objects there
+// were. For a test harness after a failed test, so the next test starts
+// clean; a passing test should have destroyed everything itself.
+size_t fake_cuda_destroy_all(void) FAKE_CUDA_NOEXCEPT;
+
 // Restores the state of a freshly loaded library: knobs from the
 // environment, no violations, not initialized (cuInit needed again), primary
 // contexts released and their sticky errors cleared. Only when nothing is

@@ -122,6 +122,24 @@ size_t LiveEvents() {
   return st.events.size();
 }
 
+size_t DestroyAllStreamsAndEvents() {
+  StreamState& st = State();
+  std::map<CUstream, std::shared_ptr<Stream>> streams;
+  size_t events = 0;
+  {
+    MutexLock lock(g_stream_mu);
+    streams.swap(st.streams);
+    events = st.events.size();
+    st.events.clear();
+    for (auto& [handle, s] : streams) s->stopping = true;
+  }
+  for (auto& [handle, s] : streams) {
+    s->work_cv.notify_one();
+    s->worker.join();
+  }
+  return streams.size() + events;
+}
+
 CUresult cuStreamCreate(CUstream* stream, unsigned int flags) noexcept {
   Context* context = nullptr;
   if (CUresult r = RequireContext(&context)) return r;
