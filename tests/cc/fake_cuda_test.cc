@@ -874,17 +874,29 @@ TEST(AKernelWritesThroughTheAliasOfItsDeclaredRange) {
 
 // --- The checker and the sticky error -------------------------------------------
 
+// A kernel writing the granule at `ptr`, queued on a new stream behind a
+// latch the test opens.
+struct KernelBehindLatch {
+  CUdeviceptr ptr = Reserve(kG);
+  CUstream stream = nullptr;
+  Latch latch;
+  FillKernel kernel{ptr, kG, 1};
+  KernelBehindLatch() {
+    MapDevice(ptr, kG);
+    stream = NewStream();
+    EXPECT_EQ(D().cuLaunchHostFunc(stream, &Latch::Wait, &latch), CUDA_SUCCESS);
+    const fake_cuda_range range = {ptr, kG, 1};
+    EXPECT_EQ(F().launch_kernel(stream, &FillKernel::Run, &kernel, &range, 1), CUDA_SUCCESS);
+    latch.WaitReached();
+  }
+};
+
 TEST(UnmapUnderAQueuedKernelIsAViolationAndItsRunAnIllegalAddress) {
   Session session;
-  const CUdeviceptr ptr = Reserve(kG);
-  MapDevice(ptr, kG);
-  const CUstream s = NewStream();
-  Latch latch;
-  EXPECT_EQ(D().cuLaunchHostFunc(s, &Latch::Wait, &latch), CUDA_SUCCESS);
-  FillKernel kernel{ptr, kG, 1};
-  const fake_cuda_range range = {ptr, kG, 1};
-  EXPECT_EQ(F().launch_kernel(s, &FillKernel::Run, &kernel, &range, 1), CUDA_SUCCESS);
-  latch.WaitReached();
+  KernelBehindLatch queued;
+  const CUdeviceptr ptr = queued.ptr;
+  const CUstream s = queued.stream;
+  Latch& latch = queued.latch;
   EXPECT_EQ(D().cuMemUnmap(ptr, kG), CUDA_SUCCESS);  // the driver does not refuse it
   EXPECT_EQ(F().violation_count(), 1u);
   const std::string text = Violations();
@@ -908,20 +920,14 @@ TEST(UnmapUnderAQueuedKernelIsAViolationAndItsRunAnIllegalAddress) {
 
 TEST(UnmapAfterWaitingForTheKernelIsNoViolation) {
   Session session;
-  const CUdeviceptr ptr = Reserve(kG);
-  MapDevice(ptr, kG);
-  const CUstream s = NewStream();
-  Latch latch;
-  EXPECT_EQ(D().cuLaunchHostFunc(s, &Latch::Wait, &latch), CUDA_SUCCESS);
-  FillKernel kernel{ptr, kG, 1};
-  const fake_cuda_range range = {ptr, kG, 1};
-  EXPECT_EQ(F().launch_kernel(s, &FillKernel::Run, &kernel, &range, 1), CUDA_SUCCESS);
-  latch.open = true;
-  EXPECT_EQ(D().cuStreamSynchronize(s), CUDA_SUCCESS);
-  EXPECT_EQ(D().cuMemUnmap(ptr, kG), CUDA_SUCCESS);
+  KernelBehindLatch queued;
+  queued.latch.open = true;
+  EXPECT_EQ(D().cuStreamSynchronize(queued.stream), CUDA_SUCCESS);
+  EXPECT_TRUE(ReadBack(queued.ptr, kG) == Pattern(kG, 1));  // the kernel ran
+  EXPECT_EQ(D().cuMemUnmap(queued.ptr, kG), CUDA_SUCCESS);
   EXPECT_EQ(F().violation_count(), 0u);
-  EXPECT_EQ(D().cuStreamDestroy(s), CUDA_SUCCESS);
-  EXPECT_EQ(D().cuMemAddressFree(ptr, kG), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuStreamDestroy(queued.stream), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuMemAddressFree(queued.ptr, kG), CUDA_SUCCESS);
 }
 
 // A kernel that holds its range while it runs until the latch opens.

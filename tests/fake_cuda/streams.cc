@@ -87,6 +87,23 @@ void RunWorker(Stream* s) {
   }
 }
 
+// Lets the worker of a stream removed from the map (with `stopping` set)
+// drain its queue and exit, and waits for it unless called from it.
+void JoinWorker(Stream& s) {
+  s.work_cv.notify_one();
+  if (s.worker.get_id() == std::this_thread::get_id()) {
+    s.worker.detach();  // destroyed from its own host function
+  } else {
+    s.worker.join();
+  }
+}
+
+std::shared_ptr<Stream> FindStream(StreamState& st, CUstream stream)
+    LMS_EXCLUSIVE_LOCKS_REQUIRED(g_stream_mu) {
+  auto it = st.streams.find(stream);
+  return it == st.streams.end() ? nullptr : it->second;
+}
+
 std::shared_ptr<Event> FindEvent(StreamState& st, CUevent event)
     LMS_EXCLUSIVE_LOCKS_REQUIRED(g_stream_mu) {
   auto it = st.events.find(event);
@@ -100,9 +117,8 @@ CUresult Enqueue(CUstream stream, std::function<void(Context*)> op) {
   std::shared_ptr<Stream> s;
   {
     MutexLock lock(g_stream_mu);
-    auto it = st.streams.find(stream);
-    if (it == st.streams.end()) return CUDA_ERROR_INVALID_HANDLE;
-    s = it->second;
+    s = FindStream(st, stream);
+    if (s == nullptr) return CUDA_ERROR_INVALID_HANDLE;
     s->queue.push_back(std::move(op));
     ++s->enqueued;
   }
@@ -133,10 +149,7 @@ size_t DestroyAllStreamsAndEvents() {
     st.events.clear();
     for (auto& [handle, s] : streams) s->stopping = true;
   }
-  for (auto& [handle, s] : streams) {
-    s->work_cv.notify_one();
-    s->worker.join();
-  }
+  for (auto& [handle, s] : streams) JoinWorker(*s);
   return streams.size() + events;
 }
 
@@ -167,18 +180,12 @@ CUresult cuStreamDestroy(CUstream stream) noexcept {
   std::shared_ptr<Stream> s;
   {
     MutexLock lock(g_stream_mu);
-    auto it = st.streams.find(stream);
-    if (it == st.streams.end()) return CUDA_ERROR_INVALID_HANDLE;
-    s = std::move(it->second);
-    st.streams.erase(it);
+    s = FindStream(st, stream);
+    if (s == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+    st.streams.erase(stream);
     s->stopping = true;
   }
-  s->work_cv.notify_one();
-  if (s->worker.get_id() == std::this_thread::get_id()) {
-    s->worker.detach();  // destroyed from its own host function
-  } else {
-    s->worker.join();
-  }
+  JoinWorker(*s);
   return CUDA_SUCCESS;
 }
 
@@ -189,9 +196,8 @@ CUresult cuStreamSynchronize(CUstream stream) noexcept {
   std::shared_ptr<Stream> s;
   {
     MutexLock lock(g_stream_mu);
-    auto it = st.streams.find(stream);
-    if (it == st.streams.end()) return CUDA_ERROR_INVALID_HANDLE;
-    s = it->second;
+    s = FindStream(st, stream);
+    if (s == nullptr) return CUDA_ERROR_INVALID_HANDLE;
     const uint64_t target = s->enqueued;
     Await(st.progress_cv, [&]() LMS_EXCLUSIVE_LOCKS_REQUIRED(g_stream_mu) {
       return s->completed >= target;
@@ -264,18 +270,18 @@ CUresult cuEventRecord(CUevent event, CUstream stream) noexcept {
   MutexLock lock(g_stream_mu);
   std::shared_ptr<Event> e = FindEvent(st, event);
   if (e == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-  auto it = st.streams.find(stream);
-  if (it == st.streams.end()) return CUDA_ERROR_INVALID_HANDLE;
+  std::shared_ptr<Stream> s = FindStream(st, stream);
+  if (s == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   // Numbered and enqueued in one critical section, so a wait enqueued after
   // this call targets this record or a later one.
   const uint64_t record = ++e->last_recorded;
   e->pending.insert(record);
-  it->second->queue.push_back([e, record](Context*) {
+  s->queue.push_back([e, record](Context*) {
     MutexLock lock(g_stream_mu);
     e->pending.erase(record);
   });
-  ++it->second->enqueued;
-  it->second->work_cv.notify_one();
+  ++s->enqueued;
+  s->work_cv.notify_one();
   return CUDA_SUCCESS;
 }
 
