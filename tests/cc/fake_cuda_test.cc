@@ -386,6 +386,9 @@ TEST(DeviceQueriesReportOneDeviceWithVmmAndHostNumaVmm) {
   EXPECT_EQ(attribute(CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED), 0);
   F().set_driver_version(13000);
   EXPECT_EQ(attribute(CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED), 1);
+  // HOST_NUMA exists from driver 12.2 on.
+  F().set_driver_version(12010);
+  EXPECT_EQ(attribute(CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED), 0);
   int value = 0;
   EXPECT_EQ(D().cuDeviceGetAttribute(&value, 1, 0), CUDA_ERROR_INVALID_VALUE);
   EXPECT_EQ(D().cuDeviceGetAttribute(&value, 41, 3), CUDA_ERROR_INVALID_DEVICE);
@@ -489,12 +492,17 @@ TEST(CreateValidatesThePropertiesAsTheDriverDoes) {
   F().set_driver_version(13000);
   EXPECT_EQ(D().cuMemCreate(&handle, kG, &prop, 0), CUDA_SUCCESS);
   EXPECT_EQ(D().cuMemRelease(handle), CUDA_SUCCESS);
+  prop = Prop(CU_MEM_LOCATION_TYPE_HOST_NUMA, 1);  // one NUMA node: 0
+  EXPECT_EQ(D().cuMemCreate(&handle, kG, &prop, 0), CUDA_ERROR_INVALID_VALUE);
   prop = Prop(CU_MEM_LOCATION_TYPE_HOST_NUMA);
   EXPECT_EQ(D().cuMemCreate(&handle, kG, &prop, 0), CUDA_SUCCESS);
   EXPECT_EQ(F().pool_bytes_in_use(FAKE_CUDA_POOL_HOST), kG);
   EXPECT_EQ(F().pool_bytes_in_use(FAKE_CUDA_POOL_DEVICE), 0u);
   EXPECT_EQ(D().cuMemRelease(handle), CUDA_SUCCESS);
   EXPECT_EQ(D().cuMemRelease(handle), CUDA_ERROR_INVALID_VALUE);  // twice
+  // HOST_NUMA is a cuMemCreate location only from driver 12.2 on.
+  F().set_driver_version(12010);
+  EXPECT_EQ(D().cuMemCreate(&handle, kG, &prop, 0), CUDA_ERROR_INVALID_VALUE);
 }
 
 TEST(CreateRunsOutOfMemoryAtThePoolCap) {

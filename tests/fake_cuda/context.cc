@@ -127,11 +127,12 @@ CUresult cuDeviceGetAttribute(int* value, int attribute, CUdevice device) noexce
     case CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID:
       *value = 0;
       return CUDA_SUCCESS;
+    // HOST_NUMA allocations came with CUDA 12.2 and HOST ones with 13.0:
+    // older drivers report 0.
     case CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
-      *value = k.host_vmm_supported ? 1 : 0;
+      *value = k.host_vmm_supported && k.driver_version >= 12020 ? 1 : 0;
       return CUDA_SUCCESS;
     case CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
-      // The attribute exists only from 13.0 on; older drivers report 0.
       *value = k.host_vmm_supported && k.driver_version >= 13000 ? 1 : 0;
       return CUDA_SUCCESS;
     default:

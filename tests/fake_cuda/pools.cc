@@ -87,6 +87,8 @@ CUresult ValidateProp(const CUmemAllocationProp* prop, bool* host) {
       *host = false;
       return CUDA_SUCCESS;
     case CU_MEM_LOCATION_TYPE_HOST_NUMA:
+      // Drivers before 12.2 do not know HOST_NUMA as a cuMemCreate location.
+      if (k.driver_version < 12020) return CUDA_ERROR_INVALID_VALUE;
       if (!k.host_vmm_supported) return CUDA_ERROR_NOT_SUPPORTED;
       if (prop->location.id != 0) return CUDA_ERROR_INVALID_VALUE;  // one node
       *host = true;
