@@ -1,5 +1,5 @@
-# make test   the whole suite: the engine's thread-safety analysis, its C++ tests under
-#             ASan/UBSan and TSan, then pytest
+# make test   the whole suite: the thread-safety analysis, the engine's C++ tests under
+#             ASan/UBSan and TSan, the fake CUDA driver's tests, then pytest
 # make demo   the README's main job
 # make bench-allocator   allocator benchmark against TensorFlow's own BFC allocator
 # make fake-cuda   the fake CUDA driver of the tests (build/fake_cuda/libfakecuda*.so)
@@ -157,11 +157,12 @@ test-fake-cuda: $(BUILD)/cc/fake_cuda_test_asan $(BUILD)/cc/fake_cuda_test_tsan 
 	TF_LMS_CUDA_DRIVER_PATH=$(FAKE_CUDA_TSAN_LIB) TSAN_OPTIONS=halt_on_error=1 \
 	  $(BUILD)/cc/fake_cuda_test_tsan
 
-$(BUILD)/cc/thread_safety.stamp: $(ENGINE_SRCS) $(ENGINE_HDRS) $(VENV)/.bootstrapped
+$(BUILD)/cc/thread_safety.stamp: $(ENGINE_SRCS) $(ENGINE_HDRS) $(FAKE_CUDA_SRCS) $(FAKE_CUDA_HDRS) \
+                                 $(VENV)/.bootstrapped
 	@mkdir -p $(@D)
-	@echo "== Thread-safety analysis of the engine (clang -Wthread-safety -Werror)"
-	@for f in $(ENGINE_SRCS); do \
-	  $(PY) -m ziglang c++ $(THREAD_SAFETY_FLAGS) $$f -o $(BUILD)/cc/thread_safety.o || exit 1; \
+	@echo "== Thread-safety analysis of the engine and the fake CUDA driver (clang -Wthread-safety -Werror)"
+	@for f in $(ENGINE_SRCS) $(FAKE_CUDA_SRCS); do \
+	  $(PY) -m ziglang c++ $(THREAD_SAFETY_FLAGS) -I$(FAKE_CUDA_DIR) $$f -o $(BUILD)/cc/thread_safety.o || exit 1; \
 	done
 	touch $@
 

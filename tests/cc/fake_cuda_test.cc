@@ -5,9 +5,10 @@
 // function through it at kCudaAbiVersion (the fake_cuda_* test API is looked
 // up by name, being no part of a real driver).
 //
-// Every test starts from a fresh state and ends with fake_cuda_reset() == 0,
-// which also proves it leaked no handle, mapping, reservation, stream or
-// event.
+// Every test starts from a fresh state and ends with the fake's invariants
+// holding and fake_cuda_reset() == 0, which also proves it leaked no handle,
+// mapping, reservation, stream or event (a test that did leak fails, and
+// fake_cuda_destroy_all cleans up for the next one).
 #include <dlfcn.h>
 #include <unistd.h>
 
@@ -48,7 +49,7 @@ struct Driver {
   X(fail_nth_mem_map) X(set_host_vmm_supported) X(set_driver_version)           \
   X(set_device_count) X(set_granularity) X(set_pool_capacity) X(live_handles)   \
   X(live_mappings) X(live_reservations) X(live_streams) X(live_events)          \
-  X(pool_bytes_in_use) X(reset)
+  X(pool_bytes_in_use) X(check_invariants) X(destroy_all) X(reset)
 
 struct FakeApi {
 #define FAKE_CUDA_TEST_FIELD(name) decltype(&::fake_cuda_##name) name = nullptr;
@@ -142,10 +143,14 @@ class Session {
     }
   }
   ~Session() {
+    EXPECT_EQ(F().check_invariants(), 0u);
     const size_t live = F().reset();
     if (live != 0) {
       std::printf("  test left %zu driver objects alive\n", live);
       ++::lms_test::Failures();
+      // So that the next test starts clean.
+      EXPECT_EQ(F().destroy_all(), live);
+      EXPECT_EQ(F().reset(), 0u);
     }
   }
   CUcontext context() const { return context_; }
@@ -381,6 +386,9 @@ TEST(DeviceQueriesReportOneDeviceWithVmmAndHostNumaVmm) {
   EXPECT_EQ(attribute(CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED), 0);
   F().set_driver_version(13000);
   EXPECT_EQ(attribute(CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED), 1);
+  // HOST_NUMA exists from driver 12.2 on.
+  F().set_driver_version(12010);
+  EXPECT_EQ(attribute(CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED), 0);
   int value = 0;
   EXPECT_EQ(D().cuDeviceGetAttribute(&value, 1, 0), CUDA_ERROR_INVALID_VALUE);
   EXPECT_EQ(D().cuDeviceGetAttribute(&value, 41, 3), CUDA_ERROR_INVALID_DEVICE);
@@ -484,12 +492,17 @@ TEST(CreateValidatesThePropertiesAsTheDriverDoes) {
   F().set_driver_version(13000);
   EXPECT_EQ(D().cuMemCreate(&handle, kG, &prop, 0), CUDA_SUCCESS);
   EXPECT_EQ(D().cuMemRelease(handle), CUDA_SUCCESS);
+  prop = Prop(CU_MEM_LOCATION_TYPE_HOST_NUMA, 1);  // one NUMA node: 0
+  EXPECT_EQ(D().cuMemCreate(&handle, kG, &prop, 0), CUDA_ERROR_INVALID_VALUE);
   prop = Prop(CU_MEM_LOCATION_TYPE_HOST_NUMA);
   EXPECT_EQ(D().cuMemCreate(&handle, kG, &prop, 0), CUDA_SUCCESS);
   EXPECT_EQ(F().pool_bytes_in_use(FAKE_CUDA_POOL_HOST), kG);
   EXPECT_EQ(F().pool_bytes_in_use(FAKE_CUDA_POOL_DEVICE), 0u);
   EXPECT_EQ(D().cuMemRelease(handle), CUDA_SUCCESS);
   EXPECT_EQ(D().cuMemRelease(handle), CUDA_ERROR_INVALID_VALUE);  // twice
+  // HOST_NUMA is a cuMemCreate location only from driver 12.2 on.
+  F().set_driver_version(12010);
+  EXPECT_EQ(D().cuMemCreate(&handle, kG, &prop, 0), CUDA_ERROR_INVALID_VALUE);
 }
 
 TEST(CreateRunsOutOfMemoryAtThePoolCap) {
@@ -650,9 +663,9 @@ TEST(HostLocatedMemoryWithHostAccessIsReadWriteAtItsAddress) {
   const CUdeviceptr ptr = Reserve(2 * kG);
   MapDevice(ptr, 2 * kG, CU_MEM_LOCATION_TYPE_HOST_NUMA);
   EXPECT_TRUE(HostReadFaults(ptr));  // no host access yet
-  EXPECT_EQ(SetAccess(ptr + kG, kG, CU_MEM_LOCATION_TYPE_HOST_NUMA,
-                      CU_MEM_ACCESS_FLAGS_PROT_READWRITE),
-            CUDA_SUCCESS);
+  ASSERT_TRUE(SetAccess(ptr + kG, kG, CU_MEM_LOCATION_TYPE_HOST_NUMA,
+                        CU_MEM_ACCESS_FLAGS_PROT_READWRITE) == CUDA_SUCCESS);
+  ASSERT_TRUE(!HostReadFaults(ptr + kG));
   EXPECT_TRUE(HostReadFaults(ptr));  // only the second granule was given access
   unsigned char* host = reinterpret_cast<unsigned char*>(ptr + kG);
   const std::vector<unsigned char> pattern = Pattern(kG, 7);
@@ -669,7 +682,7 @@ TEST(HostLocatedMemoryWithHostAccessIsReadWriteAtItsAddress) {
 
 // --- Streams, events, host functions ----------------------------------------------
 
-TEST(CopiesOnAStreamRunInOrderAndResolveWhenTheyRun) {
+TEST(CopiesOnAStreamRunInOrder) {
   Session session;
   const CUdeviceptr ptr = Reserve(3 * kG);
   MapDevice(ptr, 3 * kG);
@@ -686,6 +699,59 @@ TEST(CopiesOnAStreamRunInOrderAndResolveWhenTheyRun) {
   F().set_copy_delay_us(0);
   Unreserve(ptr, 3 * kG);
   EXPECT_EQ(F().violation_count(), 0u);
+}
+
+TEST(ACopyResolvesItsAddressesWhenItRunsNotWhenEnqueued) {
+  Session session;
+  const CUdeviceptr ptr = Reserve(2 * kG);
+  MapDevice(ptr, kG);
+  const std::vector<unsigned char> pattern = Pattern(4096, 13);
+  EXPECT_EQ(D().cuMemcpyHtoD(ptr, pattern.data(), pattern.size()), CUDA_SUCCESS);
+  const CUstream s = NewStream();
+  Latch latch;
+  EXPECT_EQ(D().cuLaunchHostFunc(s, &Latch::Wait, &latch), CUDA_SUCCESS);
+  // The destination is reserved but not mapped yet: accepted at enqueue.
+  EXPECT_EQ(D().cuMemcpyAsync(ptr + kG, ptr, pattern.size(), s), CUDA_SUCCESS);
+  latch.WaitReached();
+  MapDevice(ptr + kG, kG);
+  // Granting access under queued work is still a race the checker reports
+  // (had the stream not been held, the copy could have run first).
+  EXPECT_EQ(F().violation_count(), 1u);
+  EXPECT_TRUE(Contains(Violations(), "cuMemSetAccess"));
+  latch.open = true;
+  EXPECT_EQ(D().cuStreamSynchronize(s), CUDA_SUCCESS);  // mapped when it ran
+  EXPECT_TRUE(ReadBack(ptr + kG, pattern.size()) == pattern);
+  EXPECT_EQ(F().violation_count(), 1u);
+  EXPECT_EQ(D().cuStreamDestroy(s), CUDA_SUCCESS);
+  Unreserve(ptr, 2 * kG);
+}
+
+TEST(SynchronousCopiesDoNotWaitForOtherStreams) {
+  Session session;
+  const CUdeviceptr ptr = Reserve(2 * kG);
+  MapDevice(ptr, 2 * kG);
+  const CUstream s = NewStream();
+  Latch latch;
+  EXPECT_EQ(D().cuLaunchHostFunc(s, &Latch::Wait, &latch), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuMemcpyAsync(ptr + kG, ptr, 4096, s), CUDA_SUCCESS);
+  latch.WaitReached();
+  std::atomic<bool> done{false};
+  std::thread copier([&] {
+    EXPECT_EQ(D().cuCtxSetCurrent(session.context()), CUDA_SUCCESS);
+    const std::vector<unsigned char> pattern = Pattern(4096, 17);
+    EXPECT_EQ(D().cuMemcpyHtoD(ptr, pattern.data(), pattern.size()), CUDA_SUCCESS);
+    EXPECT_TRUE(ReadBack(ptr, pattern.size()) == pattern);
+    done = true;
+  });
+  for (int i = 0; i < 2000 && !done; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_TRUE(done.load());  // while the stream is still held
+  latch.open = true;
+  copier.join();
+  EXPECT_EQ(D().cuStreamSynchronize(s), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuStreamDestroy(s), CUDA_SUCCESS);
+  Unreserve(ptr, 2 * kG);
 }
 
 TEST(AnEventOrdersACopyOnAnotherStream) {
@@ -816,51 +882,60 @@ TEST(AKernelWritesThroughTheAliasOfItsDeclaredRange) {
 
 // --- The checker and the sticky error -------------------------------------------
 
+// A kernel writing the granule at `ptr`, queued on a new stream behind a
+// latch the test opens.
+struct KernelBehindLatch {
+  CUdeviceptr ptr = Reserve(kG);
+  CUstream stream = nullptr;
+  Latch latch;
+  FillKernel kernel{ptr, kG, 1};
+  KernelBehindLatch() {
+    MapDevice(ptr, kG);
+    stream = NewStream();
+    EXPECT_EQ(D().cuLaunchHostFunc(stream, &Latch::Wait, &latch), CUDA_SUCCESS);
+    const fake_cuda_range range = {ptr, kG, 1};
+    EXPECT_EQ(F().launch_kernel(stream, &FillKernel::Run, &kernel, &range, 1), CUDA_SUCCESS);
+    latch.WaitReached();
+  }
+};
+
 TEST(UnmapUnderAQueuedKernelIsAViolationAndItsRunAnIllegalAddress) {
   Session session;
-  const CUdeviceptr ptr = Reserve(kG);
-  MapDevice(ptr, kG);
-  const CUstream s = NewStream();
-  Latch latch;
-  EXPECT_EQ(D().cuLaunchHostFunc(s, &Latch::Wait, &latch), CUDA_SUCCESS);
-  FillKernel kernel{ptr, kG, 1};
-  const fake_cuda_range range = {ptr, kG, 1};
-  EXPECT_EQ(F().launch_kernel(s, &FillKernel::Run, &kernel, &range, 1), CUDA_SUCCESS);
-  latch.WaitReached();
+  KernelBehindLatch queued;
+  const CUdeviceptr ptr = queued.ptr;
+  const CUstream s = queued.stream;
+  Latch& latch = queued.latch;
   EXPECT_EQ(D().cuMemUnmap(ptr, kG), CUDA_SUCCESS);  // the driver does not refuse it
   EXPECT_EQ(F().violation_count(), 1u);
   const std::string text = Violations();
   EXPECT_TRUE(Contains(text, "cuMemUnmap"));
   EXPECT_TRUE(Contains(text, "queued kernel"));
+  EXPECT_EQ(D().cuMemAddressFree(ptr, kG), CUDA_SUCCESS);
+  EXPECT_EQ(F().violation_count(), 2u);
+  EXPECT_TRUE(Contains(Violations(), "cuMemAddressFree"));
   latch.open = true;
   // When the kernel runs, its range is gone: an illegal address, sticky.
   EXPECT_EQ(D().cuStreamSynchronize(s), CUDA_ERROR_ILLEGAL_ADDRESS);
-  EXPECT_EQ(F().violation_count(), 2u);
+  EXPECT_EQ(F().violation_count(), 3u);
   EXPECT_TRUE(Contains(Violations(), "CUDA_ERROR_ILLEGAL_ADDRESS"));
   const CUevent e = NewEvent();
   EXPECT_EQ(D().cuEventRecord(e, s), CUDA_SUCCESS);
   EXPECT_EQ(D().cuEventSynchronize(e), CUDA_ERROR_ILLEGAL_ADDRESS);
+  EXPECT_EQ(D().cuEventQuery(e), CUDA_ERROR_ILLEGAL_ADDRESS);
   EXPECT_EQ(D().cuEventDestroy(e), CUDA_SUCCESS);
   EXPECT_EQ(D().cuStreamDestroy(s), CUDA_SUCCESS);
-  EXPECT_EQ(D().cuMemAddressFree(ptr, kG), CUDA_SUCCESS);
 }
 
 TEST(UnmapAfterWaitingForTheKernelIsNoViolation) {
   Session session;
-  const CUdeviceptr ptr = Reserve(kG);
-  MapDevice(ptr, kG);
-  const CUstream s = NewStream();
-  Latch latch;
-  EXPECT_EQ(D().cuLaunchHostFunc(s, &Latch::Wait, &latch), CUDA_SUCCESS);
-  FillKernel kernel{ptr, kG, 1};
-  const fake_cuda_range range = {ptr, kG, 1};
-  EXPECT_EQ(F().launch_kernel(s, &FillKernel::Run, &kernel, &range, 1), CUDA_SUCCESS);
-  latch.open = true;
-  EXPECT_EQ(D().cuStreamSynchronize(s), CUDA_SUCCESS);
-  EXPECT_EQ(D().cuMemUnmap(ptr, kG), CUDA_SUCCESS);
+  KernelBehindLatch queued;
+  queued.latch.open = true;
+  EXPECT_EQ(D().cuStreamSynchronize(queued.stream), CUDA_SUCCESS);
+  EXPECT_TRUE(ReadBack(queued.ptr, kG) == Pattern(kG, 1));  // the kernel ran
+  EXPECT_EQ(D().cuMemUnmap(queued.ptr, kG), CUDA_SUCCESS);
   EXPECT_EQ(F().violation_count(), 0u);
-  EXPECT_EQ(D().cuStreamDestroy(s), CUDA_SUCCESS);
-  EXPECT_EQ(D().cuMemAddressFree(ptr, kG), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuStreamDestroy(queued.stream), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuMemAddressFree(queued.ptr, kG), CUDA_SUCCESS);
 }
 
 // A kernel that holds its range while it runs until the latch opens.
@@ -957,6 +1032,42 @@ TEST(FailNthMemMapFailsThatCallAndMapsNothing) {
   Unreserve(ptr, 2 * kG);
 }
 
+TEST(KnobsComeFromTheEnvironmentAtReset) {
+  setenv("FAKE_CUDA_DEVICE_MB", "4", 1);
+  setenv("FAKE_CUDA_DRIVER_VERSION", "13000", 1);
+  setenv("FAKE_CUDA_HOST_VMM", "0", 1);
+  {
+    Session session;
+    int version = 0;
+    EXPECT_EQ(D().cuDriverGetVersion(&version), CUDA_SUCCESS);
+    EXPECT_EQ(version, 13000);
+    int supported = -1;
+    EXPECT_EQ(D().cuDeviceGetAttribute(
+                  &supported, CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 0),
+              CUDA_SUCCESS);
+    EXPECT_EQ(supported, 0);
+    const CUmemGenericAllocationHandle a = Create(kG), b = Create(kG);
+    const CUmemAllocationProp prop = Prop(CU_MEM_LOCATION_TYPE_DEVICE);
+    CUmemGenericAllocationHandle c = 0;
+    EXPECT_EQ(D().cuMemCreate(&c, kG, &prop, 0), CUDA_ERROR_OUT_OF_MEMORY);  // 4 MiB cap
+    EXPECT_EQ(D().cuMemRelease(a), CUDA_SUCCESS);
+    EXPECT_EQ(D().cuMemRelease(b), CUDA_SUCCESS);
+  }
+  setenv("FAKE_CUDA_DEVICE_COUNT", "two", 1);  // a bad value: cuInit fails
+  EXPECT_EQ(F().reset(), 0u);
+  EXPECT_EQ(D().cuInit(0), CUDA_ERROR_INVALID_VALUE);
+  for (const char* name : {"FAKE_CUDA_DEVICE_MB", "FAKE_CUDA_DRIVER_VERSION", "FAKE_CUDA_HOST_VMM",
+                           "FAKE_CUDA_DEVICE_COUNT"}) {
+    unsetenv(name);
+  }
+  EXPECT_EQ(F().reset(), 0u);
+  EXPECT_EQ(D().cuInit(0), CUDA_SUCCESS);
+  int version = 0;
+  EXPECT_EQ(D().cuDriverGetVersion(&version), CUDA_SUCCESS);
+  EXPECT_EQ(version, 12040);
+  EXPECT_EQ(F().reset(), 0u);
+}
+
 TEST(ResetRefusesWhileObjectsAreAliveAndCountsThem) {
   Session session;
   const CUmemGenericAllocationHandle h = Create(kG);
@@ -964,6 +1075,28 @@ TEST(ResetRefusesWhileObjectsAreAliveAndCountsThem) {
   EXPECT_EQ(F().reset(), 2u);
   EXPECT_EQ(D().cuStreamDestroy(s), CUDA_SUCCESS);  // reset changed nothing
   EXPECT_EQ(D().cuMemRelease(h), CUDA_SUCCESS);
+}
+
+TEST(DestroyAllLeavesNothingAliveAndTheFakeUsable) {
+  Session session;
+  const CUdeviceptr ptr = Reserve(2 * kG);
+  MapDevice(ptr, kG);
+  const CUmemGenericAllocationHandle unmapped = Create(kG);
+  (void)unmapped;
+  const CUstream s = NewStream();
+  const CUevent e = NewEvent();
+  EXPECT_EQ(D().cuMemcpyAsync(ptr + 4096, ptr, 4096, s), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuEventRecord(e, s), CUDA_SUCCESS);
+  // A stream, an event, a mapping, a reservation, a released-but-mapped
+  // handle and an unmapped one.
+  EXPECT_EQ(F().destroy_all(), 6u);
+  EXPECT_EQ(F().pool_bytes_in_use(FAKE_CUDA_POOL_DEVICE), 0u);
+  EXPECT_EQ(F().check_invariants(), 0u);
+  EXPECT_EQ(F().violation_count(), 0u);  // the copy ran before its stream went
+  EXPECT_EQ(F().live_reservations() + F().live_mappings() + F().live_streams(), 0u);
+  const CUdeviceptr again = Reserve(kG);
+  MapDevice(again, kG);
+  Unreserve(again, kG);
 }
 
 // --- Concurrency (for TSan) -----------------------------------------------------------

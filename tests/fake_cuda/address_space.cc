@@ -15,7 +15,7 @@
 #include <sys/mman.h>
 
 #include <cstdio>
-#include <functional>
+#include <vector>
 
 #include "checker.h"
 #include "context.h"
@@ -57,12 +57,19 @@ const Reservation* FindReservation(MemoryState& m, uint64_t address, size_t byte
   return &it->second;
 }
 
-// Calls fn(mapping address, mapping, first granule, granule count) for each
-// mapping covering [address, address + bytes) in address order; false if a
-// byte of the range is not mapped.
-using PieceFn = std::function<void(uint64_t, Mapping&, size_t, size_t)>;
-bool ForEachMappedPiece(MemoryState& m, uint64_t address, size_t bytes,
-                        const PieceFn& fn) LMS_EXCLUSIVE_LOCKS_REQUIRED(m.mu) {
+// The part of one mapping a range covers, in granules of the mapping.
+struct Piece {
+  uint64_t address;  // of the mapping
+  Mapping* mapping;
+  size_t first;
+  size_t count;
+};
+
+// The pieces of the mappings covering [address, address + bytes), in address
+// order; false if a byte of the range is not mapped.
+bool MappedPieces(MemoryState& m, uint64_t address, size_t bytes,
+                  std::vector<Piece>* pieces) LMS_EXCLUSIVE_LOCKS_REQUIRED(m.mu) {
+  pieces->clear();
   const size_t g = GetKnobs().granularity;
   auto it = m.mappings.upper_bound(address);
   if (it == m.mappings.begin()) return false;
@@ -77,7 +84,7 @@ bool ForEachMappedPiece(MemoryState& m, uint64_t address, size_t bytes,
     const uint64_t piece_end = std::min<uint64_t>(end, it->first + it->second.size);
     const size_t first = (at - it->first) / g;
     const size_t last = (piece_end - 1 - it->first) / g;
-    fn(it->first, it->second, first, last - first + 1);
+    pieces->push_back({it->first, &it->second, first, last - first + 1});
     at = piece_end;
     ++it;
   }
@@ -97,14 +104,15 @@ void* ResolveForDevice(int device, uint64_t address, size_t bytes, bool writes,
     *why = "not inside one reservation";
     return nullptr;
   }
+  std::vector<Piece> pieces;
+  const bool mapped = MappedPieces(m, address, bytes, &pieces);
   bool accessible = true;
-  const bool mapped = ForEachMappedPiece(
-      m, address, bytes, [&](uint64_t, Mapping& mp, size_t first, size_t count) {
-        for (size_t i = first; i < first + count; ++i) {
-          const int flags = mp.device_access[i][device];
-          if (flags == kNoAccess || (writes && flags != kReadWrite)) accessible = false;
-        }
-      });
+  for (const Piece& p : pieces) {
+    for (size_t i = p.first; i < p.first + p.count; ++i) {
+      const int flags = p.mapping->device_access[i][device];
+      if (flags == kNoAccess || (writes && flags != kReadWrite)) accessible = false;
+    }
+  }
   if (!mapped || !accessible) {
     *why = !mapped ? "not mapped" : writes ? "not mapped read/write for the device"
                                            : "not mapped with device access";
@@ -121,8 +129,23 @@ bool InsideOneReservation(uint64_t address, size_t bytes) {
   return FindReservation(m, address, bytes) != nullptr;
 }
 
+size_t DestroyAllMemory() {
+  MemoryState& m = Memory();
+  MutexLock lock(m.mu);
+  const size_t count = m.mappings.size() + m.reservations.size() + m.handles.size();
+  for (const auto& [base, r] : m.reservations) {
+    munmap(reinterpret_cast<void*>(base), r.size);
+    munmap(reinterpret_cast<void*>(r.alias), r.size);
+  }
+  for (const auto& [address, mapping] : m.mappings) --m.handles[mapping.handle].mappings;
+  m.mappings.clear();
+  m.reservations.clear();
+  while (!m.handles.empty()) FreeHandle(m, m.handles.begin()->first);
+  return count;
+}
+
 CUresult cuMemAddressReserve(CUdeviceptr* ptr, size_t size, size_t alignment,
-                             CUdeviceptr addr, unsigned long long flags) {
+                             CUdeviceptr addr, unsigned long long flags) noexcept {
   Context* context = nullptr;
   if (CUresult r = RequireContext(&context)) return r;
   const size_t g = GetKnobs().granularity;
@@ -152,7 +175,7 @@ CUresult cuMemAddressReserve(CUdeviceptr* ptr, size_t size, size_t alignment,
   return CUDA_SUCCESS;
 }
 
-CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) {
+CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) noexcept {
   Context* context = nullptr;
   if (CUresult r = RequireContext(&context)) return r;
   MemoryState& m = Memory();
@@ -173,7 +196,7 @@ CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) {
 }
 
 CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
-                  CUmemGenericAllocationHandle handle, unsigned long long flags) {
+                  CUmemGenericAllocationHandle handle, unsigned long long flags) noexcept {
   Context* context = nullptr;
   if (CUresult r = RequireContext(&context)) return r;
   if (size == 0 || !Aligned(size) || !Aligned(ptr) || offset != 0 || flags != 0) {
@@ -213,7 +236,7 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
   return CUDA_SUCCESS;
 }
 
-CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
+CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) noexcept {
   Context* context = nullptr;
   if (CUresult r = RequireContext(&context)) return r;
   if (size == 0) return CUDA_ERROR_INVALID_VALUE;
@@ -250,7 +273,7 @@ CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
 }
 
 CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* desc,
-                        size_t count) {
+                        size_t count) noexcept {
   Context* context = nullptr;
   if (CUresult r = RequireContext(&context)) return r;
   if (desc == nullptr || count == 0 || size == 0 || !Aligned(ptr) || !Aligned(size)) {
@@ -258,12 +281,12 @@ CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* des
   }
   MemoryState& m = Memory();
   MutexLock lock(m.mu);
-  bool all_host = true;
-  if (!ForEachMappedPiece(m, ptr, size, [&](uint64_t, Mapping& mp, size_t, size_t) {
-        all_host = all_host && m.handles[mp.handle].host;
-      })) {
+  std::vector<Piece> pieces;
+  if (!MappedPieces(m, ptr, size, &pieces)) {
     return CUDA_ERROR_INVALID_VALUE;  // the whole range must be mapped
   }
+  bool all_host = true;
+  for (const Piece& p : pieces) all_host = all_host && m.handles[p.mapping->handle].host;
   for (size_t i = 0; i < count; ++i) {
     const CUmemLocation& loc = desc[i].location;
     if (!ValidAccessFlags(desc[i].flags)) return CUDA_ERROR_INVALID_VALUE;
@@ -282,25 +305,26 @@ CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* des
   for (size_t i = 0; i < count; ++i) {
     const CUmemLocation loc = desc[i].location;
     const int flags = desc[i].flags;
-    ForEachMappedPiece(m, ptr, size, [&](uint64_t va, Mapping& mp, size_t first,
-                                         size_t n) {
-      for (size_t k = first; k < first + n; ++k) {
-        if (loc.type == CU_MEM_LOCATION_TYPE_DEVICE) {
-          mp.device_access[k][loc.id] = static_cast<uint8_t>(flags);
+    const bool device = loc.type == CU_MEM_LOCATION_TYPE_DEVICE;
+    for (const Piece& p : pieces) {
+      for (size_t k = p.first; k < p.first + p.count; ++k) {
+        if (device) {
+          p.mapping->device_access[k][loc.id] = static_cast<uint8_t>(flags);
         } else {
-          mp.host_access[k] = static_cast<uint8_t>(flags);
+          p.mapping->host_access[k] = static_cast<uint8_t>(flags);
         }
       }
-      if (loc.type == CU_MEM_LOCATION_TYPE_DEVICE) return;
-      const uintptr_t at = va + first * g;
+      if (device) continue;
+      // The host view at the address follows the host access.
+      const uintptr_t at = p.address + p.first * g;
       if (flags == kNoAccess) {
-        MapInaccessible(at, n * g);
-        return;
+        MapInaccessible(at, p.count * g);
+        continue;
       }
-      const Handle& h = m.handles[mp.handle];
       const int prot = flags == kReadWrite ? PROT_READ | PROT_WRITE : PROT_READ;
-      MapAt(at, n * g, prot, MAP_SHARED, PoolOf(m, true).fd, h.offset + first * g);
-    });
+      MapAt(at, p.count * g, prot, MAP_SHARED, PoolOf(m, true).fd,
+            m.handles[p.mapping->handle].offset + p.first * g);
+    }
   }
   return CUDA_SUCCESS;
 }
@@ -312,7 +336,7 @@ CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* des
 using lms::cu::fake::Context;
 
 FAKE_CUDA_EXPORT void* fake_cuda_device_alias(unsigned long long address,
-                                              size_t bytes) {
+                                              size_t bytes) noexcept {
   Context* context = lms::cu::fake::ExecutingContext();
   if (context == nullptr) context = lms::cu::fake::CurrentContextOrNull();
   const int device = context == nullptr ? 0 : context->device;

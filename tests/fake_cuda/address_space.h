@@ -23,6 +23,11 @@ void* ResolveForDevice(int device, uint64_t address, size_t bytes, bool writes,
 // call checks when it is enqueued (mappings are checked when it runs).
 bool InsideOneReservation(uint64_t address, size_t bytes);
 
+// Unmaps and frees every reservation and frees every handle; returns how
+// many mappings, reservations and handles there were. Only with no stream
+// work in flight (the aliases go).
+size_t DestroyAllMemory();
+
 }  // namespace fake
 }  // namespace cu
 }  // namespace lms

@@ -76,7 +76,7 @@ int RetainedContexts() {
   return n;
 }
 
-CUresult cuInit(unsigned int flags) {
+CUresult cuInit(unsigned int flags) noexcept {
   if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
   if (GetKnobs().environment_error) return CUDA_ERROR_INVALID_VALUE;
   if (GetKnobs().device_count == 0) return CUDA_ERROR_NO_DEVICE;
@@ -85,13 +85,13 @@ CUresult cuInit(unsigned int flags) {
 }
 
 // Like the real driver, answers before cuInit.
-CUresult cuDriverGetVersion(int* version) {
+CUresult cuDriverGetVersion(int* version) noexcept {
   if (version == nullptr) return CUDA_ERROR_INVALID_VALUE;
   *version = GetKnobs().driver_version;
   return CUDA_SUCCESS;
 }
 
-CUresult cuDeviceGet(CUdevice* device, int ordinal) {
+CUresult cuDeviceGet(CUdevice* device, int ordinal) noexcept {
   if (CUresult r = RequireInitialized()) return r;
   if (device == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (!ValidDevice(ordinal)) return CUDA_ERROR_INVALID_DEVICE;
@@ -99,14 +99,14 @@ CUresult cuDeviceGet(CUdevice* device, int ordinal) {
   return CUDA_SUCCESS;
 }
 
-CUresult cuDeviceGetCount(int* count) {
+CUresult cuDeviceGetCount(int* count) noexcept {
   if (CUresult r = RequireInitialized()) return r;
   if (count == nullptr) return CUDA_ERROR_INVALID_VALUE;
   *count = GetKnobs().device_count;
   return CUDA_SUCCESS;
 }
 
-CUresult cuDeviceGetName(char* name, int len, CUdevice device) {
+CUresult cuDeviceGetName(char* name, int len, CUdevice device) noexcept {
   if (CUresult r = RequireInitialized()) return r;
   if (name == nullptr || len <= 0) return CUDA_ERROR_INVALID_VALUE;
   if (!ValidDevice(device)) return CUDA_ERROR_INVALID_DEVICE;
@@ -114,7 +114,7 @@ CUresult cuDeviceGetName(char* name, int len, CUdevice device) {
   return CUDA_SUCCESS;
 }
 
-CUresult cuDeviceGetAttribute(int* value, int attribute, CUdevice device) {
+CUresult cuDeviceGetAttribute(int* value, int attribute, CUdevice device) noexcept {
   if (CUresult r = RequireInitialized()) return r;
   if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (!ValidDevice(device)) return CUDA_ERROR_INVALID_DEVICE;
@@ -127,11 +127,12 @@ CUresult cuDeviceGetAttribute(int* value, int attribute, CUdevice device) {
     case CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID:
       *value = 0;
       return CUDA_SUCCESS;
+    // HOST_NUMA allocations came with CUDA 12.2 and HOST ones with 13.0:
+    // older drivers report 0.
     case CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
-      *value = k.host_vmm_supported ? 1 : 0;
+      *value = k.host_vmm_supported && k.driver_version >= 12020 ? 1 : 0;
       return CUDA_SUCCESS;
     case CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
-      // The attribute exists only from 13.0 on; older drivers report 0.
       *value = k.host_vmm_supported && k.driver_version >= 13000 ? 1 : 0;
       return CUDA_SUCCESS;
     default:
@@ -139,7 +140,7 @@ CUresult cuDeviceGetAttribute(int* value, int attribute, CUdevice device) {
   }
 }
 
-CUresult cuDevicePrimaryCtxRetain(CUcontext* context, CUdevice device) {
+CUresult cuDevicePrimaryCtxRetain(CUcontext* context, CUdevice device) noexcept {
   if (CUresult r = RequireInitialized()) return r;
   if (context == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (!ValidDevice(device)) return CUDA_ERROR_INVALID_DEVICE;
@@ -149,7 +150,7 @@ CUresult cuDevicePrimaryCtxRetain(CUcontext* context, CUdevice device) {
   return CUDA_SUCCESS;
 }
 
-CUresult cuDevicePrimaryCtxRelease(CUdevice device) {
+CUresult cuDevicePrimaryCtxRelease(CUdevice device) noexcept {
   if (CUresult r = RequireInitialized()) return r;
   if (!ValidDevice(device)) return CUDA_ERROR_INVALID_DEVICE;
   Context* c = &Contexts()[device];
@@ -162,14 +163,14 @@ CUresult cuDevicePrimaryCtxRelease(CUdevice device) {
   return CUDA_SUCCESS;
 }
 
-CUresult cuCtxGetCurrent(CUcontext* context) {
+CUresult cuCtxGetCurrent(CUcontext* context) noexcept {
   if (CUresult r = RequireInitialized()) return r;
   if (context == nullptr) return CUDA_ERROR_INVALID_VALUE;
   *context = reinterpret_cast<CUcontext>(t_current);
   return CUDA_SUCCESS;
 }
 
-CUresult cuCtxSetCurrent(CUcontext context) {
+CUresult cuCtxSetCurrent(CUcontext context) noexcept {
   if (CUresult r = RequireInitialized()) return r;
   if (context == nullptr) {
     t_current = nullptr;

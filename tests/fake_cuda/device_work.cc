@@ -99,7 +99,7 @@ CUresult CopySync(const char* call, uint64_t device, void* host, size_t bytes,
 }  // namespace
 
 CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t bytes,
-                       CUstream stream) {
+                       CUstream stream) noexcept {
   Context* context = nullptr;
   if (CUresult r = RequireContext(&context)) return r;
   if (bytes == 0) return CUDA_SUCCESS;
@@ -120,11 +120,11 @@ CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t bytes,
   return r;
 }
 
-CUresult cuMemcpyHtoD(CUdeviceptr dst, const void* src, size_t bytes) {
+CUresult cuMemcpyHtoD(CUdeviceptr dst, const void* src, size_t bytes) noexcept {
   return CopySync("cuMemcpyHtoD", dst, const_cast<void*>(src), bytes, true);
 }
 
-CUresult cuMemcpyDtoH(void* dst, CUdeviceptr src, size_t bytes) {
+CUresult cuMemcpyDtoH(void* dst, CUdeviceptr src, size_t bytes) noexcept {
   return CopySync("cuMemcpyDtoH", src, dst, bytes, false);
 }
 
@@ -134,7 +134,7 @@ CUresult cuMemcpyDtoH(void* dst, CUdeviceptr src, size_t bytes) {
 
 FAKE_CUDA_EXPORT int fake_cuda_launch_kernel(void* stream, void (*fn)(void* user),
                                              void* user, const fake_cuda_range* ranges,
-                                             size_t n) {
+                                             size_t n) noexcept {
   namespace fake = lms::cu::fake;
   fake::Context* context = nullptr;
   if (lms::cu::CUresult r = fake::RequireContext(&context)) return r;

@@ -6,7 +6,9 @@
 //
 // They live in lms::cu::fake and the library is built with hidden visibility:
 // nothing here is exported, the backend reaches them only through
-// cuGetProcAddress.
+// cuGetProcAddress. They are noexcept, as is every exported function: an
+// exception (std::bad_alloc) terminates the test instead of unwinding into a
+// caller that expects a C function.
 #ifndef TENSORFLOW_LMS_ALLOCATOR_TESTS_FAKE_CUDA_ENTRY_POINTS_H_
 #define TENSORFLOW_LMS_ALLOCATOR_TESTS_FAKE_CUDA_ENTRY_POINTS_H_
 
@@ -16,7 +18,7 @@ namespace lms {
 namespace cu {
 namespace fake {
 
-#define FAKE_CUDA_DECLARE_ENTRY_POINT(name, ret, params) ret name params;
+#define FAKE_CUDA_DECLARE_ENTRY_POINT(name, ret, params) ret name params noexcept;
 LMS_CUDA_DRIVER_FUNCTIONS(FAKE_CUDA_DECLARE_ENTRY_POINT)
 #undef FAKE_CUDA_DECLARE_ENTRY_POINT
 

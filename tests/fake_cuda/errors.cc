@@ -49,14 +49,14 @@ const ErrorText* Find(CUresult error) {
 
 }  // namespace
 
-CUresult cuGetErrorName(CUresult error, const char** name) {
+CUresult cuGetErrorName(CUresult error, const char** name) noexcept {
   if (name == nullptr) return CUDA_ERROR_INVALID_VALUE;
   const ErrorText* e = Find(error);
   *name = e == nullptr ? nullptr : e->name;
   return e == nullptr ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
 }
 
-CUresult cuGetErrorString(CUresult error, const char** text) {
+CUresult cuGetErrorString(CUresult error, const char** text) noexcept {
   if (text == nullptr) return CUDA_ERROR_INVALID_VALUE;
   const ErrorText* e = Find(error);
   *text = e == nullptr ? nullptr : e->text;

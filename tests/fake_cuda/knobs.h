@@ -15,8 +15,8 @@ namespace fake {
 constexpr int kMaxDevices = 8;
 
 struct Knobs {
-  // What cuDriverGetVersion reports; cuGetProcAddress refuses newer ABIs and
-  // cuMemCreate at CU_MEM_LOCATION_TYPE_HOST needs >= 13000.
+  // What cuDriverGetVersion reports; cuGetProcAddress refuses newer ABIs,
+  // HOST_NUMA memory needs >= 12020 and HOST memory >= 13000.
   std::atomic<int> driver_version{12040};
   std::atomic<int> device_count{1};
   // Host-located VMM (attributes 141 and 145, HOST_NUMA / HOST cuMemCreate).

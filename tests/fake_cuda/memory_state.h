@@ -3,8 +3,9 @@
 // refers to a handle, and a released handle's memory returns to its pool
 // only when its last mapping goes, so the two change in the same step.
 //
-// Invariants (CheckMemoryInvariants in fake_cuda_test via the observers):
+// Invariants (checked by fake_cuda_check_invariants, invariants.cc):
 //   pool.used == sum of handle.size over the pool's handles (released or not)
+//   pool.used + sum of pool.free_extents == kPoolSpan
 //   handle.mappings == number of mappings of the handle
 //   a released handle exists only while handle.mappings > 0
 //   every mapping lies inside one reservation and mappings do not overlap.

@@ -87,6 +87,8 @@ CUresult ValidateProp(const CUmemAllocationProp* prop, bool* host) {
       *host = false;
       return CUDA_SUCCESS;
     case CU_MEM_LOCATION_TYPE_HOST_NUMA:
+      // Drivers before 12.2 do not know HOST_NUMA as a cuMemCreate location.
+      if (k.driver_version < 12020) return CUDA_ERROR_INVALID_VALUE;
       if (!k.host_vmm_supported) return CUDA_ERROR_NOT_SUPPORTED;
       if (prop->location.id != 0) return CUDA_ERROR_INVALID_VALUE;  // one node
       *host = true;
@@ -132,7 +134,7 @@ void FreeHandle(MemoryState& m, uint64_t handle_id) {
 
 CUresult cuMemGetAllocationGranularity(size_t* granularity,
                                        const CUmemAllocationProp* prop,
-                                       int option) {
+                                       int option) noexcept {
   if (CUresult r = RequireInitialized()) return r;
   if (granularity == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (option != CU_MEM_ALLOC_GRANULARITY_MINIMUM &&
@@ -146,7 +148,7 @@ CUresult cuMemGetAllocationGranularity(size_t* granularity,
 }
 
 CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
-                     const CUmemAllocationProp* prop, unsigned long long flags) {
+                     const CUmemAllocationProp* prop, unsigned long long flags) noexcept {
   Context* context = nullptr;
   if (CUresult r = RequireContext(&context)) return r;
   const Knobs& k = GetKnobs();
@@ -173,7 +175,7 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
   return CUDA_SUCCESS;
 }
 
-CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
+CUresult cuMemRelease(CUmemGenericAllocationHandle handle) noexcept {
   Context* context = nullptr;
   if (CUresult r = RequireContext(&context)) return r;
   MemoryState& m = Memory();

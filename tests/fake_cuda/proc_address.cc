@@ -93,13 +93,13 @@ CUresult GetProcAddressV1(const char* symbol, void** pfn, int cuda_version,
 FAKE_CUDA_EXPORT lms::cu::CUresult cuGetProcAddress_v2(const char* symbol, void** pfn,
                                                        int cuda_version,
                                                        unsigned long long flags,
-                                                       int* symbol_status) {
+                                                       int* symbol_status) noexcept {
   return lms::cu::fake::GetProcAddressV2(symbol, pfn, cuda_version, flags,
                                          symbol_status);
 }
 
 FAKE_CUDA_EXPORT lms::cu::CUresult cuGetProcAddress(const char* symbol, void** pfn,
                                                     int cuda_version,
-                                                    unsigned long long flags) {
+                                                    unsigned long long flags) noexcept {
   return lms::cu::fake::GetProcAddressV1(symbol, pfn, cuda_version, flags);
 }

@@ -27,6 +27,10 @@ CUresult Enqueue(CUstream stream, std::function<void(Context*)> op);
 size_t LiveStreams();
 size_t LiveEvents();
 
+// Destroys every stream (after its queued work ran, as cuStreamDestroy) and
+// every event; returns how many there were.
+size_t DestroyAllStreamsAndEvents();
+
 }  // namespace fake
 }  // namespace cu
 }  // namespace lms
