@@ -1,7 +1,8 @@
-# make test   the whole suite: the engine's thread-safety analysis, its C++ tests under
-#             ASan/UBSan and TSan, then pytest
+# make test   the whole suite: the thread-safety analysis, the engine's C++ tests under
+#             ASan/UBSan and TSan, the fake CUDA driver's tests, then pytest
 # make demo   the README's main job
 # make bench-allocator   allocator benchmark against TensorFlow's own BFC allocator
+# make fake-cuda   the fake CUDA driver of the tests (build/fake_cuda/libfakecuda*.so)
 #
 # Every target bootstraps .venv (tensorflow-cpu 2.21.0 and the build tools) on
 # first use, so a fresh clone needs only Python 3.11, pip, a C++ compiler and make.
@@ -22,11 +23,37 @@ ASAN_FLAGS := -O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sani
 TSAN_FLAGS := -O1 -fsanitize=thread
 # clang (from the pinned ziglang wheel, so no system clang or root is needed)
 # checks every LMS_GUARDED_BY / LMS_EXCLUSIVE_LOCKS_REQUIRED in the engine.
+# The fake CUDA driver (tests/fake_cuda): a shared library exporting only the
+# cuGetProcAddress bootstrap and its fake_cuda_* test API. Tests built with a
+# sanitizer load the variant built with the same one (FAKE_CUDA_ASAN_LIB for
+# ASAN_FLAGS binaries, FAKE_CUDA_TSAN_LIB for TSAN_FLAGS), by path through
+# TF_LMS_CUDA_DRIVER_PATH, as the CUDA backend loads libcuda.so.1.
+FAKE_CUDA_DIR := tests/fake_cuda
+FAKE_CUDA_SRCS := $(wildcard $(FAKE_CUDA_DIR)/*.cc)
+FAKE_CUDA_HDRS := $(wildcard $(FAKE_CUDA_DIR)/*.h) $(FAKE_CUDA_DIR)/exports.map \
+                  $(CC_SRC)/backends/cuda_driver_api.h $(CC_SRC)/engine/thread_annotations.h
+FAKE_CUDA_CXXFLAGS := -std=c++17 -g -Wall -Wextra -fPIC -shared -fvisibility=hidden \
+                      -I$(CC_SRC) -I$(FAKE_CUDA_DIR) -pthread \
+                      -Wl,--version-script=$(FAKE_CUDA_DIR)/exports.map
+FAKE_CUDA_LIB := $(BUILD)/fake_cuda/libfakecuda.so
+FAKE_CUDA_ASAN_LIB := $(BUILD)/fake_cuda/libfakecuda_asan.so
+FAKE_CUDA_TSAN_LIB := $(BUILD)/fake_cuda/libfakecuda_tsan.so
+# The toolkit's cuda.h, against which tests/cc/cuda_abi_test.cc checks
+# cuda_driver_api.h (only that test needs it).
+CUDA_INCLUDE ?= /usr/local/cuda/include
+# The engine's C++ tests run over both backends (tests/cc/test_backend.h):
+# POSIX, then CUDA over the fake driver built with the same sanitizer.
+ENGINE_TEST_HDRS := tests/cc/test_backend.h tests/cc/fake_cuda_access.h \
+                    $(FAKE_CUDA_DIR)/fake_cuda.h
+ENGINE_TEST_CXXFLAGS := -Itests
+CUDA_TEST_ASAN := LMS_TEST_BACKEND=cuda TF_LMS_CUDA_DRIVER_PATH=$(FAKE_CUDA_ASAN_LIB)
+CUDA_TEST_TSAN := LMS_TEST_BACKEND=cuda TF_LMS_CUDA_DRIVER_PATH=$(FAKE_CUDA_TSAN_LIB)
 THREAD_SAFETY_FLAGS := -std=c++17 -c -Wall -Wextra -Wthread-safety -Wthread-safety-beta \
                        -Werror -I$(CC_SRC)
 
 .PHONY: all build test test-asan test-tsan test-thread-safety test-python demo bench-allocator \
-        bench-maxbatch bench-mincap clean test-gpu-wheel
+        bench-maxbatch bench-mincap clean fake-cuda test-fake-cuda mutation-check-cuda \
+        test-gpu-wheel
 
 all: build
 
@@ -45,35 +72,98 @@ $(VENV)/.built: $(VENV)/.bootstrapped $(PACKAGE_SRCS) CMakeLists.txt pyproject.t
 
 build: $(VENV)/.built
 
-$(BUILD)/cc/engine_test_asan: $(ENGINE_SRCS) $(ENGINE_HDRS) tests/cc/engine_test.cc
+$(BUILD)/cc/engine_test_asan: $(ENGINE_SRCS) $(ENGINE_HDRS) $(ENGINE_TEST_HDRS) tests/cc/engine_test.cc
 	@mkdir -p $(@D)
 	@echo "== Compiling $@"
-	$(CXX) $(TEST_CXXFLAGS) $(ASAN_FLAGS) $(ENGINE_SRCS) tests/cc/engine_test.cc -o $@
+	$(CXX) $(TEST_CXXFLAGS) $(ENGINE_TEST_CXXFLAGS) $(ASAN_FLAGS) $(ENGINE_SRCS) tests/cc/engine_test.cc -ldl -o $@
 
-$(BUILD)/cc/concurrency_test_asan: $(ENGINE_SRCS) $(ENGINE_HDRS) tests/cc/concurrency_test.cc
+$(BUILD)/cc/concurrency_test_asan: $(ENGINE_SRCS) $(ENGINE_HDRS) $(ENGINE_TEST_HDRS) tests/cc/concurrency_test.cc
 	@mkdir -p $(@D)
 	@echo "== Compiling $@"
-	$(CXX) $(TEST_CXXFLAGS) $(ASAN_FLAGS) $(ENGINE_SRCS) tests/cc/concurrency_test.cc -o $@
+	$(CXX) $(TEST_CXXFLAGS) $(ENGINE_TEST_CXXFLAGS) $(ASAN_FLAGS) $(ENGINE_SRCS) tests/cc/concurrency_test.cc -ldl -o $@
 
-$(BUILD)/cc/concurrency_test_tsan: $(ENGINE_SRCS) $(ENGINE_HDRS) tests/cc/concurrency_test.cc
+$(BUILD)/cc/concurrency_test_tsan: $(ENGINE_SRCS) $(ENGINE_HDRS) $(ENGINE_TEST_HDRS) tests/cc/concurrency_test.cc
 	@mkdir -p $(@D)
 	@echo "== Compiling $@"
-	$(CXX) $(TEST_CXXFLAGS) $(TSAN_FLAGS) $(ENGINE_SRCS) tests/cc/concurrency_test.cc -o $@
+	$(CXX) $(TEST_CXXFLAGS) $(ENGINE_TEST_CXXFLAGS) $(TSAN_FLAGS) $(ENGINE_SRCS) tests/cc/concurrency_test.cc -ldl -o $@
 
-test-asan: $(BUILD)/cc/engine_test_asan $(BUILD)/cc/concurrency_test_asan
-	@echo "== Engine tests under ASan/UBSan"
+test-asan: $(BUILD)/cc/engine_test_asan $(BUILD)/cc/concurrency_test_asan \
+           $(BUILD)/cc/cuda_backend_test_asan $(FAKE_CUDA_ASAN_LIB)
+	@echo "== Engine tests under ASan/UBSan (POSIX backend)"
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 $(BUILD)/cc/engine_test_asan
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 $(BUILD)/cc/concurrency_test_asan
+	@echo "== Engine tests under ASan/UBSan (CUDA backend, fake driver)"
+	$(CUDA_TEST_ASAN) ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 $(BUILD)/cc/engine_test_asan
+	$(CUDA_TEST_ASAN) ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 $(BUILD)/cc/concurrency_test_asan
+	@echo "== CUDA backend contract and stream-ordering tests under ASan/UBSan"
+	$(CUDA_TEST_ASAN) ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 $(BUILD)/cc/cuda_backend_test_asan
 
-test-tsan: $(BUILD)/cc/concurrency_test_tsan
-	@echo "== Concurrency test under TSan"
+test-tsan: $(BUILD)/cc/concurrency_test_tsan $(BUILD)/cc/cuda_backend_test_tsan \
+           $(FAKE_CUDA_TSAN_LIB)
+	@echo "== Concurrency test under TSan (POSIX, then CUDA over the fake driver)"
 	TSAN_OPTIONS=halt_on_error=1 $(BUILD)/cc/concurrency_test_tsan
+	$(CUDA_TEST_TSAN) TSAN_OPTIONS=halt_on_error=1 $(BUILD)/cc/concurrency_test_tsan
+	@echo "== CUDA backend tests under TSan"
+	$(CUDA_TEST_TSAN) TSAN_OPTIONS=halt_on_error=1 $(BUILD)/cc/cuda_backend_test_tsan
 
-$(BUILD)/cc/thread_safety.stamp: $(ENGINE_SRCS) $(ENGINE_HDRS) $(VENV)/.bootstrapped
+fake-cuda: $(FAKE_CUDA_LIB) $(FAKE_CUDA_ASAN_LIB) $(FAKE_CUDA_TSAN_LIB)
+
+$(FAKE_CUDA_LIB): $(FAKE_CUDA_SRCS) $(FAKE_CUDA_HDRS)
 	@mkdir -p $(@D)
-	@echo "== Thread-safety analysis of the engine (clang -Wthread-safety -Werror)"
-	@for f in $(ENGINE_SRCS); do \
-	  $(PY) -m ziglang c++ $(THREAD_SAFETY_FLAGS) $$f -o $(BUILD)/cc/thread_safety.o || exit 1; \
+	@echo "== Compiling $@"
+	$(CXX) $(FAKE_CUDA_CXXFLAGS) -O2 $(FAKE_CUDA_SRCS) -o $@
+
+$(FAKE_CUDA_ASAN_LIB): $(FAKE_CUDA_SRCS) $(FAKE_CUDA_HDRS)
+	@mkdir -p $(@D)
+	@echo "== Compiling $@"
+	$(CXX) $(FAKE_CUDA_CXXFLAGS) $(ASAN_FLAGS) $(FAKE_CUDA_SRCS) -o $@
+
+$(FAKE_CUDA_TSAN_LIB): $(FAKE_CUDA_SRCS) $(FAKE_CUDA_HDRS)
+	@mkdir -p $(@D)
+	@echo "== Compiling $@"
+	$(CXX) $(FAKE_CUDA_CXXFLAGS) $(TSAN_FLAGS) $(FAKE_CUDA_SRCS) -o $@
+
+$(BUILD)/cc/fake_cuda_test_asan: tests/cc/fake_cuda_test.cc tests/cc/harness.h $(FAKE_CUDA_HDRS)
+	@mkdir -p $(@D)
+	@echo "== Compiling $@"
+	$(CXX) $(TEST_CXXFLAGS) -I$(FAKE_CUDA_DIR) $(ASAN_FLAGS) tests/cc/fake_cuda_test.cc -ldl -o $@
+
+$(BUILD)/cc/fake_cuda_test_tsan: tests/cc/fake_cuda_test.cc tests/cc/harness.h $(FAKE_CUDA_HDRS)
+	@mkdir -p $(@D)
+	@echo "== Compiling $@"
+	$(CXX) $(TEST_CXXFLAGS) -I$(FAKE_CUDA_DIR) $(TSAN_FLAGS) tests/cc/fake_cuda_test.cc -ldl -o $@
+
+$(CUDA_INCLUDE)/cuda.h:
+	@echo "error: $@ is missing. tests/cc/cuda_abi_test.cc checks cuda_driver_api.h" \
+	      "against the CUDA toolkit's cuda.h: install the CUDA toolkit headers" \
+	      "(NVIDIA's cuda-cudart-dev / cuda-toolkit package, any version >= 12.0)" \
+	      "or point CUDA_INCLUDE at the directory holding cuda.h." >&2
+	@exit 1
+
+$(BUILD)/cc/cuda_abi_test: tests/cc/cuda_abi_test.cc $(CC_SRC)/backends/cuda_driver_api.h $(CUDA_INCLUDE)/cuda.h
+	@mkdir -p $(@D)
+	@echo "== Compiling $@ (static checks against $(CUDA_INCLUDE)/cuda.h)"
+	$(CXX) $(TEST_CXXFLAGS) -isystem $(CUDA_INCLUDE) tests/cc/cuda_abi_test.cc -o $@
+
+# The fake driver's own tests under ASan/UBSan and TSan, each loading the
+# library built with the same sanitizer, and the ABI check of the contract.
+test-fake-cuda: $(BUILD)/cc/fake_cuda_test_asan $(BUILD)/cc/fake_cuda_test_tsan \
+                $(FAKE_CUDA_ASAN_LIB) $(FAKE_CUDA_TSAN_LIB) $(BUILD)/cc/cuda_abi_test
+	@echo "== cuda_driver_api.h against the toolkit's cuda.h"
+	$(BUILD)/cc/cuda_abi_test
+	@echo "== Fake CUDA driver tests under ASan/UBSan"
+	TF_LMS_CUDA_DRIVER_PATH=$(FAKE_CUDA_ASAN_LIB) ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+	  $(BUILD)/cc/fake_cuda_test_asan
+	@echo "== Fake CUDA driver tests under TSan"
+	TF_LMS_CUDA_DRIVER_PATH=$(FAKE_CUDA_TSAN_LIB) TSAN_OPTIONS=halt_on_error=1 \
+	  $(BUILD)/cc/fake_cuda_test_tsan
+
+$(BUILD)/cc/thread_safety.stamp: $(ENGINE_SRCS) $(ENGINE_HDRS) $(FAKE_CUDA_SRCS) $(FAKE_CUDA_HDRS) \
+                                 $(VENV)/.bootstrapped
+	@mkdir -p $(@D)
+	@echo "== Thread-safety analysis of the engine and the fake CUDA driver (clang -Wthread-safety -Werror)"
+	@for f in $(ENGINE_SRCS) $(FAKE_CUDA_SRCS); do \
+	  $(PY) -m ziglang c++ $(THREAD_SAFETY_FLAGS) -I$(FAKE_CUDA_DIR) $$f -o $(BUILD)/cc/thread_safety.o || exit 1; \
 	done
 	touch $@
 
@@ -109,11 +199,33 @@ test-gpu-wheel: $(GPU_VENV)/.built fake-cuda
 	@echo "== TensorFlow tests with the GPU wheel"
 	LD_BIND_NOW=1 $(GPU_PY) -m pytest $(GPU_WHEEL_TESTS)
 
-test-python: build
+
+# The CUDA backend's own tests (contract, fault injection, stream order).
+$(BUILD)/cc/cuda_backend_test_asan: $(ENGINE_SRCS) $(ENGINE_HDRS) $(ENGINE_TEST_HDRS) \
+                                    tests/cc/cuda_backend_test.cc
+	@mkdir -p $(@D)
+	@echo "== Compiling $@"
+	$(CXX) $(TEST_CXXFLAGS) $(ENGINE_TEST_CXXFLAGS) $(ASAN_FLAGS) $(ENGINE_SRCS) \
+	  tests/cc/cuda_backend_test.cc -ldl -o $@
+
+$(BUILD)/cc/cuda_backend_test_tsan: $(ENGINE_SRCS) $(ENGINE_HDRS) $(ENGINE_TEST_HDRS) \
+                                    tests/cc/cuda_backend_test.cc
+	@mkdir -p $(@D)
+	@echo "== Compiling $@"
+	$(CXX) $(TEST_CXXFLAGS) $(ENGINE_TEST_CXXFLAGS) $(TSAN_FLAGS) $(ENGINE_SRCS) \
+	  tests/cc/cuda_backend_test.cc -ldl -o $@
+
+# Proves the stream-ordering tests fail without the fence or the host wait
+# (tests/cc/mutation_check.py; mutated copies live in build/, never in the
+# sources). About a minute; not part of `make test`.
+mutation-check-cuda: $(FAKE_CUDA_LIB)
+	$(PY) tests/cc/mutation_check.py $(BUILD)/mutation $(CXX) $(FAKE_CUDA_LIB)
+
+test-python: build $(FAKE_CUDA_LIB)
 	@echo "== Python tests"
 	$(PY) -m pytest tests
 
-test: test-thread-safety test-asan test-tsan test-python
+test: test-thread-safety test-asan test-tsan test-fake-cuda test-python
 
 # ResNet-50 at batch 32 (about 900 MiB at its peak) in 256 MiB of emulated
 # device memory: trains with LMS, runs out of memory without (about a minute).

@@ -1,4 +1,5 @@
-"""Shared fixtures: engines over emulated device memory with small granules.
+"""Shared fixtures: engines over emulated device memory with small granules,
+and over the CUDA backend on the fake CUDA driver (tests/fake_cuda).
 
 Tests use 64 KiB granules so that "device memory" of a few MiB holds enough
 granules for eviction, fragmentation and page-in to happen often and fast.
@@ -6,7 +7,11 @@ granules for eviction, fragmentation and page-in to happen often and fast.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import ctypes
+import gc
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -30,3 +35,44 @@ def make_engine() -> Callable[..., Engine]:
                       granule_bytes=GRANULE, **options)
 
     return factory
+
+
+# The fake driver `make fake-cuda` builds; TF_LMS_CUDA_DRIVER_PATH, if set,
+# names another build of it (the sanitizer variants).
+FAKE_CUDA = Path(__file__).resolve().parent.parent / "build" / "fake_cuda" / "libfakecuda.so"
+
+
+def load_fake_cuda() -> ctypes.CDLL:
+    """Points the CUDA backend at the fake driver and returns its library.
+
+    The backend reads TF_LMS_CUDA_DRIVER_PATH each time an engine is made, so
+    setting it here, before the first cuda engine, is enough; ctypes loads the
+    same library (same path, same handle) to reach the fake's test knobs.
+    Nothing of the fake may be alive on the first call (the granularity is
+    set to the tests' granule then).
+    """
+    path = os.environ.setdefault("TF_LMS_CUDA_DRIVER_PATH", str(FAKE_CUDA))
+    if not Path(path).is_file():
+        pytest.fail(f"the fake CUDA driver {path} is missing: run `make fake-cuda`")
+    lib = ctypes.CDLL(path)
+    if not getattr(load_fake_cuda, "granule_set", False):
+        gc.collect()
+        assert lib.fake_cuda_set_granularity(ctypes.c_size_t(GRANULE)) == 0, (
+            "fake CUDA objects are alive before the first cuda engine")
+        load_fake_cuda.granule_set = True
+    return lib
+
+
+@pytest.fixture(scope="module")
+def fake_cuda() -> Iterator[ctypes.CDLL]:
+    """The fake CUDA driver, ready for Engine(..., backend="cuda").
+
+    TF_LMS_CUDA_DRIVER_PATH is restored after the module, so that no later
+    test (nor the TensorFlow programs they start) sees the fake.
+    """
+    saved = os.environ.get("TF_LMS_CUDA_DRIVER_PATH")
+    yield load_fake_cuda()
+    if saved is None:
+        os.environ.pop("TF_LMS_CUDA_DRIVER_PATH", None)
+    else:
+        os.environ["TF_LMS_CUDA_DRIVER_PATH"] = saved

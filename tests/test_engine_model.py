@@ -12,6 +12,8 @@ pages that are evicted and paged in whole) alike. After every step:
   - the statistics add up: in use == live bytes, active == bytes of live
     allocations in pinned units, reclaimed now == host use == evicted units;
   - Engine.check_invariants() holds (granule accounting, cache, LRU, pages).
+It runs over both backends: POSIX, and CUDA over the fake driver (where
+every byte is read through the backend's copies).
 With LMS on, a request nobody pins never fails (it is born evicted if the
 device is full); a pinned one may fail only if it could not fit even after
 evicting every inactive unit and remapping every cached granule.
@@ -23,6 +25,7 @@ import os
 from collections import defaultdict
 from dataclasses import dataclass
 
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (RuleBasedStateMachine, invariant, precondition, rule,
@@ -64,12 +67,13 @@ def has_live(machine: "EngineModel") -> bool:
 
 
 class EngineModel(RuleBasedStateMachine):
+    BACKEND = "posix"  # the run's backend: a subclass per backend sets it
 
     def __init__(self) -> None:
         super().__init__()
         self.engine = Engine(DEVICE_GRANULES * GRANULE,
                              host_bytes=HOST_GRANULES * GRANULE,
-                             granule_bytes=GRANULE)
+                             granule_bytes=GRANULE, backend=self.BACKEND)
         self.live: dict[int, Live] = {}
         self.tokens: list[Token] = []
         self.unit_pins: dict[int, int] = defaultdict(int)  # unit address -> pins
@@ -245,9 +249,21 @@ class EngineModel(RuleBasedStateMachine):
         assert stats["peak_bytes_in_use"] >= stats["bytes_in_use"]
 
 
-def test_engine_matches_its_model_under_random_use():
-    run_state_machine_as_test(EngineModel, settings=settings(
-        max_examples=int(os.environ.get("LMS_MODEL_EXAMPLES", "300")),
+# Examples per backend: the CUDA backend over the fake driver is slower (every
+# verify_pattern is a driver copy), so it runs fewer.
+EXAMPLES = {"posix": int(os.environ.get("LMS_MODEL_EXAMPLES", "300")),
+            "cuda": int(os.environ.get("LMS_MODEL_EXAMPLES_CUDA", "100"))}
+
+
+@pytest.mark.parametrize("backend", ["posix", "cuda"])
+def test_engine_matches_its_model_under_random_use(backend, request):
+    if backend == "cuda":
+        request.getfixturevalue("fake_cuda")
+    for key in TOTALS:
+        TOTALS[key] = 0
+    model = type(f"EngineModel_{backend}", (EngineModel,), {"BACKEND": backend})
+    run_state_machine_as_test(model, settings=settings(
+        max_examples=EXAMPLES[backend],
         stateful_step_count=100,
         deadline=None,
         database=None,

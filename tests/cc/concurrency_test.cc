@@ -2,17 +2,18 @@
 // engine under a device capacity far below what they hold, so evictions and
 // page-ins interleave with every other call. Each thread checks every byte
 // of its allocations whenever it holds them pinned. Built plain and under
-// TSan (make test-tsan) and ASan.
+// TSan (make test-tsan) and ASan, over POSIX or, with LMS_TEST_BACKEND=cuda,
+// the CUDA backend over the fake driver (test_backend.h).
 #include <atomic>
 #include <cstdio>
 #include <random>
 #include <thread>
 #include <vector>
 
-#include "backends/posix_backend.h"
 #include "engine/engine.h"
 #include "harness.h"
-#include "testing/pattern.h"
+#include "test_backend.h"
+#include "testing/engine_pattern.h"
 
 namespace lms {
 namespace {
@@ -51,7 +52,7 @@ void Worker(Engine* engine, int thread, int steps, std::atomic<int>* corrupt,
         continue;
       }
       const uint64_t seed = rng();
-      FillPattern(p, bytes, seed);  // written while pinned
+      if (!FillAllocation(*engine, p, bytes, seed).ok()) ++*unexpected;  // while pinned
       if (!engine->Unpin(p, id).ok()) ++*unexpected;
       owned.push_back({p, bytes, seed});
     } else if (op < 8) {
@@ -62,7 +63,7 @@ void Worker(Engine* engine, int thread, int steps, std::atomic<int>* corrupt,
         if (s.code() != StatusCode::kResourceExhausted) ++*unexpected;
         continue;
       }
-      if (VerifyPattern(o.ptr, o.bytes, o.seed) != -1) ++*corrupt;
+      if (VerifyAllocation(*engine, o.ptr, o.bytes, o.seed) != -1) ++*corrupt;
       if (!engine->Unpin(o.ptr, id).ok()) ++*unexpected;
     } else if (op == 8) {
       Status s = engine->Evict(owned[rng() % owned.size()].ptr);
@@ -88,7 +89,7 @@ void Worker(Engine* engine, int thread, int steps, std::atomic<int>* corrupt,
   for (const Owned& o : owned) {
     uint64_t id = 0;
     if (engine->Pin(o.ptr, &id).ok()) {
-      if (VerifyPattern(o.ptr, o.bytes, o.seed) != -1) ++*corrupt;
+      if (VerifyAllocation(*engine, o.ptr, o.bytes, o.seed) != -1) ++*corrupt;
       engine->Unpin(o.ptr, id);
     }
     if (!engine->Free(o.ptr).ok()) ++*unexpected;
@@ -97,8 +98,7 @@ void Worker(Engine* engine, int thread, int steps, std::atomic<int>* corrupt,
 
 TEST(ConcurrentUseUnderPressureLosesNoByte) {
   for (bool defrag : {false, true}) {
-    std::unique_ptr<Backend> backend;
-    PosixBackend::Create(kGranule, &backend);
+    std::unique_ptr<Backend> backend = lms_test::MakeTestBackend(kGranule);
     EngineOptions o;
     o.device_bytes = 48 * kGranule;  // threads hold far more than this
     o.host_bytes = 1024 * kGranule;

@@ -1,5 +1,6 @@
-// Unit tests of the engine's parts and of the engine over the POSIX backend.
-// Built plain and under ASan/UBSan (make test-asan).
+// Unit tests of the engine's parts and of the engine over its backends:
+// POSIX, or CUDA over the fake driver with LMS_TEST_BACKEND=cuda
+// (test_backend.h). Built plain and under ASan/UBSan (make test-asan).
 #include <chrono>
 #include <cstdlib>
 #include <map>
@@ -9,7 +10,6 @@
 #include <thread>
 #include <vector>
 
-#include "backends/posix_backend.h"
 #include "engine/best_fit_arena.h"
 #include "engine/engine.h"
 #include "engine/env_options.h"
@@ -17,7 +17,8 @@
 #include "engine/reclaim_policy.h"
 #include "engine/residency.h"
 #include "harness.h"
-#include "testing/pattern.h"
+#include "test_backend.h"
+#include "testing/engine_pattern.h"
 
 namespace lms {
 namespace {
@@ -34,9 +35,7 @@ struct Setup {
 };
 
 std::unique_ptr<Engine> MakeEngine(const Setup& s) {
-  std::unique_ptr<Backend> backend;
-  Status st = PosixBackend::Create(kGranule, &backend);
-  if (!st.ok()) std::abort();
+  std::unique_ptr<Backend> backend = lms_test::MakeTestBackend(kGranule);
   EngineOptions o;
   o.device_bytes = s.device_granules * kGranule;
   o.host_bytes = s.host_granules * kGranule;
@@ -45,7 +44,7 @@ std::unique_ptr<Engine> MakeEngine(const Setup& s) {
   o.strict = s.strict;
   o.small_object_threshold = s.threshold;
   std::unique_ptr<Engine> e;
-  st = Engine::Create(o, std::move(backend), &e);
+  Status st = Engine::Create(o, std::move(backend), &e);
   if (!st.ok()) {
     std::printf("Engine::Create: %s\n", st.ToString().c_str());
     std::abort();
@@ -58,6 +57,20 @@ void* MustAllocate(Engine& e, size_t bytes, bool pin = false) {
   void* p = e.Allocate(bytes, pin, &s);
   if (p == nullptr) std::printf("  allocate %zu: %s\n", bytes, s.ToString().c_str());
   return p;
+}
+
+// The pattern at an allocation, through the engine's copies when the host
+// cannot touch the backend's memory (engine_pattern.h).
+void Fill(Engine& e, void* p, size_t bytes, uint64_t seed) {
+  Status s = FillAllocation(e, p, bytes, seed);
+  if (!s.ok()) std::printf("  fill: %s\n", s.ToString().c_str());
+}
+
+int64_t Verify(const Engine& e, const void* p, size_t bytes, uint64_t seed) {
+  Status s;
+  const int64_t bad = VerifyAllocation(e, p, bytes, seed, &s);
+  if (!s.ok()) std::printf("  verify: %s\n", s.ToString().c_str());
+  return bad;
 }
 
 bool Contains(const std::string& s, const std::string& part) {
@@ -186,6 +199,13 @@ TEST(ReclaimPolicyPrefersOneOldVictimThatFreesEnough) {
 
 // ----------------------------------------------------------------- engine
 
+TEST(TheEngineRunsOverTheBackendTheTestsAskFor) {
+  auto e = MakeEngine({});
+  EXPECT_EQ(std::string(e->backend().Name()) == "cuda", lms_test::UsingCuda());
+  EXPECT_EQ(e->backend().HostCanTouch(), !lms_test::UsingCuda());
+  EXPECT_EQ(e->granule_bytes(), kGranule);
+}
+
 TEST(LargeAllocationIsGranuleAlignedAndCountsWholeGranules) {
   auto e = MakeEngine({});
   void* p = MustAllocate(*e, kGranule + 1);
@@ -206,14 +226,14 @@ TEST(EvictionKeepsTheAddressAndEveryByte) {
   const size_t size = 3 * kGranule + 123;
   void* a = MustAllocate(*e, size);
   ASSERT_TRUE(a != nullptr);
-  FillPattern(a, size, 11);
+  Fill(*e, a, size, 11);
   EXPECT_OK(e->Evict(a));
   AllocationInfo info;
   EXPECT_OK(e->Inspect(a, &info));
   EXPECT_TRUE(info.evicted);
   EXPECT_EQ(info.address, reinterpret_cast<uintptr_t>(a));
   // Unpinned read of an evicted allocation: served from the host pool.
-  EXPECT_EQ(VerifyPattern(a, size, 11), -1);
+  EXPECT_EQ(Verify(*e, a, size, 11), -1);
   Statistics s = e->GetStatistics();
   EXPECT_EQ(s.current_bytes_reclaimed, static_cast<int64_t>(4 * kGranule));
   EXPECT_EQ(s.host_bytes_in_use, static_cast<int64_t>(4 * kGranule));
@@ -221,7 +241,7 @@ TEST(EvictionKeepsTheAddressAndEveryByte) {
   EXPECT_OK(e->Pin(static_cast<char*>(a) + 5, &id));  // interior pointer
   EXPECT_OK(e->Inspect(a, &info));
   EXPECT_TRUE(!info.evicted);
-  EXPECT_EQ(VerifyPattern(a, size, 11), -1);
+  EXPECT_EQ(Verify(*e, a, size, 11), -1);
   s = e->GetStatistics();
   EXPECT_EQ(s.num_page_ins, 1);
   EXPECT_EQ(s.current_bytes_reclaimed, 0);
@@ -236,8 +256,8 @@ TEST(PressureEvictsTheLeastRecentlyUsedInactiveAllocation) {
   void* a = MustAllocate(*e, size);
   void* b = MustAllocate(*e, size);
   ASSERT_TRUE(a && b);
-  FillPattern(a, size, 1);
-  FillPattern(b, size, 2);
+  Fill(*e, a, size, 1);
+  Fill(*e, b, size, 2);
   uint64_t id;
   EXPECT_OK(e->Pin(a, &id));  // a becomes most recently used
   EXPECT_OK(e->Unpin(a, id));
@@ -254,8 +274,8 @@ TEST(PressureEvictsTheLeastRecentlyUsedInactiveAllocation) {
   EXPECT_EQ(e->device_granules_in_use(), 8u);
   // Paging b in needs a's granules: a is inactive, so it goes.
   EXPECT_OK(e->Pin(b, &id));
-  EXPECT_EQ(VerifyPattern(b, size, 2), -1);
-  EXPECT_EQ(VerifyPattern(a, size, 1), -1);
+  EXPECT_EQ(Verify(*e, b, size, 2), -1);
+  EXPECT_EQ(Verify(*e, a, size, 1), -1);
   EXPECT_OK(e->Inspect(a, &ia));
   EXPECT_TRUE(ia.evicted);
   EXPECT_OK(e->Unpin(b, id));
@@ -266,14 +286,14 @@ TEST(SeveralSmallVictimsMakeAFullReclaim) {
   std::vector<void*> v;
   for (int i = 0; i < 4; ++i) {
     v.push_back(MustAllocate(*e, 2 * kGranule));
-    FillPattern(v.back(), 2 * kGranule, 100 + i);
+    Fill(*e, v.back(), 2 * kGranule, 100 + i);
   }
   void* big = MustAllocate(*e, 5 * kGranule);
   ASSERT_TRUE(big != nullptr);
   Statistics s = e->GetStatistics();
   EXPECT_EQ(s.num_full_reclaims, 1);
   EXPECT_EQ(s.num_evictions, 3);
-  for (int i = 0; i < 4; ++i) EXPECT_EQ(VerifyPattern(v[i], 2 * kGranule, 100 + i), -1);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(Verify(*e, v[i], 2 * kGranule, 100 + i), -1);
 }
 
 TEST(PinnedAllocationsAreNeverEvicted) {
@@ -309,7 +329,7 @@ TEST(DefragmentationRemapsCachedGranulesInsteadOfEvicting) {
     // a b c d, 2 granules each; free a and c: 4 free granules in two holes.
     void* p[4];
     for (void*& x : p) x = MustAllocate(*e, 2 * kGranule, /*pin=*/true);
-    FillPattern(p[1], 2 * kGranule, 5);
+    Fill(*e, p[1], 2 * kGranule, 5);
     EXPECT_OK(e->Free(p[0]));
     EXPECT_OK(e->Free(p[2]));
     EXPECT_EQ(e->cached_granules(), 4u);
@@ -326,7 +346,7 @@ TEST(DefragmentationRemapsCachedGranulesInsteadOfEvicting) {
       EXPECT_TRUE(big == nullptr);
       EXPECT_TRUE(Contains(s.message(), "defragmentation is off"));
     }
-    EXPECT_EQ(VerifyPattern(p[1], 2 * kGranule, 5), -1);
+    EXPECT_EQ(Verify(*e, p[1], 2 * kGranule, 5), -1);
   }
 }
 
@@ -337,7 +357,7 @@ TEST(SmallObjectsArePackedInPagesThatAreEvictedAndPagedInWhole) {
     small.push_back(MustAllocate(*e, 1000));
     ASSERT_TRUE(small.back() != nullptr);
     EXPECT_EQ(reinterpret_cast<uintptr_t>(small.back()) % 256, 0u);
-    FillPattern(small.back(), 1000, i);
+    Fill(*e, small.back(), 1000, i);
   }
   // 1024 bytes each: 64 per 64 KiB page.
   EXPECT_EQ(e->small_pages(), 2u);
@@ -353,7 +373,7 @@ TEST(SmallObjectsArePackedInPagesThatAreEvictedAndPagedInWhole) {
   EXPECT_OK(e->Inspect(small[63], &a));
   EXPECT_TRUE(a.evicted);
   EXPECT_EQ(e->device_granules_in_use(), 1u);
-  for (int i = 0; i < 100; ++i) EXPECT_EQ(VerifyPattern(small[i], 1000, i), -1);
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(Verify(*e, small[i], 1000, i), -1);
   EXPECT_OK(e->CheckInvariants());
   // Pinning any object of it pages the page in; the unit id unpins it.
   uint64_t id = 0;
@@ -367,7 +387,7 @@ TEST(SmallObjectsArePackedInPagesThatAreEvictedAndPagedInWhole) {
   ASSERT_TRUE(big != nullptr);
   EXPECT_OK(e->Inspect(small[99], &b));
   EXPECT_TRUE(b.evicted);
-  for (int i = 0; i < 100; ++i) EXPECT_EQ(VerifyPattern(small[i], 1000, i), -1);
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(Verify(*e, small[i], 1000, i), -1);
   EXPECT_OK(e->CheckInvariants());
   EXPECT_OK(e->Unpin(small[3], id));
   EXPECT_OK(e->Free(big));
@@ -411,7 +431,7 @@ TEST(APinnedPageOutlivesItsLastObjectUntilUnpinned) {
 TEST(NewSmallObjectsGoToResidentPagesOnly) {
   auto e = MakeEngine({/*device=*/4, /*host=*/4});
   void* a = MustAllocate(*e, 100);
-  FillPattern(a, 100, 7);
+  Fill(*e, a, 100, 7);
   EXPECT_OK(e->Evict(a));
   void* b = MustAllocate(*e, 100);
   AllocationInfo ia, ib;
@@ -419,7 +439,7 @@ TEST(NewSmallObjectsGoToResidentPagesOnly) {
   EXPECT_OK(e->Inspect(b, &ib));
   EXPECT_TRUE(ia.evicted && !ib.evicted && ia.unit_address != ib.unit_address);
   EXPECT_EQ(e->small_pages(), 2u);
-  EXPECT_EQ(VerifyPattern(a, 100, 7), -1);
+  EXPECT_EQ(Verify(*e, a, 100, 7), -1);
   EXPECT_OK(e->CheckInvariants());
 }
 
@@ -459,8 +479,8 @@ TEST(UnheldAllocationsAreBornEvictedWhenTheDeviceIsFull) {
   EXPECT_OK(e->Inspect(small, &info));
   EXPECT_TRUE(info.evicted);
   EXPECT_EQ(e->GetStatistics().num_born_evicted, 2);
-  FillPattern(born, 2 * kGranule, 11);
-  FillPattern(small, 300, 12);
+  Fill(*e, born, 2 * kGranule, 11);
+  Fill(*e, small, 300, 12);
   EXPECT_OK(e->CheckInvariants());
   // Its first pin pages it in once the device has room.
   uint64_t id = 0;
@@ -469,8 +489,8 @@ TEST(UnheldAllocationsAreBornEvictedWhenTheDeviceIsFull) {
   EXPECT_OK(e->Pin(born, &id));
   EXPECT_OK(e->Inspect(born, &info));
   EXPECT_TRUE(!info.evicted);
-  EXPECT_EQ(VerifyPattern(born, 2 * kGranule, 11), -1);
-  EXPECT_EQ(VerifyPattern(small, 300, 12), -1);
+  EXPECT_EQ(Verify(*e, born, 2 * kGranule, 11), -1);
+  EXPECT_EQ(Verify(*e, small, 300, 12), -1);
   EXPECT_OK(e->Unpin(born, id));
   EXPECT_OK(e->CheckInvariants());
 }
@@ -504,7 +524,7 @@ TEST(BadInputFailsCleanlyAndNamesTheCause) {
   EXPECT_TRUE(e->Allocate(9 * kGranule, false, &s) == nullptr);
   EXPECT_TRUE(Contains(s.message(), "exceeds the device memory"));
   void* a = MustAllocate(*e, kGranule);
-  FillPattern(a, kGranule, 3);
+  Fill(*e, a, kGranule, 3);
   int stack_value = 0;
   EXPECT_TRUE(Contains(e->Free(&stack_value).message(), "no live allocation"));
   EXPECT_TRUE(Contains(e->Free(static_cast<char*>(a) + 64).message(), "no live allocation"));
@@ -513,7 +533,7 @@ TEST(BadInputFailsCleanlyAndNamesTheCause) {
   EXPECT_OK(e->Pin(a, &id));
   EXPECT_TRUE(Contains(e->Unpin(a, id + 1).message(), "was freed"));
   EXPECT_OK(e->Unpin(a, id));
-  EXPECT_EQ(VerifyPattern(a, kGranule, 3), -1);
+  EXPECT_EQ(Verify(*e, a, kGranule, 3), -1);
   EXPECT_OK(e->Free(a));
   EXPECT_TRUE(Contains(e->Free(a).message(), "already freed"));
   void* small = MustAllocate(*e, 100);
@@ -525,7 +545,7 @@ TEST(HostPoolExhaustedWhileEvictingIsAnErrorNamingTheSetting) {
   auto e = MakeEngine({/*device=*/4, /*host=*/2});
   void* a = MustAllocate(*e, 4 * kGranule);
   ASSERT_TRUE(a != nullptr);
-  FillPattern(a, 4 * kGranule, 9);
+  Fill(*e, a, 4 * kGranule, 9);
   Status s;
   EXPECT_TRUE(e->Allocate(kGranule, /*pin=*/true, &s) == nullptr);
   EXPECT_TRUE(Contains(s.message(), "TF_GPU_HOST_MEM_LIMIT_IN_MB"));
@@ -533,7 +553,7 @@ TEST(HostPoolExhaustedWhileEvictingIsAnErrorNamingTheSetting) {
   AllocationInfo info;
   EXPECT_OK(e->Inspect(a, &info));
   EXPECT_TRUE(!info.evicted);
-  EXPECT_EQ(VerifyPattern(a, 4 * kGranule, 9), -1);
+  EXPECT_EQ(Verify(*e, a, 4 * kGranule, 9), -1);
   EXPECT_OK(e->Free(a));
   EXPECT_TRUE(MustAllocate(*e, kGranule) != nullptr);
 }
@@ -541,11 +561,23 @@ TEST(HostPoolExhaustedWhileEvictingIsAnErrorNamingTheSetting) {
 TEST(StrictModeReportsUnpinnedTouchesOfEvictedMemory) {
   Setup setup;
   setup.strict = true;
+  if (lms_test::UsingCuda()) {
+    // A no-access mapping would kill a CUDA context: strict mode is refused.
+    EngineOptions o;
+    o.device_bytes = 4 * kGranule;
+    o.strict = true;
+    std::unique_ptr<Engine> refused;
+    Status s = Engine::Create(o, lms_test::MakeTestBackend(kGranule), &refused);
+    EXPECT_TRUE(s.code() == StatusCode::kInvalidArgument);
+    EXPECT_TRUE(Contains(s.message(), "TF_LMS_STRICT"));
+    EXPECT_TRUE(Contains(s.message(), "emulated device"));
+    return;
+  }
   auto e = MakeEngine(setup);
   const size_t size = 2 * kGranule;
   char* a = static_cast<char*>(MustAllocate(*e, size));
   ASSERT_TRUE(a != nullptr);
-  FillPattern(a, size, 4);
+  Fill(*e, a, size, 4);
   EXPECT_OK(e->Evict(a));
   StrictMonitor::SetThreadLabel("MatMul/test");
   volatile char touched = a[kGranule + 7];  // unpinned: faults, is reported
@@ -559,7 +591,7 @@ TEST(StrictModeReportsUnpinnedTouchesOfEvictedMemory) {
   EXPECT_TRUE(report[0].label == "MatMul/test");
   uint64_t id;
   EXPECT_OK(e->Pin(a, &id));  // a pinned touch is not reported
-  EXPECT_EQ(VerifyPattern(a, size, 4), -1);
+  EXPECT_EQ(Verify(*e, a, size, 4), -1);
   EXPECT_EQ(e->UnpinnedTouches().size(), 1u);
 }
 
@@ -581,14 +613,13 @@ TEST(AFailedRequestCanWaitForAnotherUserToRelease) {
   EXPECT_EQ(e->GetStatistics().num_evictions, 1);
 }
 
-// A POSIX backend whose next Map fails after it has mapped part of the
+// The test backend, whose next Map fails after it has mapped part of the
 // range, as backend.h allows: every slot of the call ends up unmapped.
 class FaultyBackend : public Backend {
  public:
-  explicit FaultyBackend(int* fail_next_map) : fail_next_map_(fail_next_map) {
-    if (!PosixBackend::Create(kGranule, &inner_).ok()) std::abort();
-  }
-  const char* Name() const override { return "faulty-posix"; }
+  explicit FaultyBackend(int* fail_next_map)
+      : inner_(lms_test::MakeTestBackend(kGranule)), fail_next_map_(fail_next_map) {}
+  const char* Name() const override { return "faulty"; }
   size_t granule_bytes() const override { return inner_->granule_bytes(); }
   Status ReserveAddressRange(size_t bytes, uintptr_t* base) override {
     return inner_->ReserveAddressRange(bytes, base);
@@ -616,6 +647,13 @@ class FaultyBackend : public Backend {
   }
   Status CopiesAfterCompute() override { return inner_->CopiesAfterCompute(); }
   Status WaitForCopies() override { return inner_->WaitForCopies(); }
+  bool HostCanTouch() const override { return inner_->HostCanTouch(); }
+  Status CopyToHost(void* dst, uintptr_t address, size_t bytes) override {
+    return inner_->CopyToHost(dst, address, bytes);
+  }
+  Status CopyFromHost(uintptr_t address, const void* src, size_t bytes) override {
+    return inner_->CopyFromHost(address, src, bytes);
+  }
 
  private:
   std::unique_ptr<Backend> inner_;
@@ -637,14 +675,14 @@ TEST(AFailedRemapLosesNoByteAndLeaksNoGranule) {
   int fail = 0;
   auto e = MakeFaultyEngine(&fail);
   void* a = MustAllocate(*e, 2 * kGranule);
-  FillPattern(a, 2 * kGranule, 21);
+  Fill(*e, a, 2 * kGranule, 21);
   AllocationInfo info;
   // Eviction: the copy is made, the remap to host memory fails.
   fail = 1;
   EXPECT_TRUE(e->Evict(a).code() == StatusCode::kInternal);
   EXPECT_OK(e->Inspect(a, &info));
   EXPECT_TRUE(!info.evicted);
-  EXPECT_EQ(VerifyPattern(a, 2 * kGranule, 21), -1);
+  EXPECT_EQ(Verify(*e, a, 2 * kGranule, 21), -1);
   EXPECT_EQ(e->GetStatistics().host_bytes_in_use, 0);
   EXPECT_OK(e->CheckInvariants());
   // Page-in: the remap to device memory fails; it stays evicted, readable.
@@ -654,10 +692,10 @@ TEST(AFailedRemapLosesNoByteAndLeaksNoGranule) {
   EXPECT_TRUE(e->Pin(a, &id).code() == StatusCode::kInternal);
   EXPECT_OK(e->Inspect(a, &info));
   EXPECT_TRUE(info.evicted && info.pin_count == 0);
-  EXPECT_EQ(VerifyPattern(a, 2 * kGranule, 21), -1);
+  EXPECT_EQ(Verify(*e, a, 2 * kGranule, 21), -1);
   EXPECT_OK(e->CheckInvariants());
   EXPECT_OK(e->Pin(a, &id));
-  EXPECT_EQ(VerifyPattern(a, 2 * kGranule, 21), -1);
+  EXPECT_EQ(Verify(*e, a, 2 * kGranule, 21), -1);
   EXPECT_OK(e->Unpin(a, id));
   // Placement: the new range's mapping fails; its granules go back.
   const size_t before = e->device_granules_in_use();
@@ -667,7 +705,7 @@ TEST(AFailedRemapLosesNoByteAndLeaksNoGranule) {
   EXPECT_EQ(e->device_granules_in_use(), before);
   EXPECT_OK(e->CheckInvariants());
   EXPECT_TRUE(MustAllocate(*e, 2 * kGranule, /*pin=*/true) != nullptr);
-  EXPECT_EQ(VerifyPattern(a, 2 * kGranule, 21), -1);
+  EXPECT_EQ(Verify(*e, a, 2 * kGranule, 21), -1);
   EXPECT_OK(e->CheckInvariants());
 }
 
@@ -676,7 +714,7 @@ TEST(APinThatCannotPageInFailsCleanlyAndIsCounted) {
   setup.device_granules = 4;
   auto e = MakeEngine(setup);
   void* a = MustAllocate(*e, 3 * kGranule);
-  FillPattern(a, 3 * kGranule, 8);
+  Fill(*e, a, 3 * kGranule, 8);
   EXPECT_OK(e->Evict(a));
   void* b = MustAllocate(*e, 2 * kGranule, /*pin=*/true);  // leaves 2 free
   ASSERT_TRUE(b != nullptr);
@@ -690,7 +728,7 @@ TEST(APinThatCannotPageInFailsCleanlyAndIsCounted) {
   AllocationInfo info;
   EXPECT_OK(e->Inspect(a, &info));
   EXPECT_EQ(info.pin_count, 0u);
-  EXPECT_EQ(VerifyPattern(a, 3 * kGranule, 8), -1);  // still readable in place
+  EXPECT_EQ(Verify(*e, a, 3 * kGranule, 8), -1);  // still readable in place
 }
 
 TEST(EnvironmentValuesAreCheckedAndNamed) {

@@ -1,5 +1,6 @@
 #include "backends/backend_factory.h"
 
+#include "backends/cuda_backend.h"
 #include "backends/posix_backend.h"
 
 namespace lms {
@@ -23,8 +24,12 @@ Status CreateBackend(const BackendSpec& spec, std::unique_ptr<Backend>* out) {
   switch (spec.kind) {
     case BackendKind::kPosix:
       return PosixBackend::Create(spec.granule_bytes, out);
-    case BackendKind::kCuda:
-      return FailedPrecondition("the CUDA backend is not built yet");
+    case BackendKind::kCuda: {
+      std::unique_ptr<CudaBackend> cuda;
+      LMS_RETURN_IF_ERROR(CudaBackend::Create(spec.device_ordinal, spec.granule_bytes, &cuda));
+      *out = std::move(cuda);
+      return Status::Ok();
+    }
   }
   return InvalidArgument("unknown backend kind");
 }

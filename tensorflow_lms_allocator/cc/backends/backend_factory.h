@@ -21,7 +21,8 @@ enum class BackendKind {
 struct BackendSpec {
   BackendKind kind = BackendKind::kPosix;
   // kPosix: the granule, a power of two multiple of the page size. kCuda:
-  // ignored (the driver's allocation granularity decides).
+  // the smallest granule wanted (a power of two); the driver's allocation
+  // granularity wins if larger (2 MiB on current GPUs).
   size_t granule_bytes = size_t{2} << 20;
   // kCuda: the CUDA device ordinal (as the driver numbers devices, after
   // CUDA_VISIBLE_DEVICES).

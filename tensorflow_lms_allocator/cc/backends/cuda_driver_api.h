@@ -27,9 +27,15 @@ using CUresult = int;
 using CUdevice = int;
 using CUdeviceptr = unsigned long long;
 using CUmemGenericAllocationHandle = unsigned long long;
-using CUcontext = struct CUctx_st*;
-using CUstream = struct CUstream_st*;
-using CUevent = struct CUevent_st*;
+// Declared here, not through `struct CUctx_st*` in the aliases: that form
+// names ::CUctx_st if a cuda.h was included first (TensorFlow's GPU headers
+// include one), so two translation units could disagree on these types.
+struct CUctx_st;
+struct CUstream_st;
+struct CUevent_st;
+using CUcontext = CUctx_st*;
+using CUstream = CUstream_st*;
+using CUevent = CUevent_st*;
 using CUhostFn = void (*)(void* user_data);
 
 // CUresult values.

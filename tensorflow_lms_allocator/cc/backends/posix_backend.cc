@@ -150,6 +150,8 @@ Status PosixBackend::CopyGranules(PoolKind dst_pool, const GranuleId* dst,
     const size_t n = std::min(bytes, run * granule_);
     std::memcpy(dst_window + size_t{dst[i]} * granule_,
                 src_window + size_t{src[i]} * granule_, n);
+    ++stats_.copies;
+    stats_.bytes_copied += static_cast<int64_t>(n);
     bytes -= n;
     i += run;
   }

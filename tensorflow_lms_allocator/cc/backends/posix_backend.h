@@ -52,6 +52,7 @@ class PosixBackend : public Backend {
                       size_t bytes) override;
   Status CopiesAfterCompute() override { return Status::Ok(); }
   Status WaitForCopies() override { return Status::Ok(); }
+  BackendStatistics GetStatistics() const override { return stats_; }
   void PrepareFork() override;
   void AfterForkInParent() override;
   void AfterForkInChild() override;
@@ -81,6 +82,7 @@ class PosixBackend : public Backend {
 
   const size_t granule_;
   PoolFile pools_[2];
+  BackendStatistics stats_;  // copies only: nothing here waits or fences
   // Reserved address ranges (base, bytes): what a fork child must cut off
   // from the parent's memory if it cannot have its own copy.
   std::vector<std::pair<uintptr_t, size_t>> reserved_;

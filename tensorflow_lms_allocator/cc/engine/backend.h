@@ -5,14 +5,18 @@
 //   ReserveAddressRange   mmap(PROT_NONE)              cuMemAddressReserve
 //   CreatePool            memfd_create + ftruncate     cuMemCreate per granule
 //                                                      (device- or host-located)
-//   Map                   mmap(MAP_FIXED|MAP_SHARED)   cuMemMap + cuMemSetAccess
-//   Unmap                 mmap(PROT_NONE, MAP_FIXED)   cuMemUnmap
+//   Map                   mmap(MAP_FIXED|MAP_SHARED)   [drain] cuMemMap per
+//                                                      granule + cuMemSetAccess
+//   Unmap                 mmap(PROT_NONE, MAP_FIXED)   drain + cuMemUnmap
 //   CopyGranules          memcpy between pool windows  cuMemcpyAsync on the copy
 //                                                      stream
-//   CopiesAfterCompute    nothing (synchronous)        event on the compute
-//                                                      stream, waited on by the
-//                                                      copy stream
+//   CopiesAfterCompute    nothing (synchronous)        fence: an event on every
+//                                                      fenced stream, waited on
+//                                                      by the copy stream
 //   WaitForCopies         nothing (synchronous)        event synchronize
+//
+// where "drain" is a fence plus one host wait, so that no queued work still
+// uses a mapping when it goes (Note [Stream protocol] in cuda_backend.h).
 //
 // Granules are identified by (pool, id); ids are dense from 0 to the pool's
 // capacity. Every address handed to Map/Unmap is a granule-aligned slot inside
@@ -21,13 +25,14 @@
 // an eviction copies while the address still maps the device granules and
 // remaps only when the copy is done.
 //
-// Only the POSIX backend is built today; the CUDA column is the contract the
-// CUDA backend must meet, not code that has run.
+// The CUDA column has run against the fake driver of the tests only
+// (tests/fake_cuda), never on a GPU.
 #ifndef TENSORFLOW_LMS_ALLOCATOR_CC_ENGINE_BACKEND_H_
 #define TENSORFLOW_LMS_ALLOCATOR_CC_ENGINE_BACKEND_H_
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "engine/status.h"
 
@@ -39,6 +44,14 @@ using GranuleId = uint32_t;
 // How a mapping may be touched. kNone serves strict mode: an evicted range
 // that faults on every touch that did not go through a pin.
 enum class Access { kReadWrite, kNone };
+
+// What a backend's copies and synchronisation have cost so far.
+struct BackendStatistics {
+  int64_t fences = 0;      // rounds of events on the fenced streams
+  int64_t host_waits = 0;  // times the host blocked on the device
+  int64_t copies = 0;      // copy calls issued (one per run of granules)
+  int64_t bytes_copied = 0;
+};
 
 // Every call states what it assumes and what holds after it fails, because
 // the CUDA driver enforces what POSIX tolerates (DESIGN.md, "CUDA VMM rules").
@@ -66,8 +79,9 @@ class Backend {
 
   // Maps ids[0..count) of `pool` at the consecutive slots starting at
   // `address`, replacing whatever mapped those slots.
-  // Assumes: the slots lie in a reserved range; no queued device work uses
-  // them (a remap is not stream-ordered); each id backs no other slot.
+  // Assumes: the slots lie in a reserved range; each id backs no other slot.
+  // A remap is not stream-ordered: a backend with streams waits for queued
+  // work on its fenced streams before it replaces a mapping.
   // All or nothing: on failure every one of the `count` slots is left
   // unmapped (reserved, no access), whatever mapped it before; the granules
   // and their bytes are untouched, so the caller may map them again.
@@ -78,6 +92,18 @@ class Backend {
   // Assumes what Map assumes. On failure nothing changed.
   virtual Status Unmap(uintptr_t address, size_t count) = 0;
 
+  // Unmap of slots whose allocation was freed when ReleaseMark() returned
+  // `mark`. Nothing is queued on freed memory after its free (its owner
+  // enqueued all its work before letting go of it), so a backend whose
+  // unmaps wait for queued work may skip the wait once it has waited for
+  // everything queued before the mark (Note [Stream protocol] in
+  // cuda_backend.h). The defaults suit backends without streams.
+  virtual uint64_t ReleaseMark() const { return 0; }
+  virtual Status UnmapReleased(uintptr_t address, size_t count, uint64_t mark) {
+    (void)mark;
+    return Unmap(address, count);
+  }
+
   // Copies the first `bytes` of the granule sequence src[] (in order, each
   // granule contributing up to granule_bytes()) into dst[]. Asynchronous on
   // backends with streams: see CopiesAfterCompute and WaitForCopies.
@@ -87,15 +113,33 @@ class Backend {
                               PoolKind src_pool, const GranuleId* src,
                               size_t bytes) = 0;
 
-  // Orders the copies issued after this call behind all compute work
-  // submitted so far, so an eviction never reads a tensor a kernel still
-  // writes.
+  // Orders the copies issued after this call behind all device work queued
+  // so far that may touch LMS memory (on a GPU: the fenced streams, Note
+  // [Stream protocol] in cuda_backend.h), so an eviction never reads a tensor
+  // a kernel still writes, nor a page-in one a queued copy still fills.
   virtual Status CopiesAfterCompute() = 0;
 
   // Blocks until every copy issued so far is complete, so the source granules
   // may be unmapped and reused. On failure no copy since the last successful
   // wait may be trusted.
   virtual Status WaitForCopies() = 0;
+
+  // Whether the host may read and write an allocation at its own address.
+  // False on a GPU (device memory is never CPU-accessible): tools then go
+  // through CopyToHost / CopyFromHost.
+  virtual bool HostCanTouch() const { return true; }
+
+  // Copies `bytes` between host memory and the mapped slots from `address`
+  // (any byte offset), through the backend's own view of the granules behind
+  // them, synchronously. For tools and tests, not for TensorFlow's data path.
+  // Assumes: every slot the range touches is mapped, and no copy of this
+  // backend is in flight (the engine waits for its copies before it releases
+  // its lock). kFailedPrecondition naming the slot if one is not mapped.
+  virtual Status CopyToHost(void* dst, uintptr_t address, size_t bytes);
+  virtual Status CopyFromHost(uintptr_t address, const void* src, size_t bytes);
+
+  // Costs so far. The engine calls it with its lock held.
+  virtual BackendStatistics GetStatistics() const { return BackendStatistics(); }
 
   // A device work queue (a CUstream, as void*) whose queued work may touch
   // this backend's memory: TensorFlow's compute and copy streams. The
@@ -115,6 +159,16 @@ class Backend {
   virtual void AfterForkInParent() {}
   virtual void AfterForkInChild() {}
 };
+
+inline Status Backend::CopyToHost(void* dst, uintptr_t address, size_t bytes) {
+  std::memcpy(dst, reinterpret_cast<const void*>(address), bytes);
+  return Status::Ok();
+}
+
+inline Status Backend::CopyFromHost(uintptr_t address, const void* src, size_t bytes) {
+  std::memcpy(reinterpret_cast<void*>(address), src, bytes);
+  return Status::Ok();
+}
 
 }  // namespace lms
 

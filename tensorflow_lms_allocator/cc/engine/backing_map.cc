@@ -3,7 +3,7 @@
 namespace lms {
 
 BackingMap::BackingMap(uint64_t slots)
-    : slots_(slots), cache_index_(slots, kNotCached) {}
+    : slots_(slots), cache_index_(slots, kNotCached), release_mark_(slots, 0) {}
 
 void BackingMap::AddCached(uint64_t slot) {
   cache_index_[slot] = static_cast<uint32_t>(cached_.size());

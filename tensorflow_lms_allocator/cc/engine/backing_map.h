@@ -45,12 +45,19 @@ class BackingMap {
   // Any cached slot; the cache must not be empty.
   uint64_t AnyCached() const { return cached_.back(); }
 
+  // The backend's ReleaseMark() when the slot's allocation was last freed
+  // (0 if never): what UnmapReleased needs to skip waiting for queued work.
+  // A slot keeps its mark across leaving and re-entering the cache.
+  void SetReleaseMark(uint64_t slot, uint64_t mark) { release_mark_[slot] = mark; }
+  uint64_t release_mark(uint64_t slot) const { return release_mark_[slot]; }
+
  private:
   static constexpr uint32_t kNotCached = 0xffffffffu;
 
   std::vector<Backing> slots_;
   std::vector<uint64_t> cached_;       // dense set of cached slots
   std::vector<uint32_t> cache_index_;  // slot -> position in cached_
+  std::vector<uint64_t> release_mark_;
 };
 
 }  // namespace lms

@@ -52,8 +52,10 @@ Status Engine::Create(const EngineOptions& options,
                            FormatBytes(granule) + ")");
   }
   if (options.strict && std::string(backend->Name()) != "posix") {
-    return InvalidArgument("strict mode needs the POSIX backend, not " +
-                           std::string(backend->Name()));
+    return InvalidArgument("strict mode (TF_LMS_STRICT) needs the POSIX backend, not " +
+                           std::string(backend->Name()) +
+                           ": it is for the emulated device (on a GPU a no-access "
+                           "mapping would kill the CUDA context)");
   }
   std::unique_ptr<Engine> engine(new Engine(options, std::move(backend)));
   LMS_RETURN_IF_ERROR(engine->Init());
@@ -172,8 +174,12 @@ ChunkId Engine::PlaceUnit(uint64_t n, bool pin, bool may_be_born_evicted,
   } else if (!s.ok() && may_be_born_evicted && lms_enabled_ &&
              host_pool_.free_count() >= n) {
     // Born evicted: a unit is wholly resident or wholly evicted, so the
-    // range's device granules go back to the pool.
-    Status unmapped_ok = backend_->Unmap(SlotAddress(first), n);
+    // range's device granules (all cached: freed) go back to the pool.
+    uint64_t mark = 0;
+    for (uint64_t u = first; u < first + n; ++u) {
+      if (backing_.at(u).mapped) mark = std::max(mark, backing_.release_mark(u));
+    }
+    Status unmapped_ok = backend_->UnmapReleased(SlotAddress(first), n, mark);
     if (unmapped_ok.ok()) {
       for (uint64_t u = first; u < first + n; ++u) {
         if (!backing_.at(u).mapped) continue;
@@ -235,16 +241,23 @@ Status Engine::ReleaseUnit(ChunkId c) {
   const uint64_t n = r.granules;
   Status status;
   if (r.evicted) {
-    // Host granules go back to the host pool; the slots end up unmapped.
-    for (uint64_t s = first; s < first + n; ++s) {
-      host_pool_.Give(backing_.at(s).granule);
-      backing_.Clear(s);
-    }
+    // Host granules go back to the host pool once nothing maps them. If the
+    // unmap fails they stay out of it, stranded: a granule still mapped at
+    // a free slot must never back another allocation.
     if (strict_) strict_->Unwatch(first, n);
     status = backend_->Unmap(SlotAddress(first), n);
+    for (uint64_t s = first; s < first + n; ++s) {
+      if (status.ok()) host_pool_.Give(backing_.at(s).granule);
+      else ++stranded_host_granules_;
+      backing_.Clear(s);
+    }
     stats_.current_bytes_reclaimed -= static_cast<int64_t>(n * granule_);
   } else {
-    for (uint64_t s = first; s < first + n; ++s) backing_.AddCached(s);
+    const uint64_t mark = backend_->ReleaseMark();
+    for (uint64_t s = first; s < first + n; ++s) {
+      backing_.AddCached(s);
+      backing_.SetReleaseMark(s, mark);
+    }
   }
   residency_.Untrack(c);
   arena_.Free(c);
@@ -415,7 +428,36 @@ bool Engine::WaitForRelease(uint64_t epoch, std::chrono::milliseconds timeout) c
 
 Statistics Engine::GetStatistics() const {
   MutexLock lock(mu_);
-  return stats_;
+  Statistics s = stats_;
+  const BackendStatistics b = backend_->GetStatistics();
+  s.num_fences = b.fences;
+  s.num_host_waits = b.host_waits;
+  s.num_copies = b.copies;
+  s.bytes_copied = b.bytes_copied;
+  return s;
+}
+
+Status Engine::CheckCopyRange(const void* ptr, size_t bytes) const {
+  const ChunkId c = UnitAt(ptr);
+  const uintptr_t a = reinterpret_cast<uintptr_t>(ptr);
+  if (c == kNoChunk || bytes == 0 ||
+      UnitAt(reinterpret_cast<const void*>(a + bytes - 1)) != c) {
+    return NotFound("copying " + FormatBytes(bytes) + " at " + FormatAddress(ptr) +
+                    ": the range is not inside one live allocation of this allocator");
+  }
+  return Status::Ok();
+}
+
+Status Engine::CopyToHost(const void* ptr, void* dst, size_t bytes) const {
+  MutexLock lock(mu_);
+  LMS_RETURN_IF_ERROR(CheckCopyRange(ptr, bytes));
+  return backend_->CopyToHost(dst, reinterpret_cast<uintptr_t>(ptr), bytes);
+}
+
+Status Engine::CopyFromHost(void* ptr, const void* src, size_t bytes) {
+  MutexLock lock(mu_);
+  LMS_RETURN_IF_ERROR(CheckCopyRange(ptr, bytes));
+  return backend_->CopyFromHost(reinterpret_cast<uintptr_t>(ptr), src, bytes);
 }
 
 void Engine::ResetPeaks() {

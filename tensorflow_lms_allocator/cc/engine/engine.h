@@ -38,8 +38,9 @@
 // only allocations placed on that range: that is fragmentation, which
 // defragmentation removes without moving a tensor.
 //
-// Thread-safety: one mutex guards all state. POSIX copies run under it; the
-// CUDA backend will only enqueue them. Allocate/Free/Pin/Unpin are the fast
+// Thread-safety: one mutex guards all state. Copies run under it (POSIX) or
+// are enqueued and waited for under it (CUDA): none is in flight when it is
+// free. Allocate/Free/Pin/Unpin are the fast
 // paths (engine.cc); small objects are in engine_small.cc; eviction and
 // page-in in engine_reclaim.cc; CheckInvariants in engine_invariants.cc.
 #ifndef TENSORFLOW_LMS_ALLOCATOR_CC_ENGINE_ENGINE_H_
@@ -158,6 +159,14 @@ class Engine {
   Status CheckInvariants() const;
 
   Status Inspect(const void* ptr, AllocationInfo* info) const;
+
+  // Copies bytes of a live allocation (or of a small object's page) to or
+  // from host memory through the backend, for tools and tests on backends
+  // whose memory the host cannot touch (Backend::HostCanTouch). No pin is
+  // taken: the bytes are read where they are, resident or evicted.
+  // kNotFound unless [ptr, ptr + bytes) lies inside one live unit.
+  Status CopyToHost(const void* ptr, void* dst, size_t bytes) const;
+  Status CopyFromHost(void* ptr, const void* src, size_t bytes);
   size_t RequestedSize(const void* ptr) const;
   size_t AllocatedSize(const void* ptr) const;
   uint64_t AllocationId(const void* ptr) const;
@@ -270,6 +279,8 @@ class Engine {
                         const Status& failure) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Status OutOfMemory(uint64_t granules, const char* what) const
       LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Status CheckCopyRange(const void* ptr, size_t bytes) const
+      LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Immutable after Create: read without the lock.
   const EngineOptions options_;
@@ -298,6 +309,9 @@ class Engine {
   bool defrag_enabled_ LMS_GUARDED_BY(mu_);
   uint64_t next_allocation_id_ LMS_GUARDED_BY(mu_) = 1;
   Statistics stats_ LMS_GUARDED_BY(mu_);
+  // Host granules whose unmap failed when their unit was freed: out of the
+  // pool for good, since they may still be mapped at a free slot.
+  uint64_t stranded_host_granules_ LMS_GUARDED_BY(mu_) = 0;
   // Granule ids for PlaceUnit, kept to avoid allocating on every call.
   std::vector<GranuleId> scratch_ LMS_GUARDED_BY(mu_);
 };

@@ -3,12 +3,13 @@
 //
 //   device pool in use  == granules of resident units + cached granules
 //   cached granules     == device-mapped slots no unit covers (cached iff free)
-//   host pool in use    == granules of evicted units
+//   host pool in use    == granules of evicted units + stranded granules
 //   LRU granules        == granules of resident unpinned units
 //   bytes_in_use        == large allocations' granules + pages' object bytes
 //   bytes_active        == the part of bytes_in_use in pinned units
 //   bytes_active + bytes_inactive == bytes_in_use
-//   current_bytes_reclaimed == host_bytes_in_use == evicted units' granules
+//   current_bytes_reclaimed == evicted units' granules
+//   host_bytes_in_use   == host pool in use
 //   bytes_reserved      == device pool in use
 //   each page: objects and bytes == the allocated chunks of its segment;
 //              available for new objects iff resident; empty only if pinned
@@ -128,7 +129,7 @@ Status Engine::CheckInvariantsLocked() const {
       {"cached granules", static_cast<int64_t>(backing_.cached_count()),
        static_cast<int64_t>(cached)},
       {"host granules in use", static_cast<int64_t>(host_pool_.in_use()),
-       static_cast<int64_t>(evicted)},
+       static_cast<int64_t>(evicted + stranded_host_granules_)},
       {"LRU granules", static_cast<int64_t>(residency_.inactive_resident_granules()),
        static_cast<int64_t>(lru)},
       {"live pages", static_cast<int64_t>(small_.live_pages()), static_cast<int64_t>(pages)},
@@ -139,7 +140,8 @@ Status Engine::CheckInvariantsLocked() const {
       {"bytes_inactive", stats_.bytes_inactive, in_use - active},
       {"current_bytes_reclaimed", stats_.current_bytes_reclaimed,
        static_cast<int64_t>(evicted) * g},
-      {"host_bytes_in_use", stats_.host_bytes_in_use, static_cast<int64_t>(evicted) * g},
+      {"host_bytes_in_use", stats_.host_bytes_in_use,
+       static_cast<int64_t>(host_pool_.in_use()) * g},
       {"bytes_reserved", stats_.bytes_reserved,
        static_cast<int64_t>(device_pool_.in_use()) * g},
   };

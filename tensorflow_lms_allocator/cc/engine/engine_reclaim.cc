@@ -6,7 +6,12 @@
 //     address, so an unpinned touch still reads and writes the right bytes
 //     (strict mode maps it with no access and reports the touch instead);
 //   - an allocation is remapped only after the copy of its bytes completes
-//     (CopiesAfterCompute before, WaitForCopies after), so no byte is lost;
+//     (CopiesAfterCompute before, WaitForCopies after), so no byte is lost,
+//     not even one queued device work writes after the host let go of it
+//     (Note [Stream protocol] in backends/cuda_backend.h);
+//   - a granule goes back to its pool only once nothing maps it at a slot
+//     (the backend replaced or unmapped the mapping), since cuMemMap refuses
+//     a mapped range and the granule may back another slot next;
 //   - nothing here moves an address: only the granules behind it change.
 #include <algorithm>
 #include <string>
@@ -41,7 +46,9 @@ uint64_t Engine::StealCachedGranules(uint64_t granules) {
   while (stolen < granules && backing_.cached_count() > 0) {
     const uint64_t slot = backing_.AnyCached();
     const GranuleId g = backing_.at(slot).granule;
-    if (!backend_->Unmap(SlotAddress(slot), 1).ok()) break;
+    if (!backend_->UnmapReleased(SlotAddress(slot), 1, backing_.release_mark(slot)).ok()) {
+      break;
+    }
     backing_.RemoveCached(slot);
     backing_.Clear(slot);
     device_pool_.Give(g);
@@ -168,8 +175,13 @@ Status Engine::PageIn(ChunkId id) {
   // Strict mode first stops watching, so a touch between here and the remap
   // is not reported as unpinned: the caller holds the pin.
   if (strict_) strict_->Unwatch(first, n);
-  s = backend_->CopyGranules(PoolKind::kDevice, device.data(), PoolKind::kHost,
-                             host.data(), chunk.requested_bytes);
+  // The copy follows queued work too: TensorFlow's own host-to-device copies
+  // write tensors nobody pinned (a born-evicted one), over the bus.
+  s = backend_->CopiesAfterCompute();
+  if (s.ok()) {
+    s = backend_->CopyGranules(PoolKind::kDevice, device.data(), PoolKind::kHost,
+                               host.data(), chunk.requested_bytes);
+  }
   if (s.ok()) s = backend_->WaitForCopies();
   if (s.ok()) {
     s = MapSlots(first, n, PoolKind::kDevice, device.data(), Access::kReadWrite);

@@ -51,7 +51,15 @@
     "device was full")                                                          \
   X(num_failed_pins,                                                            \
     "pins refused because the unit could not be paged in (its user may still " \
-    "read it in place, from host memory)")
+    "read it in place, from host memory)")                                      \
+  X(num_fences,                                                                 \
+    "GPU: rounds of events recorded on the fenced TensorFlow streams so that "  \
+    "copies and unmaps follow queued work (0 on the emulated device)")          \
+  X(num_host_waits,                                                             \
+    "GPU: times the allocator blocked until queued copies and fenced work were " \
+    "done (0 on the emulated device)")                                          \
+  X(num_copies, "copy calls issued by evictions and page-ins")                  \
+  X(bytes_copied, "bytes copied by evictions and page-ins, cumulative")
 
 namespace lms {
 

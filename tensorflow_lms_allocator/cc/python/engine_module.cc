@@ -1,5 +1,5 @@
-// tensorflow_lms_allocator._engine: the engine over the POSIX backend, for
-// tests, benchmarks and tools. Calls release the GIL, so Python threads
+// tensorflow_lms_allocator._engine: the engine over the POSIX backend (or the
+// CUDA backend), for tests, benchmarks and tools. Calls release the GIL, so Python threads
 // exercise the engine's own locking. Engine failures become Python
 // exceptions here, at the binding; no exception reaches the engine.
 #include <nanobind/nanobind.h>
@@ -16,7 +16,7 @@
 #include "backends/backend_factory.h"
 #include "engine/engine.h"
 #include "engine/env_options.h"
-#include "testing/pattern.h"
+#include "testing/engine_pattern.h"
 
 namespace nb = nanobind;
 
@@ -26,6 +26,7 @@ namespace {
 struct OutOfMemory : std::runtime_error { using std::runtime_error::runtime_error; };
 struct UnknownAllocation : std::runtime_error { using std::runtime_error::runtime_error; };
 struct WrongState : std::runtime_error { using std::runtime_error::runtime_error; };
+struct BackendUnavailable : std::runtime_error { using std::runtime_error::runtime_error; };
 
 [[noreturn]] void Raise(const Status& s) {
   switch (s.code()) {
@@ -45,11 +46,20 @@ class PyEngine {
  public:
   PyEngine(size_t device_bytes, std::optional<size_t> host_bytes,
            size_t granule_bytes, size_t small_object_threshold, bool lms_enabled,
-           bool defrag_enabled, bool strict) {
+           bool defrag_enabled, bool strict, const std::string& backend_name,
+           int device_ordinal) {
     std::unique_ptr<Backend> backend;
     BackendSpec spec;
     spec.granule_bytes = granule_bytes;
-    Check(CreateBackend(spec, &backend));
+    spec.device_ordinal = device_ordinal;
+    Check(ParseBackendKind(backend_name, &spec.kind));
+    Status made = CreateBackend(spec, &backend);
+    // A backend that cannot exist here (no driver, no GPU, no support) is
+    // its own error, apart from a call made in the wrong state.
+    if (made.code() == StatusCode::kFailedPrecondition) {
+      throw BackendUnavailable(made.message());
+    }
+    Check(made);
     EngineOptions o;
     o.device_bytes = device_bytes;
     if (host_bytes.has_value()) {
@@ -122,12 +132,16 @@ class PyEngine {
   }
 
   void Fill(uintptr_t a, size_t bytes, uint64_t seed) {
-    nb::gil_scoped_release release;
-    FillPattern(Ptr(a), bytes, seed);
+    Call([&] { return FillAllocation(*engine_, Ptr(a), bytes, seed); });
   }
   int64_t Verify(uintptr_t a, size_t bytes, uint64_t seed) {
-    nb::gil_scoped_release release;
-    return VerifyPattern(Ptr(a), bytes, seed);
+    int64_t bad = -1;
+    Call([&] {
+      Status s;
+      bad = VerifyAllocation(*engine_, Ptr(a), bytes, seed, &s);
+      return s;
+    });
+    return bad;
   }
 
   std::vector<nb::dict> Touches() {
@@ -156,18 +170,26 @@ class PyEngine {
 
 NB_MODULE(_engine, m) {
   using lms::PyEngine;
-  m.doc() = "The LMS engine over the POSIX backend (emulated device memory).";
+  m.doc() = "The LMS engine over emulated device memory (POSIX) or a GPU (CUDA).";
   nb::exception<lms::OutOfMemory>(m, "OutOfMemoryError", PyExc_MemoryError);
   nb::exception<lms::UnknownAllocation>(m, "UnknownAllocationError", PyExc_LookupError);
   nb::exception<lms::WrongState>(m, "AllocationStateError", PyExc_RuntimeError);
+  nb::exception<lms::BackendUnavailable>(m, "BackendUnavailableError", PyExc_RuntimeError);
 
   nb::class_<PyEngine>(m, "Engine")
-      .def(nb::init<size_t, std::optional<size_t>, size_t, size_t, bool, bool, bool>(),
+      .def(nb::init<size_t, std::optional<size_t>, size_t, size_t, bool, bool, bool,
+                    const std::string&, int>(),
            nb::arg("device_bytes"), nb::arg("host_bytes") = nb::none(),
            nb::arg("granule_bytes") = size_t{2} << 20,
            nb::arg("small_object_threshold") = 0, nb::arg("lms_enabled") = true,
            nb::arg("defrag_enabled") = true, nb::arg("strict") = false,
-           "Creates an engine with `device_bytes` of emulated device memory.\n\n"
+           nb::arg("backend") = "posix", nb::arg("device_ordinal") = 0,
+           "Creates an engine with `device_bytes` of device memory.\n\n"
+           "backend \"posix\" emulates the device with Linux memory; \"cuda\" uses\n"
+           "GPU `device_ordinal` through the NVIDIA driver (libcuda.so.1, or the\n"
+           "library TF_LMS_CUDA_DRIVER_PATH names: a testing knob, read when the\n"
+           "engine is made), whose granularity wins if larger than granule_bytes;\n"
+           "BackendUnavailableError if it cannot be used, saying why.\n"
            "host_bytes defaults to TF_GPU_HOST_MEM_LIMIT_IN_MB (else 64 GiB);\n"
            "small_object_threshold 0 means one granule.\n\n"
            "Example:\n"
@@ -193,9 +215,13 @@ NB_MODULE(_engine, m) {
       .def("inspect", &PyEngine::Inspect, nb::arg("address"))
       .def("stats", &PyEngine::Stats, "Every statistic, as a dict of ints.")
       .def("fill_pattern", &PyEngine::Fill, nb::arg("address"), nb::arg("bytes"),
-           nb::arg("seed"), "Writes the seeded test pattern (no pin is taken).")
+           nb::arg("seed"),
+           "Writes the seeded test pattern (no pin is taken; through the\n"
+           "backend's copies where the host cannot touch device memory).")
       .def("verify_pattern", &PyEngine::Verify, nb::arg("address"), nb::arg("bytes"),
            nb::arg("seed"), "First differing offset, or -1 if intact.")
+      .def_prop_ro("backend", [](PyEngine& e) { return std::string(e.engine().backend().Name()); },
+                   "\"posix\" or \"cuda\".")
       .def("unpinned_touches", &PyEngine::Touches)
       .def("clear_unpinned_touches",
            [](PyEngine& e) { e.engine().ClearUnpinnedTouches(); })

@@ -1,0 +1,270 @@
+// CudaBackend's memory operations: address ranges, pools and their windows,
+// mapping, copies. The stream protocol is in cuda_backend_streams.cc.
+//
+// Invariants kept here:
+//   - ranges_ records exactly the slots cuMemMap mapped and cuMemUnmap has
+//     not unmapped, so Map can unmap what it replaces (cuMemMap refuses a
+//     mapped range) and a failure never loses track of a mapping;
+//   - every slot is mapped on its own (one handle, offset 0, one granule), so
+//     every cuMemUnmap covers whole mappings;
+//   - a pool's handles are all mapped in its window from CreatePool to the
+//     backend's destruction.
+#include <algorithm>
+#include <string>
+
+#include "backends/cuda_backend.h"
+#include "backends/cuda_context.h"
+
+namespace lms {
+namespace {
+
+const char* PoolName(PoolKind pool) {
+  return pool == PoolKind::kDevice ? "device" : "host";
+}
+
+std::string Hex(uintptr_t address) {
+  return FormatAddress(reinterpret_cast<const void*>(address));
+}
+
+}  // namespace
+
+Status CudaBackend::ReserveAddressRange(size_t bytes, uintptr_t* base) {
+  LMS_CUDA_SCOPE(*driver_, context_);
+  cu::CUdeviceptr ptr = 0;
+  const cu::CUresult r = driver_->cuMemAddressReserve(&ptr, bytes, granule_, 0, 0);
+  if (r != cu::CUDA_SUCCESS) {
+    return ResourceExhausted("reserving " + FormatBytes(bytes) + " of GPU address space on " +
+                             description_ + " failed: " + driver_->ErrorName(r));
+  }
+  ranges_[static_cast<uintptr_t>(ptr)].resize(bytes / granule_);
+  *base = static_cast<uintptr_t>(ptr);
+  return Status::Ok();
+}
+
+void CudaBackend::ReleaseAddressRange(uintptr_t base, size_t bytes) {
+  ScopedCudaContext scope(*driver_, context_);
+  if (!scope.status().ok()) return;
+  auto it = ranges_.find(base);
+  if (it == ranges_.end()) return;
+  // A range whose unmap fails cannot be freed; it stays reserved.
+  if (UnmapSlots(base, it->second.size()).ok()) {
+    driver_->cuMemAddressFree(base, bytes);
+    ranges_.erase(it);
+  }
+}
+
+CudaBackend::Slot* CudaBackend::SlotAt(uintptr_t address) {
+  auto it = ranges_.upper_bound(address);
+  if (it == ranges_.begin()) return nullptr;
+  --it;
+  const uintptr_t index = (address - it->first) / granule_;
+  return index < it->second.size() ? &it->second[index] : nullptr;
+}
+
+Status CudaBackend::CreatePool(PoolKind pool, size_t granules) {
+  LMS_CUDA_SCOPE(*driver_, context_);
+  Pool& p = pools_[static_cast<int>(pool)];
+  if (!p.handles.empty() || p.window != 0) {
+    return Internal(std::string(PoolName(pool)) + " pool created twice");
+  }
+  return CreateWindow(pool, granules, &p);
+}
+
+Status CudaBackend::CreateWindow(PoolKind pool, size_t granules, Pool* out) {
+  const CudaDriver& d = *driver_;
+  const cu::CUmemAllocationProp prop = AllocationProp(pool);
+  Pool p;
+  p.handles.reserve(granules);
+  Status s;
+  for (size_t i = 0; i < granules && s.ok(); ++i) {
+    cu::CUmemGenericAllocationHandle h = 0;
+    s = d.Check(d.cuMemCreate(&h, granule_, &prop, 0),
+                "cuMemCreate of " + std::string(PoolName(pool)) + " granule " +
+                    std::to_string(i) + " of " + std::to_string(granules) + " (" +
+                    FormatBytes(granule_) + " each) on " + description_);
+    if (s.ok()) p.handles.push_back(h);
+  }
+  if (s.ok()) {
+    s = d.Check(d.cuMemAddressReserve(&p.window, granules * granule_, granule_, 0, 0),
+                "cuMemAddressReserve of the " + std::string(PoolName(pool)) + " pool window");
+    if (!s.ok()) p.window = 0;
+  }
+  size_t mapped = 0;
+  for (; s.ok() && mapped < granules; ++mapped) {
+    s = d.Check(d.cuMemMap(p.window + mapped * granule_, granule_, 0, p.handles[mapped], 0),
+                "cuMemMap into the " + std::string(PoolName(pool)) + " pool window");
+    if (!s.ok()) break;
+  }
+  if (s.ok() && granules > 0) {
+    const cu::CUmemAccessDesc access{{cu::CU_MEM_LOCATION_TYPE_DEVICE, device_},
+                                     cu::CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    s = d.Check(d.cuMemSetAccess(p.window, granules * granule_, &access, 1),
+                "cuMemSetAccess on the " + std::string(PoolName(pool)) + " pool window");
+  }
+  if (!s.ok()) {
+    DestroyWindow(&p, mapped);  // all or nothing: the pool does not exist
+    return s;
+  }
+  *out = std::move(p);
+  return Status::Ok();
+}
+
+void CudaBackend::DestroyWindow(Pool* pool, size_t mapped) {
+  for (size_t i = 0; i < mapped; ++i) {
+    driver_->cuMemUnmap(pool->window + i * granule_, granule_);
+  }
+  if (pool->window != 0) {
+    driver_->cuMemAddressFree(pool->window, pool->handles.size() * granule_);
+  }
+  for (cu::CUmemGenericAllocationHandle h : pool->handles) driver_->cuMemRelease(h);
+  pool->handles.clear();
+  pool->window = 0;
+}
+
+Status CudaBackend::Map(uintptr_t address, PoolKind pool, const GranuleId* ids,
+                        size_t count, Access access) {
+  if (access == Access::kNone) {
+    return FailedPrecondition(
+        "no-access mappings are not possible on a GPU (a kernel touching one "
+        "would kill the CUDA context): TF_LMS_STRICT is for the emulated device only");
+  }
+  LMS_CUDA_SCOPE(*driver_, context_);
+  const CudaDriver& d = *driver_;
+  const Pool& p = pools_[static_cast<int>(pool)];
+  for (size_t i = 0; i < count; ++i) {
+    if (SlotAt(address + i * granule_) == nullptr || ids[i] >= p.handles.size()) {
+      return InvalidArgument("mapping " + std::string(PoolName(pool)) + " granule " +
+                             std::to_string(ids[i]) + " at " +
+                             Hex(address + i * granule_) +
+                             ": not a slot of a reserved range, or no such granule");
+    }
+  }
+  // cuMemMap refuses a mapped range: what the slots held goes first.
+  Status s = UnmapSlots(address, count);
+  size_t mapped = 0;
+  for (; s.ok() && mapped < count; ++mapped) {
+    const uintptr_t at = address + mapped * granule_;
+    s = d.Check(d.cuMemMap(at, granule_, 0, p.handles[ids[mapped]], 0),
+                "cuMemMap of " + std::string(PoolName(pool)) + " granule " +
+                    std::to_string(ids[mapped]) + " at " + Hex(at));
+    if (!s.ok()) break;
+    *SlotAt(at) = Slot{true, pool, ids[mapped]};
+  }
+  if (s.ok()) {
+    const cu::CUmemAccessDesc rw{{cu::CU_MEM_LOCATION_TYPE_DEVICE, device_},
+                                 cu::CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    s = d.Check(d.cuMemSetAccess(address, count * granule_, &rw, 1),
+                "cuMemSetAccess at " + Hex(address));
+  }
+  if (!s.ok()) {
+    // All or nothing (backend.h). The new mappings have no access yet or
+    // were never visible to a kernel (the engine had not returned them), so
+    // they go without a drain.
+    for (size_t i = 0; i < mapped; ++i) {
+      const uintptr_t at = address + i * granule_;
+      if (d.cuMemUnmap(at, granule_) == cu::CUDA_SUCCESS) *SlotAt(at) = Slot();
+    }
+  }
+  return s;
+}
+
+Status CudaBackend::Unmap(uintptr_t address, size_t count) {
+  LMS_CUDA_SCOPE(*driver_, context_);
+  return UnmapSlots(address, count);
+}
+
+Status CudaBackend::UnmapReleased(uintptr_t address, size_t count, uint64_t mark) {
+  LMS_CUDA_SCOPE(*driver_, context_);
+  // A fence issued after the release has been waited for: nothing queued
+  // can still touch the freed slots.
+  return UnmapSlots(address, count, /*drain=*/fences_waited_ <= mark);
+}
+
+Status CudaBackend::UnmapSlots(uintptr_t address, size_t count, bool drain) {
+  bool any = false;
+  for (size_t i = 0; i < count && !any; ++i) {
+    const Slot* slot = SlotAt(address + i * granule_);
+    any = slot != nullptr && slot->mapped;
+  }
+  if (!any) return Status::Ok();
+  if (drain) LMS_RETURN_IF_ERROR(Drain());
+  Status status;
+  for (size_t i = 0; i < count; ++i) {
+    const uintptr_t at = address + i * granule_;
+    Slot* slot = SlotAt(at);
+    if (slot == nullptr || !slot->mapped) continue;
+    Status s = driver_->Check(driver_->cuMemUnmap(at, granule_), "cuMemUnmap at " + Hex(at));
+    if (s.ok()) {
+      *slot = Slot();
+    } else if (status.ok()) {
+      status = s;
+    }
+  }
+  return status;
+}
+
+Status CudaBackend::CopyGranules(PoolKind dst_pool, const GranuleId* dst,
+                                 PoolKind src_pool, const GranuleId* src, size_t bytes) {
+  LMS_CUDA_SCOPE(*driver_, context_);
+  const cu::CUdeviceptr dst_window = pools_[static_cast<int>(dst_pool)].window;
+  const cu::CUdeviceptr src_window = pools_[static_cast<int>(src_pool)].window;
+  // Consecutive ids on both sides are one copy: windows map ids in order.
+  for (size_t i = 0; bytes > 0;) {
+    size_t run = 1;
+    while (run * granule_ < bytes && dst[i + run] == dst[i] + run &&
+           src[i + run] == src[i] + run) {
+      ++run;
+    }
+    const size_t n = std::min(bytes, run * granule_);
+    LMS_RETURN_IF_ERROR(driver_->Check(
+        driver_->cuMemcpyAsync(dst_window + size_t{dst[i]} * granule_,
+                               src_window + size_t{src[i]} * granule_, n, copy_stream_),
+        "cuMemcpyAsync of " + FormatBytes(n) + " from the " + PoolName(src_pool) +
+            " pool to the " + PoolName(dst_pool) + " pool"));
+    copies_in_flight_ = true;
+    ++stats_.copies;
+    stats_.bytes_copied += static_cast<int64_t>(n);
+    bytes -= n;
+    i += run;
+  }
+  return Status::Ok();
+}
+
+Status CudaBackend::CopyToHost(void* dst, uintptr_t address, size_t bytes) {
+  return CopyHost(address, bytes, dst, nullptr);
+}
+
+Status CudaBackend::CopyFromHost(uintptr_t address, const void* src, size_t bytes) {
+  return CopyHost(address, bytes, nullptr, src);
+}
+
+Status CudaBackend::CopyHost(uintptr_t address, size_t bytes, void* to_host,
+                             const void* from_host) {
+  LMS_CUDA_SCOPE(*driver_, context_);
+  size_t done = 0;
+  while (done < bytes) {
+    const uintptr_t at = address + done;
+    const Slot* slot = SlotAt(at);
+    if (slot == nullptr || !slot->mapped) {
+      return FailedPrecondition("copying " + FormatBytes(bytes) + " at " + Hex(address) +
+                                ": nothing is mapped at " + Hex(at));
+    }
+    const size_t offset = at % granule_;
+    const size_t n = std::min(bytes - done, granule_ - offset);
+    const cu::CUdeviceptr window =
+        pools_[static_cast<int>(slot->pool)].window + size_t{slot->id} * granule_ + offset;
+    const cu::CUresult r =
+        to_host != nullptr
+            ? driver_->cuMemcpyDtoH(static_cast<char*>(to_host) + done, window, n)
+            : driver_->cuMemcpyHtoD(window, static_cast<const char*>(from_host) + done, n);
+    LMS_RETURN_IF_ERROR(driver_->Check(
+        r, std::string(to_host != nullptr ? "cuMemcpyDtoH" : "cuMemcpyHtoD") + " at " +
+               Hex(at)));
+    done += n;
+  }
+  return Status::Ok();
+}
+
+BackendStatistics CudaBackend::GetStatistics() const { return stats_; }
+
+}  // namespace lms

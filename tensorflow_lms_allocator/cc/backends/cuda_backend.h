@@ -1,0 +1,204 @@
+// CudaBackend: the engine's backend on an NVIDIA GPU, over the CUDA virtual
+// memory management (VMM) driver API, loaded at run time (cuda_driver.h).
+//
+// Physical memory: one cuMemCreate handle per granule. Device-pool granules
+// are located on the device; host-pool granules in pinned host memory
+// (CU_MEM_LOCATION_TYPE_HOST on CUDA 13 drivers, HOST_NUMA on the node closest
+// to the GPU on CUDA 12.2+ drivers), which the device reads and writes over
+// the bus, so an evicted allocation mapped from the host pool is still
+// correct at its address for an unpinned kernel. Every granule is mapped once
+// into the pool's *window* (a reserved range of its own, device read/write)
+// and, while it backs an allocation, at that allocation's slot too: copies go
+// window to window (cuMemcpyAsync on the backend's own non-blocking copy
+// stream) and never depend on what is mapped at an allocation's address.
+//
+// The granule is the larger of the driver's minimum granularity for a device
+// and a host allocation, and of the granule the caller asks for (both powers
+// of two, so each is a multiple of the other).
+//
+// The context is the device's primary context, retained for the backend's
+// life and shared with TensorFlow; every call makes it current for its own
+// duration (ScopedCudaContext) and restores the caller's.
+//
+// Note [Stream protocol]. Kernels and TensorFlow's own copies run after
+// their host-side call returns, so three things can touch LMS memory after
+// the engine believes nobody uses it: a kernel enqueued while its tensor was
+// pinned that runs after the unpin (the OpKernelContext is gone, the work is
+// queued); TensorFlow's copies (device-to-host for .numpy(), host-to-device
+// into fresh tensors), which hold tensors by reference and never pin; and
+// work still queued on a buffer TensorFlow freed (it frees on the host when
+// the last reference drops and relies on stream order). The streams that
+// carry such work are *fenced streams*: TensorFlow's compute, host-to-device,
+// device-to-host and device-to-device streams of this device, registered with
+// AddFencedStream by the adapter.
+//   - Fence (CopiesAfterCompute): an event recorded on every fenced stream,
+//     waited on by the copy stream. Every copy issued after it runs after all
+//     work queued on a fenced stream before it, so an eviction copies the
+//     bytes a queued kernel writes, and a page-in copies the bytes a queued
+//     host-to-device copy writes into a born-evicted tensor.
+//   - WaitForCopies: one event recorded on the copy stream and synchronized
+//     on the host; skipped when no copy was issued since the last one. The
+//     engine calls it before it remaps or reuses the source of a copy, so no
+//     copy is ever in flight when the engine's lock is free.
+//   - Drain before every cuMemUnmap (Unmap, and a Map that replaces a
+//     mapping): a fence followed by one host wait, as late as possible, right
+//     before the unmap. cuMemUnmap is not stream-ordered, and nothing tells
+//     the backend what TensorFlow enqueued since the last drain (an unpinned
+//     copy may be enqueued at any time), so no earlier fence can stand in
+//     for it. After the drain, work that can still use the range was enqueued
+//     after it, by a thread that did not pin the range: the one gap left,
+//     which only the adapter can close (by pinning what TensorFlow's copies
+//     read and write). Copies between windows never need a drain: windows are
+//     never unmapped while the backend lives.
+// Why this is enough for the engine's three remaps: an eviction fences, copies,
+// waits, then drains and remaps, so the copy follows every kernel that wrote
+// the victim before its last unpin, and the unmap follows every access queued
+// before it; a page-in does the same in the other direction; defragmentation
+// (taking a granule cached at a freed range) unmaps it only after a drain, so
+// work still queued on the freed buffer finishes before the granule moves.
+// Freed memory needs less: nothing is enqueued on a buffer after its free
+// (TensorFlow enqueues all work on a buffer before dropping its last
+// reference), so once a fence issued after the free has been waited for, no
+// queued work can touch the buffer, and its slots are unmapped without a
+// drain (UnmapReleased with the ReleaseMark taken at the free: the fence
+// count then). Defragmentation mostly takes such granules: an eviction in
+// between has already waited.
+// The costs are counted (GetStatistics): fences, host waits, copies, bytes.
+// With no fenced stream registered, a drain needs no host wait unless a copy
+// is in flight.
+//
+// Thread-safety: Map, Unmap, copies and pools are called with the engine's
+// lock held (thread-compatible, like the POSIX backend). AddFencedStream,
+// RemoveFencedStream and the fence itself share the set of fenced streams
+// under streams_mu_, because the adapter registers streams from TensorFlow's
+// threads. Lock order: the engine's lock, then streams_mu_.
+#ifndef TENSORFLOW_LMS_ALLOCATOR_CC_BACKENDS_CUDA_BACKEND_H_
+#define TENSORFLOW_LMS_ALLOCATOR_CC_BACKENDS_CUDA_BACKEND_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backends/cuda_driver.h"
+#include "engine/backend.h"
+#include "engine/thread_annotations.h"
+
+namespace lms {
+
+class CudaBackend : public Backend {
+ public:
+  // Loads the driver (CudaDriver::Load), initialises it and checks that
+  // device `ordinal` supports what LMS needs. kFailedPrecondition naming the
+  // GPU, the driver version and the requirement if it does not.
+  static Status Create(int ordinal, size_t min_granule_bytes,
+                       std::unique_ptr<CudaBackend>* out);
+  ~CudaBackend() override;
+
+  const char* Name() const override { return "cuda"; }
+  size_t granule_bytes() const override { return granule_; }
+  Status ReserveAddressRange(size_t bytes, uintptr_t* base) override;
+  void ReleaseAddressRange(uintptr_t base, size_t bytes) override;
+  Status CreatePool(PoolKind pool, size_t granules) override;
+  Status Map(uintptr_t address, PoolKind pool, const GranuleId* ids, size_t count,
+             Access access) override;
+  Status Unmap(uintptr_t address, size_t count) override;
+  uint64_t ReleaseMark() const override { return fences_issued_; }
+  Status UnmapReleased(uintptr_t address, size_t count, uint64_t mark) override;
+  Status CopyGranules(PoolKind dst_pool, const GranuleId* dst, PoolKind src_pool,
+                      const GranuleId* src, size_t bytes) override;
+  Status CopiesAfterCompute() override;
+  Status WaitForCopies() override;
+  bool HostCanTouch() const override { return false; }
+  Status CopyToHost(void* dst, uintptr_t address, size_t bytes) override;
+  Status CopyFromHost(uintptr_t address, const void* src, size_t bytes) override;
+  BackendStatistics GetStatistics() const override;
+
+  // Registers a stream whose queued work may touch LMS memory (Note [Stream
+  // protocol]); registering it twice is harmless. The stream must belong to
+  // this device's primary context and stay alive until RemoveFencedStream.
+  Status AddFencedStream(cu::CUstream stream) LMS_LOCKS_EXCLUDED(streams_mu_);
+  void RemoveFencedStream(cu::CUstream stream) LMS_LOCKS_EXCLUDED(streams_mu_);
+
+  const CudaDriver& driver() const { return *driver_; }
+  cu::CUcontext context() const { return context_; }
+  // "NVIDIA A100-SXM4-40GB (GPU 0), driver 12.2".
+  const std::string& description() const { return description_; }
+
+ private:
+  // Which location host-pool granules are created at.
+  struct HostLocation {
+    int type = cu::CU_MEM_LOCATION_TYPE_HOST;
+    int id = 0;
+  };
+  struct Pool {
+    std::vector<cu::CUmemGenericAllocationHandle> handles;
+    cu::CUdeviceptr window = 0;  // handles[i] is mapped at window + i * granule
+  };
+  // What backs one slot of a reserved range.
+  struct Slot {
+    bool mapped = false;
+    PoolKind pool = PoolKind::kDevice;
+    GranuleId id = 0;
+  };
+
+  CudaBackend(std::unique_ptr<CudaDriver> driver, int ordinal);
+  // cuInit, the device, its support for VMM and host-located VMM memory, the
+  // primary context, the granule, the copy stream (cuda_backend_setup.cc).
+  Status Init(size_t min_granule_bytes);
+  Status CheckSupport();
+  cu::CUmemAllocationProp AllocationProp(PoolKind pool) const;
+
+  // The slot table entry for `address`, or nullptr outside every range.
+  Slot* SlotAt(uintptr_t address);
+  // Creates `granules` handles of `pool` and maps them into a new window;
+  // all or nothing.
+  Status CreateWindow(PoolKind pool, size_t granules, Pool* out);
+  // Unmaps a window's first `mapped` granules, frees its range, releases
+  // its handles.
+  void DestroyWindow(Pool* pool, size_t mapped);
+  // cuMemUnmap of every mapped slot among `count` from `address`, after a
+  // drain unless `drain` is false. Slots it could not unmap stay mapped (and
+  // recorded as such).
+  Status UnmapSlots(uintptr_t address, size_t count, bool drain = true);
+  // Copies between host memory and mapped slots through the windows.
+  Status CopyHost(uintptr_t address, size_t bytes, void* to_host, const void* from_host);
+
+  // Stream protocol (cuda_backend_streams.cc).
+  Status Fence() LMS_LOCKS_EXCLUDED(streams_mu_);
+  Status HostWait();
+  Status Drain();
+
+  // Immutable after Create: read without a lock.
+  const std::unique_ptr<CudaDriver> driver_;
+  const int ordinal_;
+  cu::CUdevice device_ = 0;
+  cu::CUcontext context_ = nullptr;  // retained primary context
+  bool context_retained_ = false;
+  size_t granule_ = 0;
+  HostLocation host_location_;
+  cu::CUstream copy_stream_ = nullptr;
+  cu::CUevent copies_done_ = nullptr;
+  std::string description_;
+
+  // Thread-compatible (the engine's lock serialises these calls).
+  Pool pools_[2];
+  std::map<uintptr_t, std::vector<Slot>> ranges_;  // reserved base -> slots
+  bool copies_in_flight_ = false;  // a copy was issued since the last wait
+  // Fences issued so far, and how many of them a completed host wait covers
+  // (every fence makes the copy stream wait, so a wait on the copy stream
+  // covers every earlier fence).
+  uint64_t fences_issued_ = 0;
+  uint64_t fences_waited_ = 0;
+  BackendStatistics stats_;
+
+  // The fenced streams, each with the event its fences record.
+  mutable Mutex streams_mu_;
+  std::vector<std::pair<cu::CUstream, cu::CUevent>> fenced_ LMS_GUARDED_BY(streams_mu_);
+};
+
+}  // namespace lms
+
+#endif  // TENSORFLOW_LMS_ALLOCATOR_CC_BACKENDS_CUDA_BACKEND_H_

@@ -1,0 +1,181 @@
+// CudaBackend's creation and destruction: the driver, the device and what it
+// supports, the primary context, the granule and the copy stream.
+#include <string>
+#include <utility>
+
+#include "backends/cuda_backend.h"
+#include "backends/cuda_context.h"
+
+namespace lms {
+namespace {
+
+std::string VersionString(int version) {
+  return std::to_string(version / 1000) + "." + std::to_string(version % 1000 / 10);
+}
+
+bool IsPowerOfTwo(size_t x) { return x != 0 && (x & (x - 1)) == 0; }
+
+// The driver version that introduced host-located VMM memory at a NUMA node
+// (cuMemCreate with CU_MEM_LOCATION_TYPE_HOST_NUMA): CUDA 12.2. Drivers
+// before 12.9 do not know device attribute 141 that reports it, and answer
+// the query with CUDA_ERROR_INVALID_VALUE.
+constexpr int kHostNumaVmmDriver = 12020;
+// CU_MEM_LOCATION_TYPE_HOST (no NUMA node) and attribute 145: CUDA 13.0.
+constexpr int kHostVmmDriver = 13000;
+
+}  // namespace
+
+CudaBackend::CudaBackend(std::unique_ptr<CudaDriver> driver, int ordinal)
+    : driver_(std::move(driver)), ordinal_(ordinal) {}
+
+Status CudaBackend::Create(int ordinal, size_t min_granule_bytes,
+                           std::unique_ptr<CudaBackend>* out) {
+  std::unique_ptr<CudaDriver> driver;
+  LMS_RETURN_IF_ERROR(CudaDriver::Load(&driver));
+  std::unique_ptr<CudaBackend> backend(new CudaBackend(std::move(driver), ordinal));
+  LMS_RETURN_IF_ERROR(backend->Init(min_granule_bytes));
+  *out = std::move(backend);
+  return Status::Ok();
+}
+
+Status CudaBackend::Init(size_t min_granule_bytes) {
+  const CudaDriver& d = *driver_;
+  const cu::CUresult init = d.cuInit(0);
+  if (init != cu::CUDA_SUCCESS) {
+    return FailedPrecondition("no usable NVIDIA GPU: cuInit failed with " +
+                              d.ErrorName(init) + " (driver library " + d.library() + ")");
+  }
+  int count = 0;
+  LMS_RETURN_IF_ERROR(d.Check(d.cuDeviceGetCount(&count), "cuDeviceGetCount"));
+  if (ordinal_ < 0 || ordinal_ >= count) {
+    return FailedPrecondition("GPU " + std::to_string(ordinal_) +
+                              " does not exist: the NVIDIA driver sees " +
+                              std::to_string(count) + " GPU(s)");
+  }
+  LMS_RETURN_IF_ERROR(d.Check(d.cuDeviceGet(&device_, ordinal_), "cuDeviceGet"));
+  LMS_RETURN_IF_ERROR(CheckSupport());
+  LMS_RETURN_IF_ERROR(d.Check(d.cuDevicePrimaryCtxRetain(&context_, device_),
+                              "cuDevicePrimaryCtxRetain"));
+  context_retained_ = true;
+  ScopedCudaContext scope(d, context_);
+  LMS_RETURN_IF_ERROR(scope.status());
+  size_t granule = min_granule_bytes;
+  for (PoolKind pool : {PoolKind::kDevice, PoolKind::kHost}) {
+    const cu::CUmemAllocationProp prop = AllocationProp(pool);
+    size_t g = 0;
+    LMS_RETURN_IF_ERROR(d.Check(
+        d.cuMemGetAllocationGranularity(&g, &prop, cu::CU_MEM_ALLOC_GRANULARITY_MINIMUM),
+        "cuMemGetAllocationGranularity"));
+    if (!IsPowerOfTwo(g)) {
+      return Internal("the driver's allocation granularity " + std::to_string(g) +
+                      " for " + description_ + " is not a power of two");
+    }
+    if (g > granule) granule = g;
+  }
+  if (!IsPowerOfTwo(granule)) {
+    return InvalidArgument("granule size " + std::to_string(granule) +
+                           " is not a power of two");
+  }
+  granule_ = granule;
+  LMS_RETURN_IF_ERROR(d.Check(d.cuStreamCreate(&copy_stream_, cu::CU_STREAM_NON_BLOCKING),
+                              "cuStreamCreate (the LMS copy stream)"));
+  return d.Check(d.cuEventCreate(&copies_done_, cu::CU_EVENT_DISABLE_TIMING),
+                 "cuEventCreate");
+}
+
+Status CudaBackend::CheckSupport() {
+  const CudaDriver& d = *driver_;
+  int version = 0;
+  LMS_RETURN_IF_ERROR(d.Check(d.cuDriverGetVersion(&version), "cuDriverGetVersion"));
+  char name[256] = {};
+  LMS_RETURN_IF_ERROR(
+      d.Check(d.cuDeviceGetName(name, sizeof(name) - 1, device_), "cuDeviceGetName"));
+  description_ = std::string(name) + " (GPU " + std::to_string(ordinal_) +
+                 "), driver " + VersionString(version);
+  int vmm = 0;
+  const cu::CUresult vmm_query = d.cuDeviceGetAttribute(
+      &vmm, cu::CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, device_);
+  if (vmm_query != cu::CUDA_SUCCESS || vmm == 0) {
+    return FailedPrecondition(
+        description_ + " does not support CUDA virtual memory management "
+        "(device attribute VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED), which LMS needs to "
+        "keep every tensor at its address while its memory moves");
+  }
+  int host = 0;
+  if (version >= kHostVmmDriver &&
+      d.cuDeviceGetAttribute(&host, cu::CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
+                             device_) == cu::CUDA_SUCCESS &&
+      host != 0) {
+    host_location_ = HostLocation{cu::CU_MEM_LOCATION_TYPE_HOST, 0};
+    return Status::Ok();
+  }
+  int numa = 0;
+  const cu::CUresult numa_query = d.cuDeviceGetAttribute(
+      &numa, cu::CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, device_);
+  // A 12.2-12.8 driver supports HOST_NUMA but cannot say so: cuMemCreate in
+  // CreatePool is then the test, and its failure names the call.
+  const bool supported =
+      version >= kHostNumaVmmDriver &&
+      ((numa_query == cu::CUDA_SUCCESS && numa != 0) ||
+       numa_query == cu::CUDA_ERROR_INVALID_VALUE);
+  if (!supported) {
+    std::string m = description_ +
+                    " cannot hold evicted tensors: LMS maps them from host memory "
+                    "created with cuMemCreate at a host location, which needs an "
+                    "NVIDIA driver for CUDA 12.2 or newer (CUDA 12.2 introduced "
+                    "CU_MEM_LOCATION_TYPE_HOST_NUMA allocations; CUDA 13.0 added "
+                    "CU_MEM_LOCATION_TYPE_HOST) and a GPU and system that support it";
+    m += version < kHostNumaVmmDriver
+             ? "; this driver is too old: upgrade the NVIDIA driver"
+             : "; this GPU reports no support (device attributes "
+               "HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED and "
+               "HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED are 0)";
+    return FailedPrecondition(m);
+  }
+  int node = -1;
+  if (d.cuDeviceGetAttribute(&node, cu::CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID, device_) !=
+          cu::CUDA_SUCCESS ||
+      node < 0) {
+    node = 0;  // -1: the system has no NUMA; node 0 is all of its memory
+  }
+  host_location_ = HostLocation{cu::CU_MEM_LOCATION_TYPE_HOST_NUMA, node};
+  return Status::Ok();
+}
+
+cu::CUmemAllocationProp CudaBackend::AllocationProp(PoolKind pool) const {
+  cu::CUmemAllocationProp prop{};
+  prop.type = cu::CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.requestedHandleTypes = cu::CU_MEM_HANDLE_TYPE_NONE;
+  if (pool == PoolKind::kDevice) {
+    prop.location = cu::CUmemLocation{cu::CU_MEM_LOCATION_TYPE_DEVICE, device_};
+  } else {
+    prop.location = cu::CUmemLocation{host_location_.type, host_location_.id};
+  }
+  return prop;
+}
+
+CudaBackend::~CudaBackend() {
+  if (!context_retained_) return;
+  {
+    ScopedCudaContext scope(*driver_, context_);
+    if (scope.status().ok()) {
+      // Nothing of ours may run while the memory goes.
+      if (copy_stream_ != nullptr) driver_->cuStreamSynchronize(copy_stream_);
+      for (const auto& [base, slots] : ranges_) {
+        UnmapSlots(base, slots.size());
+        driver_->cuMemAddressFree(base, slots.size() * granule_);
+      }
+      for (Pool& pool : pools_) DestroyWindow(&pool, pool.handles.size());
+      {
+        MutexLock lock(streams_mu_);
+        for (const auto& fenced : fenced_) driver_->cuEventDestroy(fenced.second);
+        fenced_.clear();
+      }
+      if (copies_done_ != nullptr) driver_->cuEventDestroy(copies_done_);
+      if (copy_stream_ != nullptr) driver_->cuStreamDestroy(copy_stream_);
+    }
+  }
+  driver_->cuDevicePrimaryCtxRelease(device_);
+}
+
+}  // namespace lms

@@ -1,0 +1,80 @@
+// CudaBackend's side of the stream protocol (Note [Stream protocol] in
+// cuda_backend.h): the fenced streams, the fence, the host wait, the drain.
+#include <algorithm>
+#include <string>
+
+#include "backends/cuda_backend.h"
+#include "backends/cuda_context.h"
+
+namespace lms {
+
+Status CudaBackend::AddFencedStream(cu::CUstream stream) {
+  LMS_CUDA_SCOPE(*driver_, context_);
+  MutexLock lock(streams_mu_);
+  for (const auto& fenced : fenced_) {
+    if (fenced.first == stream) return Status::Ok();
+  }
+  cu::CUevent event = nullptr;
+  LMS_RETURN_IF_ERROR(driver_->Check(
+      driver_->cuEventCreate(&event, cu::CU_EVENT_DISABLE_TIMING), "cuEventCreate"));
+  fenced_.emplace_back(stream, event);
+  return Status::Ok();
+}
+
+void CudaBackend::RemoveFencedStream(cu::CUstream stream) {
+  ScopedCudaContext scope(*driver_, context_);
+  MutexLock lock(streams_mu_);
+  auto it = std::find_if(fenced_.begin(), fenced_.end(),
+                         [&](const auto& fenced) { return fenced.first == stream; });
+  if (it == fenced_.end()) return;
+  // The copy stream may still wait on the event; CUDA defers its release.
+  if (scope.status().ok()) driver_->cuEventDestroy(it->second);
+  fenced_.erase(it);
+}
+
+Status CudaBackend::CopiesAfterCompute() {
+  LMS_CUDA_SCOPE(*driver_, context_);
+  return Fence();
+}
+
+Status CudaBackend::Fence() {
+  MutexLock lock(streams_mu_);
+  if (fenced_.empty()) return Status::Ok();
+  for (const auto& [stream, event] : fenced_) {
+    LMS_RETURN_IF_ERROR(driver_->Check(driver_->cuEventRecord(event, stream),
+                                       "cuEventRecord on a fenced stream"));
+    LMS_RETURN_IF_ERROR(driver_->Check(driver_->cuStreamWaitEvent(copy_stream_, event, 0),
+                                       "cuStreamWaitEvent on the LMS copy stream"));
+  }
+  // What follows on the copy stream waits for the fence: a host wait on the
+  // copy stream now also waits for the fenced work.
+  copies_in_flight_ = true;
+  ++fences_issued_;
+  ++stats_.fences;
+  return Status::Ok();
+}
+
+Status CudaBackend::WaitForCopies() {
+  LMS_CUDA_SCOPE(*driver_, context_);
+  return HostWait();
+}
+
+Status CudaBackend::HostWait() {
+  if (!copies_in_flight_) return Status::Ok();
+  const uint64_t covered = fences_issued_;
+  LMS_RETURN_IF_ERROR(driver_->Check(driver_->cuEventRecord(copies_done_, copy_stream_),
+                                     "cuEventRecord on the LMS copy stream"));
+  ++stats_.host_waits;
+  LMS_RETURN_IF_ERROR(driver_->Check(driver_->cuEventSynchronize(copies_done_),
+                                     "cuEventSynchronize (waiting for LMS copies)"));
+  copies_in_flight_ = false;
+  fences_waited_ = covered;
+  return Status::Ok();
+}
+
+Status CudaBackend::Drain() {
+  LMS_RETURN_IF_ERROR(Fence());
+  return HostWait();
+}
+
+}  // namespace lms

@@ -1,0 +1,581 @@
+// The CUDA backend's contract (engine/backend.h) and its stream protocol
+// (Note [Stream protocol] in backends/cuda_backend.h), over the fake CUDA
+// driver that TF_LMS_CUDA_DRIVER_PATH names (tests/fake_cuda). Every test
+// starts from a fresh fake and ends by checking that the fake saw no
+// violation and that nothing of it outlived the backend.
+//
+// The stream-ordering tests fail when the protocol is broken: `make
+// mutation-check-cuda` (tests/cc/mutation_check.py) rebuilds this test with
+// the fence or the drain removed and expects named tests to fail.
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "backends/backend_factory.h"
+#include "backends/cuda_backend.h"
+#include "backends/cuda_context.h"
+#include "engine/engine.h"
+#include "fake_cuda_access.h"
+#include "harness.h"
+#include "testing/engine_pattern.h"
+
+namespace lms {
+namespace {
+
+using lms_test::Fake;
+
+constexpr size_t kGranule = 64 << 10;
+
+bool Contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+// A fresh fake with the tests' granule; false (and a failure) if the last
+// test left something alive.
+bool FreshFake() {
+  const size_t live = Fake().reset();
+  if (live != 0) {
+    std::printf("  %zu fake CUDA objects outlived the previous test\n", live);
+    ++lms_test::Failures();
+    return false;
+  }
+  return Fake().set_granularity(kGranule) == 0;
+}
+
+// Checks at the end of a test, after every backend is gone.
+void ExpectNoViolationAndNothingLeaked() {
+  EXPECT_EQ(Fake().violation_count(), 0u);
+  if (Fake().violation_count() != 0) std::printf("%s", Fake().Violations().c_str());
+  EXPECT_EQ(Fake().live_handles(), 0u);
+  EXPECT_EQ(Fake().live_mappings(), 0u);
+  EXPECT_EQ(Fake().live_reservations(), 0u);
+  EXPECT_EQ(Fake().live_streams(), 0u);
+  EXPECT_EQ(Fake().live_events(), 0u);
+}
+
+Status MakeCuda(std::unique_ptr<CudaBackend>* out) {
+  return CudaBackend::Create(/*ordinal=*/0, kGranule, out);
+}
+
+std::unique_ptr<CudaBackend> MustMakeCuda() {
+  std::unique_ptr<CudaBackend> backend;
+  Status s = MakeCuda(&backend);
+  if (!s.ok()) {
+    std::printf("CudaBackend::Create: %s\n", s.ToString().c_str());
+    std::abort();
+  }
+  return backend;
+}
+
+std::unique_ptr<Engine> MakeEngine(std::unique_ptr<CudaBackend> backend,
+                                   size_t device_granules, size_t host_granules,
+                                   bool defrag = false) {
+  EngineOptions o;
+  o.device_bytes = device_granules * kGranule;
+  o.host_bytes = host_granules * kGranule;
+  o.defrag_enabled = defrag;
+  std::unique_ptr<Engine> e;
+  Status s = Engine::Create(o, std::move(backend), &e);
+  if (!s.ok()) {
+    std::printf("Engine::Create: %s\n", s.ToString().c_str());
+    std::abort();
+  }
+  return e;
+}
+
+void* MustAllocate(Engine& e, size_t bytes, bool pin) {
+  Status s;
+  void* p = e.Allocate(bytes, pin, &s);
+  if (p == nullptr) std::printf("  allocate %zu: %s\n", bytes, s.ToString().c_str());
+  return p;
+}
+
+uintptr_t Address(const void* p) { return reinterpret_cast<uintptr_t>(p); }
+
+// ------------------------------------------------------ creation and support
+
+TEST(AMissingDriverIsAClearFailedPrecondition) {
+  const char* kMissing = "/nonexistent/libcuda.so.1";
+  const char* fake = std::getenv(kCudaDriverPathEnv);
+  const std::string saved = fake != nullptr ? fake : "";
+  setenv(kCudaDriverPathEnv, kMissing, 1);
+  std::unique_ptr<Backend> backend;
+  BackendSpec spec;
+  spec.kind = BackendKind::kCuda;
+  Status s = CreateBackend(spec, &backend);
+  setenv(kCudaDriverPathEnv, saved.c_str(), 1);
+  EXPECT_TRUE(s.code() == StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(Contains(s.message(), "no NVIDIA driver"));
+  EXPECT_TRUE(Contains(s.message(), kMissing));
+  EXPECT_TRUE(backend == nullptr);
+}
+
+TEST(ADriverWithoutHostVmmIsAClearErrorNamingTheGpuAndDriver) {
+  if (!FreshFake()) return;
+  Fake().set_host_vmm_supported(0);
+  std::unique_ptr<CudaBackend> backend;
+  Status s = MakeCuda(&backend);
+  EXPECT_TRUE(s.code() == StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(Contains(s.message(), "(GPU 0)"));
+  EXPECT_TRUE(Contains(s.message(), "driver 12.4"));  // the fake's default
+  EXPECT_TRUE(Contains(s.message(), "CUDA 12.2"));    // what is required
+  EXPECT_TRUE(Contains(s.message(), "reports no support"));
+  std::printf("  message: %s\n", s.message().c_str());
+  backend.reset();
+  ExpectNoViolationAndNothingLeaked();
+}
+
+TEST(ATooOldDriverIsAClearError) {
+  for (int version : {11080, 12010}) {
+    if (!FreshFake()) return;
+    Fake().set_driver_version(version);
+    std::unique_ptr<CudaBackend> backend;
+    Status s = MakeCuda(&backend);
+    EXPECT_TRUE(s.code() == StatusCode::kFailedPrecondition);
+    EXPECT_TRUE(Contains(s.message(), version == 11080 ? "CUDA 11.8" : "driver 12.1"));
+    EXPECT_TRUE(Contains(s.message(), "too old"));
+    EXPECT_TRUE(Contains(s.message(), "CUDA 12.2 or newer"));
+    std::printf("  driver %d: %s\n", version, s.message().c_str());
+    backend.reset();
+    ExpectNoViolationAndNothingLeaked();
+  }
+  EXPECT_EQ(Fake().reset(), 0u);
+}
+
+TEST(TheGranuleIsTheDriversWhenLarger) {
+  if (!FreshFake()) return;
+  EXPECT_EQ(MustMakeCuda()->granule_bytes(), kGranule);
+  if (Fake().reset() != 0 || Fake().set_granularity(4 * kGranule) != 0) {
+    ++lms_test::Failures();
+    return;
+  }
+  EXPECT_EQ(MustMakeCuda()->granule_bytes(), 4 * kGranule);
+  ExpectNoViolationAndNothingLeaked();
+}
+
+TEST(NoAccessMappingsAreRefusedOnAGpu) {
+  if (!FreshFake()) return;
+  auto b = MustMakeCuda();
+  uintptr_t base = 0;
+  EXPECT_OK(b->ReserveAddressRange(4 * kGranule, &base));
+  EXPECT_OK(b->CreatePool(PoolKind::kHost, 2));
+  const GranuleId ids[] = {0};
+  Status s = b->Map(base, PoolKind::kHost, ids, 1, Access::kNone);
+  EXPECT_TRUE(s.code() == StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(Contains(s.message(), "TF_LMS_STRICT is for the emulated device"));
+  b->ReleaseAddressRange(base, 4 * kGranule);
+  b.reset();
+  ExpectNoViolationAndNothingLeaked();
+}
+
+TEST(EveryCallLeavesTheCallersContextCurrent) {
+  if (!FreshFake() || Fake().set_device_count(2) != 0) return;
+  auto b = MustMakeCuda();  // GPU 0
+  const CudaDriver& d = b->driver();
+  cu::CUdevice other_device = 0;
+  cu::CUcontext other = nullptr, current = nullptr;
+  EXPECT_OK(d.Check(d.cuDeviceGet(&other_device, 1), "cuDeviceGet"));
+  EXPECT_OK(d.Check(d.cuDevicePrimaryCtxRetain(&other, other_device), "retain"));
+  ASSERT_TRUE(other != b->context());
+  uintptr_t base = 0;
+  for (cu::CUcontext callers : {static_cast<cu::CUcontext>(nullptr), other}) {
+    EXPECT_OK(d.Check(d.cuCtxSetCurrent(callers), "cuCtxSetCurrent"));
+    if (base == 0) {
+      EXPECT_OK(b->ReserveAddressRange(2 * kGranule, &base));
+      EXPECT_OK(b->CreatePool(PoolKind::kDevice, 2));
+    }
+    const GranuleId ids[] = {0, 1};
+    EXPECT_OK(b->Map(base, PoolKind::kDevice, ids, 2, Access::kReadWrite));
+    EXPECT_OK(b->Unmap(base, 2));
+    EXPECT_OK(d.Check(d.cuCtxGetCurrent(&current), "cuCtxGetCurrent"));
+    EXPECT_TRUE(current == callers);
+  }
+  b->ReleaseAddressRange(base, 2 * kGranule);
+  EXPECT_OK(d.Check(d.cuCtxSetCurrent(nullptr), "cuCtxSetCurrent"));
+  EXPECT_OK(d.Check(d.cuDevicePrimaryCtxRelease(other_device), "release"));
+  b.reset();
+  ExpectNoViolationAndNothingLeaked();
+}
+
+// ------------------------------------------------------------ all or nothing
+
+TEST(CreatePoolIsAllOrNothing) {
+  if (!FreshFake()) return;
+  auto b = MustMakeCuda();
+  Fake().fail_nth_mem_create(3);  // the third granule's handle
+  Status s = b->CreatePool(PoolKind::kDevice, 8);
+  EXPECT_TRUE(s.code() == StatusCode::kResourceExhausted);
+  EXPECT_TRUE(Contains(s.message(), "cuMemCreate"));
+  EXPECT_EQ(Fake().live_handles(), 0u);
+  EXPECT_EQ(Fake().live_reservations(), 0u);
+  Fake().fail_nth_mem_map(5, cu::CUDA_ERROR_UNKNOWN);  // mapping the window
+  s = b->CreatePool(PoolKind::kDevice, 8);
+  EXPECT_TRUE(Contains(s.message(), "cuMemMap"));
+  EXPECT_EQ(Fake().live_handles(), 0u);
+  EXPECT_EQ(Fake().live_mappings(), 0u);
+  EXPECT_EQ(Fake().live_reservations(), 0u);
+  EXPECT_EQ(Fake().pool_bytes_in_use(FAKE_CUDA_POOL_DEVICE), 0u);
+  EXPECT_OK(b->CreatePool(PoolKind::kDevice, 8));  // the pool never existed
+  EXPECT_EQ(Fake().live_handles(), 8u);
+  b.reset();
+  ExpectNoViolationAndNothingLeaked();
+}
+
+TEST(MapIsAllOrNothingUnderAnInjectedFailure) {
+  if (!FreshFake()) return;
+  auto b = MustMakeCuda();
+  uintptr_t base = 0;
+  EXPECT_OK(b->ReserveAddressRange(8 * kGranule, &base));
+  EXPECT_OK(b->CreatePool(PoolKind::kDevice, 8));
+  const size_t window_mappings = Fake().live_mappings();
+  const GranuleId first[] = {0, 1, 2, 3};
+  EXPECT_OK(b->Map(base, PoolKind::kDevice, first, 4, Access::kReadWrite));
+  std::vector<unsigned char> bytes(2 * kGranule, 0x5a);
+  EXPECT_OK(b->CopyFromHost(base, bytes.data(), bytes.size()));
+  // Slots 2..5 replaced by granules 4..7; the third cuMemMap fails.
+  Fake().fail_nth_mem_map(3, cu::CUDA_ERROR_OUT_OF_MEMORY);
+  const GranuleId second[] = {4, 5, 6, 7};
+  Status s = b->Map(base + 2 * kGranule, PoolKind::kDevice, second, 4, Access::kReadWrite);
+  EXPECT_TRUE(s.code() == StatusCode::kResourceExhausted);
+  // Every slot of the call is unmapped, whatever it held; the others keep
+  // theirs and their bytes.
+  EXPECT_EQ(Fake().live_mappings(), window_mappings + 2);
+  unsigned char probe[16];
+  for (int slot = 2; slot < 6; ++slot) {
+    EXPECT_TRUE(b->CopyToHost(probe, base + slot * kGranule, sizeof(probe)).code() ==
+                StatusCode::kFailedPrecondition);
+  }
+  std::vector<unsigned char> back(2 * kGranule);
+  EXPECT_OK(b->CopyToHost(back.data(), base, back.size()));
+  EXPECT_TRUE(back == bytes);
+  // The granules are untouched: mapping them again works.
+  EXPECT_OK(b->Map(base + 2 * kGranule, PoolKind::kDevice, second, 4, Access::kReadWrite));
+  EXPECT_OK(b->Unmap(base, 6));
+  EXPECT_EQ(Fake().live_mappings(), window_mappings);
+  b->ReleaseAddressRange(base, 8 * kGranule);
+  b.reset();
+  ExpectNoViolationAndNothingLeaked();
+}
+
+TEST(InjectedDriverFailuresLoseNoByteAndTheEngineKeepsWorking) {
+  if (!FreshFake()) return;
+  auto e = MakeEngine(MustMakeCuda(), /*device=*/4, /*host=*/8);
+  const size_t size = 3 * kGranule + 100;
+  void* a = MustAllocate(*e, size, /*pin=*/false);
+  ASSERT_TRUE(a != nullptr);
+  EXPECT_OK(FillAllocation(*e, a, size, 31));
+  // The eviction's remap to host granules fails part-way.
+  Fake().fail_nth_mem_map(2, cu::CUDA_ERROR_UNKNOWN);
+  Status s;
+  EXPECT_TRUE(e->Allocate(2 * kGranule, /*pin=*/true, &s) == nullptr);
+  EXPECT_TRUE(Contains(s.message(), "cuMemMap"));
+  AllocationInfo info;
+  EXPECT_OK(e->Inspect(a, &info));
+  EXPECT_TRUE(!info.evicted);
+  EXPECT_EQ(VerifyAllocation(*e, a, size, 31), -1);
+  EXPECT_OK(e->CheckInvariants());
+  // The page-in's remap fails: it stays evicted and readable.
+  EXPECT_OK(e->Evict(a));
+  Fake().fail_nth_mem_map(1, cu::CUDA_ERROR_OUT_OF_MEMORY);
+  uint64_t id = 0;
+  EXPECT_TRUE(!e->Pin(a, &id).ok());
+  EXPECT_OK(e->Inspect(a, &info));
+  EXPECT_TRUE(info.evicted && info.pin_count == 0);
+  EXPECT_EQ(VerifyAllocation(*e, a, size, 31), -1);
+  EXPECT_OK(e->CheckInvariants());
+  // And everything works afterwards.
+  EXPECT_OK(e->Pin(a, &id));
+  EXPECT_EQ(VerifyAllocation(*e, a, size, 31), -1);
+  EXPECT_OK(e->Unpin(a, id));
+  EXPECT_OK(e->Free(a));
+  EXPECT_TRUE(MustAllocate(*e, 4 * kGranule, /*pin=*/true) != nullptr);
+  EXPECT_OK(e->CheckInvariants());
+  e.reset();
+  ExpectNoViolationAndNothingLeaked();
+}
+
+TEST(BytesSurviveEvictionAndPageInCycles) {
+  if (!FreshFake()) return;
+  auto e = MakeEngine(MustMakeCuda(), /*device=*/6, /*host=*/16, /*defrag=*/true);
+  std::vector<void*> live;
+  const size_t sizes[] = {3 * kGranule, 2 * kGranule + 7, 100, 5000};
+  for (size_t i = 0; i < 4; ++i) {
+    live.push_back(MustAllocate(*e, sizes[i], /*pin=*/false));
+    ASSERT_TRUE(live.back() != nullptr);
+    EXPECT_OK(FillAllocation(*e, live.back(), sizes[i], 40 + i));
+  }
+  for (int round = 0; round < 6; ++round) {
+    for (size_t i = 0; i < live.size(); ++i) {
+      uint64_t id = 0;
+      EXPECT_OK(e->Pin(live[i], &id));  // pages it in, evicting others
+      EXPECT_EQ(VerifyAllocation(*e, live[i], sizes[i], 40 + i), -1);
+      EXPECT_OK(e->Unpin(live[i], id));
+      Status s = e->Evict(live[(i + round) % live.size()]);
+      EXPECT_TRUE(s.ok() || s.code() == StatusCode::kFailedPrecondition);
+    }
+    EXPECT_OK(e->CheckInvariants());
+  }
+  for (size_t i = 0; i < live.size(); ++i) {
+    EXPECT_EQ(VerifyAllocation(*e, live[i], sizes[i], 40 + i), -1);
+  }
+  const Statistics st = e->GetStatistics();
+  EXPECT_TRUE(st.num_evictions > 0 && st.num_page_ins > 0);
+  EXPECT_TRUE(st.num_copies >= st.num_evictions + st.num_page_ins);
+  EXPECT_EQ(st.num_fences, 0);  // no stream registered: nothing to fence
+  for (void* p : live) EXPECT_OK(e->Free(p));
+  e.reset();
+  ExpectNoViolationAndNothingLeaked();
+}
+
+// ------------------------------------------------------------ stream order
+
+// A "kernel" that blocks until released, then writes the pattern `seed`
+// over [address, address + bytes) through the fake's device alias (nothing
+// if bytes is 0: a stream blocker).
+struct LatchedWriter {
+  std::atomic<bool> released{false};
+  std::atomic<bool> started{false};
+  uintptr_t address = 0;
+  size_t bytes = 0;
+  uint64_t seed = 0;
+
+  static void Run(void* self) {
+    auto* w = static_cast<LatchedWriter*>(self);
+    w->started = true;
+    while (!w->released) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (w->bytes == 0) return;
+    void* alias = Fake().device_alias(w->address, w->bytes);
+    if (alias != nullptr) FillPattern(alias, w->bytes, w->seed);
+  }
+  void WaitStarted() {
+    while (!started) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  // Releases the kernel `delay` from now, on another thread: the caller is
+  // about to block on work queued behind it.
+  std::thread ReleaseAfter(std::chrono::milliseconds delay) {
+    return std::thread([this, delay] {
+      std::this_thread::sleep_for(delay);
+      released = true;
+    });
+  }
+};
+
+// A fenced non-blocking stream in the backend's context, as the adapter
+// registers TensorFlow's.
+struct FencedStream {
+  FencedStream(CudaBackend* backend) : b(backend) {
+    ScopedCudaContext scope(b->driver(), b->context());
+    if (!b->driver().Check(b->driver().cuStreamCreate(&stream, cu::CU_STREAM_NON_BLOCKING),
+                           "cuStreamCreate").ok() ||
+        !b->AddFencedStream(stream).ok()) {
+      std::abort();
+    }
+  }
+  ~FencedStream() {
+    ScopedCudaContext scope(b->driver(), b->context());
+    b->driver().cuStreamSynchronize(stream);
+    b->RemoveFencedStream(stream);
+    b->driver().cuStreamDestroy(stream);
+  }
+  CudaBackend* b;
+  cu::CUstream stream = nullptr;
+};
+
+Status LaunchWriter(CudaBackend* b, cu::CUstream stream, LatchedWriter* w) {
+  ScopedCudaContext scope(b->driver(), b->context());
+  const fake_cuda_range range{w->address, w->bytes, 1};
+  return b->driver().Check(
+      static_cast<cu::CUresult>(Fake().launch_kernel(stream, &LatchedWriter::Run, w, &range,
+                                                     w->bytes != 0 ? 1 : 0)),
+      "fake_cuda_launch_kernel");
+}
+
+TEST(AnEvictionCopiesWhatAKernelQueuedBeforeTheUnpinStillWrites) {
+  if (!FreshFake()) return;
+  auto backend = MustMakeCuda();
+  CudaBackend* b = backend.get();
+  auto e = MakeEngine(std::move(backend), /*device=*/4, /*host=*/8);
+  {
+    FencedStream compute(b);
+    const size_t size = 4 * kGranule;
+    uint64_t id = 0;
+    void* t = e->Allocate(size, /*pin=*/true, nullptr, &id);
+    ASSERT_TRUE(t != nullptr);
+    EXPECT_OK(FillAllocation(*e, t, size, 1));
+    // The kernel writes T (pattern 2) after its context is gone: T is
+    // unpinned while the kernel is still queued.
+    LatchedWriter kernel;
+    kernel.address = Address(t);
+    kernel.bytes = size;
+    kernel.seed = 2;
+    EXPECT_OK(LaunchWriter(b, compute.stream, &kernel));
+    kernel.WaitStarted();
+    EXPECT_OK(e->Unpin(t, id));
+    std::thread release = kernel.ReleaseAfter(std::chrono::milliseconds(200));
+    // Needs T's granules: T is evicted while the kernel still runs.
+    void* u = MustAllocate(*e, size, /*pin=*/true);
+    release.join();
+    ASSERT_TRUE(u != nullptr);
+    AllocationInfo info;
+    EXPECT_OK(e->Inspect(t, &info));
+    EXPECT_TRUE(info.evicted);
+    EXPECT_EQ(VerifyAllocation(*e, t, size, 2), -1);  // the kernel's bytes
+    const Statistics st = e->GetStatistics();
+    EXPECT_TRUE(st.num_fences >= 2);      // before the copy, before the unmap
+    EXPECT_TRUE(st.num_host_waits >= 1);
+    std::printf("  one eviction with a fenced stream: fences=%lld host_waits=%lld "
+                "copies=%lld bytes_copied=%lld\n",
+                static_cast<long long>(st.num_fences), static_cast<long long>(st.num_host_waits),
+                static_cast<long long>(st.num_copies), static_cast<long long>(st.bytes_copied));
+    EXPECT_OK(e->Free(u));
+    EXPECT_OK(e->Free(t));
+  }
+  e.reset();
+  ExpectNoViolationAndNothingLeaked();
+}
+
+// A copy of `bytes` from `src` into `dst` queued on `stream`: what
+// TensorFlow's device-to-host copy of an unpinned tensor does to it.
+Status QueueCopy(CudaBackend* b, cu::CUstream stream, const void* dst, const void* src,
+                 size_t bytes) {
+  ScopedCudaContext scope(b->driver(), b->context());
+  return b->driver().Check(
+      b->driver().cuMemcpyAsync(Address(dst), Address(src), bytes, stream), "cuMemcpyAsync");
+}
+
+TEST(ACopyOfAnUnpinnedTensorInFlightDuringItsEvictionReadsTheRightBytes) {
+  if (!FreshFake()) return;
+  auto backend = MustMakeCuda();
+  CudaBackend* b = backend.get();
+  auto e = MakeEngine(std::move(backend), /*device=*/8, /*host=*/8);
+  {
+    FencedStream device_to_host(b);
+    const size_t size = 4 * kGranule;
+    void* t = MustAllocate(*e, size, /*pin=*/false);
+    void* staging = MustAllocate(*e, 2 * kGranule, /*pin=*/true);  // never evicted
+    ASSERT_TRUE(t != nullptr && staging != nullptr);
+    EXPECT_OK(FillAllocation(*e, t, size, 3));
+    // The copy waits behind earlier work on its stream, then runs slowly.
+    LatchedWriter earlier_work;
+    EXPECT_OK(LaunchWriter(b, device_to_host.stream, &earlier_work));
+    Fake().set_copy_delay_us(100000);
+    EXPECT_OK(QueueCopy(b, device_to_host.stream, staging, t, 2 * kGranule));
+    std::thread release = earlier_work.ReleaseAfter(std::chrono::milliseconds(150));
+    // Needs T's granules: T is evicted while the copy is in flight.
+    void* u = MustAllocate(*e, 4 * kGranule, /*pin=*/true);
+    release.join();
+    Fake().set_copy_delay_us(0);
+    ASSERT_TRUE(u != nullptr);
+    AllocationInfo info;
+    EXPECT_OK(e->Inspect(t, &info));
+    EXPECT_TRUE(info.evicted);
+    EXPECT_EQ(VerifyAllocation(*e, staging, 2 * kGranule, 3), -1);
+    EXPECT_EQ(VerifyAllocation(*e, t, size, 3), -1);
+    for (void* p : {t, staging, u}) EXPECT_OK(e->Free(p));
+  }
+  e.reset();
+  ExpectNoViolationAndNothingLeaked();
+}
+
+TEST(FreeingAnEvictedTensorWaitsForACopyOfItInFlight) {
+  if (!FreshFake()) return;
+  auto backend = MustMakeCuda();
+  CudaBackend* b = backend.get();
+  auto e = MakeEngine(std::move(backend), /*device=*/8, /*host=*/8);
+  {
+    FencedStream device_to_host(b);
+    const size_t size = 2 * kGranule;
+    void* t = MustAllocate(*e, size, /*pin=*/false);
+    void* staging = MustAllocate(*e, size, /*pin=*/true);
+    ASSERT_TRUE(t != nullptr && staging != nullptr);
+    EXPECT_OK(FillAllocation(*e, t, size, 4));
+    EXPECT_OK(e->Evict(t));
+    // .numpy() of the evicted tensor reads it over the bus, then the last
+    // reference drops: TensorFlow frees it with the copy still queued.
+    Fake().set_copy_delay_us(150000);
+    EXPECT_OK(QueueCopy(b, device_to_host.stream, staging, t, size));
+    EXPECT_OK(e->Free(t));  // unmaps T's host granules: only after the copy
+    Fake().set_copy_delay_us(0);
+    EXPECT_EQ(VerifyAllocation(*e, staging, size, 4), -1);
+    EXPECT_TRUE(e->GetStatistics().num_host_waits >= 1);
+    EXPECT_OK(e->Free(staging));
+  }
+  e.reset();
+  ExpectNoViolationAndNothingLeaked();
+}
+
+TEST(DefragmentationWaitsForQueuedWorkOnAFreedGranule) {
+  if (!FreshFake()) return;
+  auto backend = MustMakeCuda();
+  CudaBackend* b = backend.get();
+  auto e = MakeEngine(std::move(backend), /*device=*/6, /*host=*/8, /*defrag=*/true);
+  {
+    FencedStream compute(b);
+    const size_t size = 3 * kGranule;
+    uint64_t id = 0;
+    void* t = e->Allocate(size, /*pin=*/true, nullptr, &id);
+    void* wall = MustAllocate(*e, kGranule, /*pin=*/true);  // T's hole stays 3 slots
+    ASSERT_TRUE(t != nullptr && wall != nullptr);
+    LatchedWriter kernel;
+    kernel.address = Address(t);
+    kernel.bytes = size;
+    kernel.seed = 5;
+    EXPECT_OK(LaunchWriter(b, compute.stream, &kernel));
+    kernel.WaitStarted();
+    // TensorFlow frees T on the host while the kernel still writes it.
+    EXPECT_OK(e->Unpin(t, id));
+    EXPECT_OK(e->Free(t));
+    EXPECT_EQ(e->cached_granules(), 3u);
+    std::thread release = kernel.ReleaseAfter(std::chrono::milliseconds(200));
+    // 4 granules: 2 free, 2 taken from T's freed range, elsewhere.
+    void* u = MustAllocate(*e, 4 * kGranule, /*pin=*/true);
+    release.join();
+    ASSERT_TRUE(u != nullptr);
+    EXPECT_OK(FillAllocation(*e, u, 4 * kGranule, 6));
+    const Statistics st = e->GetStatistics();
+    EXPECT_EQ(st.num_defragmentations, 1);
+    EXPECT_TRUE(st.num_host_waits >= 1);
+    EXPECT_EQ(VerifyAllocation(*e, u, 4 * kGranule, 6), -1);
+    EXPECT_OK(e->Free(u));
+    EXPECT_OK(e->Free(wall));
+  }
+  e.reset();
+  ExpectNoViolationAndNothingLeaked();
+}
+
+TEST(AGranuleFreedBeforeACompletedFenceIsTakenWithoutAHostWait) {
+  if (!FreshFake()) return;
+  auto backend = MustMakeCuda();
+  CudaBackend* b = backend.get();
+  auto e = MakeEngine(std::move(backend), /*device=*/6, /*host=*/8, /*defrag=*/true);
+  {
+    FencedStream compute(b);
+    uint64_t id = 0;
+    void* t = e->Allocate(3 * kGranule, /*pin=*/true, nullptr, &id);
+    void* wall = MustAllocate(*e, kGranule, /*pin=*/true);
+    void* x = MustAllocate(*e, 2 * kGranule, /*pin=*/false);
+    ASSERT_TRUE(t != nullptr && wall != nullptr && x != nullptr);
+    EXPECT_OK(e->Unpin(t, id));
+    EXPECT_OK(e->Free(t));
+    EXPECT_OK(e->Evict(x));  // fences and waits: covers all T's work
+    const int64_t waits = e->GetStatistics().num_host_waits;
+    void* u = MustAllocate(*e, 4 * kGranule, /*pin=*/true);  // takes 2 of T's
+    ASSERT_TRUE(u != nullptr);
+    const Statistics st = e->GetStatistics();
+    EXPECT_EQ(st.num_defragmentations, 1);
+    EXPECT_EQ(st.num_host_waits, waits);  // no wait for the freed granules
+    EXPECT_OK(FillAllocation(*e, u, 4 * kGranule, 7));
+    EXPECT_EQ(VerifyAllocation(*e, u, 4 * kGranule, 7), -1);
+    for (void* p : {u, wall, x}) EXPECT_OK(e->Free(p));
+  }
+  e.reset();
+  ExpectNoViolationAndNothingLeaked();
+}
+
+}  // namespace
+}  // namespace lms
+
+int main(int argc, char** argv) { return lms_test::RunAll(argc, argv); }

@@ -1,0 +1,1140 @@
+// Tests of the fake CUDA driver (tests/fake_cuda): each asserts one rule of
+// the real driver API, with the real CUresult, as the CUDA backend will meet
+// it. The library is loaded exactly as the backend loads libcuda.so.1: dlopen
+// of TF_LMS_CUDA_DRIVER_PATH, dlsym of cuGetProcAddress_v2 only, every driver
+// function through it at kCudaAbiVersion (the fake_cuda_* test API is looked
+// up by name, being no part of a real driver).
+//
+// Every test starts from a fresh state and ends with the fake's invariants
+// holding and fake_cuda_reset() == 0, which also proves it leaked no handle,
+// mapping, reservation, stream or event (a test that did leak fails, and
+// fake_cuda_destroy_all cleans up for the next one).
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <csetjmp>
+#include <csignal>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "backends/cuda_driver_api.h"
+#include "fake_cuda.h"
+#include "harness.h"
+
+namespace lms {
+namespace cu {
+namespace {
+
+constexpr size_t kG = size_t{2} << 20;  // the default granularity
+
+// The driver functions, obtained through cuGetProcAddress_v2.
+struct Driver {
+#define FAKE_CUDA_TEST_FIELD(name, ret, params) PFN_##name name = nullptr;
+  LMS_CUDA_DRIVER_FUNCTIONS(FAKE_CUDA_TEST_FIELD)
+#undef FAKE_CUDA_TEST_FIELD
+  PFN_cuGetProcAddress_v2 get_proc_address = nullptr;
+  void* library = nullptr;
+};
+
+// The test API, looked up by name.
+#define FAKE_CUDA_TEST_API(X)                                                    \
+  X(launch_kernel) X(device_alias) X(violation_count) X(violations)             \
+  X(clear_violations) X(set_copy_delay_us) X(fail_nth_mem_create)               \
+  X(fail_nth_mem_map) X(set_host_vmm_supported) X(set_driver_version)           \
+  X(set_device_count) X(set_granularity) X(set_pool_capacity) X(live_handles)   \
+  X(live_mappings) X(live_reservations) X(live_streams) X(live_events)          \
+  X(pool_bytes_in_use) X(check_invariants) X(destroy_all) X(reset)
+
+struct FakeApi {
+#define FAKE_CUDA_TEST_FIELD(name) decltype(&::fake_cuda_##name) name = nullptr;
+  FAKE_CUDA_TEST_API(FAKE_CUDA_TEST_FIELD)
+#undef FAKE_CUDA_TEST_FIELD
+};
+
+void* Library() {
+  static void* library = [] {
+    const char* path = std::getenv("TF_LMS_CUDA_DRIVER_PATH");
+    if (path == nullptr) {
+      std::printf("TF_LMS_CUDA_DRIVER_PATH must name the fake driver library\n");
+      std::exit(2);
+    }
+    void* handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (handle == nullptr) {
+      std::printf("dlopen(%s): %s\n", path, dlerror());
+      std::exit(2);
+    }
+    return handle;
+  }();
+  return library;
+}
+
+const Driver& D() {
+  static const Driver driver = [] {
+    Driver d;
+    d.library = Library();
+    d.get_proc_address =
+        reinterpret_cast<PFN_cuGetProcAddress_v2>(dlsym(d.library, "cuGetProcAddress_v2"));
+    if (d.get_proc_address == nullptr) {
+      std::printf("no cuGetProcAddress_v2 in the driver\n");
+      std::exit(2);
+    }
+#define FAKE_CUDA_TEST_RESOLVE(name, ret, params)                                \
+  {                                                                              \
+    void* fn = nullptr;                                                          \
+    int status = -1;                                                             \
+    if (d.get_proc_address(#name, &fn, kCudaAbiVersion,                          \
+                           CU_GET_PROC_ADDRESS_DEFAULT, &status) != CUDA_SUCCESS) { \
+      std::printf("cuGetProcAddress_v2(%s) failed (status %d)\n", #name, status); \
+      std::exit(2);                                                              \
+    }                                                                            \
+    d.name = reinterpret_cast<PFN_##name>(fn);                                   \
+  }
+    LMS_CUDA_DRIVER_FUNCTIONS(FAKE_CUDA_TEST_RESOLVE)
+#undef FAKE_CUDA_TEST_RESOLVE
+    return d;
+  }();
+  return driver;
+}
+
+const FakeApi& F() {
+  static const FakeApi api = [] {
+    FakeApi a;
+#define FAKE_CUDA_TEST_RESOLVE(name)                                               \
+  a.name = reinterpret_cast<decltype(a.name)>(dlsym(Library(), "fake_cuda_" #name)); \
+  if (a.name == nullptr) {                                                         \
+    std::printf("no fake_cuda_%s in the driver\n", #name);                         \
+    std::exit(2);                                                                  \
+  }
+    FAKE_CUDA_TEST_API(FAKE_CUDA_TEST_RESOLVE)
+#undef FAKE_CUDA_TEST_RESOLVE
+    return a;
+  }();
+  return api;
+}
+
+std::string Violations() {
+  char* text = F().violations();
+  std::string result = text;
+  std::free(text);
+  return result;
+}
+
+bool Contains(const std::string& text, const char* part) {
+  return text.find(part) != std::string::npos;
+}
+
+// A test's driver session: initialized, device 0's primary context current
+// on the calling thread. The destructor releases it and checks the test left
+// nothing alive.
+class Session {
+ public:
+  explicit Session(bool make_current = true) {
+    EXPECT_EQ(F().reset(), 0u);
+    EXPECT_EQ(D().cuInit(0), CUDA_SUCCESS);
+    if (make_current) {
+      EXPECT_EQ(D().cuDevicePrimaryCtxRetain(&context_, 0), CUDA_SUCCESS);
+      EXPECT_EQ(D().cuCtxSetCurrent(context_), CUDA_SUCCESS);
+    }
+  }
+  ~Session() {
+    EXPECT_EQ(F().check_invariants(), 0u);
+    const size_t live = F().reset();
+    if (live != 0) {
+      std::printf("  test left %zu driver objects alive\n", live);
+      ++::lms_test::Failures();
+      // So that the next test starts clean.
+      EXPECT_EQ(F().destroy_all(), live);
+      EXPECT_EQ(F().reset(), 0u);
+    }
+  }
+  CUcontext context() const { return context_; }
+
+ private:
+  CUcontext context_ = nullptr;
+};
+
+CUmemAllocationProp Prop(int location_type, int id = 0) {
+  CUmemAllocationProp prop;
+  std::memset(&prop, 0, sizeof(prop));
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;
+  prop.location.type = location_type;
+  prop.location.id = id;
+  return prop;
+}
+
+CUmemGenericAllocationHandle Create(size_t bytes, int location_type = CU_MEM_LOCATION_TYPE_DEVICE) {
+  const CUmemAllocationProp prop = Prop(location_type);
+  CUmemGenericAllocationHandle handle = 0;
+  EXPECT_EQ(D().cuMemCreate(&handle, bytes, &prop, 0), CUDA_SUCCESS);
+  return handle;
+}
+
+CUdeviceptr Reserve(size_t bytes) {
+  CUdeviceptr ptr = 0;
+  EXPECT_EQ(D().cuMemAddressReserve(&ptr, bytes, 0, 0, 0), CUDA_SUCCESS);
+  return ptr;
+}
+
+CUresult SetAccess(CUdeviceptr ptr, size_t bytes, int location_type, int flags) {
+  CUmemAccessDesc desc;
+  desc.location.type = location_type;
+  desc.location.id = 0;
+  desc.flags = flags;
+  return D().cuMemSetAccess(ptr, bytes, &desc, 1);
+}
+
+// Maps a fresh device handle at ptr with device read/write access and
+// releases the handle (the mapping keeps the memory).
+void MapDevice(CUdeviceptr ptr, size_t bytes, int location_type = CU_MEM_LOCATION_TYPE_DEVICE) {
+  const CUmemGenericAllocationHandle h = Create(bytes, location_type);
+  EXPECT_EQ(D().cuMemMap(ptr, bytes, 0, h, 0), CUDA_SUCCESS);
+  EXPECT_EQ(SetAccess(ptr, bytes, CU_MEM_LOCATION_TYPE_DEVICE,
+                      CU_MEM_ACCESS_FLAGS_PROT_READWRITE),
+            CUDA_SUCCESS);
+  EXPECT_EQ(D().cuMemRelease(h), CUDA_SUCCESS);
+}
+
+void Unreserve(CUdeviceptr ptr, size_t bytes) {
+  EXPECT_EQ(D().cuMemUnmap(ptr, bytes), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuMemAddressFree(ptr, bytes), CUDA_SUCCESS);
+}
+
+std::vector<unsigned char> Pattern(size_t bytes, unsigned seed) {
+  std::vector<unsigned char> p(bytes);
+  for (size_t i = 0; i < bytes; ++i) p[i] = static_cast<unsigned char>(i * 31 + seed);
+  return p;
+}
+
+std::vector<unsigned char> ReadBack(CUdeviceptr ptr, size_t bytes) {
+  std::vector<unsigned char> out(bytes, 0xEE);
+  EXPECT_EQ(D().cuMemcpyDtoH(out.data(), ptr, bytes), CUDA_SUCCESS);
+  return out;
+}
+
+CUstream NewStream() {
+  CUstream s = nullptr;
+  EXPECT_EQ(D().cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  return s;
+}
+
+CUevent NewEvent() {
+  CUevent e = nullptr;
+  EXPECT_EQ(D().cuEventCreate(&e, CU_EVENT_DISABLE_TIMING), CUDA_SUCCESS);
+  return e;
+}
+
+// A gate a host function (or kernel) blocks a stream on until the test opens it.
+struct Latch {
+  std::atomic<bool> open{false};
+  std::atomic<bool> reached{false};
+  static void Wait(void* self) {
+    Latch* latch = static_cast<Latch*>(self);
+    latch->reached = true;
+    while (!latch->open) std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  void WaitReached() const {
+    while (!reached) std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+};
+
+// Whether reading `address` from the host faults.
+sigjmp_buf g_fault_jump;
+void OnFault(int) { siglongjmp(g_fault_jump, 1); }
+bool HostReadFaults(CUdeviceptr address) {
+  struct sigaction action, old_segv, old_bus;
+  std::memset(&action, 0, sizeof(action));
+  action.sa_handler = OnFault;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGSEGV, &action, &old_segv);
+  sigaction(SIGBUS, &action, &old_bus);
+  bool faulted = true;
+  if (sigsetjmp(g_fault_jump, 1) == 0) {
+    volatile unsigned char value = *reinterpret_cast<volatile unsigned char*>(address);
+    (void)value;
+    faulted = false;
+  }
+  sigaction(SIGSEGV, &old_segv, nullptr);
+  sigaction(SIGBUS, &old_bus, nullptr);
+  return faulted;
+}
+
+// --- Loading, versions, devices, contexts -----------------------------------
+
+TEST(ProcAddressHandsOutEveryContractFunctionAtTheAbiVersion) {
+  // D() resolving at all is the check; here the statuses and the v1 form.
+  Session session;
+  int status = -1;
+  void* fn = nullptr;
+  EXPECT_EQ(D().get_proc_address("cuMemMap", &fn, kCudaAbiVersion, 0, &status),
+            CUDA_SUCCESS);
+  EXPECT_EQ(status, CU_GET_PROC_ADDRESS_SUCCESS);
+  EXPECT_TRUE(fn == reinterpret_cast<void*>(D().cuMemMap));
+  auto v1 = reinterpret_cast<PFN_cuGetProcAddress>(dlsym(Library(), "cuGetProcAddress"));
+  ASSERT_TRUE(v1 != nullptr);
+  fn = nullptr;
+  EXPECT_EQ(v1("cuStreamCreate", &fn, kCudaAbiVersion, 0), CUDA_SUCCESS);
+  EXPECT_TRUE(fn == reinterpret_cast<void*>(D().cuStreamCreate));
+  // Only the bootstrap and the test API are exported.
+  EXPECT_TRUE(dlsym(Library(), "cuInit") == nullptr);
+  EXPECT_TRUE(dlsym(Library(), "cuMemMap") == nullptr);
+}
+
+TEST(ProcAddressRefusesUnknownNamesAndUnsupportedVersions) {
+  Session session;
+  void* fn = reinterpret_cast<void*>(&Library);
+  int status = -1;
+  EXPECT_EQ(D().get_proc_address("cuNoSuchFunction", &fn, kCudaAbiVersion, 0, &status),
+            CUDA_ERROR_NOT_FOUND);
+  EXPECT_EQ(status, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
+  EXPECT_TRUE(fn == nullptr);
+  EXPECT_EQ(D().get_proc_address("cuMemMap", &fn, 12050, 0, &status), CUDA_ERROR_NOT_FOUND);
+  EXPECT_EQ(status, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
+  EXPECT_EQ(D().get_proc_address("cuMemMap", &fn, 10010, 0, &status), CUDA_ERROR_NOT_FOUND);
+  EXPECT_EQ(status, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
+  F().set_driver_version(11080);  // too old for the backend's ABI
+  EXPECT_EQ(D().get_proc_address("cuInit", &fn, kCudaAbiVersion, 0, &status),
+            CUDA_ERROR_NOT_FOUND);
+  EXPECT_EQ(status, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
+  int version = 0;
+  EXPECT_EQ(D().cuDriverGetVersion(&version), CUDA_SUCCESS);
+  EXPECT_EQ(version, 11080);
+}
+
+TEST(EveryCallButTheVersionNeedsCuInit) {
+  EXPECT_EQ(F().reset(), 0u);
+  int value = 0;
+  EXPECT_EQ(D().cuDriverGetVersion(&value), CUDA_SUCCESS);
+  EXPECT_EQ(value, 12040);
+  EXPECT_EQ(D().cuDeviceGetCount(&value), CUDA_ERROR_NOT_INITIALIZED);
+  CUcontext context = nullptr;
+  EXPECT_EQ(D().cuDevicePrimaryCtxRetain(&context, 0), CUDA_ERROR_NOT_INITIALIZED);
+  CUstream stream = nullptr;
+  EXPECT_EQ(D().cuStreamCreate(&stream, 0), CUDA_ERROR_NOT_INITIALIZED);
+  const char* name = nullptr;
+  EXPECT_EQ(D().cuGetErrorName(CUDA_ERROR_ILLEGAL_ADDRESS, &name), CUDA_SUCCESS);
+  EXPECT_TRUE(name != nullptr && std::strcmp(name, "CUDA_ERROR_ILLEGAL_ADDRESS") == 0);
+  EXPECT_EQ(D().cuGetErrorString(12345, &name), CUDA_ERROR_INVALID_VALUE);
+}
+
+TEST(MemoryStreamAndEventCallsNeedACurrentRetainedContext) {
+  Session session(/*make_current=*/false);
+  CUmemGenericAllocationHandle handle = 0;
+  const CUmemAllocationProp prop = Prop(CU_MEM_LOCATION_TYPE_DEVICE);
+  EXPECT_EQ(D().cuMemCreate(&handle, kG, &prop, 0), CUDA_ERROR_INVALID_CONTEXT);
+  CUdeviceptr ptr = 0;
+  EXPECT_EQ(D().cuMemAddressReserve(&ptr, kG, 0, 0, 0), CUDA_ERROR_INVALID_CONTEXT);
+  CUstream stream = nullptr;
+  EXPECT_EQ(D().cuStreamCreate(&stream, 0), CUDA_ERROR_INVALID_CONTEXT);
+  CUevent event = nullptr;
+  EXPECT_EQ(D().cuEventCreate(&event, 0), CUDA_ERROR_INVALID_CONTEXT);
+
+  CUcontext a = nullptr, b = nullptr;
+  EXPECT_EQ(D().cuDevicePrimaryCtxRetain(&a, 0), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuDevicePrimaryCtxRetain(&b, 0), CUDA_SUCCESS);
+  EXPECT_TRUE(a == b && a != nullptr);
+  EXPECT_EQ(D().cuCtxSetCurrent(a), CUDA_SUCCESS);
+  CUcontext current = nullptr;
+  EXPECT_EQ(D().cuCtxGetCurrent(&current), CUDA_SUCCESS);
+  EXPECT_TRUE(current == a);
+  // The current context is per thread.
+  std::thread([&] {
+    CUcontext other = a;
+    EXPECT_EQ(D().cuCtxGetCurrent(&other), CUDA_SUCCESS);
+    EXPECT_TRUE(other == nullptr);
+    CUevent e = nullptr;
+    EXPECT_EQ(D().cuEventCreate(&e, 0), CUDA_ERROR_INVALID_CONTEXT);
+  }).join();
+  EXPECT_EQ(D().cuEventCreate(&event, 0), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuEventDestroy(event), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuDevicePrimaryCtxRelease(0), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuEventCreate(&event, 0), CUDA_SUCCESS);  // still retained once
+  EXPECT_EQ(D().cuEventDestroy(event), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuDevicePrimaryCtxRelease(0), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuEventCreate(&event, 0), CUDA_ERROR_INVALID_CONTEXT);
+  EXPECT_EQ(D().cuDevicePrimaryCtxRelease(0), CUDA_ERROR_INVALID_CONTEXT);
+  EXPECT_EQ(D().cuCtxSetCurrent(a), CUDA_ERROR_INVALID_CONTEXT);
+}
+
+TEST(DeviceQueriesReportOneDeviceWithVmmAndHostNumaVmm) {
+  Session session;
+  int count = 0;
+  EXPECT_EQ(D().cuDeviceGetCount(&count), CUDA_SUCCESS);
+  EXPECT_EQ(count, 1);
+  CUdevice device = -1;
+  EXPECT_EQ(D().cuDeviceGet(&device, 0), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuDeviceGet(&device, 1), CUDA_ERROR_INVALID_DEVICE);
+  char name[64] = {};
+  EXPECT_EQ(D().cuDeviceGetName(name, sizeof(name), 0), CUDA_SUCCESS);
+  EXPECT_TRUE(std::strlen(name) > 0);
+  auto attribute = [](int which) {
+    int value = -1;
+    EXPECT_EQ(D().cuDeviceGetAttribute(&value, which, 0), CUDA_SUCCESS);
+    return value;
+  };
+  EXPECT_EQ(attribute(CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING), 1);
+  EXPECT_EQ(attribute(CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED), 1);
+  EXPECT_EQ(attribute(CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID), 0);
+  EXPECT_EQ(attribute(CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED), 1);
+  // HOST location VMM exists from driver 13.0 on.
+  EXPECT_EQ(attribute(CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED), 0);
+  F().set_driver_version(13000);
+  EXPECT_EQ(attribute(CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED), 1);
+  // HOST_NUMA exists from driver 12.2 on.
+  F().set_driver_version(12010);
+  EXPECT_EQ(attribute(CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED), 0);
+  int value = 0;
+  EXPECT_EQ(D().cuDeviceGetAttribute(&value, 1, 0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(D().cuDeviceGetAttribute(&value, 41, 3), CUDA_ERROR_INVALID_DEVICE);
+}
+
+TEST(HostVmmUnsupportedKnobTurnsOffAttributesAndHostLocatedCreate) {
+  Session session;
+  F().set_driver_version(13000);
+  F().set_host_vmm_supported(0);
+  int value = -1;
+  EXPECT_EQ(D().cuDeviceGetAttribute(
+                &value, CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 0),
+            CUDA_SUCCESS);
+  EXPECT_EQ(value, 0);
+  EXPECT_EQ(D().cuDeviceGetAttribute(
+                &value, CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 0),
+            CUDA_SUCCESS);
+  EXPECT_EQ(value, 0);
+  CUmemGenericAllocationHandle handle = 0;
+  for (int type : {CU_MEM_LOCATION_TYPE_HOST_NUMA, CU_MEM_LOCATION_TYPE_HOST}) {
+    const CUmemAllocationProp prop = Prop(type);
+    EXPECT_EQ(D().cuMemCreate(&handle, kG, &prop, 0), CUDA_ERROR_NOT_SUPPORTED);
+  }
+}
+
+TEST(DeviceCountKnobAddsDevicesAndZeroFailsCuInit) {
+  {
+    Session session(/*make_current=*/false);
+    EXPECT_EQ(F().set_device_count(2), 0);
+    int count = 0;
+    EXPECT_EQ(D().cuDeviceGetCount(&count), CUDA_SUCCESS);
+    EXPECT_EQ(count, 2);
+    CUcontext c1 = nullptr;
+    EXPECT_EQ(D().cuDevicePrimaryCtxRetain(&c1, 1), CUDA_SUCCESS);
+    EXPECT_EQ(D().cuCtxSetCurrent(c1), CUDA_SUCCESS);
+    const CUmemAllocationProp on_device_1 = Prop(CU_MEM_LOCATION_TYPE_DEVICE, 1);
+    CUmemGenericAllocationHandle h = 0;
+    EXPECT_EQ(D().cuMemCreate(&h, kG, &on_device_1, 0), CUDA_SUCCESS);
+    EXPECT_EQ(D().cuMemRelease(h), CUDA_SUCCESS);
+  }
+  EXPECT_EQ(F().set_device_count(0), 0);
+  EXPECT_EQ(D().cuInit(0), CUDA_ERROR_NO_DEVICE);
+  EXPECT_EQ(F().reset(), 0u);
+}
+
+// --- Pools and handles ----------------------------------------------------------
+
+TEST(GranularityIsTwoMiBAndSizesMustBeMultiplesOfIt) {
+  Session session;
+  const CUmemAllocationProp prop = Prop(CU_MEM_LOCATION_TYPE_DEVICE);
+  size_t granularity = 0;
+  EXPECT_EQ(D().cuMemGetAllocationGranularity(&granularity, &prop,
+                                              CU_MEM_ALLOC_GRANULARITY_MINIMUM),
+            CUDA_SUCCESS);
+  EXPECT_EQ(granularity, kG);
+  CUmemGenericAllocationHandle handle = 0;
+  EXPECT_EQ(D().cuMemCreate(&handle, kG / 2, &prop, 0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(D().cuMemCreate(&handle, kG + 4096, &prop, 0), CUDA_ERROR_INVALID_VALUE);
+  CUdeviceptr ptr = 0;
+  EXPECT_EQ(D().cuMemAddressReserve(&ptr, kG / 2, 0, 0, 0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(D().cuMemAddressReserve(&ptr, kG, 3 * kG, 0, 0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(D().cuMemAddressReserve(&ptr, kG, 4 * kG, 0, 0), CUDA_SUCCESS);
+  EXPECT_EQ(ptr % (4 * kG), 0u);
+  EXPECT_EQ(D().cuMemAddressFree(ptr, kG), CUDA_SUCCESS);
+}
+
+TEST(GranularityKnobChangesWhatCreateAccepts) {
+  Session session;
+  EXPECT_EQ(F().set_granularity(64 << 10), 0);
+  const CUmemAllocationProp prop = Prop(CU_MEM_LOCATION_TYPE_DEVICE);
+  size_t granularity = 0;
+  EXPECT_EQ(D().cuMemGetAllocationGranularity(&granularity, &prop,
+                                              CU_MEM_ALLOC_GRANULARITY_RECOMMENDED),
+            CUDA_SUCCESS);
+  EXPECT_EQ(granularity, size_t{64} << 10);
+  const CUmemGenericAllocationHandle handle = Create(64 << 10);
+  EXPECT_EQ(F().set_granularity(kG), -1);  // a handle is alive
+  EXPECT_EQ(D().cuMemRelease(handle), CUDA_SUCCESS);
+}
+
+TEST(CreateValidatesThePropertiesAsTheDriverDoes) {
+  Session session;
+  CUmemGenericAllocationHandle handle = 0;
+  CUmemAllocationProp prop = Prop(CU_MEM_LOCATION_TYPE_DEVICE);
+  EXPECT_EQ(D().cuMemCreate(&handle, kG, &prop, 1), CUDA_ERROR_INVALID_VALUE);
+  prop.type = 0;
+  EXPECT_EQ(D().cuMemCreate(&handle, kG, &prop, 0), CUDA_ERROR_INVALID_VALUE);
+  prop = Prop(CU_MEM_LOCATION_TYPE_DEVICE);
+  prop.win32HandleMetaData = &prop;
+  EXPECT_EQ(D().cuMemCreate(&handle, kG, &prop, 0), CUDA_ERROR_INVALID_VALUE);
+  prop = Prop(CU_MEM_LOCATION_TYPE_DEVICE);
+  prop.requestedHandleTypes = 1;  // POSIX file descriptor
+  EXPECT_EQ(D().cuMemCreate(&handle, kG, &prop, 0), CUDA_ERROR_NOT_SUPPORTED);
+  prop = Prop(CU_MEM_LOCATION_TYPE_DEVICE, 1);
+  EXPECT_EQ(D().cuMemCreate(&handle, kG, &prop, 0), CUDA_ERROR_INVALID_DEVICE);
+  prop = Prop(CU_MEM_LOCATION_TYPE_INVALID);
+  EXPECT_EQ(D().cuMemCreate(&handle, kG, &prop, 0), CUDA_ERROR_INVALID_VALUE);
+  // HOST is a cuMemCreate location only from driver 13.0 on.
+  prop = Prop(CU_MEM_LOCATION_TYPE_HOST);
+  EXPECT_EQ(D().cuMemCreate(&handle, kG, &prop, 0), CUDA_ERROR_INVALID_VALUE);
+  F().set_driver_version(13000);
+  EXPECT_EQ(D().cuMemCreate(&handle, kG, &prop, 0), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuMemRelease(handle), CUDA_SUCCESS);
+  prop = Prop(CU_MEM_LOCATION_TYPE_HOST_NUMA, 1);  // one NUMA node: 0
+  EXPECT_EQ(D().cuMemCreate(&handle, kG, &prop, 0), CUDA_ERROR_INVALID_VALUE);
+  prop = Prop(CU_MEM_LOCATION_TYPE_HOST_NUMA);
+  EXPECT_EQ(D().cuMemCreate(&handle, kG, &prop, 0), CUDA_SUCCESS);
+  EXPECT_EQ(F().pool_bytes_in_use(FAKE_CUDA_POOL_HOST), kG);
+  EXPECT_EQ(F().pool_bytes_in_use(FAKE_CUDA_POOL_DEVICE), 0u);
+  EXPECT_EQ(D().cuMemRelease(handle), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuMemRelease(handle), CUDA_ERROR_INVALID_VALUE);  // twice
+  // HOST_NUMA is a cuMemCreate location only from driver 12.2 on.
+  F().set_driver_version(12010);
+  EXPECT_EQ(D().cuMemCreate(&handle, kG, &prop, 0), CUDA_ERROR_INVALID_VALUE);
+}
+
+TEST(CreateRunsOutOfMemoryAtThePoolCap) {
+  Session session;
+  EXPECT_EQ(F().set_pool_capacity(FAKE_CUDA_POOL_DEVICE, 3 * kG), 0);
+  EXPECT_EQ(F().set_pool_capacity(FAKE_CUDA_POOL_HOST, kG), 0);
+  const CUmemGenericAllocationHandle a = Create(2 * kG);
+  const CUmemGenericAllocationHandle b = Create(kG);
+  const CUmemAllocationProp prop = Prop(CU_MEM_LOCATION_TYPE_DEVICE);
+  CUmemGenericAllocationHandle c = 0;
+  EXPECT_EQ(D().cuMemCreate(&c, kG, &prop, 0), CUDA_ERROR_OUT_OF_MEMORY);
+  EXPECT_EQ(F().pool_bytes_in_use(FAKE_CUDA_POOL_DEVICE), 3 * kG);
+  // The host pool has its own cap.
+  const CUmemGenericAllocationHandle h = Create(kG, CU_MEM_LOCATION_TYPE_HOST_NUMA);
+  const CUmemAllocationProp host = Prop(CU_MEM_LOCATION_TYPE_HOST_NUMA);
+  EXPECT_EQ(D().cuMemCreate(&c, kG, &host, 0), CUDA_ERROR_OUT_OF_MEMORY);
+  EXPECT_EQ(D().cuMemRelease(a), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuMemCreate(&c, 2 * kG, &prop, 0), CUDA_SUCCESS);
+  EXPECT_EQ(F().live_handles(), 3u);
+  for (CUmemGenericAllocationHandle x : {b, c, h}) EXPECT_EQ(D().cuMemRelease(x), CUDA_SUCCESS);
+  EXPECT_EQ(F().pool_bytes_in_use(FAKE_CUDA_POOL_DEVICE), 0u);
+}
+
+TEST(ReleaseOfAMappedHandleReturnsItsMemoryAtTheLastUnmap) {
+  Session session;
+  const CUdeviceptr ptr = Reserve(2 * kG);
+  const CUmemGenericAllocationHandle h = Create(kG);
+  EXPECT_EQ(D().cuMemMap(ptr, kG, 0, h, 0), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuMemMap(ptr + kG, kG, 0, h, 0), CUDA_SUCCESS);  // twice
+  EXPECT_EQ(D().cuMemRelease(h), CUDA_SUCCESS);
+  EXPECT_EQ(F().live_handles(), 0u);
+  EXPECT_EQ(F().pool_bytes_in_use(FAKE_CUDA_POOL_DEVICE), kG);
+  EXPECT_EQ(D().cuMemMap(ptr, kG, 0, h, 0), CUDA_ERROR_INVALID_VALUE);  // released
+  EXPECT_EQ(D().cuMemUnmap(ptr, kG), CUDA_SUCCESS);
+  EXPECT_EQ(F().pool_bytes_in_use(FAKE_CUDA_POOL_DEVICE), kG);
+  EXPECT_EQ(D().cuMemUnmap(ptr + kG, kG), CUDA_SUCCESS);
+  EXPECT_EQ(F().pool_bytes_in_use(FAKE_CUDA_POOL_DEVICE), 0u);
+  EXPECT_EQ(D().cuMemAddressFree(ptr, 2 * kG), CUDA_SUCCESS);
+}
+
+// --- Mapping rules ----------------------------------------------------------------
+
+TEST(MapOnlyOntoAnUnmappedPartOfAReservationAtOffsetZero) {
+  Session session;
+  const CUdeviceptr ptr = Reserve(4 * kG);
+  const CUmemGenericAllocationHandle h = Create(2 * kG);
+  EXPECT_EQ(D().cuMemMap(ptr, 2 * kG, kG, h, 0), CUDA_ERROR_INVALID_VALUE);  // offset
+  EXPECT_EQ(D().cuMemMap(ptr, 4 * kG, 0, h, 0), CUDA_ERROR_INVALID_VALUE);  // > handle
+  EXPECT_EQ(D().cuMemMap(ptr, kG / 2, 0, h, 0), CUDA_ERROR_INVALID_VALUE);  // granule
+  EXPECT_EQ(D().cuMemMap(ptr + 4096, kG, 0, h, 0), CUDA_ERROR_INVALID_VALUE);  // aligned
+  EXPECT_EQ(D().cuMemMap(ptr + 3 * kG, 2 * kG, 0, h, 0), CUDA_ERROR_INVALID_VALUE);  // past end
+  EXPECT_EQ(D().cuMemMap(ptr, 2 * kG, 0, h, 1), CUDA_ERROR_INVALID_VALUE);  // flags
+  EXPECT_EQ(D().cuMemMap(ptr, 2 * kG, 0, 12345, 0), CUDA_ERROR_INVALID_VALUE);  // handle
+  EXPECT_EQ(F().live_mappings(), 0u);
+  EXPECT_EQ(D().cuMemMap(ptr + kG, 2 * kG, 0, h, 0), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuMemMap(ptr + kG, 2 * kG, 0, h, 0), CUDA_ERROR_INVALID_VALUE);  // same
+  EXPECT_EQ(D().cuMemMap(ptr, 2 * kG, 0, h, 0), CUDA_ERROR_INVALID_VALUE);  // overlaps
+  EXPECT_EQ(D().cuMemMap(ptr + 2 * kG, 2 * kG, 0, h, 0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(D().cuMemMap(ptr, kG, 0, h, 0), CUDA_SUCCESS);  // the gap before
+  EXPECT_EQ(F().live_mappings(), 2u);
+  EXPECT_EQ(D().cuMemRelease(h), CUDA_SUCCESS);
+  // Freeing a reservation with mappings inside is refused.
+  EXPECT_EQ(D().cuMemAddressFree(ptr, 4 * kG), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(D().cuMemUnmap(ptr, 3 * kG), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuMemAddressFree(ptr, 2 * kG), CUDA_ERROR_INVALID_VALUE);  // not whole
+  EXPECT_EQ(D().cuMemAddressFree(ptr, 4 * kG), CUDA_SUCCESS);
+}
+
+TEST(UnmapTakesOnlyWholeMappedRanges) {
+  Session session;
+  const CUdeviceptr ptr = Reserve(5 * kG);
+  const CUmemGenericAllocationHandle a = Create(2 * kG);
+  const CUmemGenericAllocationHandle b = Create(kG);
+  EXPECT_EQ(D().cuMemMap(ptr, 2 * kG, 0, a, 0), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuMemMap(ptr + 2 * kG, kG, 0, b, 0), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuMemUnmap(ptr, kG), CUDA_ERROR_INVALID_VALUE);  // half of a
+  EXPECT_EQ(D().cuMemUnmap(ptr + kG, 2 * kG), CUDA_ERROR_INVALID_VALUE);  // half a, b
+  EXPECT_EQ(D().cuMemUnmap(ptr, 4 * kG), CUDA_ERROR_INVALID_VALUE);  // past b
+  EXPECT_EQ(D().cuMemUnmap(ptr + 3 * kG, kG), CUDA_ERROR_INVALID_VALUE);  // unmapped
+  EXPECT_EQ(F().live_mappings(), 2u);
+  EXPECT_EQ(D().cuMemUnmap(ptr, 3 * kG), CUDA_SUCCESS);  // a and b, whole
+  EXPECT_EQ(F().live_mappings(), 0u);
+  EXPECT_EQ(D().cuMemRelease(a), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuMemRelease(b), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuMemAddressFree(ptr, 5 * kG), CUDA_SUCCESS);
+}
+
+TEST(DeviceMemoryFaultsOnAHostTouchWhateverItsAccess) {
+  Session session;
+  const CUdeviceptr ptr = Reserve(kG);
+  EXPECT_TRUE(HostReadFaults(ptr));  // reserved only
+  MapDevice(ptr, kG);
+  EXPECT_TRUE(HostReadFaults(ptr));
+  EXPECT_TRUE(HostReadFaults(ptr + kG - 1));
+  // Host access cannot be given to device memory.
+  EXPECT_EQ(SetAccess(ptr, kG, CU_MEM_LOCATION_TYPE_HOST_NUMA,
+                      CU_MEM_ACCESS_FLAGS_PROT_READWRITE),
+            CUDA_ERROR_INVALID_VALUE);
+  Unreserve(ptr, kG);
+}
+
+TEST(AMappingHasNoDeviceAccessBeforeSetAccess) {
+  Session session;
+  const CUdeviceptr ptr = Reserve(kG);
+  const CUmemGenericAllocationHandle h = Create(kG);
+  EXPECT_EQ(D().cuMemMap(ptr, kG, 0, h, 0), CUDA_SUCCESS);
+  const std::vector<unsigned char> pattern = Pattern(4096, 1);
+  EXPECT_EQ(D().cuMemcpyHtoD(ptr, pattern.data(), pattern.size()),
+            CUDA_ERROR_ILLEGAL_ADDRESS);
+  EXPECT_EQ(F().violation_count(), 1u);
+  EXPECT_TRUE(Contains(Violations(), "cuMemcpyHtoD"));
+  // The context is now broken, as a GPU's would be, until the primary
+  // context is destroyed (its last release) and retained again.
+  EXPECT_EQ(D().cuMemcpyHtoD(ptr, pattern.data(), pattern.size()),
+            CUDA_ERROR_ILLEGAL_ADDRESS);
+  CUcontext context = nullptr;
+  EXPECT_EQ(D().cuDevicePrimaryCtxRelease(0), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuDevicePrimaryCtxRetain(&context, 0), CUDA_SUCCESS);
+  EXPECT_EQ(SetAccess(ptr, kG, CU_MEM_LOCATION_TYPE_DEVICE, CU_MEM_ACCESS_FLAGS_PROT_READ),
+            CUDA_SUCCESS);
+  F().clear_violations();
+  EXPECT_EQ(D().cuMemcpyHtoD(ptr, pattern.data(), pattern.size()),
+            CUDA_ERROR_ILLEGAL_ADDRESS);  // read-only for the device
+  EXPECT_EQ(D().cuDevicePrimaryCtxRelease(0), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuDevicePrimaryCtxRetain(&context, 0), CUDA_SUCCESS);
+  EXPECT_EQ(SetAccess(ptr, kG, CU_MEM_LOCATION_TYPE_DEVICE,
+                      CU_MEM_ACCESS_FLAGS_PROT_READWRITE),
+            CUDA_SUCCESS);
+  F().clear_violations();
+  EXPECT_EQ(D().cuMemcpyHtoD(ptr + 8192, pattern.data(), pattern.size()), CUDA_SUCCESS);
+  EXPECT_TRUE(ReadBack(ptr + 8192, pattern.size()) == pattern);
+  EXPECT_EQ(F().violation_count(), 0u);
+  EXPECT_EQ(D().cuMemRelease(h), CUDA_SUCCESS);
+  Unreserve(ptr, kG);
+}
+
+TEST(SetAccessNeedsAFullyMappedGranuleAlignedRange) {
+  Session session;
+  const CUdeviceptr ptr = Reserve(3 * kG);
+  MapDevice(ptr, kG);
+  MapDevice(ptr + 2 * kG, kG);
+  const int rw = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  EXPECT_EQ(SetAccess(ptr, 3 * kG, CU_MEM_LOCATION_TYPE_DEVICE, rw),
+            CUDA_ERROR_INVALID_VALUE);  // the middle is not mapped
+  EXPECT_EQ(SetAccess(ptr, kG / 2, CU_MEM_LOCATION_TYPE_DEVICE, rw),
+            CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(SetAccess(ptr, kG, CU_MEM_LOCATION_TYPE_DEVICE, 2), CUDA_ERROR_INVALID_VALUE);
+  CUmemAccessDesc desc = {{CU_MEM_LOCATION_TYPE_DEVICE, 5}, rw};
+  EXPECT_EQ(D().cuMemSetAccess(ptr, kG, &desc, 1), CUDA_ERROR_INVALID_DEVICE);
+  EXPECT_EQ(D().cuMemSetAccess(ptr, kG, &desc, 0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(D().cuMemUnmap(ptr, kG), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuMemUnmap(ptr + 2 * kG, kG), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuMemAddressFree(ptr, 3 * kG), CUDA_SUCCESS);
+}
+
+TEST(HostLocatedMemoryWithHostAccessIsReadWriteAtItsAddress) {
+  Session session;
+  const CUdeviceptr ptr = Reserve(2 * kG);
+  MapDevice(ptr, 2 * kG, CU_MEM_LOCATION_TYPE_HOST_NUMA);
+  EXPECT_TRUE(HostReadFaults(ptr));  // no host access yet
+  ASSERT_TRUE(SetAccess(ptr + kG, kG, CU_MEM_LOCATION_TYPE_HOST_NUMA,
+                        CU_MEM_ACCESS_FLAGS_PROT_READWRITE) == CUDA_SUCCESS);
+  ASSERT_TRUE(!HostReadFaults(ptr + kG));
+  EXPECT_TRUE(HostReadFaults(ptr));  // only the second granule was given access
+  unsigned char* host = reinterpret_cast<unsigned char*>(ptr + kG);
+  const std::vector<unsigned char> pattern = Pattern(kG, 7);
+  std::memcpy(host, pattern.data(), kG);
+  EXPECT_TRUE(ReadBack(ptr + kG, kG) == pattern);  // the device sees the host's bytes
+  const std::vector<unsigned char> other = Pattern(4096, 9);
+  EXPECT_EQ(D().cuMemcpyHtoD(ptr + kG, other.data(), other.size()), CUDA_SUCCESS);
+  EXPECT_TRUE(std::memcmp(host, other.data(), other.size()) == 0);
+  EXPECT_EQ(D().cuMemUnmap(ptr, 2 * kG), CUDA_SUCCESS);
+  EXPECT_TRUE(HostReadFaults(ptr + kG));  // unmapped: faults again
+  EXPECT_EQ(D().cuMemAddressFree(ptr, 2 * kG), CUDA_SUCCESS);
+  EXPECT_EQ(F().violation_count(), 0u);
+}
+
+// --- Streams, events, host functions ----------------------------------------------
+
+TEST(CopiesOnAStreamRunInOrder) {
+  Session session;
+  const CUdeviceptr ptr = Reserve(3 * kG);
+  MapDevice(ptr, 3 * kG);
+  const CUdeviceptr a = ptr, b = ptr + kG, c = ptr + 2 * kG;
+  const std::vector<unsigned char> pattern = Pattern(kG, 3);
+  EXPECT_EQ(D().cuMemcpyHtoD(a, pattern.data(), kG), CUDA_SUCCESS);
+  F().set_copy_delay_us(20000);  // b -> c would overtake a -> b if not ordered
+  const CUstream s = NewStream();
+  EXPECT_EQ(D().cuMemcpyAsync(b, a, kG, s), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuMemcpyAsync(c, b, kG, s), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuStreamSynchronize(s), CUDA_SUCCESS);
+  EXPECT_TRUE(ReadBack(c, kG) == pattern);
+  EXPECT_EQ(D().cuStreamDestroy(s), CUDA_SUCCESS);
+  F().set_copy_delay_us(0);
+  Unreserve(ptr, 3 * kG);
+  EXPECT_EQ(F().violation_count(), 0u);
+}
+
+TEST(ACopyResolvesItsAddressesWhenItRunsNotWhenEnqueued) {
+  Session session;
+  const CUdeviceptr ptr = Reserve(2 * kG);
+  MapDevice(ptr, kG);
+  const std::vector<unsigned char> pattern = Pattern(4096, 13);
+  EXPECT_EQ(D().cuMemcpyHtoD(ptr, pattern.data(), pattern.size()), CUDA_SUCCESS);
+  const CUstream s = NewStream();
+  Latch latch;
+  EXPECT_EQ(D().cuLaunchHostFunc(s, &Latch::Wait, &latch), CUDA_SUCCESS);
+  // The destination is reserved but not mapped yet: accepted at enqueue.
+  EXPECT_EQ(D().cuMemcpyAsync(ptr + kG, ptr, pattern.size(), s), CUDA_SUCCESS);
+  latch.WaitReached();
+  MapDevice(ptr + kG, kG);
+  // Granting access under queued work is still a race the checker reports
+  // (had the stream not been held, the copy could have run first).
+  EXPECT_EQ(F().violation_count(), 1u);
+  EXPECT_TRUE(Contains(Violations(), "cuMemSetAccess"));
+  latch.open = true;
+  EXPECT_EQ(D().cuStreamSynchronize(s), CUDA_SUCCESS);  // mapped when it ran
+  EXPECT_TRUE(ReadBack(ptr + kG, pattern.size()) == pattern);
+  EXPECT_EQ(F().violation_count(), 1u);
+  EXPECT_EQ(D().cuStreamDestroy(s), CUDA_SUCCESS);
+  Unreserve(ptr, 2 * kG);
+}
+
+TEST(SynchronousCopiesDoNotWaitForOtherStreams) {
+  Session session;
+  const CUdeviceptr ptr = Reserve(2 * kG);
+  MapDevice(ptr, 2 * kG);
+  const CUstream s = NewStream();
+  Latch latch;
+  EXPECT_EQ(D().cuLaunchHostFunc(s, &Latch::Wait, &latch), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuMemcpyAsync(ptr + kG, ptr, 4096, s), CUDA_SUCCESS);
+  latch.WaitReached();
+  std::atomic<bool> done{false};
+  std::thread copier([&] {
+    EXPECT_EQ(D().cuCtxSetCurrent(session.context()), CUDA_SUCCESS);
+    const std::vector<unsigned char> pattern = Pattern(4096, 17);
+    EXPECT_EQ(D().cuMemcpyHtoD(ptr, pattern.data(), pattern.size()), CUDA_SUCCESS);
+    EXPECT_TRUE(ReadBack(ptr, pattern.size()) == pattern);
+    done = true;
+  });
+  for (int i = 0; i < 2000 && !done; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_TRUE(done.load());  // while the stream is still held
+  latch.open = true;
+  copier.join();
+  EXPECT_EQ(D().cuStreamSynchronize(s), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuStreamDestroy(s), CUDA_SUCCESS);
+  Unreserve(ptr, 2 * kG);
+}
+
+TEST(AnEventOrdersACopyOnAnotherStream) {
+  Session session;
+  const CUdeviceptr ptr = Reserve(3 * kG);
+  MapDevice(ptr, 3 * kG);
+  const CUdeviceptr a = ptr, b = ptr + kG, c = ptr + 2 * kG;
+  const std::vector<unsigned char> pattern = Pattern(kG, 5);
+  EXPECT_EQ(D().cuMemcpyHtoD(a, pattern.data(), kG), CUDA_SUCCESS);
+  const CUstream producer = NewStream(), consumer = NewStream();
+  const CUevent copied = NewEvent(), consumed = NewEvent();
+  Latch latch;
+  EXPECT_EQ(D().cuLaunchHostFunc(producer, &Latch::Wait, &latch), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuMemcpyAsync(b, a, kG, producer), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuEventRecord(copied, producer), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuStreamWaitEvent(consumer, copied, 0), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuMemcpyAsync(c, b, kG, consumer), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuEventRecord(consumed, consumer), CUDA_SUCCESS);
+  latch.WaitReached();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(D().cuEventQuery(copied), CUDA_ERROR_NOT_READY);
+  EXPECT_EQ(D().cuEventQuery(consumed), CUDA_ERROR_NOT_READY);  // held by the wait
+  latch.open = true;
+  EXPECT_EQ(D().cuEventSynchronize(consumed), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuEventQuery(copied), CUDA_SUCCESS);
+  EXPECT_TRUE(ReadBack(c, kG) == pattern);
+  for (CUevent e : {copied, consumed}) EXPECT_EQ(D().cuEventDestroy(e), CUDA_SUCCESS);
+  for (CUstream s : {producer, consumer}) EXPECT_EQ(D().cuStreamDestroy(s), CUDA_SUCCESS);
+  Unreserve(ptr, 3 * kG);
+}
+
+TEST(StreamWaitEventWaitsForTheRecordCurrentWhenItWasEnqueued) {
+  Session session;
+  const CUstream held = NewStream(), free_stream = NewStream(), waiter = NewStream();
+  const CUevent event = NewEvent(), after_wait = NewEvent();
+  // A wait on a never-recorded event does not wait.
+  EXPECT_EQ(D().cuStreamWaitEvent(waiter, event, 0), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuStreamSynchronize(waiter), CUDA_SUCCESS);
+  Latch latch;
+  EXPECT_EQ(D().cuLaunchHostFunc(held, &Latch::Wait, &latch), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuEventRecord(event, held), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuStreamWaitEvent(waiter, event, 0), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuEventRecord(after_wait, waiter), CUDA_SUCCESS);
+  // A later record that completes at once does not release the wait.
+  EXPECT_EQ(D().cuEventRecord(event, free_stream), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuStreamSynchronize(free_stream), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuEventQuery(event), CUDA_SUCCESS);  // its latest record is done
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(D().cuEventQuery(after_wait), CUDA_ERROR_NOT_READY);
+  latch.open = true;
+  EXPECT_EQ(D().cuStreamSynchronize(waiter), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuEventQuery(after_wait), CUDA_SUCCESS);
+  for (CUevent e : {event, after_wait}) EXPECT_EQ(D().cuEventDestroy(e), CUDA_SUCCESS);
+  for (CUstream s : {held, free_stream, waiter}) EXPECT_EQ(D().cuStreamDestroy(s), CUDA_SUCCESS);
+}
+
+struct Order {
+  std::vector<int> seen;  // appended only by the one stream's worker
+  int next = 0;
+};
+struct Step {
+  Order* order;
+  int index;
+  static void Run(void* self) {
+    Step* step = static_cast<Step*>(self);
+    step->order->seen.push_back(step->index);
+  }
+};
+
+TEST(HostFunctionsRunInStreamOrderOnTheWorker) {
+  Session session;
+  const CUstream s = NewStream();
+  Order order;
+  std::vector<Step> steps;
+  for (int i = 0; i < 50; ++i) steps.push_back({&order, i});
+  Latch latch;
+  EXPECT_EQ(D().cuLaunchHostFunc(s, &Latch::Wait, &latch), CUDA_SUCCESS);
+  for (Step& step : steps) EXPECT_EQ(D().cuLaunchHostFunc(s, &Step::Run, &step), CUDA_SUCCESS);
+  latch.WaitReached();
+  const CUevent done = NewEvent();
+  EXPECT_EQ(D().cuEventRecord(done, s), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuEventQuery(done), CUDA_ERROR_NOT_READY);  // asynchronous
+  latch.open = true;
+  EXPECT_EQ(D().cuStreamSynchronize(s), CUDA_SUCCESS);
+  ASSERT_TRUE(order.seen.size() == steps.size());
+  for (int i = 0; i < 50; ++i) EXPECT_EQ(order.seen[i], i);
+  EXPECT_EQ(D().cuLaunchHostFunc(s, nullptr, nullptr), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(D().cuEventDestroy(done), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuStreamDestroy(s), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuStreamDestroy(s), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(D().cuLaunchHostFunc(nullptr, &Step::Run, &steps[0]),
+            CUDA_ERROR_INVALID_HANDLE);  // no legacy stream
+  EXPECT_EQ(F().live_streams(), 0u);
+  EXPECT_EQ(F().live_events(), 0u);
+}
+
+// A kernel writing a pattern through the fake's alias of its range.
+struct FillKernel {
+  CUdeviceptr address;
+  size_t bytes;
+  unsigned seed;
+  static void Run(void* self) {
+    FillKernel* k = static_cast<FillKernel*>(self);
+    void* alias = F().device_alias(k->address, k->bytes);
+    if (alias == nullptr) return;
+    const std::vector<unsigned char> p = Pattern(k->bytes, k->seed);
+    std::memcpy(alias, p.data(), k->bytes);
+  }
+};
+
+TEST(AKernelWritesThroughTheAliasOfItsDeclaredRange) {
+  Session session;
+  const CUdeviceptr ptr = Reserve(2 * kG);
+  MapDevice(ptr, 2 * kG);
+  const CUstream s = NewStream();
+  FillKernel kernel{ptr + 4096, kG, 11};
+  const fake_cuda_range range = {kernel.address, kernel.bytes, 1};
+  EXPECT_EQ(F().launch_kernel(s, &FillKernel::Run, &kernel, &range, 1), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuStreamSynchronize(s), CUDA_SUCCESS);
+  EXPECT_TRUE(ReadBack(kernel.address, kernel.bytes) == Pattern(kG, 11));
+  EXPECT_EQ(F().violation_count(), 0u);
+  // The alias of a range without device access is null, and a violation.
+  EXPECT_TRUE(F().device_alias(ptr + 2 * kG, 1) == nullptr);
+  EXPECT_EQ(F().violation_count(), 1u);
+  EXPECT_EQ(D().cuStreamDestroy(s), CUDA_SUCCESS);
+  Unreserve(ptr, 2 * kG);
+}
+
+// --- The checker and the sticky error -------------------------------------------
+
+// A kernel writing the granule at `ptr`, queued on a new stream behind a
+// latch the test opens.
+struct KernelBehindLatch {
+  CUdeviceptr ptr = Reserve(kG);
+  CUstream stream = nullptr;
+  Latch latch;
+  FillKernel kernel{ptr, kG, 1};
+  KernelBehindLatch() {
+    MapDevice(ptr, kG);
+    stream = NewStream();
+    EXPECT_EQ(D().cuLaunchHostFunc(stream, &Latch::Wait, &latch), CUDA_SUCCESS);
+    const fake_cuda_range range = {ptr, kG, 1};
+    EXPECT_EQ(F().launch_kernel(stream, &FillKernel::Run, &kernel, &range, 1), CUDA_SUCCESS);
+    latch.WaitReached();
+  }
+};
+
+TEST(UnmapUnderAQueuedKernelIsAViolationAndItsRunAnIllegalAddress) {
+  Session session;
+  KernelBehindLatch queued;
+  const CUdeviceptr ptr = queued.ptr;
+  const CUstream s = queued.stream;
+  Latch& latch = queued.latch;
+  EXPECT_EQ(D().cuMemUnmap(ptr, kG), CUDA_SUCCESS);  // the driver does not refuse it
+  EXPECT_EQ(F().violation_count(), 1u);
+  const std::string text = Violations();
+  EXPECT_TRUE(Contains(text, "cuMemUnmap"));
+  EXPECT_TRUE(Contains(text, "queued kernel"));
+  EXPECT_EQ(D().cuMemAddressFree(ptr, kG), CUDA_SUCCESS);
+  EXPECT_EQ(F().violation_count(), 2u);
+  EXPECT_TRUE(Contains(Violations(), "cuMemAddressFree"));
+  latch.open = true;
+  // When the kernel runs, its range is gone: an illegal address, sticky.
+  EXPECT_EQ(D().cuStreamSynchronize(s), CUDA_ERROR_ILLEGAL_ADDRESS);
+  EXPECT_EQ(F().violation_count(), 3u);
+  EXPECT_TRUE(Contains(Violations(), "CUDA_ERROR_ILLEGAL_ADDRESS"));
+  const CUevent e = NewEvent();
+  EXPECT_EQ(D().cuEventRecord(e, s), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuEventSynchronize(e), CUDA_ERROR_ILLEGAL_ADDRESS);
+  EXPECT_EQ(D().cuEventQuery(e), CUDA_ERROR_ILLEGAL_ADDRESS);
+  EXPECT_EQ(D().cuEventDestroy(e), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuStreamDestroy(s), CUDA_SUCCESS);
+}
+
+TEST(UnmapAfterWaitingForTheKernelIsNoViolation) {
+  Session session;
+  KernelBehindLatch queued;
+  queued.latch.open = true;
+  EXPECT_EQ(D().cuStreamSynchronize(queued.stream), CUDA_SUCCESS);
+  EXPECT_TRUE(ReadBack(queued.ptr, kG) == Pattern(kG, 1));  // the kernel ran
+  EXPECT_EQ(D().cuMemUnmap(queued.ptr, kG), CUDA_SUCCESS);
+  EXPECT_EQ(F().violation_count(), 0u);
+  EXPECT_EQ(D().cuStreamDestroy(queued.stream), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuMemAddressFree(queued.ptr, kG), CUDA_SUCCESS);
+}
+
+// A kernel that holds its range while it runs until the latch opens.
+struct HeldKernel {
+  Latch latch;
+  static void Run(void* self) { Latch::Wait(&static_cast<HeldKernel*>(self)->latch); }
+};
+
+TEST(SetAccessUnderARunningKernelIsAViolation) {
+  Session session;
+  const CUdeviceptr ptr = Reserve(2 * kG);
+  MapDevice(ptr, 2 * kG);
+  const CUstream s = NewStream();
+  HeldKernel kernel;
+  const fake_cuda_range range = {ptr + kG, 4096, 0};
+  EXPECT_EQ(F().launch_kernel(s, &HeldKernel::Run, &kernel, &range, 1), CUDA_SUCCESS);
+  kernel.latch.WaitReached();
+  // The other granule is not referenced: no violation.
+  EXPECT_EQ(SetAccess(ptr, kG, CU_MEM_LOCATION_TYPE_DEVICE, CU_MEM_ACCESS_FLAGS_PROT_READ),
+            CUDA_SUCCESS);
+  EXPECT_EQ(F().violation_count(), 0u);
+  EXPECT_EQ(SetAccess(ptr + kG, kG, CU_MEM_LOCATION_TYPE_DEVICE,
+                      CU_MEM_ACCESS_FLAGS_PROT_READ),
+            CUDA_SUCCESS);
+  EXPECT_EQ(F().violation_count(), 1u);
+  EXPECT_TRUE(Contains(Violations(), "cuMemSetAccess"));
+  EXPECT_TRUE(Contains(Violations(), "running kernel"));
+  kernel.latch.open = true;
+  EXPECT_EQ(D().cuStreamSynchronize(s), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuStreamDestroy(s), CUDA_SUCCESS);
+  Unreserve(ptr, 2 * kG);
+}
+
+TEST(UnmapUnderAQueuedCopyIsAViolationNamingTheCopy) {
+  Session session;
+  const CUdeviceptr ptr = Reserve(2 * kG);
+  MapDevice(ptr, kG);
+  MapDevice(ptr + kG, kG);
+  const CUstream s = NewStream();
+  Latch latch;
+  EXPECT_EQ(D().cuLaunchHostFunc(s, &Latch::Wait, &latch), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuMemcpyAsync(ptr + kG, ptr, 4096, s), CUDA_SUCCESS);
+  latch.WaitReached();
+  EXPECT_EQ(D().cuMemUnmap(ptr, kG), CUDA_SUCCESS);
+  EXPECT_EQ(F().violation_count(), 1u);
+  EXPECT_TRUE(Contains(Violations(), "queued cuMemcpyAsync"));
+  latch.open = true;
+  EXPECT_EQ(D().cuStreamSynchronize(s), CUDA_ERROR_ILLEGAL_ADDRESS);
+  EXPECT_EQ(D().cuStreamDestroy(s), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuMemUnmap(ptr + kG, kG), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuMemAddressFree(ptr, 2 * kG), CUDA_SUCCESS);
+}
+
+TEST(ACopyEnqueuedOutsideAnyReservationIsRefusedAtOnce) {
+  Session session;
+  const CUstream s = NewStream();
+  std::vector<unsigned char> host(4096);
+  const CUdeviceptr host_address = reinterpret_cast<CUdeviceptr>(host.data());
+  EXPECT_EQ(D().cuMemcpyAsync(host_address, host_address + 1024, 1024, s),
+            CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(D().cuMemcpyHtoD(host_address, host.data(), 1024), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(D().cuStreamDestroy(s), CUDA_SUCCESS);
+  EXPECT_EQ(F().violation_count(), 0u);
+}
+
+// --- Fault injection ----------------------------------------------------------------
+
+TEST(FailNthMemCreateFailsExactlyThatCall) {
+  Session session;
+  F().fail_nth_mem_create(2);
+  const CUmemGenericAllocationHandle a = Create(kG);
+  const CUmemAllocationProp prop = Prop(CU_MEM_LOCATION_TYPE_DEVICE);
+  CUmemGenericAllocationHandle b = 0;
+  EXPECT_EQ(D().cuMemCreate(&b, kG, &prop, 0), CUDA_ERROR_OUT_OF_MEMORY);
+  EXPECT_EQ(F().pool_bytes_in_use(FAKE_CUDA_POOL_DEVICE), kG);
+  EXPECT_EQ(D().cuMemCreate(&b, kG, &prop, 0), CUDA_SUCCESS);  // one shot
+  EXPECT_EQ(D().cuMemRelease(a), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuMemRelease(b), CUDA_SUCCESS);
+}
+
+TEST(FailNthMemMapFailsThatCallAndMapsNothing) {
+  Session session;
+  const CUdeviceptr ptr = Reserve(2 * kG);
+  const CUmemGenericAllocationHandle h = Create(kG);
+  F().fail_nth_mem_map(1, CUDA_ERROR_UNKNOWN);
+  EXPECT_EQ(D().cuMemMap(ptr, kG, 0, h, 0), CUDA_ERROR_UNKNOWN);
+  EXPECT_EQ(F().live_mappings(), 0u);
+  F().fail_nth_mem_map(2, CUDA_ERROR_OUT_OF_MEMORY);
+  EXPECT_EQ(D().cuMemMap(ptr, kG, 0, h, 0), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuMemMap(ptr + kG, kG, 0, h, 0), CUDA_ERROR_OUT_OF_MEMORY);
+  EXPECT_EQ(D().cuMemMap(ptr + kG, kG, 0, h, 0), CUDA_SUCCESS);
+  EXPECT_EQ(F().live_mappings(), 2u);
+  EXPECT_EQ(D().cuMemRelease(h), CUDA_SUCCESS);
+  Unreserve(ptr, 2 * kG);
+}
+
+TEST(KnobsComeFromTheEnvironmentAtReset) {
+  setenv("FAKE_CUDA_DEVICE_MB", "4", 1);
+  setenv("FAKE_CUDA_DRIVER_VERSION", "13000", 1);
+  setenv("FAKE_CUDA_HOST_VMM", "0", 1);
+  {
+    Session session;
+    int version = 0;
+    EXPECT_EQ(D().cuDriverGetVersion(&version), CUDA_SUCCESS);
+    EXPECT_EQ(version, 13000);
+    int supported = -1;
+    EXPECT_EQ(D().cuDeviceGetAttribute(
+                  &supported, CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 0),
+              CUDA_SUCCESS);
+    EXPECT_EQ(supported, 0);
+    const CUmemGenericAllocationHandle a = Create(kG), b = Create(kG);
+    const CUmemAllocationProp prop = Prop(CU_MEM_LOCATION_TYPE_DEVICE);
+    CUmemGenericAllocationHandle c = 0;
+    EXPECT_EQ(D().cuMemCreate(&c, kG, &prop, 0), CUDA_ERROR_OUT_OF_MEMORY);  // 4 MiB cap
+    EXPECT_EQ(D().cuMemRelease(a), CUDA_SUCCESS);
+    EXPECT_EQ(D().cuMemRelease(b), CUDA_SUCCESS);
+  }
+  setenv("FAKE_CUDA_DEVICE_COUNT", "two", 1);  // a bad value: cuInit fails
+  EXPECT_EQ(F().reset(), 0u);
+  EXPECT_EQ(D().cuInit(0), CUDA_ERROR_INVALID_VALUE);
+  for (const char* name : {"FAKE_CUDA_DEVICE_MB", "FAKE_CUDA_DRIVER_VERSION", "FAKE_CUDA_HOST_VMM",
+                           "FAKE_CUDA_DEVICE_COUNT"}) {
+    unsetenv(name);
+  }
+  EXPECT_EQ(F().reset(), 0u);
+  EXPECT_EQ(D().cuInit(0), CUDA_SUCCESS);
+  int version = 0;
+  EXPECT_EQ(D().cuDriverGetVersion(&version), CUDA_SUCCESS);
+  EXPECT_EQ(version, 12040);
+  EXPECT_EQ(F().reset(), 0u);
+}
+
+TEST(ResetRefusesWhileObjectsAreAliveAndCountsThem) {
+  Session session;
+  const CUmemGenericAllocationHandle h = Create(kG);
+  const CUstream s = NewStream();
+  EXPECT_EQ(F().reset(), 2u);
+  EXPECT_EQ(D().cuStreamDestroy(s), CUDA_SUCCESS);  // reset changed nothing
+  EXPECT_EQ(D().cuMemRelease(h), CUDA_SUCCESS);
+}
+
+TEST(DestroyAllLeavesNothingAliveAndTheFakeUsable) {
+  Session session;
+  const CUdeviceptr ptr = Reserve(2 * kG);
+  MapDevice(ptr, kG);
+  const CUmemGenericAllocationHandle unmapped = Create(kG);
+  (void)unmapped;
+  const CUstream s = NewStream();
+  const CUevent e = NewEvent();
+  EXPECT_EQ(D().cuMemcpyAsync(ptr + 4096, ptr, 4096, s), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuEventRecord(e, s), CUDA_SUCCESS);
+  // A stream, an event, a mapping, a reservation, a released-but-mapped
+  // handle and an unmapped one.
+  EXPECT_EQ(F().destroy_all(), 6u);
+  EXPECT_EQ(F().pool_bytes_in_use(FAKE_CUDA_POOL_DEVICE), 0u);
+  EXPECT_EQ(F().check_invariants(), 0u);
+  EXPECT_EQ(F().violation_count(), 0u);  // the copy ran before its stream went
+  EXPECT_EQ(F().live_reservations() + F().live_mappings() + F().live_streams(), 0u);
+  const CUdeviceptr again = Reserve(kG);
+  MapDevice(again, kG);
+  Unreserve(again, kG);
+}
+
+// --- Concurrency (for TSan) -----------------------------------------------------------
+
+TEST(ThreadsMapCopyAndUnmapConcurrentlyWithoutViolations) {
+  Session session;
+  const CUcontext context = session.context();
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      if (D().cuCtxSetCurrent(context) != CUDA_SUCCESS) ++failures;
+      CUstream s = nullptr;
+      if (D().cuStreamCreate(&s, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) ++failures;
+      const std::vector<unsigned char> pattern = Pattern(65536, t);
+      for (int round = 0; round < 10; ++round) {
+        CUdeviceptr ptr = 0;
+        if (D().cuMemAddressReserve(&ptr, 2 * kG, 0, 0, 0) != CUDA_SUCCESS) {
+          ++failures;
+          continue;
+        }
+        MapDevice(ptr, 2 * kG);
+        if (D().cuMemcpyHtoD(ptr, pattern.data(), pattern.size()) != CUDA_SUCCESS) ++failures;
+        if (D().cuMemcpyAsync(ptr + kG, ptr, pattern.size(), s) != CUDA_SUCCESS) ++failures;
+        if (D().cuStreamSynchronize(s) != CUDA_SUCCESS) ++failures;
+        if (ReadBack(ptr + kG, pattern.size()) != pattern) ++failures;
+        Unreserve(ptr, 2 * kG);
+      }
+      if (D().cuStreamDestroy(s) != CUDA_SUCCESS) ++failures;
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(F().violation_count(), 0u);
+}
+
+}  // namespace
+}  // namespace cu
+}  // namespace lms
+
+int main(int argc, char** argv) { return ::lms_test::RunAll(argc, argv); }

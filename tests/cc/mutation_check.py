@@ -1,0 +1,83 @@
+"""Proves the stream-ordering tests of cuda_backend_test.cc can fail.
+
+Each mutation removes one part of the stream protocol (Note [Stream protocol]
+in backends/cuda_backend.h) from a copy of one backend source, builds the
+test against that copy and runs it over the fake driver. The check
+passes only if every named test fails under its mutation (and no other test
+does); production sources are never touched.
+
+Usage: python tests/cc/mutation_check.py BUILD_DIR CXX FAKE_DRIVER
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+SRC = Path("tensorflow_lms_allocator/cc")
+STREAMS = SRC / "backends/cuda_backend_streams.cc"
+MEMORY = SRC / "backends/cuda_backend.cc"
+
+EVICTION = "AnEvictionCopiesWhatAKernelQueuedBeforeTheUnpinStillWrites"
+COPY = "ACopyOfAnUnpinnedTensorInFlightDuringItsEvictionReadsTheRightBytes"
+FREE = "FreeingAnEvictedTensorWaitsForACopyOfItInFlight"
+DEFRAG = "DefragmentationWaitsForQueuedWorkOnAFreedGranule"
+
+# name -> (source, text to find, replacement, tests that must fail)
+MUTATIONS = {
+    "no-fence": (STREAMS, "Status CudaBackend::Fence() {\n",
+                 "Status CudaBackend::Fence() {\n  return Status::Ok();  // MUTATION\n",
+                 {EVICTION, COPY, FREE, DEFRAG}),
+    "no-fence-before-copies": (
+        STREAMS, "Status CudaBackend::CopiesAfterCompute() {\n",
+        "Status CudaBackend::CopiesAfterCompute() {\n  return Status::Ok();  // MUTATION\n",
+        {EVICTION}),
+    "no-host-wait-before-unmap": (
+        STREAMS, "  LMS_RETURN_IF_ERROR(Fence());\n  return HostWait();\n",
+        "  return Fence();  // MUTATION\n",
+        {FREE, DEFRAG}),
+    "freed-memory-never-waits": (
+        MEMORY, "/*drain=*/fences_waited_ <= mark", "/*drain=*/false /* MUTATION */",
+        {DEFRAG}),
+}
+
+
+def main() -> int:
+    build, cxx, fake = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+    build.mkdir(parents=True, exist_ok=True)
+    engine = [str(p) for p in sorted((SRC / "engine").glob("*.cc"))]
+    ok = True
+    for name, (source, find, replace, must_fail) in MUTATIONS.items():
+        original = source.read_text()
+        if original.count(find) != 1:
+            print(f"{name}: the text to mutate is not in {source} once; update this check")
+            return 1
+        mutated = build / f"{source.stem}_{name}.cc"
+        mutated.write_text(original.replace(find, replace))
+        sources = engine + [str(p) for p in sorted((SRC / "backends").glob("*.cc"))
+                            if p != source]
+        binary = build / f"cuda_backend_test_{name}"
+        subprocess.run([cxx, "-std=c++17", "-O1", "-g", f"-I{SRC}", "-Itests/cc", "-Itests",
+                        "-pthread", *sources, str(mutated), "tests/cc/cuda_backend_test.cc",
+                        "-ldl", "-o", str(binary)], check=True)
+        run = subprocess.run([str(binary)], capture_output=True, text=True, timeout=300,
+                             env={**os.environ, "TF_LMS_CUDA_DRIVER_PATH": fake})
+        failed = {line[7:].strip() for line in run.stdout.splitlines()
+                  if line.startswith("[FAIL]")}
+        verdict = "as expected" if failed == must_fail else "NOT AS EXPECTED"
+        ok &= failed == must_fail
+        print(f"== mutation {name}: failed {sorted(failed)} ({verdict}; "
+              f"expected {sorted(must_fail)})")
+        for line in run.stdout.splitlines():
+            if line.startswith("  ") or line.startswith("[FAIL]"):
+                print("   ", line[:300])
+        print("   ", run.stdout.strip().splitlines()[-1] if run.stdout.strip() else
+              f"(no output; exit {run.returncode})")
+    print("mutation check:", "PASSED" if ok else "FAILED")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

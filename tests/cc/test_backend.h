@@ -1,0 +1,61 @@
+// The backend the engine's C++ tests run over, chosen by LMS_TEST_BACKEND:
+// "posix" (the default) or "cuda": the CUDA backend over the fake driver
+// that TF_LMS_CUDA_DRIVER_PATH names (tests/fake_cuda), with the fake's
+// granularity set to the tests' granule so both backends run the same
+// sizes. `make test` runs every engine test binary once per backend.
+#ifndef TENSORFLOW_LMS_ALLOCATOR_TESTS_CC_TEST_BACKEND_H_
+#define TENSORFLOW_LMS_ALLOCATOR_TESTS_CC_TEST_BACKEND_H_
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+
+#include "backends/backend_factory.h"
+#include "fake_cuda_access.h"
+#include "harness.h"
+
+namespace lms_test {
+
+inline bool UsingCuda() {
+  const char* kind = std::getenv("LMS_TEST_BACKEND");
+  return kind != nullptr && std::strcmp(kind, "cuda") == 0;
+}
+
+// Aborts with the reason if the backend cannot be made: every test needs it.
+inline std::unique_ptr<lms::Backend> MakeTestBackend(size_t granule) {
+  lms::BackendSpec spec;
+  spec.granule_bytes = granule;
+  if (UsingCuda()) {
+    spec.kind = lms::BackendKind::kCuda;
+    // Each test's engine is gone before the next one is made, so the fake
+    // must hold nothing now: what it still holds, the last test leaked, and
+    // what its checker caught, the last test did.
+    if (Fake().violation_count() != 0) {
+      std::printf("  fake CUDA driver violations:\n%s", Fake().Violations().c_str());
+      ++Failures();
+    }
+    if (const size_t live = Fake().reset(); live != 0) {
+      std::printf("  %zu fake CUDA objects (handles, mappings, reservations, streams, "
+                  "events) outlived their engine\n", live);
+      ++Failures();
+    }
+    if (Fake().set_granularity(granule) != 0) {
+      std::printf("fake_cuda_set_granularity(%zu) refused: something is still alive\n",
+                  granule);
+      std::abort();
+    }
+  }
+  std::unique_ptr<lms::Backend> backend;
+  lms::Status s = lms::CreateBackend(spec, &backend);
+  if (!s.ok()) {
+    std::printf("CreateBackend(%s): %s\n", lms::BackendKindName(spec.kind),
+                s.ToString().c_str());
+    std::abort();
+  }
+  return backend;
+}
+
+}  // namespace lms_test
+
+#endif  // TENSORFLOW_LMS_ALLOCATOR_TESTS_CC_TEST_BACKEND_H_

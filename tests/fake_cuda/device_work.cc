@@ -1,0 +1,163 @@
+// Work that touches device memory: copies (cuMemcpyAsync on a stream, the
+// synchronous cuMemcpyHtoD / cuMemcpyDtoH) and test "kernels"
+// (fake_cuda_launch_kernel). Each is registered with the checker from
+// enqueue to completion, with the ranges it touches, and resolves its
+// addresses when it executes, not when it is enqueued: a range unmapped or
+// without device access at that moment is an illegal address, as on a GPU
+// (a violation, and the context's sticky error).
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "address_space.h"
+#include "checker.h"
+#include "context.h"
+#include "entry_points.h"
+#include "fake_cuda.h"
+#include "knobs.h"
+#include "streams.h"
+
+namespace lms {
+namespace cu {
+namespace fake {
+namespace {
+
+std::string Hex(uint64_t value) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "0x%llx", static_cast<unsigned long long>(value));
+  return text;
+}
+
+void DelayCopy() {
+  if (const unsigned us = GetKnobs().copy_delay_us) usleep(us);
+}
+
+// The alias of each range, or null after recording why `what` may not touch
+// it and making CUDA_ERROR_ILLEGAL_ADDRESS the context's sticky error.
+bool ResolveAll(Context* context, const std::string& what,
+                const std::vector<DeviceRange>& ranges, std::vector<void*>* aliases) {
+  aliases->clear();
+  for (const DeviceRange& r : ranges) {
+    std::string why;
+    void* alias = ResolveForDevice(context->device, r.address, r.bytes, r.writes, &why);
+    if (alias == nullptr) {
+      RecordViolation(what + " touches " + DescribeRange(r.address, r.bytes) + ": " +
+                      why + " (CUDA_ERROR_ILLEGAL_ADDRESS)");
+      SetStickyError(context, CUDA_ERROR_ILLEGAL_ADDRESS);
+      return false;
+    }
+    aliases->push_back(alias);
+  }
+  return true;
+}
+
+// Runs on the worker: resolve, move the bytes, complete.
+void RunCopy(Context* context, uint64_t work, const std::string& what,
+             const std::vector<DeviceRange>& ranges) {
+  MarkWorkRunning(work);
+  std::vector<void*> aliases;
+  if (ResolveAll(context, what, ranges, &aliases)) {
+    DelayCopy();
+    std::memmove(aliases[0], aliases[1], ranges[0].bytes);
+  }
+  CompleteWork(work);
+}
+
+// A synchronous copy between host memory and [device, device + bytes).
+CUresult CopySync(const char* call, uint64_t device, void* host, size_t bytes,
+                  bool to_device) {
+  Context* context = nullptr;
+  if (CUresult r = RequireContext(&context)) return r;
+  if (CUresult sticky = context->sticky_error.load()) return sticky;
+  if (bytes == 0) return CUDA_SUCCESS;
+  if (host == nullptr || !InsideOneReservation(device, bytes)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  const std::string what = std::string(call) + "(" + Hex(device) + ", " +
+                           std::to_string(bytes) + ")";
+  std::vector<DeviceRange> ranges = {{device, bytes, to_device}};
+  const uint64_t work = RegisterWork(what, ranges);
+  MarkWorkRunning(work);
+  std::vector<void*> aliases;
+  const bool ok = ResolveAll(context, what, ranges, &aliases);
+  if (ok) {
+    DelayCopy();
+    if (to_device) {
+      std::memmove(aliases[0], host, bytes);
+    } else {
+      std::memmove(host, aliases[0], bytes);
+    }
+  }
+  CompleteWork(work);
+  return ok ? CUDA_SUCCESS : CUDA_ERROR_ILLEGAL_ADDRESS;
+}
+
+}  // namespace
+
+CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t bytes,
+                       CUstream stream) noexcept {
+  Context* context = nullptr;
+  if (CUresult r = RequireContext(&context)) return r;
+  if (bytes == 0) return CUDA_SUCCESS;
+  // Addresses must be device addresses now; whether they are mapped is
+  // decided when the copy runs.
+  if (!InsideOneReservation(dst, bytes) || !InsideOneReservation(src, bytes)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  const std::string what = "cuMemcpyAsync(dst=" + Hex(dst) + ", src=" + Hex(src) +
+                           ", " + std::to_string(bytes) + ") on stream " +
+                           Hex(reinterpret_cast<uintptr_t>(stream));
+  std::vector<DeviceRange> ranges = {{dst, bytes, true}, {src, bytes, false}};
+  const uint64_t work = RegisterWork(what, ranges);
+  const CUresult r = Enqueue(stream, [work, what, ranges](Context* c) {
+    RunCopy(c, work, what, ranges);
+  });
+  if (r != CUDA_SUCCESS) CompleteWork(work);
+  return r;
+}
+
+CUresult cuMemcpyHtoD(CUdeviceptr dst, const void* src, size_t bytes) noexcept {
+  return CopySync("cuMemcpyHtoD", dst, const_cast<void*>(src), bytes, true);
+}
+
+CUresult cuMemcpyDtoH(void* dst, CUdeviceptr src, size_t bytes) noexcept {
+  return CopySync("cuMemcpyDtoH", src, dst, bytes, false);
+}
+
+}  // namespace fake
+}  // namespace cu
+}  // namespace lms
+
+FAKE_CUDA_EXPORT int fake_cuda_launch_kernel(void* stream, void (*fn)(void* user),
+                                             void* user, const fake_cuda_range* ranges,
+                                             size_t n) noexcept {
+  namespace fake = lms::cu::fake;
+  fake::Context* context = nullptr;
+  if (lms::cu::CUresult r = fake::RequireContext(&context)) return r;
+  if (fn == nullptr || (n > 0 && ranges == nullptr)) {
+    return lms::cu::CUDA_ERROR_INVALID_VALUE;
+  }
+  std::vector<fake::DeviceRange> declared;
+  for (size_t i = 0; i < n; ++i) {
+    declared.push_back({ranges[i].address, ranges[i].bytes, ranges[i].writes != 0});
+  }
+  char what[96];
+  std::snprintf(what, sizeof(what), "kernel %p(%p) on stream %p",
+                reinterpret_cast<void*>(fn), user, stream);
+  const uint64_t work = fake::RegisterWork(what, declared);
+  const std::string name = what;
+  const lms::cu::CUresult r = fake::Enqueue(
+      static_cast<lms::cu::CUstream>(stream),
+      [work, name, declared, fn, user](fake::Context* c) {
+        fake::MarkWorkRunning(work);
+        std::vector<void*> aliases;
+        if (fake::ResolveAll(c, name, declared, &aliases)) fn(user);
+        fake::CompleteWork(work);
+      });
+  if (r != lms::cu::CUDA_SUCCESS) fake::CompleteWork(work);
+  return r;
+}

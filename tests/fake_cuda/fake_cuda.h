@@ -1,0 +1,204 @@
+// The test-extension C API of the fake CUDA driver (build/fake_cuda/
+// libfakecuda.so): what a test needs beyond the driver API to drive it and
+// to see what it caught.
+//
+// The fake implements the driver functions of LMS_CUDA_DRIVER_FUNCTIONS in
+// tensorflow_lms_allocator/cc/backends/cuda_driver_api.h and exports only
+// cuGetProcAddress_v2, cuGetProcAddress and the fake_cuda_* functions below,
+// so a test loads it exactly as the CUDA backend loads libcuda.so.1: dlopen,
+// dlsym of cuGetProcAddress_v2, everything else through it. It is not named
+// libcuda.so.1 because TensorFlow would load it as the real driver.
+//
+// What it models (Note [Fake CUDA driver]):
+//   - Physical memory: two pools, each a memfd with a capacity cap (device
+//     and host-located memory); a handle from cuMemCreate owns an extent.
+//   - Device virtual addresses: cuMemAddressReserve reserves PROT_NONE host
+//     address space, so a host touch of device memory faults as it would on
+//     a GPU. Stream workers and "kernels" reach mapped memory through a
+//     private alias of each reservation (fake_cuda_device_alias). Host-
+//     located memory given host access by cuMemSetAccess is also mapped
+//     read/write at its own address.
+//   - Streams: one worker thread per stream runs copies, event records,
+//     event waits, host functions and kernels in order, asynchronously to
+//     the caller. An address is resolved when the work executes; work that
+//     touches memory without device access at that moment records a
+//     violation and makes the context's sticky error
+//     CUDA_ERROR_ILLEGAL_ADDRESS.
+//   - The checker: cuMemUnmap, cuMemSetAccess and cuMemAddressFree on a
+//     range that queued or running stream work references record a
+//     violation (the real driver does not order these calls after stream
+//     work; on a GPU this is a silent race or a fault).
+//
+// Using it from a test (the Makefile builds libfakecuda.so and the sanitizer
+// variants libfakecuda_asan.so / libfakecuda_tsan.so, which a binary built
+// with the same sanitizer must load):
+//
+//   setenv("TF_LMS_CUDA_DRIVER_PATH", "build/fake_cuda/libfakecuda_asan.so", 1);
+//   ... create the CUDA backend, which dlopens that path ...
+//   void* fake = dlopen("build/fake_cuda/libfakecuda_asan.so", RTLD_NOW);  // same instance
+//   auto violations = reinterpret_cast<decltype(&fake_cuda_violation_count)>(
+//       dlsym(fake, "fake_cuda_violation_count"));
+//   EXPECT_EQ(violations(), 0u);
+//
+// (Linking the test against the library works too: dlopen of the same file
+// returns the instance already loaded.)
+//
+// Where it differs from a real driver (what it does not enforce or model):
+//   - No legacy or per-thread default stream: stream 0 is
+//     CUDA_ERROR_INVALID_HANDLE. cuStreamDestroy waits for the stream's work
+//     (the real one returns at once). Host functions may call the driver
+//     (the real driver forbids it; a host function synchronizing its own
+//     stream deadlocks here).
+//   - After a sticky error, only the synchronizing calls (cuStreamSynchronize,
+//     cuEventSynchronize, cuEventQuery, cuMemcpyHtoD/DtoH) return it, and
+//     later stream work still runs; other calls keep working so a test can
+//     clean up. The error clears when the primary context's last reference
+//     is released (or at fake_cuda_reset).
+//   - Copies are between device addresses (a reservation) only: no pageable
+//     or registered host pointers in cuMemcpyAsync. A range crossing two
+//     reservations is not mapped, even if they are adjacent.
+//   - cuMemGetAllocationGranularity needs cuInit but no context. Access is
+//     tracked per granule; cuMemSetAccess needs granule-aligned ranges. Host
+//     access (HOST or HOST_NUMA) is accepted for any host-located memory,
+//     whichever of the two it was created at; HOST_NUMA node ids other than 0
+//     are CUDA_ERROR_INVALID_VALUE.
+//   - Attribute 141 answers (per fake_cuda_set_host_vmm_supported) on every
+//     driver from 12.2 on, and 145 answers 0 before 13.0; a real driver
+//     older than 12.9 does not know 141, nor one older than 13.0 145, and
+//     returns CUDA_ERROR_INVALID_VALUE for them.
+//   - cuGetProcAddress_v2 is exported whatever the driver version knob says
+//     (a real 11.x driver has only cuGetProcAddress); asking for the CUDA 12
+//     ABI of an older "driver" is VERSION_NOT_SUFFICIENT.
+//   - Memory is only as fast and as large as the host's: device memory is
+//     ordinary RAM behind a memfd; pages are returned when a handle's
+//     extent goes back to its pool (and a new handle reads zeros, which a
+//     real driver does not promise).
+//   - TSan does not see races between a host access at a device address and
+//     stream work (they go through different mappings): the checker, not
+//     TSan, catches stream-ordering bugs. Stream work that touches memory
+//     outside its declared ranges is not checked.
+//   - Events have no timing; the INTERPROCESS and BLOCKING_SYNC flags are
+//     accepted and ignored.
+//
+// Every function here is thread-safe. Knobs take effect for calls made after
+// they are set. Environment variables read at load and by fake_cuda_reset():
+//   FAKE_CUDA_DEVICE_MB, FAKE_CUDA_HOST_MB   pool caps (default 1024 each)
+//   FAKE_CUDA_DRIVER_VERSION                 default 12040
+//   FAKE_CUDA_DEVICE_COUNT                   default 1 (at most 8)
+//   FAKE_CUDA_COPY_DELAY_US                  default 0
+//   FAKE_CUDA_HOST_VMM                       1 (default) or 0
+// A bad value makes cuInit fail with CUDA_ERROR_INVALID_VALUE after printing
+// the variable and the value to stderr.
+#ifndef TENSORFLOW_LMS_ALLOCATOR_TESTS_FAKE_CUDA_FAKE_CUDA_H_
+#define TENSORFLOW_LMS_ALLOCATOR_TESTS_FAKE_CUDA_FAKE_CUDA_H_
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+#define FAKE_CUDA_NOEXCEPT noexcept
+extern "C" {
+#else
+#define FAKE_CUDA_NOEXCEPT
+#endif
+
+// A device address range a kernel reads, or reads and writes.
+typedef struct fake_cuda_range {
+  unsigned long long address;  // a CUdeviceptr
+  size_t bytes;
+  int writes;  // nonzero: the kernel writes (needs READWRITE access)
+} fake_cuda_range;
+
+// The pools of fake_cuda_set_pool_capacity / fake_cuda_pool_bytes_in_use.
+enum { FAKE_CUDA_POOL_DEVICE = 0, FAKE_CUDA_POOL_HOST = 1 };
+
+// --- Kernels ---------------------------------------------------------------
+
+// Enqueues a "kernel" on `stream` (a CUstream): fn(user) runs on the stream's
+// worker in stream order. Before it runs, every declared range must be
+// mapped with device access for the stream's device (READWRITE where
+// `writes`); otherwise the kernel does not run, a violation is recorded and
+// the context's sticky error becomes CUDA_ERROR_ILLEGAL_ADDRESS. The ranges
+// are what the checker holds the kernel to until it returns. Returns a
+// CUresult (the same validation as cuLaunchHostFunc).
+int fake_cuda_launch_kernel(void* stream, void (*fn)(void* user), void* user,
+                            const fake_cuda_range* ranges, size_t n) FAKE_CUDA_NOEXCEPT;
+
+// The fake's private alias of [address, address + bytes): what a kernel
+// dereferences instead of the device address. Null, with a violation
+// recorded, unless the whole range lies in one reservation and is mapped
+// with device access (for the device of the stream running the caller, else
+// of the calling thread's current context, else device 0). The pointer is
+// valid while the range stays mapped.
+void* fake_cuda_device_alias(unsigned long long address, size_t bytes) FAKE_CUDA_NOEXCEPT;
+
+// --- The checker ------------------------------------------------------------
+
+size_t fake_cuda_violation_count(void) FAKE_CUDA_NOEXCEPT;
+// Every violation since the last clear, one per line. The caller frees the
+// result with free(); never null.
+char* fake_cuda_violations(void) FAKE_CUDA_NOEXCEPT;
+void fake_cuda_clear_violations(void) FAKE_CUDA_NOEXCEPT;
+
+// --- Knobs --------------------------------------------------------------------
+
+// Each stream copy (and synchronous copy) sleeps this long before moving
+// bytes, to widen race windows.
+void fake_cuda_set_copy_delay_us(unsigned microseconds) FAKE_CUDA_NOEXCEPT;
+// The n-th cuMemCreate from now (1 = the next) fails with
+// CUDA_ERROR_OUT_OF_MEMORY; 0 disarms. One shot.
+void fake_cuda_fail_nth_mem_create(int n) FAKE_CUDA_NOEXCEPT;
+// The n-th cuMemMap from now fails with `error` (CUDA_ERROR_OUT_OF_MEMORY or
+// CUDA_ERROR_UNKNOWN, as real drivers do); 0 disarms. One shot.
+void fake_cuda_fail_nth_mem_map(int n, int error) FAKE_CUDA_NOEXCEPT;
+// Whether host-located VMM is supported: attributes 141 and 145 and
+// cuMemCreate at HOST_NUMA / HOST. Whatever this says, drivers before 12020
+// have neither (141 reports 0, HOST_NUMA is an unknown location) and drivers
+// before 13000 have no HOST (145 reports 0).
+void fake_cuda_set_host_vmm_supported(int supported) FAKE_CUDA_NOEXCEPT;
+// What cuDriverGetVersion reports and cuGetProcAddress compares against
+// (e.g. 11080 for a driver too old for the backend).
+void fake_cuda_set_driver_version(int version) FAKE_CUDA_NOEXCEPT;
+// The following return 0, or -1 (nothing changed) if the value is out of
+// range or, for the device count and granularity, if any handle, mapping,
+// reservation, stream or event is alive.
+int fake_cuda_set_device_count(int count) FAKE_CUDA_NOEXCEPT;  // 0..8
+int fake_cuda_set_granularity(size_t bytes) FAKE_CUDA_NOEXCEPT;  // a power of two >= 4096
+int fake_cuda_set_pool_capacity(int pool, size_t bytes) FAKE_CUDA_NOEXCEPT;
+
+// --- Observers (for leak checks) ----------------------------------------------
+
+size_t fake_cuda_live_handles(void) FAKE_CUDA_NOEXCEPT;  // created and not released
+size_t fake_cuda_live_mappings(void) FAKE_CUDA_NOEXCEPT;
+size_t fake_cuda_live_reservations(void) FAKE_CUDA_NOEXCEPT;
+size_t fake_cuda_live_streams(void) FAKE_CUDA_NOEXCEPT;
+size_t fake_cuda_live_events(void) FAKE_CUDA_NOEXCEPT;
+// Bytes of the pool held by handles, including released handles that are
+// still mapped (their memory returns when the last mapping goes).
+size_t fake_cuda_pool_bytes_in_use(int pool) FAKE_CUDA_NOEXCEPT;
+
+// Checks the fake's own bookkeeping (memory_state.h): pool usage against
+// handle sizes, mapping counts against mappings, mappings inside one
+// reservation and disjoint. Returns the number of broken equations (0 when
+// consistent) and records them as a violation.
+size_t fake_cuda_check_invariants(void) FAKE_CUDA_NOEXCEPT;
+
+// Destroys whatever a test left alive: every stream (after its queued work
+// ran, so a stream held by a latch never opened hangs here) and event, then
+// every mapping, reservation and handle. Returns how many objects there
+// were. For a test harness after a failed test, so the next test starts
+// clean; a passing test should have destroyed everything itself.
+size_t fake_cuda_destroy_all(void) FAKE_CUDA_NOEXCEPT;
+
+// Restores the state of a freshly loaded library: knobs from the
+// environment, no violations, not initialized (cuInit needed again), primary
+// contexts released and their sticky errors cleared. Only when nothing is
+// alive: returns the number of live handles, mappings, reservations, streams
+// and events, and changes nothing, if that is not zero. So a test that ends
+// with fake_cuda_reset() == 0 has also checked that it leaked nothing.
+size_t fake_cuda_reset(void) FAKE_CUDA_NOEXCEPT;
+
+#ifdef __cplusplus
+}  // extern "C"
+#endif
+
+#endif  // TENSORFLOW_LMS_ALLOCATOR_TESTS_FAKE_CUDA_FAKE_CUDA_H_

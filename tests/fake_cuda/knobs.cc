@@ -1,0 +1,71 @@
+#include "knobs.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+
+namespace lms {
+namespace cu {
+namespace fake {
+namespace {
+
+// Parses `name` as an integer in [min, max] into *out; an unset variable
+// leaves *out alone. A bad value is reported and flagged (cuInit fails).
+void ReadEnv(const char* name, long long min, long long max, long long* out) {
+  const char* text = std::getenv(name);
+  if (text == nullptr || *text == '\0') return;
+  char* end = nullptr;
+  errno = 0;
+  const long long value = std::strtoll(text, &end, 10);
+  if (errno != 0 || *end != '\0' || value < min || value > max) {
+    std::fprintf(stderr,
+                 "fake CUDA driver: %s=%s is not an integer in [%lld, %lld]; "
+                 "cuInit will fail\n",
+                 name, text, min, max);
+    GetKnobs().environment_error = true;
+    return;
+  }
+  *out = value;
+}
+
+}  // namespace
+
+Knobs& GetKnobs() {
+  static Knobs* knobs = new Knobs;  // never destroyed: workers may outlive exit
+  return *knobs;
+}
+
+void LoadKnobsFromEnvironment() {
+  Knobs& k = GetKnobs();
+  k.environment_error = false;
+  long long device_mb = 1024, host_mb = 1024, version = 12040, devices = 1,
+            delay_us = 0, host_vmm = 1;
+  ReadEnv("FAKE_CUDA_DEVICE_MB", 0, 1 << 20, &device_mb);
+  ReadEnv("FAKE_CUDA_HOST_MB", 0, 1 << 20, &host_mb);
+  ReadEnv("FAKE_CUDA_DRIVER_VERSION", 1000, 99999, &version);
+  ReadEnv("FAKE_CUDA_DEVICE_COUNT", 0, kMaxDevices, &devices);
+  ReadEnv("FAKE_CUDA_COPY_DELAY_US", 0, 10000000, &delay_us);
+  ReadEnv("FAKE_CUDA_HOST_VMM", 0, 1, &host_vmm);
+  k.device_capacity = static_cast<size_t>(device_mb) << 20;
+  k.host_capacity = static_cast<size_t>(host_mb) << 20;
+  k.driver_version = static_cast<int>(version);
+  k.device_count = static_cast<int>(devices);
+  k.copy_delay_us = static_cast<unsigned>(delay_us);
+  k.host_vmm_supported = host_vmm != 0;
+  k.fail_create_countdown = 0;
+  k.fail_map_countdown = 0;
+  k.fail_map_error = 2;
+  k.granularity = size_t{2} << 20;
+}
+
+bool ConsumeCountdown(std::atomic<int>& countdown) {
+  int value = countdown.load();
+  while (value > 0) {
+    if (countdown.compare_exchange_weak(value, value - 1)) return value == 1;
+  }
+  return false;
+}
+
+}  // namespace fake
+}  // namespace cu
+}  // namespace lms

@@ -1,0 +1,53 @@
+// The fake driver's knobs: what a test (or the environment) changes about the
+// driver it fakes. Atomics, read without a lock: a knob takes effect for the
+// calls that start after it is set, which is all a test can observe anyway.
+#ifndef TENSORFLOW_LMS_ALLOCATOR_TESTS_FAKE_CUDA_KNOBS_H_
+#define TENSORFLOW_LMS_ALLOCATOR_TESTS_FAKE_CUDA_KNOBS_H_
+
+#include <atomic>
+#include <cstddef>
+
+namespace lms {
+namespace cu {
+namespace fake {
+
+// The most devices the fake models (the bound of per-device arrays).
+constexpr int kMaxDevices = 8;
+
+struct Knobs {
+  // What cuDriverGetVersion reports; cuGetProcAddress refuses newer ABIs,
+  // HOST_NUMA memory needs >= 12020 and HOST memory >= 13000.
+  std::atomic<int> driver_version{12040};
+  std::atomic<int> device_count{1};
+  // Host-located VMM (attributes 141 and 145, HOST_NUMA / HOST cuMemCreate).
+  std::atomic<bool> host_vmm_supported{true};
+  // Sleep before each copy moves bytes, to widen race windows.
+  std::atomic<unsigned> copy_delay_us{0};
+  // n > 0: the n-th next call fails (see ConsumeCountdown).
+  std::atomic<int> fail_create_countdown{0};
+  std::atomic<int> fail_map_countdown{0};
+  std::atomic<int> fail_map_error{2};  // CUDA_ERROR_OUT_OF_MEMORY
+  // Changed only while no handle, mapping or reservation is alive
+  // (fake_cuda_set_granularity), so every live object agrees with it.
+  std::atomic<size_t> granularity{size_t{2} << 20};
+  std::atomic<size_t> device_capacity{size_t{1024} << 20};
+  std::atomic<size_t> host_capacity{size_t{1024} << 20};
+  // Set when an environment variable had a bad value: cuInit fails.
+  std::atomic<bool> environment_error{false};
+};
+
+Knobs& GetKnobs();
+
+// Sets every knob to its default, then applies the FAKE_CUDA_* environment
+// variables (fake_cuda.h lists them).
+void LoadKnobsFromEnvironment();
+
+// Counts one call against an armed countdown: true for the call that brings
+// it from 1 to 0 (the n-th after arming), false otherwise or when disarmed.
+bool ConsumeCountdown(std::atomic<int>& countdown);
+
+}  // namespace fake
+}  // namespace cu
+}  // namespace lms
+
+#endif  // TENSORFLOW_LMS_ALLOCATOR_TESTS_FAKE_CUDA_KNOBS_H_

@@ -1,0 +1,145 @@
+"""The engine over the CUDA backend from Python, on the fake CUDA driver.
+
+Device memory of the fake cannot be touched by the host at its address, as on
+a GPU, so every fill_pattern / verify_pattern here goes through the backend's
+copies; inspect and stats work as on the emulated device; errors of the CUDA
+backend arrive as Python exceptions that say what is missing.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+
+import pytest
+
+from tensorflow_lms_allocator.engine import (
+    BackendUnavailableError,
+    Engine,
+    OutOfMemoryError,
+)
+from conftest import GRANULE
+
+CUDA_ERROR_UNKNOWN = 999
+
+
+def cuda_engine(device_granules: int, host_granules: int, **options: object) -> Engine:
+    return Engine(device_granules * GRANULE, host_bytes=host_granules * GRANULE,
+                  granule_bytes=GRANULE, backend="cuda", **options)
+
+
+def live_objects(fake: ctypes.CDLL) -> tuple[int, ...]:
+    gc.collect()
+    return tuple(getattr(fake, f"fake_cuda_live_{what}")()
+                 for what in ("handles", "mappings", "reservations", "streams", "events"))
+
+
+@pytest.fixture
+def fake(fake_cuda: ctypes.CDLL):
+    """The fake driver; each test must leave no violation and leak nothing."""
+    fake_cuda.fake_cuda_clear_violations()
+    before = live_objects(fake_cuda)
+    yield fake_cuda
+    assert live_objects(fake_cuda) == before
+    assert fake_cuda.fake_cuda_violation_count() == 0
+
+
+def test_patterns_inspect_and_stats_work_on_a_gpu_backend(fake):
+    engine = cuda_engine(8, 32)
+    assert engine.backend == "cuda"
+    assert engine.granule_bytes == GRANULE
+    size = 5 * GRANULE + 17
+    a = engine.allocate(size)
+    engine.fill_pattern(a, size, 7)
+    b = engine.allocate(6 * GRANULE, pin=True)  # only 3 granules free: evicts a
+    info = engine.inspect(a)
+    assert info["evicted"] and info["address"] == a
+    assert engine.verify_pattern(a, size, 7) == -1  # read from the host pool
+    engine.fill_pattern(a, 100, 8)  # an unpinned write lands in host memory
+    engine.unpin(b, engine.inspect(b)["unit_id"])
+    unit = engine.pin(a + 100)  # pages a in, evicting b
+    assert not engine.inspect(a)["evicted"]
+    assert engine.verify_pattern(a, 100, 8) == -1
+    assert engine.verify_pattern(a + 104, size - 104, 7) != -1  # other seed there
+    engine.unpin(a, unit)
+    stats = engine.stats()
+    assert stats["num_evictions"] == 2 and stats["num_page_ins"] == 1
+    assert stats["num_copies"] >= 3
+    assert stats["bytes_copied"] >= size + 6 * GRANULE
+    assert stats["num_fences"] == 0  # no TensorFlow stream registered
+    engine.check_invariants()
+    engine.free(a)
+    engine.free(b)
+    del engine
+
+
+def test_the_emulated_device_never_fences_or_waits(make_engine):
+    engine = make_engine(4, 16)
+    a = engine.allocate(3 * GRANULE)
+    engine.evict(a)
+    stats = engine.stats()
+    assert stats["num_fences"] == 0 and stats["num_host_waits"] == 0
+    assert stats["num_copies"] == 1 and stats["bytes_copied"] == 3 * GRANULE
+
+
+def test_a_gpu_without_host_vmm_raises_naming_gpu_driver_and_requirement(fake):
+    fake.fake_cuda_set_host_vmm_supported(0)
+    try:
+        with pytest.raises(BackendUnavailableError,
+                           match=r"\(GPU 0\), driver 12\.4 .*CUDA 12\.2"):
+            cuda_engine(4, 4)
+    finally:
+        fake.fake_cuda_set_host_vmm_supported(1)
+
+
+def test_a_too_old_driver_raises(fake):
+    fake.fake_cuda_set_driver_version(11080)
+    try:
+        with pytest.raises(BackendUnavailableError, match=r"CUDA 11\.8: too old"):
+            cuda_engine(4, 4)
+    finally:
+        fake.fake_cuda_set_driver_version(12040)
+
+
+def test_a_missing_gpu_or_driver_raises(fake, monkeypatch):
+    with pytest.raises(BackendUnavailableError, match="GPU 3 does not exist"):
+        cuda_engine(4, 4, device_ordinal=3)
+    monkeypatch.setenv("TF_LMS_CUDA_DRIVER_PATH", "/nonexistent/libcuda.so.1")
+    with pytest.raises(BackendUnavailableError, match="no NVIDIA driver"):
+        cuda_engine(4, 4)
+
+
+def test_a_failed_pool_creation_raises_and_leaks_nothing(fake):
+    fake.fake_cuda_fail_nth_mem_create(5)  # the device pool's fifth granule
+    with pytest.raises(OutOfMemoryError, match="cuMemCreate of device granule 4"):
+        cuda_engine(8, 8)
+    engine = cuda_engine(8, 8)  # the next one is whole
+    engine.check_invariants()
+    del engine
+
+
+def test_bad_backend_names_and_strict_mode_on_a_gpu_are_value_errors(fake):
+    with pytest.raises(ValueError, match='use "posix" or "cuda"'):
+        Engine(4 * GRANULE, backend="rocm")
+    with pytest.raises(ValueError, match="TF_LMS_STRICT"):
+        cuda_engine(4, 4, strict=True)
+
+
+def test_an_injected_driver_failure_raises_and_loses_no_byte(fake):
+    engine = cuda_engine(4, 8)
+    a = engine.allocate(3 * GRANULE)
+    engine.fill_pattern(a, 3 * GRANULE, 9)
+    fake.fake_cuda_fail_nth_mem_map(2, CUDA_ERROR_UNKNOWN)  # evicting a
+    with pytest.raises(RuntimeError, match="cuMemMap"):
+        engine.allocate(2 * GRANULE, pin=True)
+    assert not engine.inspect(a)["evicted"]
+    assert engine.verify_pattern(a, 3 * GRANULE, 9) == -1
+    engine.check_invariants()
+    b = engine.allocate(2 * GRANULE, pin=True)  # works again: evicts a
+    assert engine.inspect(a)["evicted"]
+    assert engine.verify_pattern(a, 3 * GRANULE, 9) == -1
+    with pytest.raises(OutOfMemoryError):
+        engine.allocate(3 * GRANULE, pin=True)  # b is pinned, a too big
+    engine.free(a)
+    engine.free(b)
+    del engine
