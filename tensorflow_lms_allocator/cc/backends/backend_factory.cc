@@ -39,7 +39,7 @@ Status CheckBackendSupport(const BackendSpec& spec) {
     case BackendKind::kPosix:
       return Status::Ok();
     case BackendKind::kCuda:
-      return FailedPrecondition("the CUDA backend is not built yet");
+      return CudaBackend::CheckDeviceSupport(spec.device_ordinal);
   }
   return InvalidArgument("unknown backend kind");
 }

@@ -95,6 +95,10 @@ class CudaBackend : public Backend {
   // GPU, the driver version and the requirement if it does not.
   static Status Create(int ordinal, size_t min_granule_bytes,
                        std::unique_ptr<CudaBackend>* out);
+  // What Create checks before it takes anything (the driver, the device,
+  // VMM and host-located VMM support), without creating a CUDA context: for
+  // an error when the user enables LMS rather than at the first op.
+  static Status CheckDeviceSupport(int ordinal);
   ~CudaBackend() override;
 
   const char* Name() const override { return "cuda"; }
@@ -120,6 +124,9 @@ class CudaBackend : public Backend {
   // protocol]); registering it twice is harmless. The stream must belong to
   // this device's primary context and stay alive until RemoveFencedStream.
   Status AddFencedStream(cu::CUstream stream) LMS_LOCKS_EXCLUDED(streams_mu_);
+  Status AddFencedQueue(void* queue) override {
+    return AddFencedStream(static_cast<cu::CUstream>(queue));
+  }
   void RemoveFencedStream(cu::CUstream stream) LMS_LOCKS_EXCLUDED(streams_mu_);
 
   const CudaDriver& driver() const { return *driver_; }
@@ -148,6 +155,8 @@ class CudaBackend : public Backend {
   // cuInit, the device, its support for VMM and host-located VMM memory, the
   // primary context, the granule, the copy stream (cuda_backend_setup.cc).
   Status Init(size_t min_granule_bytes);
+  // cuInit, the device by ordinal and CheckSupport: no context.
+  Status InitDevice();
   Status CheckSupport();
   cu::CUmemAllocationProp AllocationProp(PoolKind pool) const;
 

@@ -38,7 +38,14 @@ Status CudaBackend::Create(int ordinal, size_t min_granule_bytes,
   return Status::Ok();
 }
 
-Status CudaBackend::Init(size_t min_granule_bytes) {
+Status CudaBackend::CheckDeviceSupport(int ordinal) {
+  std::unique_ptr<CudaDriver> driver;
+  LMS_RETURN_IF_ERROR(CudaDriver::Load(&driver));
+  CudaBackend probe(std::move(driver), ordinal);  // never retains a context
+  return probe.InitDevice();
+}
+
+Status CudaBackend::InitDevice() {
   const CudaDriver& d = *driver_;
   const cu::CUresult init = d.cuInit(0);
   if (init != cu::CUDA_SUCCESS) {
@@ -53,7 +60,12 @@ Status CudaBackend::Init(size_t min_granule_bytes) {
                               std::to_string(count) + " GPU(s)");
   }
   LMS_RETURN_IF_ERROR(d.Check(d.cuDeviceGet(&device_, ordinal_), "cuDeviceGet"));
-  LMS_RETURN_IF_ERROR(CheckSupport());
+  return CheckSupport();
+}
+
+Status CudaBackend::Init(size_t min_granule_bytes) {
+  LMS_RETURN_IF_ERROR(InitDevice());
+  const CudaDriver& d = *driver_;
   LMS_RETURN_IF_ERROR(d.Check(d.cuDevicePrimaryCtxRetain(&context_, device_),
                               "cuDevicePrimaryCtxRetain"));
   context_retained_ = true;
