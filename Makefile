@@ -53,7 +53,7 @@ THREAD_SAFETY_FLAGS := -std=c++17 -c -Wall -Wextra -Wthread-safety -Wthread-safe
 
 .PHONY: all build test test-asan test-tsan test-thread-safety test-python demo bench-allocator \
         bench-maxbatch bench-mincap clean fake-cuda test-fake-cuda mutation-check-cuda \
-        test-gpu-wheel
+        test-gpu-wheel gpu-check
 
 all: build
 
@@ -220,6 +220,26 @@ $(BUILD)/cc/cuda_backend_test_tsan: $(ENGINE_SRCS) $(ENGINE_HDRS) $(ENGINE_TEST_
 # sources). About a minute; not part of `make test`.
 mutation-check-cuda: $(FAKE_CUDA_LIB)
 	$(PY) tests/cc/mutation_check.py $(BUILD)/mutation $(CXX) $(FAKE_CUDA_LIB)
+
+# For a user with an NVIDIA GPU: is the GPU usable by LMS (checked before
+# anything is installed), the engine's contract on the real driver, then
+# ResNet-50 on GPU:0 at the largest batch without LMS and 2x and 4x it with
+# LMS. Installs tensorflow[and-cuda]==2.21.0 into .venv-gpu (several GB).
+# Without a GPU it says so and exits 2.
+GPU_CHECK_VENV := .venv-gpu
+$(GPU_CHECK_VENV)/.built: requirements-dev.txt $(PACKAGE_SRCS) CMakeLists.txt pyproject.toml
+	$(PYTHON) -m venv $(GPU_CHECK_VENV)
+	sed 's/^tensorflow-cpu==\(.*\)/tensorflow[and-cuda]==\1/' requirements-dev.txt \
+	    > $(GPU_CHECK_VENV)/requirements.txt
+	$(GPU_CHECK_VENV)/bin/python -m pip install --progress-bar off -r $(GPU_CHECK_VENV)/requirements.txt
+	$(GPU_CHECK_VENV)/bin/python -m pip install --quiet --no-build-isolation --no-deps \
+	    -C build-dir=$(BUILD)/gpu-check -e .
+	touch $@
+
+gpu-check:
+	@$(PYTHON) benchmarks/gpu_check.py --gpu-only
+	$(MAKE) $(GPU_CHECK_VENV)/.built
+	$(GPU_CHECK_VENV)/bin/python benchmarks/gpu_check.py
 
 test-python: build $(FAKE_CUDA_LIB)
 	@echo "== Python tests"

@@ -6,8 +6,10 @@ For a user with an NVIDIA GPU (``make gpu-check``). Three parts:
      version and whether GPU 0 supports what LMS needs (virtual memory
      management, host-located VMM memory); without a GPU the check says so
      and exits 2, before anything large is installed;
-  2. the backend's contract tests (build/cc/cuda_backend_contract, the tests
-     that need nothing but the driver API) against the real driver;
+  2. the engine's contract over the CUDA backend on the real driver: tensors
+     filled with patterns on a device they overflow 1.5x, evicted and paged
+     back, every byte checked (the C++ contract tests need the fake driver's
+     observers and knobs, so they run in `make test`, not here);
   3. ResNet-50 (keras.applications, weights=None, 10 classes, 224x224,
      synthetic data) on GPU:0: the largest batch that trains without LMS
      (doubling, then bisection), then 2x and 4x that batch with LMS. Every
@@ -38,7 +40,6 @@ from pathlib import Path
 from typing import Any, Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
-CONTRACT_TESTS = ROOT / "build/cc/cuda_backend_contract"
 NO_GPU_EXIT = 2
 
 
@@ -89,17 +90,49 @@ def find_gpu(driver: str) -> tuple[bool, str]:
                   f"driver {v // 1000}.{v % 1000 // 10}")
 
 
+def engine_contract_in_this_process(device_mb: int) -> int:
+    """The engine over the CUDA backend: every byte survives eviction and page-in.
+
+    Allocates 1.5x the device in 8 MiB tensors, each filled with its own
+    pattern (through the backend's copies: device memory is not readable by
+    the host), pins each in turn (paging it in) and checks every byte; prints
+    one line and returns 0 if all survived and tensors were evicted and paged
+    in.
+    """
+    from tensorflow_lms_allocator.engine import Engine
+
+    mib = 1 << 20
+    engine = Engine(device_bytes=device_mb * mib, host_bytes=2 * device_mb * mib,
+                    backend="cuda")
+    tensors = [engine.allocate(8 * mib) for _ in range(device_mb * 3 // 16)]
+    for seed, address in enumerate(tensors):
+        engine.fill_pattern(address, 8 * mib, seed=seed)
+    bad = []
+    for seed, address in enumerate(tensors):
+        unit = engine.pin(address)
+        if engine.verify_pattern(address, 8 * mib, seed=seed) != -1:
+            bad.append(seed)
+        engine.unpin(address, unit)
+    stats = engine.stats()
+    for address in tensors:
+        engine.free(address)
+    ok = not bad and stats["num_evictions"] > 0 and stats["num_page_ins"] > 0
+    print(f"{len(tensors)} tensors of 8 MiB on a {device_mb} MiB device: "
+          f"{len(tensors) - len(bad)} intact, {stats['num_evictions']} evictions, "
+          f"{stats['num_page_ins']} page-ins, {stats.get('num_host_waits', 0)} host waits",
+          flush=True)
+    return 0 if ok else 1
+
+
 def run_contract_tests(driver: str) -> tuple[bool, str]:
-    """Runs the CUDA backend's contract tests against `driver`; (passed, last line)."""
-    if not CONTRACT_TESTS.exists():
-        return False, f"{CONTRACT_TESTS} is missing: run `make {CONTRACT_TESTS.relative_to(ROOT)}`"
+    """Runs the engine's contract check over the CUDA backend on `driver`; (passed, summary)."""
     env = {k: v for k, v in os.environ.items() if k != "TF_LMS_CUDA_DRIVER_PATH"}
     if driver != "libcuda.so.1":
         env["TF_LMS_CUDA_DRIVER_PATH"] = driver
-    proc = subprocess.run([str(CONTRACT_TESTS)], env=env, capture_output=True, text=True,
-                          timeout=600)
-    last = (proc.stdout.strip().splitlines() or ["(no output)"])[-1]
-    return proc.returncode == 0, last
+    proc = subprocess.run([sys.executable, __file__, "--probe-engine", "64"], env=env,
+                          capture_output=True, text=True, timeout=600)
+    lines = proc.stdout.strip().splitlines() or proc.stderr.strip().splitlines()
+    return proc.returncode == 0, (lines or ["(no output)"])[-1]
 
 
 def train_in_this_process(batch: int, steps: int, image_size: int, lms: bool,
@@ -208,9 +241,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--contract-only", action="store_true",
                         help="only parts 1 and 2: the GPU and the backend's contract tests")
     parser.add_argument("--probe", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--probe-engine", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--lms", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--result", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.probe_engine is not None:
+        return engine_contract_in_this_process(args.probe_engine)
     if args.probe is not None:
         return train_in_this_process(args.probe, args.steps, args.image_size, args.lms,
                                      args.result)
@@ -225,7 +261,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.gpu_only:
         return 0
     ok, summary = run_contract_tests(args.driver)
-    print(f"backend contract tests against {args.driver}: {summary}", flush=True)
+    print(f"engine contract over the CUDA backend on {args.driver}: {summary}", flush=True)
     if args.contract_only:
         return 0 if ok else 1
     runs: list[Run] = []
@@ -242,7 +278,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(format_table([r for r in runs if r.fits or r.lms]))
     trained = base > 0 and all(r.fits for r in lms_runs)
     verdict = "PASS" if ok and trained else "FAIL"
-    print(f"verdict: {verdict} (contract tests {'passed' if ok else 'failed'}; "
+    print(f"verdict: {verdict} (engine contract {'passed' if ok else 'failed'}; "
           f"largest batch without LMS {base}; with LMS "
           + ", ".join(f"{r.batch} {'trained' if r.fits else 'failed'}" for r in lms_runs)
           + ")")

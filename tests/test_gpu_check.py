@@ -43,3 +43,10 @@ def test_it_finds_the_gpu_and_its_driver_through_cugetprocaddress():
     run = gpu_check("--driver", str(FAKE_DRIVER), "--gpu-only")
     assert run.returncode == 0, run.stdout + run.stderr
     assert "GPU 0: Fake CUDA Device 0, driver 12.4" in run.stdout
+
+
+def test_the_engine_contract_part_passes_over_the_fake_driver():
+    run = gpu_check("--driver", str(FAKE_DRIVER), "--contract-only")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "12 tensors of 8 MiB on a 64 MiB device: 12 intact" in run.stdout
+    assert " 0 evictions" not in run.stdout and " 0 page-ins" not in run.stdout
