@@ -848,6 +848,12 @@ TEST(HostFunctionsRunInStreamOrderOnTheWorker) {
   EXPECT_EQ(F().live_events(), 0u);
 }
 
+// A kernel that holds its range while it runs until the latch opens.
+struct HeldKernel {
+  Latch latch;
+  static void Run(void* self) { Latch::Wait(&static_cast<HeldKernel*>(self)->latch); }
+};
+
 // A kernel writing a pattern through the fake's alias of its range.
 struct FillKernel {
   CUdeviceptr address;
@@ -878,6 +884,65 @@ TEST(AKernelWritesThroughTheAliasOfItsDeclaredRange) {
   EXPECT_EQ(F().violation_count(), 1u);
   EXPECT_EQ(D().cuStreamDestroy(s), CUDA_SUCCESS);
   Unreserve(ptr, 2 * kG);
+}
+
+TEST(AKernelNeedsReadWriteAccessOnlyForTheRangesItWrites) {
+  Session session;
+  const CUdeviceptr ptr = Reserve(2 * kG);
+  MapDevice(ptr, 2 * kG);
+  EXPECT_EQ(SetAccess(ptr, kG, CU_MEM_LOCATION_TYPE_DEVICE, CU_MEM_ACCESS_FLAGS_PROT_READ),
+            CUDA_SUCCESS);
+  const CUstream s = NewStream();
+  HeldKernel reader;  // opened at once: it only needs to run
+  reader.latch.open = true;
+  const fake_cuda_range read_only = {ptr, kG, 0};
+  EXPECT_EQ(F().launch_kernel(s, &HeldKernel::Run, &reader, &read_only, 1), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuStreamSynchronize(s), CUDA_SUCCESS);
+  EXPECT_TRUE(reader.latch.reached.load());
+  HeldKernel writer;
+  writer.latch.open = true;
+  const fake_cuda_range writes = {ptr, kG, 1};
+  EXPECT_EQ(F().launch_kernel(s, &HeldKernel::Run, &writer, &writes, 1), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuStreamSynchronize(s), CUDA_ERROR_ILLEGAL_ADDRESS);
+  EXPECT_TRUE(!writer.latch.reached.load());  // it never ran
+  EXPECT_TRUE(Contains(Violations(), "not mapped read/write"));
+  EXPECT_EQ(D().cuStreamDestroy(s), CUDA_SUCCESS);
+  Unreserve(ptr, 2 * kG);
+}
+
+TEST(TheCopyDelayKnobSlowsEveryCopy) {
+  Session session;
+  const CUdeviceptr ptr = Reserve(kG);
+  MapDevice(ptr, kG);
+  const std::vector<unsigned char> pattern = Pattern(4096, 19);
+  F().set_copy_delay_us(30000);
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(D().cuMemcpyHtoD(ptr, pattern.data(), pattern.size()), CUDA_SUCCESS);
+  const CUstream s = NewStream();
+  EXPECT_EQ(D().cuMemcpyAsync(ptr + 8192, ptr, pattern.size(), s), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuStreamSynchronize(s), CUDA_SUCCESS);
+  const auto elapsed = std::chrono::steady_clock::now() - start;
+  EXPECT_TRUE(elapsed >= std::chrono::milliseconds(60));
+  EXPECT_TRUE(ReadBack(ptr + 8192, pattern.size()) == pattern);
+  F().set_copy_delay_us(0);
+  EXPECT_EQ(D().cuStreamDestroy(s), CUDA_SUCCESS);
+  Unreserve(ptr, kG);
+}
+
+TEST(AnEventDestroyedWithARecordQueuedStillCompletesItsWaiters) {
+  Session session;
+  const CUstream held = NewStream(), waiter = NewStream();
+  Latch latch;
+  EXPECT_EQ(D().cuLaunchHostFunc(held, &Latch::Wait, &latch), CUDA_SUCCESS);
+  CUevent event = NewEvent();
+  EXPECT_EQ(D().cuEventRecord(event, held), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuStreamWaitEvent(waiter, event, 0), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuEventDestroy(event), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuEventQuery(event), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(F().live_events(), 0u);
+  latch.open = true;
+  EXPECT_EQ(D().cuStreamSynchronize(waiter), CUDA_SUCCESS);
+  for (CUstream s : {held, waiter}) EXPECT_EQ(D().cuStreamDestroy(s), CUDA_SUCCESS);
 }
 
 // --- The checker and the sticky error -------------------------------------------
@@ -937,12 +1002,6 @@ TEST(UnmapAfterWaitingForTheKernelIsNoViolation) {
   EXPECT_EQ(D().cuStreamDestroy(queued.stream), CUDA_SUCCESS);
   EXPECT_EQ(D().cuMemAddressFree(queued.ptr, kG), CUDA_SUCCESS);
 }
-
-// A kernel that holds its range while it runs until the latch opens.
-struct HeldKernel {
-  Latch latch;
-  static void Run(void* self) { Latch::Wait(&static_cast<HeldKernel*>(self)->latch); }
-};
 
 TEST(SetAccessUnderARunningKernelIsAViolation) {
   Session session;

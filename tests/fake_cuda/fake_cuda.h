@@ -87,6 +87,8 @@
 //   FAKE_CUDA_DEVICE_COUNT                   default 1 (at most 8)
 //   FAKE_CUDA_COPY_DELAY_US                  default 0
 //   FAKE_CUDA_HOST_VMM                       1 (default) or 0
+//   FAKE_CUDA_PRINT_VIOLATIONS               1: also print each violation to
+//                                            stderr as it is recorded
 // A bad value makes cuInit fail with CUDA_ERROR_INVALID_VALUE after printing
 // the variable and the value to stderr.
 #ifndef TENSORFLOW_LMS_ALLOCATOR_TESTS_FAKE_CUDA_FAKE_CUDA_H_
