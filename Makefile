@@ -21,6 +21,9 @@ ENGINE_HDRS := $(wildcard $(CC_SRC)/engine/*.h) $(wildcard $(CC_SRC)/backends/*.
 TEST_CXXFLAGS := -std=c++17 -g -Wall -Wextra -I$(CC_SRC) -Itests/cc -pthread
 ASAN_FLAGS := -O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 TSAN_FLAGS := -O1 -fsanitize=thread
+# clang (from the pinned ziglang wheel, so no system clang or root is needed)
+# checks every LMS_GUARDED_BY / LMS_EXCLUSIVE_LOCKS_REQUIRED in the engine and the
+# fake CUDA driver (THREAD_SAFETY_FLAGS, below).
 # The fake CUDA driver (tests/fake_cuda): a shared library exporting only the
 # cuGetProcAddress bootstrap and its fake_cuda_* test API. Tests built with a
 # sanitizer load the variant built with the same one (FAKE_CUDA_ASAN_LIB for
@@ -39,9 +42,6 @@ FAKE_CUDA_TSAN_LIB := $(BUILD)/fake_cuda/libfakecuda_tsan.so
 # The toolkit's cuda.h, against which tests/cc/cuda_abi_test.cc checks
 # cuda_driver_api.h (only that test needs it).
 CUDA_INCLUDE ?= /usr/local/cuda/include
-# clang (from the pinned ziglang wheel, so no system clang or root is needed)
-# checks every LMS_GUARDED_BY / LMS_EXCLUSIVE_LOCKS_REQUIRED in the engine and the
-# fake CUDA driver.
 THREAD_SAFETY_FLAGS := -std=c++17 -c -Wall -Wextra -Wthread-safety -Wthread-safety-beta \
                        -Werror -I$(CC_SRC)
 
