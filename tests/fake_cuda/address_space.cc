@@ -134,6 +134,11 @@ void* ResolveForDevice(int device, uint64_t address, size_t bytes, bool writes,
   return reinterpret_cast<void*>(r->alias + (address - base->first));
 }
 
+std::shared_mutex& AliasMutex() {
+  static std::shared_mutex* mu = new std::shared_mutex;  // used until exit
+  return *mu;
+}
+
 bool InsideOneReservation(uint64_t address, size_t bytes) {
   MemoryState& m = Memory();
   MutexLock lock(m.mu);
@@ -269,6 +274,7 @@ CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) noexcept {
   --base;
   const uintptr_t alias = base->second.alias + (ptr - base->first);
   if (raced) {
+    std::unique_lock<std::shared_mutex> no_copy_moving(AliasMutex());
     MapAtOrDie(alias, size, PROT_READ | PROT_WRITE,
                MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   } else {

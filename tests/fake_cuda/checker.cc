@@ -123,6 +123,14 @@ size_t WorkInFlight() {
   return s.in_flight.size();
 }
 
+size_t WorkRunning() {
+  CheckerState& s = State();
+  MutexLock lock(s.mu);
+  size_t running = 0;
+  for (const auto& [id, work] : s.in_flight) running += work.running ? 1 : 0;
+  return running;
+}
+
 }  // namespace fake
 }  // namespace cu
 }  // namespace lms

@@ -75,8 +75,10 @@
 //     real driver does not promise).
 //   - TSan does not see races between a host access at a device address and
 //     stream work (they go through different mappings): the checker, not
-//     TSan, catches stream-ordering bugs. Stream work that touches memory
-//     outside its declared ranges is not checked.
+//     TSan, catches stream-ordering bugs. Copies racing an unmap are made
+//     safe (they finish into scratch memory); a kernel still using its alias
+//     when its range is unmapped is a race TSan reports too. Stream work that
+//     touches memory outside its declared ranges is not checked.
 //   - Events have no timing; the INTERPROCESS and BLOCKING_SYNC flags are
 //     accepted and ignored.
 //
@@ -174,6 +176,10 @@ size_t fake_cuda_live_mappings(void) FAKE_CUDA_NOEXCEPT;
 size_t fake_cuda_live_reservations(void) FAKE_CUDA_NOEXCEPT;
 size_t fake_cuda_live_streams(void) FAKE_CUDA_NOEXCEPT;
 size_t fake_cuda_live_events(void) FAKE_CUDA_NOEXCEPT;
+// Copies and kernels enqueued and not yet finished, and those of them that
+// are executing now (a test can wait for a copy to be running).
+size_t fake_cuda_work_in_flight(void) FAKE_CUDA_NOEXCEPT;
+size_t fake_cuda_work_running(void) FAKE_CUDA_NOEXCEPT;
 // Bytes of the pool held by handles, including released handles that are
 // still mapped (their memory returns when the last mapping goes).
 size_t fake_cuda_pool_bytes_in_use(int pool) FAKE_CUDA_NOEXCEPT;
