@@ -22,7 +22,8 @@ TEST_CXXFLAGS := -std=c++17 -g -Wall -Wextra -I$(CC_SRC) -Itests/cc -pthread
 ASAN_FLAGS := -O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 TSAN_FLAGS := -O1 -fsanitize=thread
 # clang (from the pinned ziglang wheel, so no system clang or root is needed)
-# checks every LMS_GUARDED_BY / LMS_EXCLUSIVE_LOCKS_REQUIRED in the engine.
+# checks every LMS_GUARDED_BY / LMS_EXCLUSIVE_LOCKS_REQUIRED in the engine and the
+# fake CUDA driver (THREAD_SAFETY_FLAGS, below).
 # The fake CUDA driver (tests/fake_cuda): a shared library exporting only the
 # cuGetProcAddress bootstrap and its fake_cuda_* test API. Tests built with a
 # sanitizer load the variant built with the same one (FAKE_CUDA_ASAN_LIB for
@@ -161,9 +162,11 @@ test-fake-cuda: $(BUILD)/cc/fake_cuda_test_asan $(BUILD)/cc/fake_cuda_test_tsan 
 $(BUILD)/cc/thread_safety.stamp: $(ENGINE_SRCS) $(ENGINE_HDRS) $(FAKE_CUDA_SRCS) $(FAKE_CUDA_HDRS) \
                                  $(VENV)/.bootstrapped
 	@mkdir -p $(@D)
-	@echo "== Thread-safety analysis of the engine and the fake CUDA driver (clang -Wthread-safety -Werror)"
+	@echo "== Thread-safety analysis of the engine and the fake CUDA driver" \
+	      "(clang -Wthread-safety -Werror)"
 	@for f in $(ENGINE_SRCS) $(FAKE_CUDA_SRCS); do \
-	  $(PY) -m ziglang c++ $(THREAD_SAFETY_FLAGS) -I$(FAKE_CUDA_DIR) $$f -o $(BUILD)/cc/thread_safety.o || exit 1; \
+	  $(PY) -m ziglang c++ $(THREAD_SAFETY_FLAGS) -I$(FAKE_CUDA_DIR) $$f \
+	    -o $(BUILD)/cc/thread_safety.o || exit 1; \
 	done
 	touch $@
 

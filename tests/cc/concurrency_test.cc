@@ -3,13 +3,18 @@
 // page-ins interleave with every other call. Each thread checks every byte
 // of its allocations whenever it holds them pinned. Built plain and under
 // TSan (make test-tsan) and ASan, over POSIX or, with LMS_TEST_BACKEND=cuda,
-// the CUDA backend over the fake driver (test_backend.h).
+// the CUDA backend over the fake driver (test_backend.h); there a "compute
+// stream" is registered and busy meanwhile, and another stream comes and
+// goes, so fences and drains race with registration and stream work.
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <random>
 #include <thread>
 #include <vector>
 
+#include "backends/cuda_backend.h"
+#include "backends/cuda_context.h"
 #include "engine/engine.h"
 #include "harness.h"
 #include "test_backend.h"
@@ -96,9 +101,56 @@ void Worker(Engine* engine, int thread, int steps, std::atomic<int>* corrupt,
   }
 }
 
+// On the CUDA backend: a fenced stream kept busy with short kernels, and a
+// second stream registered and unregistered over and over, until stopped.
+class BusyStreams {
+ public:
+  explicit BusyStreams(CudaBackend* backend) : b_(backend) {
+    if (b_ == nullptr) return;
+    thread_ = std::thread([this] { Run(); });
+  }
+  ~BusyStreams() {
+    if (b_ == nullptr) return;
+    stop_ = true;
+    thread_.join();
+  }
+  bool ok() const { return ok_; }
+
+ private:
+  static void Nothing(void*) { std::this_thread::sleep_for(std::chrono::microseconds(200)); }
+  void Run() {
+    const CudaDriver& d = b_->driver();
+    ScopedCudaContext scope(d, b_->context());
+    cu::CUstream busy = nullptr, other = nullptr;
+    ok_ = scope.status().ok() &&
+          d.cuStreamCreate(&busy, cu::CU_STREAM_NON_BLOCKING) == cu::CUDA_SUCCESS &&
+          d.cuStreamCreate(&other, cu::CU_STREAM_NON_BLOCKING) == cu::CUDA_SUCCESS &&
+          b_->AddFencedStream(busy).ok();
+    for (int i = 0; ok_ && !stop_; ++i) {
+      ok_ = lms_test::Fake().launch_kernel(busy, &Nothing, nullptr, nullptr, 0) == 0;
+      if (i % 2 == 0) ok_ = ok_ && b_->AddFencedStream(other).ok();
+      else b_->RemoveFencedStream(other);
+      std::this_thread::sleep_for(std::chrono::microseconds(500));
+    }
+    b_->RemoveFencedStream(other);
+    b_->RemoveFencedStream(busy);
+    for (cu::CUstream s : {busy, other}) {
+      if (s == nullptr) continue;
+      d.cuStreamSynchronize(s);
+      d.cuStreamDestroy(s);
+    }
+  }
+
+  CudaBackend* const b_;
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> ok_{true};
+};
+
 TEST(ConcurrentUseUnderPressureLosesNoByte) {
   for (bool defrag : {false, true}) {
     std::unique_ptr<Backend> backend = lms_test::MakeTestBackend(kGranule);
+    auto* cuda = dynamic_cast<CudaBackend*>(backend.get());
     EngineOptions o;
     o.device_bytes = 48 * kGranule;  // threads hold far more than this
     o.host_bytes = 1024 * kGranule;
@@ -108,13 +160,22 @@ TEST(ConcurrentUseUnderPressureLosesNoByte) {
     std::atomic<int> corrupt{0}, unexpected{0};
     std::vector<std::thread> threads;
     const int kThreads = 6;
-    for (int t = 0; t < kThreads; ++t) {
-      threads.emplace_back(Worker, engine.get(), t, 1500, &corrupt, &unexpected);
+    {
+      BusyStreams streams(cuda);
+      for (int t = 0; t < kThreads; ++t) {
+        threads.emplace_back(Worker, engine.get(), t, 1500, &corrupt, &unexpected);
+      }
+      for (std::thread& t : threads) t.join();
+      EXPECT_TRUE(streams.ok());
     }
-    for (std::thread& t : threads) t.join();
+    const Statistics s = engine->GetStatistics();
+    if (cuda != nullptr) {
+      EXPECT_TRUE(s.num_fences > 0 && s.num_host_waits > 0);
+    } else {
+      EXPECT_TRUE(s.num_fences == 0 && s.num_host_waits == 0);
+    }
     EXPECT_EQ(corrupt.load(), 0);
     EXPECT_EQ(unexpected.load(), 0);
-    Statistics s = engine->GetStatistics();
     EXPECT_EQ(s.bytes_in_use, 0);
     EXPECT_EQ(s.bytes_active, 0);
     EXPECT_EQ(s.bytes_inactive, 0);
@@ -123,11 +184,13 @@ TEST(ConcurrentUseUnderPressureLosesNoByte) {
     EXPECT_TRUE(s.num_page_ins > 0);
     EXPECT_EQ(engine->small_pages(), 0u);  // every page went back
     EXPECT_TRUE(engine->CheckInvariants().ok());
-    std::printf("  defrag=%d evictions=%lld born_evicted=%lld page_ins=%lld defrags=%lld\n",
+    std::printf("  defrag=%d evictions=%lld born_evicted=%lld page_ins=%lld defrags=%lld "
+                "fences=%lld host_waits=%lld\n",
                 defrag, static_cast<long long>(s.num_evictions),
                 static_cast<long long>(s.num_born_evicted),
                 static_cast<long long>(s.num_page_ins),
-                static_cast<long long>(s.num_defragmentations));
+                static_cast<long long>(s.num_defragmentations),
+                static_cast<long long>(s.num_fences), static_cast<long long>(s.num_host_waits));
   }
 }
 

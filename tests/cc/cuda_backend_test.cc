@@ -33,20 +33,26 @@ bool Contains(const std::string& s, const std::string& part) {
   return s.find(part) != std::string::npos;
 }
 
-// A fresh fake with the tests' granule; false (and a failure) if the last
-// test left something alive.
+// A fresh fake with the tests' granule; false (and a failure) if it cannot
+// be had.
 bool FreshFake() {
   const size_t live = Fake().reset();
   if (live != 0) {
-    std::printf("  %zu fake CUDA objects outlived the previous test\n", live);
+    // The previous test failed part-way (it is already counted): start clean.
+    std::printf("  (%zu fake CUDA objects left by the previous test destroyed)\n", live);
+    Fake().destroy_all();
+  }
+  if (Fake().reset() != 0 || Fake().set_granularity(kGranule) != 0) {
+    std::printf("  the fake CUDA driver could not be reset\n");
     ++lms_test::Failures();
     return false;
   }
-  return Fake().set_granularity(kGranule) == 0;
+  return true;
 }
 
 // Checks at the end of a test, after every backend is gone.
 void ExpectNoViolationAndNothingLeaked() {
+  EXPECT_EQ(Fake().check_invariants(), 0u);
   EXPECT_EQ(Fake().violation_count(), 0u);
   if (Fake().violation_count() != 0) std::printf("%s", Fake().Violations().c_str());
   EXPECT_EQ(Fake().live_handles(), 0u);

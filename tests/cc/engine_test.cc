@@ -614,11 +614,14 @@ TEST(AFailedRequestCanWaitForAnotherUserToRelease) {
 }
 
 // The test backend, whose next Map fails after it has mapped part of the
-// range, as backend.h allows: every slot of the call ends up unmapped.
+// range, as backend.h allows: every slot of the call ends up unmapped; and
+// whose next Unmap fails with nothing changed, if asked.
 class FaultyBackend : public Backend {
  public:
-  explicit FaultyBackend(int* fail_next_map)
-      : inner_(lms_test::MakeTestBackend(kGranule)), fail_next_map_(fail_next_map) {}
+  explicit FaultyBackend(int* fail_next_map, int* fail_next_unmap = nullptr)
+      : inner_(lms_test::MakeTestBackend(kGranule)),
+        fail_next_map_(fail_next_map),
+        fail_next_unmap_(fail_next_unmap) {}
   const char* Name() const override { return "faulty"; }
   size_t granule_bytes() const override { return inner_->granule_bytes(); }
   Status ReserveAddressRange(size_t bytes, uintptr_t* base) override {
@@ -639,6 +642,10 @@ class FaultyBackend : public Backend {
     return Internal("injected Map failure");
   }
   Status Unmap(uintptr_t address, size_t count) override {
+    if (fail_next_unmap_ != nullptr && *fail_next_unmap_ != 0) {
+      *fail_next_unmap_ = 0;
+      return Internal("injected Unmap failure");
+    }
     return inner_->Unmap(address, count);
   }
   Status CopyGranules(PoolKind dst_pool, const GranuleId* dst, PoolKind src_pool,
@@ -658,14 +665,16 @@ class FaultyBackend : public Backend {
  private:
   std::unique_ptr<Backend> inner_;
   int* const fail_next_map_;
+  int* const fail_next_unmap_;
 };
 
-std::unique_ptr<Engine> MakeFaultyEngine(int* fail_next_map) {
+std::unique_ptr<Engine> MakeFaultyEngine(int* fail_next_map, int* fail_next_unmap = nullptr) {
   EngineOptions o;
   o.device_bytes = 4 * kGranule;
   o.host_bytes = 8 * kGranule;
   std::unique_ptr<Engine> e;
-  if (!Engine::Create(o, std::make_unique<FaultyBackend>(fail_next_map), &e).ok()) {
+  if (!Engine::Create(o, std::make_unique<FaultyBackend>(fail_next_map, fail_next_unmap), &e)
+           .ok()) {
     std::abort();
   }
   return e;
@@ -706,6 +715,30 @@ TEST(AFailedRemapLosesNoByteAndLeaksNoGranule) {
   EXPECT_OK(e->CheckInvariants());
   EXPECT_TRUE(MustAllocate(*e, 2 * kGranule, /*pin=*/true) != nullptr);
   EXPECT_EQ(Verify(*e, a, 2 * kGranule, 21), -1);
+  EXPECT_OK(e->CheckInvariants());
+}
+
+TEST(HostGranulesWhoseUnmapFailedAreNeverHandedOutAgain) {
+  int fail_map = 0, fail_unmap = 0;
+  auto e = MakeFaultyEngine(&fail_map, &fail_unmap);
+  void* a = MustAllocate(*e, 2 * kGranule);
+  ASSERT_TRUE(a != nullptr);
+  EXPECT_OK(e->Evict(a));
+  fail_unmap = 1;
+  EXPECT_TRUE(e->Free(a).code() == StatusCode::kInternal);
+  // Still mapped at a free slot: out of the host pool for good.
+  Statistics s = e->GetStatistics();
+  EXPECT_EQ(s.host_bytes_in_use, static_cast<int64_t>(2 * kGranule));
+  EXPECT_EQ(s.current_bytes_reclaimed, 0);
+  EXPECT_EQ(s.bytes_in_use, 0);
+  EXPECT_OK(e->CheckInvariants());
+  // The engine keeps working with the rest.
+  void* b = MustAllocate(*e, 3 * kGranule);
+  ASSERT_TRUE(b != nullptr);
+  Fill(*e, b, 3 * kGranule, 13);
+  EXPECT_OK(e->Evict(b));
+  EXPECT_EQ(Verify(*e, b, 3 * kGranule, 13), -1);
+  EXPECT_EQ(e->GetStatistics().host_bytes_in_use, static_cast<int64_t>(5 * kGranule));
   EXPECT_OK(e->CheckInvariants());
 }
 

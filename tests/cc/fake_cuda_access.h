@@ -36,6 +36,8 @@ struct FakeCuda {
   X(live_streams, fake_cuda_live_streams)                              \
   X(live_events, fake_cuda_live_events)                                \
   X(pool_bytes_in_use, fake_cuda_pool_bytes_in_use)                    \
+  X(check_invariants, fake_cuda_check_invariants)                      \
+  X(destroy_all, fake_cuda_destroy_all)                                \
   X(reset, fake_cuda_reset)
 #define LMS_FAKE_FIELD(field, symbol) decltype(&symbol) field = nullptr;
   LMS_FAKE_FUNCTIONS(LMS_FAKE_FIELD)

@@ -49,7 +49,7 @@ struct Driver {
   X(fail_nth_mem_map) X(set_host_vmm_supported) X(set_driver_version)           \
   X(set_device_count) X(set_granularity) X(set_pool_capacity) X(live_handles)   \
   X(live_mappings) X(live_reservations) X(live_streams) X(live_events)          \
-  X(pool_bytes_in_use) X(check_invariants) X(destroy_all) X(reset)
+  X(pool_bytes_in_use) X(work_in_flight) X(work_running) X(check_invariants) X(destroy_all) X(reset)
 
 struct FakeApi {
 #define FAKE_CUDA_TEST_FIELD(name) decltype(&::fake_cuda_##name) name = nullptr;
@@ -848,6 +848,12 @@ TEST(HostFunctionsRunInStreamOrderOnTheWorker) {
   EXPECT_EQ(F().live_events(), 0u);
 }
 
+// A kernel that holds its range while it runs until the latch opens.
+struct HeldKernel {
+  Latch latch;
+  static void Run(void* self) { Latch::Wait(&static_cast<HeldKernel*>(self)->latch); }
+};
+
 // A kernel writing a pattern through the fake's alias of its range.
 struct FillKernel {
   CUdeviceptr address;
@@ -878,6 +884,65 @@ TEST(AKernelWritesThroughTheAliasOfItsDeclaredRange) {
   EXPECT_EQ(F().violation_count(), 1u);
   EXPECT_EQ(D().cuStreamDestroy(s), CUDA_SUCCESS);
   Unreserve(ptr, 2 * kG);
+}
+
+TEST(AKernelNeedsReadWriteAccessOnlyForTheRangesItWrites) {
+  Session session;
+  const CUdeviceptr ptr = Reserve(2 * kG);
+  MapDevice(ptr, 2 * kG);
+  EXPECT_EQ(SetAccess(ptr, kG, CU_MEM_LOCATION_TYPE_DEVICE, CU_MEM_ACCESS_FLAGS_PROT_READ),
+            CUDA_SUCCESS);
+  const CUstream s = NewStream();
+  HeldKernel reader;  // opened at once: it only needs to run
+  reader.latch.open = true;
+  const fake_cuda_range read_only = {ptr, kG, 0};
+  EXPECT_EQ(F().launch_kernel(s, &HeldKernel::Run, &reader, &read_only, 1), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuStreamSynchronize(s), CUDA_SUCCESS);
+  EXPECT_TRUE(reader.latch.reached.load());
+  HeldKernel writer;
+  writer.latch.open = true;
+  const fake_cuda_range writes = {ptr, kG, 1};
+  EXPECT_EQ(F().launch_kernel(s, &HeldKernel::Run, &writer, &writes, 1), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuStreamSynchronize(s), CUDA_ERROR_ILLEGAL_ADDRESS);
+  EXPECT_TRUE(!writer.latch.reached.load());  // it never ran
+  EXPECT_TRUE(Contains(Violations(), "not mapped read/write"));
+  EXPECT_EQ(D().cuStreamDestroy(s), CUDA_SUCCESS);
+  Unreserve(ptr, 2 * kG);
+}
+
+TEST(TheCopyDelayKnobSlowsEveryCopy) {
+  Session session;
+  const CUdeviceptr ptr = Reserve(kG);
+  MapDevice(ptr, kG);
+  const std::vector<unsigned char> pattern = Pattern(4096, 19);
+  F().set_copy_delay_us(30000);
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(D().cuMemcpyHtoD(ptr, pattern.data(), pattern.size()), CUDA_SUCCESS);
+  const CUstream s = NewStream();
+  EXPECT_EQ(D().cuMemcpyAsync(ptr + 8192, ptr, pattern.size(), s), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuStreamSynchronize(s), CUDA_SUCCESS);
+  const auto elapsed = std::chrono::steady_clock::now() - start;
+  EXPECT_TRUE(elapsed >= std::chrono::milliseconds(60));
+  EXPECT_TRUE(ReadBack(ptr + 8192, pattern.size()) == pattern);
+  F().set_copy_delay_us(0);
+  EXPECT_EQ(D().cuStreamDestroy(s), CUDA_SUCCESS);
+  Unreserve(ptr, kG);
+}
+
+TEST(AnEventDestroyedWithARecordQueuedStillCompletesItsWaiters) {
+  Session session;
+  const CUstream held = NewStream(), waiter = NewStream();
+  Latch latch;
+  EXPECT_EQ(D().cuLaunchHostFunc(held, &Latch::Wait, &latch), CUDA_SUCCESS);
+  CUevent event = NewEvent();
+  EXPECT_EQ(D().cuEventRecord(event, held), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuStreamWaitEvent(waiter, event, 0), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuEventDestroy(event), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuEventQuery(event), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(F().live_events(), 0u);
+  latch.open = true;
+  EXPECT_EQ(D().cuStreamSynchronize(waiter), CUDA_SUCCESS);
+  for (CUstream s : {held, waiter}) EXPECT_EQ(D().cuStreamDestroy(s), CUDA_SUCCESS);
 }
 
 // --- The checker and the sticky error -------------------------------------------
@@ -938,12 +1003,6 @@ TEST(UnmapAfterWaitingForTheKernelIsNoViolation) {
   EXPECT_EQ(D().cuMemAddressFree(queued.ptr, kG), CUDA_SUCCESS);
 }
 
-// A kernel that holds its range while it runs until the latch opens.
-struct HeldKernel {
-  Latch latch;
-  static void Run(void* self) { Latch::Wait(&static_cast<HeldKernel*>(self)->latch); }
-};
-
 TEST(SetAccessUnderARunningKernelIsAViolation) {
   Session session;
   const CUdeviceptr ptr = Reserve(2 * kG);
@@ -987,6 +1046,60 @@ TEST(UnmapUnderAQueuedCopyIsAViolationNamingTheCopy) {
   EXPECT_EQ(D().cuStreamDestroy(s), CUDA_SUCCESS);
   EXPECT_EQ(D().cuMemUnmap(ptr + kG, kG), CUDA_SUCCESS);
   EXPECT_EQ(D().cuMemAddressFree(ptr, 2 * kG), CUDA_SUCCESS);
+}
+
+TEST(UnmapUnderARunningCopyIsAViolationAndCrashesNothing) {
+  Session session;
+  const CUdeviceptr ptr = Reserve(2 * kG);
+  MapDevice(ptr, kG);
+  MapDevice(ptr + kG, kG);
+  const CUstream s = NewStream();
+  F().set_copy_delay_us(50000);  // the copy is running (delayed) when unmapped
+  EXPECT_EQ(D().cuMemcpyAsync(ptr + kG, ptr, kG, s), CUDA_SUCCESS);
+  EXPECT_EQ(F().work_in_flight(), 1u);
+  while (F().work_running() == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
+  EXPECT_EQ(D().cuMemUnmap(ptr + kG, kG), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuMemUnmap(ptr, kG), CUDA_SUCCESS);
+  EXPECT_EQ(F().violation_count(), 2u);
+  EXPECT_TRUE(Contains(Violations(), "running cuMemcpyAsync"));
+  // The copy finishes into scratch memory: the stream completes normally.
+  EXPECT_EQ(D().cuStreamSynchronize(s), CUDA_SUCCESS);
+  EXPECT_EQ(F().work_in_flight(), 0u);
+  F().set_copy_delay_us(0);
+  EXPECT_EQ(D().cuStreamDestroy(s), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuMemAddressFree(ptr, 2 * kG), CUDA_SUCCESS);
+}
+
+TEST(DeviceAccessIsPerDevice) {
+  Session session;  // device 0 current
+  ASSERT_TRUE(F().set_device_count(2) == 0);
+  const CUdeviceptr ptr = Reserve(2 * kG);
+  MapDevice(ptr, 2 * kG);  // read/write for device 0 only
+  CUcontext other = nullptr;
+  EXPECT_EQ(D().cuDevicePrimaryCtxRetain(&other, 1), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuCtxSetCurrent(other), CUDA_SUCCESS);
+  const CUstream on_device_1 = NewStream();
+  EXPECT_EQ(D().cuMemcpyAsync(ptr + kG, ptr, 4096, on_device_1), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuStreamSynchronize(on_device_1), CUDA_ERROR_ILLEGAL_ADDRESS);
+  EXPECT_EQ(F().violation_count(), 1u);
+  // Device 0's context is not broken by device 1's fault.
+  EXPECT_EQ(D().cuCtxSetCurrent(session.context()), CUDA_SUCCESS);
+  const std::vector<unsigned char> pattern = Pattern(4096, 23);
+  EXPECT_EQ(D().cuMemcpyHtoD(ptr, pattern.data(), pattern.size()), CUDA_SUCCESS);
+  const int rw = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  const CUmemAccessDesc both[2] = {{{CU_MEM_LOCATION_TYPE_DEVICE, 0}, rw},
+                                   {{CU_MEM_LOCATION_TYPE_DEVICE, 1}, rw}};
+  EXPECT_EQ(D().cuMemSetAccess(ptr, 2 * kG, both, 2), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuStreamDestroy(on_device_1), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuDevicePrimaryCtxRelease(1), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuDevicePrimaryCtxRetain(&other, 1), CUDA_SUCCESS);  // error cleared
+  EXPECT_EQ(D().cuCtxSetCurrent(other), CUDA_SUCCESS);
+  const CUstream again = NewStream();
+  EXPECT_EQ(D().cuMemcpyAsync(ptr + kG, ptr, 4096, again), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuStreamSynchronize(again), CUDA_SUCCESS);
+  EXPECT_TRUE(ReadBack(ptr + kG, pattern.size()) == pattern);
+  EXPECT_EQ(D().cuStreamDestroy(again), CUDA_SUCCESS);
+  Unreserve(ptr, 2 * kG);
 }
 
 TEST(ACopyEnqueuedOutsideAnyReservationIsRefusedAtOnce) {

@@ -39,6 +39,8 @@ inline std::unique_ptr<lms::Backend> MakeTestBackend(size_t granule) {
       std::printf("  %zu fake CUDA objects (handles, mappings, reservations, streams, "
                   "events) outlived their engine\n", live);
       ++Failures();
+      Fake().destroy_all();  // so that one leak fails one test, not all later ones
+      Fake().reset();
     }
     if (Fake().set_granularity(granule) != 0) {
       std::printf("fake_cuda_set_granularity(%zu) refused: something is still alive\n",

@@ -15,6 +15,7 @@
 #include <sys/mman.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <vector>
 
 #include "checker.h"
@@ -41,9 +42,19 @@ void* MapAt(uintptr_t at, size_t bytes, int prot, int flags, int fd, uint64_t of
               static_cast<off_t>(offset));
 }
 
+// For remaps inside our own reservations after the driver state changed:
+// they fail only when the process runs out of mappings (vm.max_map_count),
+// which no CUresult describes, so the test stops with the reason.
+void MapAtOrDie(uintptr_t at, size_t bytes, int prot, int flags, int fd, uint64_t offset) {
+  if (MapAt(at, bytes, prot, flags, fd, offset) == MAP_FAILED) {
+    std::perror("fake CUDA driver: mmap inside a reservation");
+    std::abort();
+  }
+}
+
 // Host address space nobody may touch (a reservation's initial state).
 void MapInaccessible(uintptr_t at, size_t bytes) {
-  MapAt(at, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  MapAtOrDie(at, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 }
 
 const Reservation* FindReservation(MemoryState& m, uint64_t address, size_t bytes)
@@ -121,6 +132,11 @@ void* ResolveForDevice(int device, uint64_t address, size_t bytes, bool writes,
   auto base = m.reservations.upper_bound(address);
   --base;
   return reinterpret_cast<void*>(r->alias + (address - base->first));
+}
+
+std::shared_mutex& AliasMutex() {
+  static std::shared_mutex* mu = new std::shared_mutex;  // used until exit
+  return *mu;
 }
 
 bool InsideOneReservation(uint64_t address, size_t bytes) {
@@ -258,8 +274,9 @@ CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) noexcept {
   --base;
   const uintptr_t alias = base->second.alias + (ptr - base->first);
   if (raced) {
-    MapAt(alias, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-          -1, 0);
+    std::unique_lock<std::shared_mutex> no_copy_moving(AliasMutex());
+    MapAtOrDie(alias, size, PROT_READ | PROT_WRITE,
+               MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   } else {
     MapInaccessible(alias, size);
   }
@@ -322,8 +339,8 @@ CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* des
         continue;
       }
       const int prot = flags == kReadWrite ? PROT_READ | PROT_WRITE : PROT_READ;
-      MapAt(at, p.count * g, prot, MAP_SHARED, PoolOf(m, true).fd,
-            m.handles[p.mapping->handle].offset + p.first * g);
+      MapAtOrDie(at, p.count * g, prot, MAP_SHARED, PoolOf(m, true).fd,
+                 m.handles[p.mapping->handle].offset + p.first * g);
     }
   }
   return CUDA_SUCCESS;

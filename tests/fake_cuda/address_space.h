@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <shared_mutex>
 #include <string>
 
 namespace lms {
@@ -18,6 +19,13 @@ namespace fake {
 // The alias stays valid until the range is unmapped.
 void* ResolveForDevice(int device, uint64_t address, size_t bytes, bool writes,
                        std::string* why);
+
+// Held shared by stream work while it moves bytes through an alias, and
+// exclusively by cuMemUnmap while it replaces the alias of a range that work
+// in flight references (a violation already recorded), so a racing copy
+// writes before or after the replacement, never while the mapping changes.
+// Taken after Memory().mu, never while holding it in the other order.
+std::shared_mutex& AliasMutex();
 
 // Whether [address, address + bytes) lies in one reservation: what a copy
 // call checks when it is enqueued (mappings are checked when it runs).

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "engine/thread_annotations.h"
+#include "knobs.h"
 
 namespace lms {
 namespace cu {
@@ -29,6 +30,13 @@ struct CheckerState {
 CheckerState& State() {
   static CheckerState* state = new CheckerState;
   return *state;
+}
+
+void Append(CheckerState& s, std::string text) LMS_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
+  if (GetKnobs().print_violations) {
+    std::fprintf(stderr, "fake CUDA driver violation: %s\n", text.c_str());
+  }
+  s.violations.push_back(std::move(text));
 }
 
 bool Overlaps(const DeviceRange& r, uint64_t address, size_t bytes) {
@@ -73,10 +81,9 @@ bool CheckNoWorkInFlight(const char* call, uint64_t address, size_t bytes) {
   for (const auto& [id, work] : s.in_flight) {
     for (const DeviceRange& r : work.ranges) {
       if (!Overlaps(r, address, bytes)) continue;
-      s.violations.push_back(std::string(call) + " of " +
-                             DescribeRange(address, bytes) + " hits " +
-                             DescribeRange(r.address, r.bytes) + " of " +
-                             (work.running ? "running " : "queued ") + work.what);
+      Append(s, std::string(call) + " of " + DescribeRange(address, bytes) + " hits " +
+                    DescribeRange(r.address, r.bytes) + " of " +
+                    (work.running ? "running " : "queued ") + work.what);
       hit = true;
       break;
     }
@@ -87,7 +94,7 @@ bool CheckNoWorkInFlight(const char* call, uint64_t address, size_t bytes) {
 void RecordViolation(std::string text) {
   CheckerState& s = State();
   MutexLock lock(s.mu);
-  s.violations.push_back(std::move(text));
+  Append(s, std::move(text));
 }
 
 size_t ViolationCount() {
@@ -114,6 +121,14 @@ size_t WorkInFlight() {
   CheckerState& s = State();
   MutexLock lock(s.mu);
   return s.in_flight.size();
+}
+
+size_t WorkRunning() {
+  CheckerState& s = State();
+  MutexLock lock(s.mu);
+  size_t running = 0;
+  for (const auto& [id, work] : s.in_flight) running += work.running ? 1 : 0;
+  return running;
 }
 
 }  // namespace fake

@@ -42,6 +42,7 @@ size_t ViolationCount();
 std::string ViolationText();
 void ClearViolations();
 size_t WorkInFlight();
+size_t WorkRunning();
 
 // "[0x7f0000000000, +2097152)"
 std::string DescribeRange(uint64_t address, size_t bytes);

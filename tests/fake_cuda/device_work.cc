@@ -9,6 +9,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <shared_mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -62,6 +63,7 @@ void RunCopy(Context* context, uint64_t work, const std::string& what,
   std::vector<void*> aliases;
   if (ResolveAll(context, what, ranges, &aliases)) {
     DelayCopy();
+    std::shared_lock<std::shared_mutex> moving(AliasMutex());
     std::memmove(aliases[0], aliases[1], ranges[0].bytes);
   }
   CompleteWork(work);
@@ -86,6 +88,7 @@ CUresult CopySync(const char* call, uint64_t device, void* host, size_t bytes,
   const bool ok = ResolveAll(context, what, ranges, &aliases);
   if (ok) {
     DelayCopy();
+    std::shared_lock<std::shared_mutex> moving(AliasMutex());
     if (to_device) {
       std::memmove(aliases[0], host, bytes);
     } else {

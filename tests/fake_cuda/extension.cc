@@ -116,6 +116,12 @@ FAKE_CUDA_EXPORT size_t fake_cuda_live_streams(void) noexcept { return fake::Liv
 
 FAKE_CUDA_EXPORT size_t fake_cuda_live_events(void) noexcept { return fake::LiveEvents(); }
 
+FAKE_CUDA_EXPORT size_t fake_cuda_work_in_flight(void) noexcept {
+  return fake::WorkInFlight();
+}
+
+FAKE_CUDA_EXPORT size_t fake_cuda_work_running(void) noexcept { return fake::WorkRunning(); }
+
 FAKE_CUDA_EXPORT size_t fake_cuda_pool_bytes_in_use(int pool) noexcept {
   fake::MemoryState& m = fake::Memory();
   lms::MutexLock lock(m.mu);

@@ -75,8 +75,10 @@
 //     real driver does not promise).
 //   - TSan does not see races between a host access at a device address and
 //     stream work (they go through different mappings): the checker, not
-//     TSan, catches stream-ordering bugs. Stream work that touches memory
-//     outside its declared ranges is not checked.
+//     TSan, catches stream-ordering bugs. Copies racing an unmap are made
+//     safe (they finish into scratch memory); a kernel still using its alias
+//     when its range is unmapped is a race TSan reports too. Stream work that
+//     touches memory outside its declared ranges is not checked.
 //   - Events have no timing; the INTERPROCESS and BLOCKING_SYNC flags are
 //     accepted and ignored.
 //
@@ -87,6 +89,8 @@
 //   FAKE_CUDA_DEVICE_COUNT                   default 1 (at most 8)
 //   FAKE_CUDA_COPY_DELAY_US                  default 0
 //   FAKE_CUDA_HOST_VMM                       1 (default) or 0
+//   FAKE_CUDA_PRINT_VIOLATIONS               1: also print each violation to
+//                                            stderr as it is recorded
 // A bad value makes cuInit fail with CUDA_ERROR_INVALID_VALUE after printing
 // the variable and the value to stderr.
 #ifndef TENSORFLOW_LMS_ALLOCATOR_TESTS_FAKE_CUDA_FAKE_CUDA_H_
@@ -172,6 +176,10 @@ size_t fake_cuda_live_mappings(void) FAKE_CUDA_NOEXCEPT;
 size_t fake_cuda_live_reservations(void) FAKE_CUDA_NOEXCEPT;
 size_t fake_cuda_live_streams(void) FAKE_CUDA_NOEXCEPT;
 size_t fake_cuda_live_events(void) FAKE_CUDA_NOEXCEPT;
+// Copies and kernels enqueued and not yet finished, and those of them that
+// are executing now (a test can wait for a copy to be running).
+size_t fake_cuda_work_in_flight(void) FAKE_CUDA_NOEXCEPT;
+size_t fake_cuda_work_running(void) FAKE_CUDA_NOEXCEPT;
 // Bytes of the pool held by handles, including released handles that are
 // still mapped (their memory returns when the last mapping goes).
 size_t fake_cuda_pool_bytes_in_use(int pool) FAKE_CUDA_NOEXCEPT;

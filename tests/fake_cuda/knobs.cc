@@ -39,19 +39,21 @@ void LoadKnobsFromEnvironment() {
   Knobs& k = GetKnobs();
   k.environment_error = false;
   long long device_mb = 1024, host_mb = 1024, version = 12040, devices = 1,
-            delay_us = 0, host_vmm = 1;
+            delay_us = 0, host_vmm = 1, print = 0;
   ReadEnv("FAKE_CUDA_DEVICE_MB", 0, 1 << 20, &device_mb);
   ReadEnv("FAKE_CUDA_HOST_MB", 0, 1 << 20, &host_mb);
   ReadEnv("FAKE_CUDA_DRIVER_VERSION", 1000, 99999, &version);
   ReadEnv("FAKE_CUDA_DEVICE_COUNT", 0, kMaxDevices, &devices);
   ReadEnv("FAKE_CUDA_COPY_DELAY_US", 0, 10000000, &delay_us);
   ReadEnv("FAKE_CUDA_HOST_VMM", 0, 1, &host_vmm);
+  ReadEnv("FAKE_CUDA_PRINT_VIOLATIONS", 0, 1, &print);
   k.device_capacity = static_cast<size_t>(device_mb) << 20;
   k.host_capacity = static_cast<size_t>(host_mb) << 20;
   k.driver_version = static_cast<int>(version);
   k.device_count = static_cast<int>(devices);
   k.copy_delay_us = static_cast<unsigned>(delay_us);
   k.host_vmm_supported = host_vmm != 0;
+  k.print_violations = print != 0;
   k.fail_create_countdown = 0;
   k.fail_map_countdown = 0;
   k.fail_map_error = 2;

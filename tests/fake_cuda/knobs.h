@@ -32,6 +32,8 @@ struct Knobs {
   std::atomic<size_t> granularity{size_t{2} << 20};
   std::atomic<size_t> device_capacity{size_t{1024} << 20};
   std::atomic<size_t> host_capacity{size_t{1024} << 20};
+  // Each violation is also printed to stderr when it is recorded.
+  std::atomic<bool> print_violations{false};
   // Set when an environment variable had a bad value: cuInit fails.
   std::atomic<bool> environment_error{false};
 };

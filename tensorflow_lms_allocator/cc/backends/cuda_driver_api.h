@@ -8,8 +8,9 @@
 // ABI of each function (cuStreamDestroy gives cuStreamDestroy_v2, and so on).
 //
 // The fake driver of the tests (tests/fake_cuda) implements exactly this list,
-// and tests/cc/cuda_abi_test.cc checks every value and layout below against
-// the toolkit's cuda.h where one is installed.
+// and tests/cc/cuda_abi_test.cc checks every value, layout and function type
+// below against the toolkit's cuda.h and cudaTypedefs.h (`make test` needs the
+// CUDA headers for that one test, not to build anything).
 #ifndef TENSORFLOW_LMS_ALLOCATOR_CC_BACKENDS_CUDA_DRIVER_API_H_
 #define TENSORFLOW_LMS_ALLOCATOR_CC_BACKENDS_CUDA_DRIVER_API_H_
 
@@ -28,8 +29,8 @@ using CUdevice = int;
 using CUdeviceptr = unsigned long long;
 using CUmemGenericAllocationHandle = unsigned long long;
 // Declared here, not through `struct CUctx_st*` in the aliases: that form
-// names ::CUctx_st if a cuda.h was included first (TensorFlow's GPU headers
-// include one), so two translation units could disagree on these types.
+// names ::CUctx_st when a cuda.h was included first, so two translation
+// units could disagree on these types (and on every signature using them).
 struct CUctx_st;
 struct CUstream_st;
 struct CUevent_st;

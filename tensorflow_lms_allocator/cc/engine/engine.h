@@ -40,9 +40,9 @@
 //
 // Thread-safety: one mutex guards all state. Copies run under it (POSIX) or
 // are enqueued and waited for under it (CUDA): none is in flight when it is
-// free. Allocate/Free/Pin/Unpin are the fast
-// paths (engine.cc); small objects are in engine_small.cc; eviction and
-// page-in in engine_reclaim.cc; CheckInvariants in engine_invariants.cc.
+// free. Allocate/Free/Pin/Unpin are the fast paths (engine.cc); small objects
+// are in engine_small.cc; eviction and page-in in engine_reclaim.cc;
+// CheckInvariants in engine_invariants.cc.
 #ifndef TENSORFLOW_LMS_ALLOCATOR_CC_ENGINE_ENGINE_H_
 #define TENSORFLOW_LMS_ALLOCATOR_CC_ENGINE_ENGINE_H_
 
@@ -167,6 +167,7 @@ class Engine {
   // kNotFound unless [ptr, ptr + bytes) lies inside one live unit.
   Status CopyToHost(const void* ptr, void* dst, size_t bytes) const;
   Status CopyFromHost(void* ptr, const void* src, size_t bytes);
+
   size_t RequestedSize(const void* ptr) const;
   size_t AllocatedSize(const void* ptr) const;
   uint64_t AllocationId(const void* ptr) const;

@@ -1,6 +1,6 @@
 // tensorflow_lms_allocator._engine: the engine over the POSIX backend (or the
-// CUDA backend), for tests, benchmarks and tools. Calls release the GIL, so Python threads
-// exercise the engine's own locking. Engine failures become Python
+// CUDA backend), for tests, benchmarks and tools. Calls release the GIL, so
+// Python threads exercise the engine's own locking. Engine failures become Python
 // exceptions here, at the binding; no exception reaches the engine.
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/optional.h>
