@@ -35,6 +35,9 @@ def test_a_gpu_gets_an_lms_device_from_tensorflows_budget_and_swaps_past_it():
     assert run.result, describe(run)
     r = run.result
     assert r["create"] == [0, ""] and r["again"] == [0, ""]
+    # The device budget is taken at once (as TensorFlow's BFC allocator takes
+    # it); pinned host memory only as tensors are evicted.
+    assert r["created"] == [64 * MIB, 0]
     assert r["names"] == ["GPU:0"]
     # 64.5 MiB from TensorFlow: the engine takes whole 2 MiB granules.
     assert r["limit_by_name"] == r["limit_by_index"] == 64 * MIB
@@ -43,6 +46,14 @@ def test_a_gpu_gets_an_lms_device_from_tensorflows_budget_and_swaps_past_it():
     assert r["during"]["host_bytes_in_use"] >= 32 * MIB
     assert r["after"]["bytes_in_use"] == 0
     assert r["violations"] == ""
+
+
+def test_allow_growth_creates_device_memory_as_it_is_used():
+    run = run_program("gpu_wiring.py", "allocate",
+                      env=fake_gpu(TF_LMS_ENABLED="1", TF_FORCE_GPU_ALLOW_GROWTH="true"))
+    assert run.result, describe(run)
+    assert run.result["created"] == [0, 0]
+    assert run.result["allocated"] == 12 and run.result["violations"] == ""
 
 
 def test_with_lms_off_tensorflows_own_allocator_serves_the_gpu():

@@ -63,7 +63,7 @@ void ExpectNoViolationAndNothingLeaked() {
 }
 
 Status MakeCuda(std::unique_ptr<CudaBackend>* out) {
-  return CudaBackend::Create(/*ordinal=*/0, kGranule, out);
+  return CudaBackend::Create(/*ordinal=*/0, kGranule, /*allow_growth=*/false, out);
 }
 
 std::unique_ptr<CudaBackend> MustMakeCuda() {

@@ -7,7 +7,8 @@ interposer's hook), with TF_LMS_CUDA_DRIVER_PATH naming the fake driver.
 
 Usage: python gpu_wiring.py NAME
   allocate   GPU:0's LMS device from a budget that is not whole granules;
-             allocations past the budget, statistics by name and index
+             the physical memory it takes at once; allocations past the
+             budget, statistics by name and index
   refused    asking for the GPU allocator when LMS cannot serve it; prints
              the C API's code and message, and tf_lms_check_gpu's
 """
@@ -39,7 +40,11 @@ def allocate() -> None:
 
     lib = _overlay.adapter()
     fake = ctypes.CDLL(os.environ["TF_LMS_CUDA_DRIVER_PATH"])
+    fake.fake_cuda_pool_bytes_in_use.restype = ctypes.c_size_t
     result: dict = {"create": gpu_allocator(lib, 64 * MIB + MIB // 2)}
+    # Physical memory right after the device was made: [device, host].
+    result["created"] = [fake.fake_cuda_pool_bytes_in_use(0),
+                         fake.fake_cuda_pool_bytes_in_use(1)]
     result["again"] = gpu_allocator(lib, 64 * MIB + MIB // 2)
     result["names"] = lms.device_names()
     result["limit_by_name"] = tf.config.experimental.get_bytes_limit("GPU:0")

@@ -26,7 +26,8 @@ Status CreateBackend(const BackendSpec& spec, std::unique_ptr<Backend>* out) {
       return PosixBackend::Create(spec.granule_bytes, out);
     case BackendKind::kCuda: {
       std::unique_ptr<CudaBackend> cuda;
-      LMS_RETURN_IF_ERROR(CudaBackend::Create(spec.device_ordinal, spec.granule_bytes, &cuda));
+      LMS_RETURN_IF_ERROR(CudaBackend::Create(spec.device_ordinal, spec.granule_bytes,
+                                              spec.allow_growth, &cuda));
       *out = std::move(cuda);
       return Status::Ok();
     }

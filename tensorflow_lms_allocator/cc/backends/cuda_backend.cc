@@ -7,8 +7,9 @@
 //     mapped range) and a failure never loses track of a mapping;
 //   - every slot is mapped on its own (one handle, offset 0, one granule), so
 //     every cuMemUnmap covers whole mappings;
-//   - a pool's handles are all mapped in its window from CreatePool to the
-//     backend's destruction.
+//   - a pool's granule exists (handles[id] != 0) from its first use (Map or a
+//     copy; all of the device pool at CreatePool without allow_growth) to the
+//     backend's destruction, and is mapped in the pool's window all that time.
 #include <algorithm>
 #include <string>
 
@@ -67,56 +68,81 @@ Status CudaBackend::CreatePool(PoolKind pool, size_t granules) {
   if (!p.handles.empty() || p.window != 0) {
     return Internal(std::string(PoolName(pool)) + " pool created twice");
   }
-  return CreateWindow(pool, granules, &p);
+  // The host pool is pinned memory taken from the machine (64 GiB by
+  // default): created granule by granule as evictions need it. So is the
+  // device pool under allow_growth; otherwise all of it now, as TensorFlow's
+  // BFC allocator takes its whole budget.
+  const bool eager = pool == PoolKind::kDevice && !allow_growth_;
+  return CreateWindow(pool, granules, eager, &p);
 }
 
-Status CudaBackend::CreateWindow(PoolKind pool, size_t granules, Pool* out) {
+Status CudaBackend::CreateWindow(PoolKind pool, size_t granules, bool eager, Pool* out) {
   const CudaDriver& d = *driver_;
-  const cu::CUmemAllocationProp prop = AllocationProp(pool);
   Pool p;
-  p.handles.reserve(granules);
-  Status s;
-  for (size_t i = 0; i < granules && s.ok(); ++i) {
-    cu::CUmemGenericAllocationHandle h = 0;
-    s = d.Check(d.cuMemCreate(&h, granule_, &prop, 0),
-                "cuMemCreate of " + std::string(PoolName(pool)) + " granule " +
-                    std::to_string(i) + " of " + std::to_string(granules) + " (" +
-                    FormatBytes(granule_) + " each) on " + description_);
-    if (s.ok()) p.handles.push_back(h);
-  }
-  if (s.ok()) {
-    s = d.Check(d.cuMemAddressReserve(&p.window, granules * granule_, granule_, 0, 0),
-                "cuMemAddressReserve of the " + std::string(PoolName(pool)) + " pool window");
-    if (!s.ok()) p.window = 0;
-  }
-  size_t mapped = 0;
-  for (; s.ok() && mapped < granules; ++mapped) {
-    s = d.Check(d.cuMemMap(p.window + mapped * granule_, granule_, 0, p.handles[mapped], 0),
-                "cuMemMap into the " + std::string(PoolName(pool)) + " pool window");
-    if (!s.ok()) break;
-  }
-  if (s.ok() && granules > 0) {
-    const cu::CUmemAccessDesc access{{cu::CU_MEM_LOCATION_TYPE_DEVICE, device_},
-                                     cu::CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
-    s = d.Check(d.cuMemSetAccess(p.window, granules * granule_, &access, 1),
-                "cuMemSetAccess on the " + std::string(PoolName(pool)) + " pool window");
+  p.handles.assign(granules, 0);
+  Status s = d.Check(d.cuMemAddressReserve(&p.window, granules * granule_, granule_, 0, 0),
+                     "cuMemAddressReserve of the " + std::string(PoolName(pool)) +
+                         " pool window");
+  if (!s.ok()) return s;
+  for (size_t i = 0; eager && i < granules && s.ok(); ++i) {
+    s = CreateGranule(pool, static_cast<GranuleId>(i), &p);
   }
   if (!s.ok()) {
-    DestroyWindow(&p, mapped);  // all or nothing: the pool does not exist
+    DestroyWindow(&p);  // all or nothing: the pool does not exist
     return s;
   }
   *out = std::move(p);
   return Status::Ok();
 }
 
-void CudaBackend::DestroyWindow(Pool* pool, size_t mapped) {
-  for (size_t i = 0; i < mapped; ++i) {
+Status CudaBackend::CreateGranule(PoolKind pool, GranuleId id, Pool* p) {
+  const CudaDriver& d = *driver_;
+  const cu::CUmemAllocationProp prop = AllocationProp(pool);
+  cu::CUmemGenericAllocationHandle h = 0;
+  LMS_RETURN_IF_ERROR(d.Check(d.cuMemCreate(&h, granule_, &prop, 0),
+                              "cuMemCreate of " + std::string(PoolName(pool)) +
+                                  " granule " + std::to_string(id) + " of " +
+                                  std::to_string(p->handles.size()) + " (" +
+                                  FormatBytes(granule_) + " each) on " + description_));
+  const cu::CUdeviceptr at = p->window + size_t{id} * granule_;
+  Status s = d.Check(d.cuMemMap(at, granule_, 0, h, 0),
+                     "cuMemMap into the " + std::string(PoolName(pool)) + " pool window");
+  if (s.ok()) {
+    const cu::CUmemAccessDesc access{{cu::CU_MEM_LOCATION_TYPE_DEVICE, device_},
+                                     cu::CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    s = d.Check(d.cuMemSetAccess(at, granule_, &access, 1),
+                "cuMemSetAccess on the " + std::string(PoolName(pool)) + " pool window");
+    if (!s.ok()) d.cuMemUnmap(at, granule_);
+  }
+  if (!s.ok()) {
+    d.cuMemRelease(h);
+    return s;
+  }
+  p->handles[id] = h;
+  return Status::Ok();
+}
+
+Status CudaBackend::EnsureGranules(PoolKind pool, const GranuleId* ids, size_t count) {
+  Pool& p = pools_[static_cast<int>(pool)];
+  for (size_t i = 0; i < count; ++i) {
+    if (ids[i] >= p.handles.size()) {
+      return InvalidArgument(std::string(PoolName(pool)) + " granule " +
+                             std::to_string(ids[i]) + " does not exist");
+    }
+    if (p.handles[ids[i]] == 0) LMS_RETURN_IF_ERROR(CreateGranule(pool, ids[i], &p));
+  }
+  return Status::Ok();
+}
+
+void CudaBackend::DestroyWindow(Pool* pool) {
+  for (size_t i = 0; i < pool->handles.size(); ++i) {
+    if (pool->handles[i] == 0) continue;
     driver_->cuMemUnmap(pool->window + i * granule_, granule_);
+    driver_->cuMemRelease(pool->handles[i]);
   }
   if (pool->window != 0) {
     driver_->cuMemAddressFree(pool->window, pool->handles.size() * granule_);
   }
-  for (cu::CUmemGenericAllocationHandle h : pool->handles) driver_->cuMemRelease(h);
   pool->handles.clear();
   pool->window = 0;
 }
@@ -139,6 +165,9 @@ Status CudaBackend::Map(uintptr_t address, PoolKind pool, const GranuleId* ids,
                              ": not a slot of a reserved range, or no such granule");
     }
   }
+  // Physical memory first (created on first use: CreatePool): a failure
+  // here leaves the slots as they were.
+  LMS_RETURN_IF_ERROR(EnsureGranules(pool, ids, count));
   // cuMemMap refuses a mapped range: what the slots held goes first.
   Status s = UnmapSlots(address, count);
   size_t mapped = 0;
@@ -206,6 +235,9 @@ Status CudaBackend::UnmapSlots(uintptr_t address, size_t count, bool drain) {
 Status CudaBackend::CopyGranules(PoolKind dst_pool, const GranuleId* dst,
                                  PoolKind src_pool, const GranuleId* src, size_t bytes) {
   LMS_CUDA_SCOPE(*driver_, context_);
+  const size_t granules = (bytes + granule_ - 1) / granule_;
+  LMS_RETURN_IF_ERROR(EnsureGranules(dst_pool, dst, granules));
+  LMS_RETURN_IF_ERROR(EnsureGranules(src_pool, src, granules));
   const cu::CUdeviceptr dst_window = pools_[static_cast<int>(dst_pool)].window;
   const cu::CUdeviceptr src_window = pools_[static_cast<int>(src_pool)].window;
   // Consecutive ids on both sides are one copy: windows map ids in order.

@@ -93,7 +93,10 @@ class CudaBackend : public Backend {
   // Loads the driver (CudaDriver::Load), initialises it and checks that
   // device `ordinal` supports what LMS needs. kFailedPrecondition naming the
   // GPU, the driver version and the requirement if it does not.
-  static Status Create(int ordinal, size_t min_granule_bytes,
+  // `allow_growth`: create device memory as granules are first used
+  // (TensorFlow's allow_growth) rather than all of it in CreatePool. Host
+  // memory is always created as it is first used.
+  static Status Create(int ordinal, size_t min_granule_bytes, bool allow_growth,
                        std::unique_ptr<CudaBackend>* out);
   // What Create checks before it takes anything (the driver, the device,
   // VMM and host-located VMM support), without creating a CUDA context: for
@@ -141,6 +144,7 @@ class CudaBackend : public Backend {
     int id = 0;
   };
   struct Pool {
+    // One per granule; 0 until the granule is created.
     std::vector<cu::CUmemGenericAllocationHandle> handles;
     cu::CUdeviceptr window = 0;  // handles[i] is mapped at window + i * granule
   };
@@ -162,12 +166,16 @@ class CudaBackend : public Backend {
 
   // The slot table entry for `address`, or nullptr outside every range.
   Slot* SlotAt(uintptr_t address);
-  // Creates `granules` handles of `pool` and maps them into a new window;
-  // all or nothing.
-  Status CreateWindow(PoolKind pool, size_t granules, Pool* out);
-  // Unmaps a window's first `mapped` granules, frees its range, releases
-  // its handles.
-  void DestroyWindow(Pool* pool, size_t mapped);
+  // Reserves a new window for `granules` granules of `pool`, and with
+  // `eager` creates them all; all or nothing.
+  Status CreateWindow(PoolKind pool, size_t granules, bool eager, Pool* out);
+  // Creates granule `id` of `pool` (cuMemCreate) and maps it into the
+  // window; on failure nothing of it is left.
+  Status CreateGranule(PoolKind pool, GranuleId id, Pool* p);
+  // Creates whichever of ids[0..count) does not exist yet.
+  Status EnsureGranules(PoolKind pool, const GranuleId* ids, size_t count);
+  // Unmaps and releases a window's granules and frees its range.
+  void DestroyWindow(Pool* pool);
   // cuMemUnmap of every mapped slot among `count` from `address`, after a
   // drain unless `drain` is false. Slots it could not unmap stay mapped (and
   // recorded as such).
@@ -183,6 +191,7 @@ class CudaBackend : public Backend {
   // Immutable after Create: read without a lock.
   const std::unique_ptr<CudaDriver> driver_;
   const int ordinal_;
+  bool allow_growth_ = false;
   cu::CUdevice device_ = 0;
   cu::CUcontext context_ = nullptr;  // retained primary context
   bool context_retained_ = false;

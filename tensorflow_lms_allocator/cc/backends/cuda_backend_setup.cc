@@ -28,11 +28,12 @@ constexpr int kHostVmmDriver = 13000;
 CudaBackend::CudaBackend(std::unique_ptr<CudaDriver> driver, int ordinal)
     : driver_(std::move(driver)), ordinal_(ordinal) {}
 
-Status CudaBackend::Create(int ordinal, size_t min_granule_bytes,
+Status CudaBackend::Create(int ordinal, size_t min_granule_bytes, bool allow_growth,
                            std::unique_ptr<CudaBackend>* out) {
   std::unique_ptr<CudaDriver> driver;
   LMS_RETURN_IF_ERROR(CudaDriver::Load(&driver));
   std::unique_ptr<CudaBackend> backend(new CudaBackend(std::move(driver), ordinal));
+  backend->allow_growth_ = allow_growth;
   LMS_RETURN_IF_ERROR(backend->Init(min_granule_bytes));
   *out = std::move(backend);
   return Status::Ok();
@@ -177,7 +178,7 @@ CudaBackend::~CudaBackend() {
         UnmapSlots(base, slots.size());
         driver_->cuMemAddressFree(base, slots.size() * granule_);
       }
-      for (Pool& pool : pools_) DestroyWindow(&pool, pool.handles.size());
+      for (Pool& pool : pools_) DestroyWindow(&pool);
       {
         MutexLock lock(streams_mu_);
         for (const auto& fenced : fenced_) driver_->cuEventDestroy(fenced.second);
