@@ -20,19 +20,29 @@ from tensorflow_lms_allocator.engine import Engine
 GRANULE = 64 << 10
 
 
-@pytest.fixture
-def make_engine() -> Callable[..., Engine]:
+@pytest.fixture(params=["posix", "cuda"])
+def make_engine(request: pytest.FixtureRequest) -> Callable[..., Engine]:
     """Returns a factory: make_engine(device_granules, host_granules, **options).
+
+    Every test that takes it runs twice: on the emulated device (POSIX) and
+    on the CUDA backend over the fake CUDA driver. Strict mode exists only on
+    the emulated device (the GPU refuses it: tests/test_engine_cuda.py).
 
     Example:
         def test_x(make_engine):
             engine = make_engine(8, 32, defrag_enabled=True)
     """
+    backend = request.param
+    if backend == "cuda":
+        request.getfixturevalue("fake_cuda")
 
     def factory(device_granules: int = 16, host_granules: int = 64,
                 **options: object) -> Engine:
+        if backend == "cuda" and options.get("strict"):
+            pytest.skip("strict mode is for the emulated device; the CUDA backend "
+                        "refuses it (test_engine_cuda.py checks that)")
         return Engine(device_granules * GRANULE, host_bytes=host_granules * GRANULE,
-                      granule_bytes=GRANULE, **options)
+                      granule_bytes=GRANULE, backend=backend, **options)
 
     return factory
 
