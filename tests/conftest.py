@@ -20,19 +20,8 @@ from tensorflow_lms_allocator.engine import Engine
 GRANULE = 64 << 10
 
 
-@pytest.fixture(params=["posix", "cuda"])
-def make_engine(request: pytest.FixtureRequest) -> Callable[..., Engine]:
-    """Returns a factory: make_engine(device_granules, host_granules, **options).
-
-    Every test that takes it runs twice: on the emulated device (POSIX) and
-    on the CUDA backend over the fake CUDA driver. Strict mode exists only on
-    the emulated device (the GPU refuses it: tests/test_engine_cuda.py).
-
-    Example:
-        def test_x(make_engine):
-            engine = make_engine(8, 32, defrag_enabled=True)
-    """
-    backend = request.param
+def engine_factory(request: pytest.FixtureRequest, backend: str) -> Callable[..., Engine]:
+    """make_engine's factory for `backend` ("posix" or "cuda")."""
     if backend == "cuda":
         request.getfixturevalue("fake_cuda")
 
@@ -45,6 +34,28 @@ def make_engine(request: pytest.FixtureRequest) -> Callable[..., Engine]:
                       granule_bytes=GRANULE, backend=backend, **options)
 
     return factory
+
+
+@pytest.fixture
+def make_engine(request: pytest.FixtureRequest) -> Callable[..., Engine]:
+    """Returns a factory: make_engine(device_granules, host_granules, **options).
+
+    Engines over emulated device memory. A module whose tests hold on every
+    backend overrides it with make_engine_each_backend.
+
+    Example:
+        def test_x(make_engine):
+            engine = make_engine(8, 32, defrag_enabled=True)
+    """
+    return engine_factory(request, "posix")
+
+
+@pytest.fixture(params=["posix", "cuda"])
+def make_engine_each_backend(request: pytest.FixtureRequest) -> Callable[..., Engine]:
+    """make_engine, once on the emulated device and once on the CUDA backend
+    over the fake CUDA driver. Strict mode exists only on the emulated device
+    (the GPU refuses it: test_engine_cuda.py)."""
+    return engine_factory(request, request.param)
 
 
 # The fake driver `make fake-cuda` builds; TF_LMS_CUDA_DRIVER_PATH, if set,
