@@ -230,19 +230,42 @@ CUevent NewEvent() {
   return e;
 }
 
-// A gate a host function (or kernel) blocks a stream on until the test opens it.
+// A gate a host function (or kernel) blocks a stream on until the test opens
+// it. Opened when it goes out of scope, and waits for the worker to leave,
+// so a test that stops early neither hangs the stream nor frees a latch in
+// use.
 struct Latch {
   std::atomic<bool> open{false};
   std::atomic<bool> reached{false};
+  std::atomic<bool> inside{false};
+  ~Latch() {
+    open = true;
+    while (inside) std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
   static void Wait(void* self) {
     Latch* latch = static_cast<Latch*>(self);
+    latch->inside = true;
     latch->reached = true;
     while (!latch->open) std::this_thread::sleep_for(std::chrono::microseconds(200));
+    latch->inside = false;
   }
-  void WaitReached() const {
-    while (!reached) std::this_thread::sleep_for(std::chrono::microseconds(200));
+  // Whether the stream reached the latch within 10 s.
+  bool WaitReached() const {
+    for (int i = 0; i < 50000 && !reached; ++i) {
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    return reached;
   }
 };
+
+// Whether `done()` became true within 10 s.
+template <typename Done>
+bool WaitFor(Done done) {
+  for (int i = 0; i < 50000 && !done(); ++i) {
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  return done();
+}
 
 // Whether reading `address` from the host faults.
 sigjmp_buf g_fault_jump;
@@ -712,7 +735,7 @@ TEST(ACopyResolvesItsAddressesWhenItRunsNotWhenEnqueued) {
   EXPECT_EQ(D().cuLaunchHostFunc(s, &Latch::Wait, &latch), CUDA_SUCCESS);
   // The destination is reserved but not mapped yet: accepted at enqueue.
   EXPECT_EQ(D().cuMemcpyAsync(ptr + kG, ptr, pattern.size(), s), CUDA_SUCCESS);
-  latch.WaitReached();
+  ASSERT_TRUE(latch.WaitReached());
   MapDevice(ptr + kG, kG);
   // Granting access under queued work is still a race the checker reports
   // (had the stream not been held, the copy could have run first).
@@ -734,7 +757,7 @@ TEST(SynchronousCopiesDoNotWaitForOtherStreams) {
   Latch latch;
   EXPECT_EQ(D().cuLaunchHostFunc(s, &Latch::Wait, &latch), CUDA_SUCCESS);
   EXPECT_EQ(D().cuMemcpyAsync(ptr + kG, ptr, 4096, s), CUDA_SUCCESS);
-  latch.WaitReached();
+  ASSERT_TRUE(latch.WaitReached());
   std::atomic<bool> done{false};
   std::thread copier([&] {
     EXPECT_EQ(D().cuCtxSetCurrent(session.context()), CUDA_SUCCESS);
@@ -770,7 +793,7 @@ TEST(AnEventOrdersACopyOnAnotherStream) {
   EXPECT_EQ(D().cuStreamWaitEvent(consumer, copied, 0), CUDA_SUCCESS);
   EXPECT_EQ(D().cuMemcpyAsync(c, b, kG, consumer), CUDA_SUCCESS);
   EXPECT_EQ(D().cuEventRecord(consumed, consumer), CUDA_SUCCESS);
-  latch.WaitReached();
+  ASSERT_TRUE(latch.WaitReached());
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   EXPECT_EQ(D().cuEventQuery(copied), CUDA_ERROR_NOT_READY);
   EXPECT_EQ(D().cuEventQuery(consumed), CUDA_ERROR_NOT_READY);  // held by the wait
@@ -830,7 +853,7 @@ TEST(HostFunctionsRunInStreamOrderOnTheWorker) {
   Latch latch;
   EXPECT_EQ(D().cuLaunchHostFunc(s, &Latch::Wait, &latch), CUDA_SUCCESS);
   for (Step& step : steps) EXPECT_EQ(D().cuLaunchHostFunc(s, &Step::Run, &step), CUDA_SUCCESS);
-  latch.WaitReached();
+  ASSERT_TRUE(latch.WaitReached());
   const CUevent done = NewEvent();
   EXPECT_EQ(D().cuEventRecord(done, s), CUDA_SUCCESS);
   EXPECT_EQ(D().cuEventQuery(done), CUDA_ERROR_NOT_READY);  // asynchronous
@@ -960,7 +983,7 @@ struct KernelBehindLatch {
     EXPECT_EQ(D().cuLaunchHostFunc(stream, &Latch::Wait, &latch), CUDA_SUCCESS);
     const fake_cuda_range range = {ptr, kG, 1};
     EXPECT_EQ(F().launch_kernel(stream, &FillKernel::Run, &kernel, &range, 1), CUDA_SUCCESS);
-    latch.WaitReached();
+    ASSERT_TRUE(latch.WaitReached());
   }
 };
 
@@ -1011,7 +1034,7 @@ TEST(SetAccessUnderARunningKernelIsAViolation) {
   HeldKernel kernel;
   const fake_cuda_range range = {ptr + kG, 4096, 0};
   EXPECT_EQ(F().launch_kernel(s, &HeldKernel::Run, &kernel, &range, 1), CUDA_SUCCESS);
-  kernel.latch.WaitReached();
+  ASSERT_TRUE(kernel.latch.WaitReached());
   // The other granule is not referenced: no violation.
   EXPECT_EQ(SetAccess(ptr, kG, CU_MEM_LOCATION_TYPE_DEVICE, CU_MEM_ACCESS_FLAGS_PROT_READ),
             CUDA_SUCCESS);
@@ -1037,7 +1060,7 @@ TEST(UnmapUnderAQueuedCopyIsAViolationNamingTheCopy) {
   Latch latch;
   EXPECT_EQ(D().cuLaunchHostFunc(s, &Latch::Wait, &latch), CUDA_SUCCESS);
   EXPECT_EQ(D().cuMemcpyAsync(ptr + kG, ptr, 4096, s), CUDA_SUCCESS);
-  latch.WaitReached();
+  ASSERT_TRUE(latch.WaitReached());
   EXPECT_EQ(D().cuMemUnmap(ptr, kG), CUDA_SUCCESS);
   EXPECT_EQ(F().violation_count(), 1u);
   EXPECT_TRUE(Contains(Violations(), "queued cuMemcpyAsync"));
@@ -1057,7 +1080,7 @@ TEST(UnmapUnderARunningCopyIsAViolationAndCrashesNothing) {
   F().set_copy_delay_us(50000);  // the copy is running (delayed) when unmapped
   EXPECT_EQ(D().cuMemcpyAsync(ptr + kG, ptr, kG, s), CUDA_SUCCESS);
   EXPECT_EQ(F().work_in_flight(), 1u);
-  while (F().work_running() == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
+  ASSERT_TRUE(WaitFor([] { return F().work_running() == 1; }));
   EXPECT_EQ(D().cuMemUnmap(ptr + kG, kG), CUDA_SUCCESS);
   EXPECT_EQ(D().cuMemUnmap(ptr, kG), CUDA_SUCCESS);
   EXPECT_EQ(F().violation_count(), 2u);
