@@ -20,21 +20,42 @@ from tensorflow_lms_allocator.engine import Engine
 GRANULE = 64 << 10
 
 
+def engine_factory(request: pytest.FixtureRequest, backend: str) -> Callable[..., Engine]:
+    """make_engine's factory for `backend` ("posix" or "cuda")."""
+    if backend == "cuda":
+        request.getfixturevalue("fake_cuda")
+
+    def factory(device_granules: int = 16, host_granules: int = 64,
+                **options: object) -> Engine:
+        if backend == "cuda" and options.get("strict"):
+            pytest.skip("strict mode is for the emulated device; the CUDA backend "
+                        "refuses it (test_engine_cuda.py checks that)")
+        return Engine(device_granules * GRANULE, host_bytes=host_granules * GRANULE,
+                      granule_bytes=GRANULE, backend=backend, **options)
+
+    return factory
+
+
 @pytest.fixture
-def make_engine() -> Callable[..., Engine]:
+def make_engine(request: pytest.FixtureRequest) -> Callable[..., Engine]:
     """Returns a factory: make_engine(device_granules, host_granules, **options).
+
+    Engines over emulated device memory. A module whose tests hold on every
+    backend overrides it with make_engine_each_backend.
 
     Example:
         def test_x(make_engine):
             engine = make_engine(8, 32, defrag_enabled=True)
     """
+    return engine_factory(request, "posix")
 
-    def factory(device_granules: int = 16, host_granules: int = 64,
-                **options: object) -> Engine:
-        return Engine(device_granules * GRANULE, host_bytes=host_granules * GRANULE,
-                      granule_bytes=GRANULE, **options)
 
-    return factory
+@pytest.fixture(params=["posix", "cuda"])
+def make_engine_each_backend(request: pytest.FixtureRequest) -> Callable[..., Engine]:
+    """make_engine, once on the emulated device and once on the CUDA backend
+    over the fake CUDA driver. Strict mode exists only on the emulated device
+    (the GPU refuses it: test_engine_cuda.py)."""
+    return engine_factory(request, request.param)
 
 
 # The fake driver `make fake-cuda` builds; TF_LMS_CUDA_DRIVER_PATH, if set,

@@ -19,6 +19,12 @@ from tensorflow_lms_allocator.engine import (
 from conftest import GRANULE
 
 
+@pytest.fixture
+def make_engine(make_engine_each_backend):
+    """Every engine test here runs on both backends (conftest.py)."""
+    return make_engine_each_backend
+
+
 def test_evicted_allocation_keeps_its_address_and_bytes(make_engine):
     engine = make_engine(8, 32)
     size = 5 * GRANULE + 17

@@ -73,8 +73,8 @@ def test_patterns_inspect_and_stats_work_on_a_gpu_backend(fake):
     del engine
 
 
-def test_the_emulated_device_never_fences_or_waits(make_engine):
-    engine = make_engine(4, 16)
+def test_the_emulated_device_never_fences_or_waits():
+    engine = Engine(4 * GRANULE, host_bytes=16 * GRANULE, granule_bytes=GRANULE)
     a = engine.allocate(3 * GRANULE)
     engine.evict(a)
     stats = engine.stats()

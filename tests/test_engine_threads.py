@@ -7,8 +7,16 @@ from __future__ import annotations
 import random
 import threading
 
+import pytest
+
 from tensorflow_lms_allocator.engine import OutOfMemoryError
 from conftest import GRANULE
+
+
+@pytest.fixture
+def make_engine(make_engine_each_backend):
+    """Every engine test here runs on both backends (conftest.py)."""
+    return make_engine_each_backend
 
 
 def test_threads_under_pressure_lose_no_byte(make_engine):

@@ -341,20 +341,33 @@ TEST(BytesSurviveEvictionAndPageInCycles) {
 // A "kernel" that blocks until released, then writes the pattern `seed`
 // over [address, address + bytes) through the fake's device alias (nothing
 // if bytes is 0: a stream blocker).
+// A test that stops early opens the latch and waits for the kernel (at most
+// 10 s: a kernel the fake refused to run never finishes), so nothing hangs
+// on it.
 struct LatchedWriter {
   std::atomic<bool> released{false};
   std::atomic<bool> started{false};
+  std::atomic<bool> launched{false};
+  std::atomic<bool> finished{false};
   uintptr_t address = 0;
   size_t bytes = 0;
   uint64_t seed = 0;
 
+  ~LatchedWriter() {
+    released = true;
+    for (int i = 0; launched && !finished && i < 10000; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
   static void Run(void* self) {
     auto* w = static_cast<LatchedWriter*>(self);
     w->started = true;
     while (!w->released) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    if (w->bytes == 0) return;
-    void* alias = Fake().device_alias(w->address, w->bytes);
-    if (alias != nullptr) FillPattern(alias, w->bytes, w->seed);
+    if (w->bytes != 0) {
+      void* alias = Fake().device_alias(w->address, w->bytes);
+      if (alias != nullptr) FillPattern(alias, w->bytes, w->seed);
+    }
+    w->finished = true;
   }
   void WaitStarted() {
     while (!started) std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -393,10 +406,12 @@ struct FencedStream {
 Status LaunchWriter(CudaBackend* b, cu::CUstream stream, LatchedWriter* w) {
   ScopedCudaContext scope(b->driver(), b->context());
   const fake_cuda_range range{w->address, w->bytes, 1};
-  return b->driver().Check(
+  Status s = b->driver().Check(
       static_cast<cu::CUresult>(Fake().launch_kernel(stream, &LatchedWriter::Run, w, &range,
                                                      w->bytes != 0 ? 1 : 0)),
       "fake_cuda_launch_kernel");
+  w->launched = s.ok();
+  return s;
 }
 
 TEST(AnEvictionCopiesWhatAKernelQueuedBeforeTheUnpinStillWrites) {
