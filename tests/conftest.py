@@ -27,9 +27,6 @@ def engine_factory(request: pytest.FixtureRequest, backend: str) -> Callable[...
 
     def factory(device_granules: int = 16, host_granules: int = 64,
                 **options: object) -> Engine:
-        if backend == "cuda" and options.get("strict"):
-            pytest.skip("strict mode is for the emulated device; the CUDA backend "
-                        "refuses it (test_engine_cuda.py checks that)")
         return Engine(device_granules * GRANULE, host_bytes=host_granules * GRANULE,
                       granule_bytes=GRANULE, backend=backend, **options)
 
@@ -47,6 +44,13 @@ def make_engine(request: pytest.FixtureRequest) -> Callable[..., Engine]:
         def test_x(make_engine):
             engine = make_engine(8, 32, defrag_enabled=True)
     """
+    return engine_factory(request, "posix")
+
+
+@pytest.fixture
+def make_posix_engine(request: pytest.FixtureRequest) -> Callable[..., Engine]:
+    """make_engine on the emulated device, for tests of what only it has
+    (strict mode: the CUDA backend refuses it, as test_engine_cuda.py checks)."""
     return engine_factory(request, "posix")
 
 

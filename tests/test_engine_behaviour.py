@@ -202,8 +202,8 @@ def test_bad_engine_options_are_clear_errors():
         Engine(1 << 20, host_bytes=0, granule_bytes=2 << 20)
 
 
-def test_strict_mode_reports_each_unpinned_touch(make_engine):
-    engine = make_engine(8, 32, strict=True)
+def test_strict_mode_reports_each_unpinned_touch(make_posix_engine):
+    engine = make_posix_engine(8, 32, strict=True)
     a = engine.allocate(3 * GRANULE)
     engine.fill_pattern(a, 3 * GRANULE, 9)
     engine.evict(a)
