@@ -103,12 +103,6 @@ class KernelPins {
   // Whether this thread is inside a kernel (allocations should start pinned):
   // it has created a context that is still alive. Lock-free.
   bool InKernel() const;
-  // Whether kernels other than this thread's own live ones are running (and
-  // may release pinned memory when they finish). Note [Kernel context
-  // lifetime].
-  bool OtherKernelsRunning() const {
-    return live_contexts_.load() > ThreadLiveContexts();
-  }
   // What a request that waited for memory came to.
   enum class Outcome {
     kDone,        // the last attempt's status is final (served, or failed)
@@ -151,7 +145,9 @@ class KernelPins {
         status = attempt();
         if (status.code() != StatusCode::kResourceExhausted) break;
         if (releases_on_failure) epoch = engine_->ReleaseEpoch();
-        // No other kernel holds memory: the request does not fit the device.
+        // No other kernel holds memory (this thread's own cannot end before
+        // the request returns: Note [Kernel context lifetime]): the request
+        // does not fit the device.
         if (live <= turn.own()) break;
         // Every kernel holding memory waits (for this one, whose turn it
         // is): no release will come. Seen twice with no release between,
