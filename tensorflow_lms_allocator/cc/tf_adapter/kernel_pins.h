@@ -191,9 +191,10 @@ class KernelPins {
   // take turns instead of all failing after kRetryBudget:
   //   1. Only the oldest waiter retries. A request that starts waiting takes
   //      a ticket; a release goes to the oldest, not to whoever asks next.
-  //      Waiters whose thread runs kernels (an allocation inside a kernel)
-  //      come before kernels that have not started: only the former hold
-  //      memory that their progress releases.
+  //      Waiters whose thread has live contexts (an allocation inside a
+  //      kernel, a kernel nested in another) come before kernels that hold
+  //      nothing yet: only the former hold memory that their progress
+  //      releases.
   //   2. A kernel that has not started holds nothing while it waits. Its
   //      inputs are pinned all or none (PinInputs): if one does not fit,
   //      the ones taken are unpinned and the kernel waits for its turn. A
