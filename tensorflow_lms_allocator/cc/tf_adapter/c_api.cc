@@ -217,6 +217,15 @@ int tf_lms_kernel_contexts(int64_t* out) {
   return 0;
 }
 
+int tf_lms_turns(int64_t* out) {
+  lms::Status status;
+  lms::LmsDevice* device = lms::Overlay::Get().DeviceNamed("CPU:0", &status);
+  if (device == nullptr) return 1;
+  out[0] = device->pins()->NumWaits();
+  out[1] = device->pins()->NumDeadlocks();
+  return 0;
+}
+
 int tf_lms_inspect(const void* address, int64_t* out) {
   lms::Overlay& overlay = lms::Overlay::Get();
   for (const std::string& name : overlay.DeviceNames()) {

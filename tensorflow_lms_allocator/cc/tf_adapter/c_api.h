@@ -144,6 +144,12 @@ TF_LMS_EXPORT int tf_lms_test_gpu_allocator(int tf_device_id, size_t total_bytes
 // device.
 TF_LMS_EXPORT int tf_lms_kernel_contexts(int64_t* out);
 
+// For tests: out[0..2) = {requests that waited for memory (took a turn),
+// waits that every running kernel was in too and that ended by serving the
+// oldest without device memory} (Note [Taking turns] in kernel_pins.h).
+// Returns 1 (out untouched) if there is no LMS device.
+TF_LMS_EXPORT int tf_lms_turns(int64_t* out);
+
 // For tests and tools: what the engine knows about the live allocation
 // containing `address`, as out[0..5) = {allocation id, its first byte,
 // requested bytes, evicted (0/1), pin count}. Returns 1 (out untouched) if

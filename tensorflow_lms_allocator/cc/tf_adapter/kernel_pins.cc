@@ -111,19 +111,17 @@ tensorflow::Var* LookupVariable(tensorflow::OpKernelContext* ctx,
 void KernelPins::OnContextCreated(void* context, void* params) {
   auto* ctx = static_cast<tensorflow::OpKernelContext*>(context);
   auto* p = static_cast<tensorflow::OpKernelContext::Params*>(params);
-  if (__builtin_expect(num_waiting_.load(std::memory_order_relaxed) > 0, 0)) AwaitTurn();
   Entry entry;
-  for (const tensorflow::TensorValue& value : p->inputs) {
-    const tensorflow::Tensor* tensor = value.tensor;
-    if (tensor == nullptr) continue;
-    const void* data = tensorflow::DMAHelper::base(tensor);
-    if (data != nullptr && engine_->InEvictableRange(data)) PinInput(data, &entry.pins);
-    // Out of line and marked unlikely, so the loop over plain inputs stays
-    // as small as it was without this check (measured: it matters).
-    if (__builtin_expect(tensor->dtype() == tensorflow::DT_RESOURCE, 0) &&
-        p->op_kernel != nullptr && TouchesVariableData(*p->op_kernel)) {
-      PinVariables(ctx, *tensor, &entry.pins);
-    }
+  // Counted before its first pin (the invariant of Note [Taking turns]). It
+  // counts itself, then looks for waiters; a waiter takes its ticket, then
+  // counts live contexts: of the two, at least one sees the other (both
+  // sequentially consistent), so either this kernel holds back or the waiter
+  // waits for it.
+  live_contexts_.fetch_add(1);
+  const bool waiters = num_waiting_.load() > 0;
+  const Status s = waiters ? Status::Ok() : PinInputs(ctx, params, &entry.pins);
+  if (__builtin_expect(waiters || s.code() == StatusCode::kResourceExhausted, 0)) {
+    PinInputsTakingTurns(ctx, params, &entry.pins);
   }
   ThreadContexts& thread = ThisThread();
   const uint64_t serial = ++thread.last_serial;
@@ -141,11 +139,10 @@ void KernelPins::OnContextCreated(void* context, void* params) {
     slot = std::move(entry);
   }
   if (replaced.creator != nullptr) {
-    live_contexts_.fetch_sub(1, std::memory_order_relaxed);
     Forget(*replaced.creator, replaced.serial);
     UnpinAll(replaced.pins);
+    live_contexts_.fetch_sub(1);
   }
-  live_contexts_.fetch_add(1, std::memory_order_relaxed);
   {
     std::lock_guard<std::mutex> lock(thread.mu);
     thread.frames.push_back({context, serial, label});
@@ -170,7 +167,7 @@ void KernelPins::OnContextDestroyed(void* context) {
   // memory (RetryWhileOthersRelease) makes its last attempt after the count
   // drops, and must find the memory released by then.
   UnpinAll(entry.pins);
-  live_contexts_.fetch_sub(1, std::memory_order_relaxed);
+  live_contexts_.fetch_sub(1);
   const char* enclosing_label = Forget(*entry.creator, entry.serial);
   if (entry.creator.get() == t_contexts) {
     // Back to the enclosing kernel's label, or none. (A context destroyed on
@@ -179,18 +176,25 @@ void KernelPins::OnContextDestroyed(void* context) {
   }
 }
 
-KernelPins::Turn::Turn(KernelPins* pins) : pins_(pins) {
+KernelPins::Turn::Turn(KernelPins* pins)
+    : pins_(pins), own_(pins->ThreadLiveContexts()) {
+  pins_->blocked_contexts_.fetch_add(own_);
+  pins_->num_waits_.fetch_add(1, std::memory_order_relaxed);
   std::lock_guard<std::mutex> lock(pins_->turn_mu_);
-  ticket_ = pins_->next_ticket_++;
+  // Waiters whose thread holds kernel contexts (a running kernel's
+  // allocation, or a nested kernel's inputs) go before kernels that hold
+  // nothing yet: only they can end a kernel and release memory.
+  ticket_ = pins_->next_ticket_++ | (own_ > 0 ? 0 : kHoldsNothing);
   pins_->waiting_.insert(ticket_);
-  pins_->num_waiting_.fetch_add(1, std::memory_order_relaxed);
+  pins_->num_waiting_.fetch_add(1);
 }
 
 KernelPins::Turn::~Turn() {
+  pins_->blocked_contexts_.fetch_sub(own_);
   {
     std::lock_guard<std::mutex> lock(pins_->turn_mu_);
     pins_->waiting_.erase(ticket_);
-    pins_->num_waiting_.fetch_sub(1, std::memory_order_relaxed);
+    pins_->num_waiting_.fetch_sub(1);
   }
   pins_->turn_cv_.notify_all();
 }
@@ -201,8 +205,14 @@ bool KernelPins::Turn::oldest() const {
 }
 
 void KernelPins::AwaitTurn() {
-  std::unique_lock<std::mutex> lock(turn_mu_);
-  turn_cv_.wait_for(lock, kTurnWait, [this] { return waiting_.empty(); });
+  // An enclosing kernel of this thread cannot end while it waits.
+  const int64_t own = ThreadLiveContexts();
+  blocked_contexts_.fetch_add(own);
+  {
+    std::unique_lock<std::mutex> lock(turn_mu_);
+    turn_cv_.wait_for(lock, kTurnWait, [this] { return waiting_.empty(); });
+  }
+  blocked_contexts_.fetch_sub(own);
 }
 
 const char* KernelPins::Forget(ThreadContexts& creator, uint64_t serial) {
@@ -251,23 +261,77 @@ void KernelPins::RecordAllocation(const void* ptr, uint64_t id) {
   engine_->Unpin(ptr, id);
 }
 
-void KernelPins::PinInput(const void* data, std::vector<Pin>* pins) {
-  uint64_t id = 0;
-  Status s = RetryWhileOthersRelease([&] { return engine_->Pin(data, &id); });
-  // A failed pin (counted by the engine as num_failed_pins) still lets the
-  // kernel read the right bytes: evicted memory is mapped from host memory
-  // at the same address, only slower to reach.
-  if (s.ok()) pins->push_back({data, id});
+Status KernelPins::PinInputs(tensorflow::OpKernelContext* ctx, void* params,
+                             std::vector<Pin>* pins, bool all_or_none) {
+  auto* p = static_cast<tensorflow::OpKernelContext::Params*>(params);
+  for (const tensorflow::TensorValue& value : p->inputs) {
+    const tensorflow::Tensor* tensor = value.tensor;
+    if (tensor == nullptr) continue;
+    const void* data = tensorflow::DMAHelper::base(tensor);
+    if (data != nullptr && engine_->InEvictableRange(data)) {
+      Status s = PinOne(data, pins);
+      if (__builtin_expect(s.code() == StatusCode::kResourceExhausted, 0) && all_or_none) {
+        return s;
+      }
+    }
+    // Out of line and marked unlikely, so the loop over plain inputs stays
+    // as small as it was without this check (measured: it matters).
+    if (__builtin_expect(tensor->dtype() == tensorflow::DT_RESOURCE, 0) &&
+        p->op_kernel != nullptr && TouchesVariableData(*p->op_kernel)) {
+      Status s = PinVariables(ctx, *tensor, pins, all_or_none);
+      if (s.code() == StatusCode::kResourceExhausted) return s;
+    }
+  }
+  return Status::Ok();
 }
 
-__attribute__((noinline)) void KernelPins::PinVariables(
+Status KernelPins::PinOne(const void* data, std::vector<Pin>* pins) {
+  uint64_t id = 0;
+  Status s = engine_->Pin(data, &id);
+  // A failed pin leaves the tensor where it is; the kernel still reads the
+  // right bytes (evicted memory is mapped from host memory at the same
+  // address, only slower to reach). kResourceExhausted is the caller's to
+  // handle; other failures (no live allocation there) are not.
+  if (s.ok()) pins->push_back({data, id});
+  return s;
+}
+
+__attribute__((noinline)) void KernelPins::PinInputsTakingTurns(
+    tensorflow::OpKernelContext* ctx, void* params, std::vector<Pin>* pins) {
+  // Holds nothing while it waits: unpin, then stop counting (as a context
+  // that ends does), and count again before each attempt.
+  const auto release = [&] {
+    UnpinAll(*pins);
+    pins->clear();
+    live_contexts_.fetch_sub(1);
+  };
+  release();
+  if (num_waiting_.load() > 0) AwaitTurn();
+  Outcome outcome;
+  Status s = RetryWhileOthersRelease(
+      [&] {
+        live_contexts_.fetch_add(1);
+        Status attempt = PinInputs(ctx, params, pins);
+        if (attempt.code() == StatusCode::kResourceExhausted) release();
+        return attempt;
+      },
+      &outcome, /*releases_on_failure=*/true);
+  if (s.code() != StatusCode::kResourceExhausted) return;
+  // The device cannot hold them all now (deadlocked, or after waiting
+  // kRetryBudget): pin what fits and let the kernel read the rest in place.
+  // The engine counts each refused pin (num_failed_pins).
+  live_contexts_.fetch_add(1);
+  PinInputs(ctx, params, pins, /*all_or_none=*/false);
+}
+
+__attribute__((noinline)) Status KernelPins::PinVariables(
     tensorflow::OpKernelContext* context, const tensorflow::Tensor& handles,
-    std::vector<Pin>* pins) {
+    std::vector<Pin>* pins, bool all_or_none) {
   // TypeIndex hashes the type's name (the wheel is built with RTTI), so this
   // equals the hash TensorFlow's own libraries put in Var handles.
   static const uint64_t kVarType =
       tensorflow::TypeIndex::Make<tensorflow::Var>().hash_code();
-  if (!handles.IsInitialized()) return;
+  if (!handles.IsInitialized()) return Status::Ok();
   const auto flat = handles.flat<tensorflow::ResourceHandle>();
   for (int64_t i = 0; i < flat.size(); ++i) {
     const tensorflow::ResourceHandle& handle = flat(i);
@@ -275,28 +339,20 @@ __attribute__((noinline)) void KernelPins::PinVariables(
     tensorflow::Var* var = LookupVariable(context, handle);
     if (var == nullptr) continue;
     tensorflow::core::ScopedUnref unref(var);
-    PinVariable(var, pins);
+    Status s;
+    {
+      // The buffer is read and pinned under the variable's shared lock (the
+      // lock TensorFlow's kernels take), never waiting while holding it: an
+      // assign on another kernel may need it exclusively before it can end.
+      tensorflow::tf_shared_lock lock(*var->mu());
+      const void* data = tensorflow::DMAHelper::base(var->tensor());
+      // Uninitialized, or not in this device's evictable memory.
+      if (data == nullptr || !engine_->InEvictableRange(data)) continue;
+      s = PinOne(data, pins);
+    }
+    if (all_or_none && s.code() == StatusCode::kResourceExhausted) return s;
   }
-}
-
-void KernelPins::PinVariable(tensorflow::Var* var, std::vector<Pin>* pins) {
-  const void* data = nullptr;
-  uint64_t id = 0;
-  Status s;
-  tensorflow::Tensor held;  // keeps the buffer alive while waiting unlocked
-  {
-    tensorflow::tf_shared_lock lock(*var->mu());
-    data = tensorflow::DMAHelper::base(var->tensor());
-    // Uninitialized, or not in this device's evictable memory.
-    if (data == nullptr || !engine_->InEvictableRange(data)) return;
-    s = engine_->Pin(data, &id);
-    if (s.code() == StatusCode::kResourceExhausted) held = *var->tensor();
-  }
-  if (s.code() == StatusCode::kResourceExhausted) {
-    s = RetryWhileOthersRelease([&] { return engine_->Pin(data, &id); });
-  }
-  // As for inputs, a failed pin leaves the kernel reading host memory in place.
-  if (s.ok()) pins->push_back({data, id});
+  return Status::Ok();
 }
 
 void KernelPins::UnpinAll(const std::vector<Pin>& pins) {

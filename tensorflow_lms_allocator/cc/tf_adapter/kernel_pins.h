@@ -53,14 +53,14 @@
 // flow through function calls, control flow and VarIsInitializedOp, and
 // pinning there would keep every weight of a model resident for a whole call,
 // or page a variable in to read its shape. Other inputs never pay for it: the
-// check is one dtype compare. The buffer is read under the variable's shared lock (the lock
-// TensorFlow's kernels take) and pinned without waiting; if the device is
-// full of pinned memory, the buffer is held by a Tensor reference and the
-// lock dropped before waiting for other kernels, since one of them may need
-// the lock exclusively (an assign) before it can finish. A variable whose
-// buffer another kernel replaces concurrently is pinned in its old buffer
-// only; TensorFlow serialises such updates with the same lock, so this is a
-// race the program has without LMS too.
+// check is one dtype compare. The buffer is read under the variable's shared
+// lock (the lock TensorFlow's kernels take) and pinned without waiting; if
+// the device cannot take it, the lock is dropped and the kernel waits with
+// its inputs (Note [Taking turns]), holding no pin and no lock, since
+// another kernel may need the lock exclusively (an assign) before it can
+// finish. A variable whose buffer another kernel replaces concurrently is
+// pinned in its old buffer only; TensorFlow serialises such updates with the
+// same lock, so this is a race the program has without LMS too.
 //
 // Thread-safety: all methods may be called from any thread. One KernelPins
 // serves a process (the thread stacks are per thread, not per instance).
@@ -103,43 +103,68 @@ class KernelPins {
   // Whether this thread is inside a kernel (allocations should start pinned):
   // it has created a context that is still alive. Lock-free.
   bool InKernel() const;
-  // Whether kernels other than this thread's own live ones are running (and
-  // may release pinned memory when they finish). Note [Kernel context
-  // lifetime].
-  bool OtherKernelsRunning() const {
-    return live_contexts_.load(std::memory_order_relaxed) > ThreadLiveContexts();
-  }
+  // What a request that waited for memory came to.
+  enum class Outcome {
+    kDone,        // the last attempt's status is final (served, or failed)
+    kDeadlocked,  // every kernel holding memory waits too: serve it otherwise
+  };
   // Runs `attempt` (an allocation or a pin) again each time another kernel
   // releases memory, while it fails with kResourceExhausted, LMS is on and
   // other kernels are running, for at most kRetryBudget in all. Memory pinned
   // by kernels on other threads comes back when they finish, so a request that
   // fits once they are done waits for that (as TensorFlow's GPU allocator
-  // retries) instead of failing. Waiters take turns: Note [Taking turns].
-  // (A template, so the fast path calls `attempt` with no std::function.)
+  // retries) instead of failing. Waiters take turns, and a wait that no
+  // running kernel can end is reported as kDeadlocked to the oldest waiter,
+  // whose caller then serves the request without device memory: Note [Taking
+  // turns]. (A template, so the fast path calls `attempt` with no
+  // std::function.) An attempt that unpins what it took when it fails
+  // (`releases_on_failure`) must not be woken by its own release: the epoch
+  // is read again after it fails, and a release by another kernel in between
+  // is seen at the next slice instead.
   template <typename Attempt>
-  Status RetryWhileOthersRelease(Attempt attempt) {
+  Status RetryWhileOthersRelease(Attempt attempt, Outcome* outcome,
+                                 bool releases_on_failure = false) {
+    *outcome = Outcome::kDone;
     Status status = attempt();
     if (status.code() != StatusCode::kResourceExhausted || !engine_->lms_enabled()) {
       return status;
     }
     const Turn turn(this);
     const auto deadline = std::chrono::steady_clock::now() + kRetryBudget;
+    int stalled = 0;
     while (true) {
-      // Others are counted before the attempt and read the epoch before it
+      // Kernels are counted before the attempt and the epoch read before it
       // too: a kernel unpins before it stops counting, so the attempt after
       // the last one ended sees its memory, and a release after the read
       // wakes the wait below.
-      const bool others = OtherKernelsRunning();
-      const uint64_t epoch = engine_->ReleaseEpoch();
-      if (turn.oldest()) {
+      const int64_t live = live_contexts_.load();
+      const int64_t blocked = blocked_contexts_.load();
+      uint64_t epoch = engine_->ReleaseEpoch();
+      const bool oldest = turn.oldest();
+      if (oldest) {
         status = attempt();
         if (status.code() != StatusCode::kResourceExhausted) break;
+        if (releases_on_failure) epoch = engine_->ReleaseEpoch();
+        // No other kernel holds memory (this thread's own cannot end before
+        // the request returns: Note [Kernel context lifetime]): the request
+        // does not fit the device.
+        if (live <= turn.own()) break;
+        // Every kernel holding memory waits (for this one, whose turn it
+        // is): no release will come. Seen twice with no release between,
+        // so a thread between two kernels (freeing the last one's inputs)
+        // is not taken for a deadlock.
+        stalled = live <= blocked ? stalled + 1 : 0;
+        if (stalled >= 2) {
+          *outcome = Outcome::kDeadlocked;
+          num_deadlocks_.fetch_add(1, std::memory_order_relaxed);
+          break;
+        }
       }
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
           deadline - std::chrono::steady_clock::now());
-      if ((!others && turn.oldest()) || left.count() <= 0) break;
+      if (left.count() <= 0) break;
       // In slices: a turn passes to this waiter without a release.
-      engine_->WaitForRelease(epoch, std::min(left, kTurnSlice));
+      if (engine_->WaitForRelease(epoch, std::min(left, kTurnSlice))) stalled = 0;
     }
     return status;
   }
@@ -154,27 +179,63 @@ class KernelPins {
   // For tests: live contexts in the process, and those this thread created.
   int64_t LiveContexts() const { return live_contexts_.load(std::memory_order_relaxed); }
   int64_t ThreadLiveContexts() const;
+  // For tests: requests that waited for memory (took a turn), and waits
+  // that ended kDeadlocked.
+  int64_t NumWaits() const { return num_waits_.load(std::memory_order_relaxed); }
+  int64_t NumDeadlocks() const { return num_deadlocks_.load(std::memory_order_relaxed); }
 
  private:
   // Note [Taking turns]
   // Kernels on several threads (two models trained at once, parallel
-  // branches) can each fit alone but not together: each pins its inputs,
-  // then waits for memory the others hold, and all time out. So a request
-  // that starts waiting takes a ticket; only the oldest waiter retries (a
-  // release goes to it, not to whoever asks next), and a new kernel waits
-  // before pinning its inputs while anyone waits, up to kTurnWait, so the
-  // memory that finishing kernels release is not pinned again at once by
-  // newcomers. The waits are bounded: a waiter that cannot be served gives up
-  // after kRetryBudget, and newcomers go ahead after kTurnWait, so turns
-  // never deadlock; kernels already running are never held back.
+  // branches) can each fit alone but not together. Three rules make them
+  // take turns instead of all failing after kRetryBudget:
+  //   1. Only the oldest waiter retries. A request that starts waiting takes
+  //      a ticket; a release goes to the oldest, not to whoever asks next.
+  //      Waiters whose thread has live contexts (an allocation inside a
+  //      kernel, a kernel nested in another) come before kernels that hold
+  //      nothing yet: only the former hold memory that their progress
+  //      releases.
+  //   2. A kernel that has not started holds nothing while it waits. Its
+  //      inputs are pinned all or none (PinInputs): if one does not fit,
+  //      the ones taken are unpinned and the kernel waits for its turn. A
+  //      new kernel does not even try while anyone waits (up to kTurnWait),
+  //      so what finishing kernels release goes to the waiters first.
+  //   3. A wait that no kernel can end is broken, not waited out. Running
+  //      kernels cannot give back what they hold, so two that each pinned
+  //      their inputs and then both need more wait for each other. When the
+  //      oldest waiter sees every live context blocked (each waiting
+  //      thread counts its live contexts in blocked_contexts_ while it
+  //      waits), its caller serves it without device memory: an allocation
+  //      is placed in host memory at its address (born evicted: the kernel
+  //      reads and writes it in place, over the bus on a GPU; strict mode
+  //      reports it as any unpinned touch), a kernel's inputs are pinned as
+  //      far as they fit. It then finishes and releases, and the next
+  //      waiter's turn comes.
+  // Invariant (what lets a waiter trust the count): a context counts in
+  // live_contexts_ whenever it holds a pin, from before its first pin to
+  // after its last unpin. A waiter that sees no other live context knows
+  // that no kernel will release memory, and fails at once (the request does
+  // not fit the device). Before this held, a kernel pinning its inputs was
+  // counted only once all were pinned, and could wait for one with the
+  // others pinned: two models training in 80 MiB failed with the failing
+  // request's kernel the only live context while another kernel, still
+  // pinning its inputs, held 16-34 MiB of the 66-68 MiB pinned.
+  // Waits stay bounded: a waiter that cannot be served gives up after
+  // kRetryBudget, newcomers go ahead after kTurnWait, and a deadlock is
+  // broken within two kTurnSlice.
   class Turn {
    public:
+    // Counts the waiting thread's live contexts as blocked while it waits.
     explicit Turn(KernelPins* pins);
     ~Turn();
     bool oldest() const;
+    // The waiting thread's live contexts.
+    int64_t own() const { return own_; }
 
    private:
+    static constexpr uint64_t kHoldsNothing = uint64_t{1} << 62;
     KernelPins* const pins_;
+    const int64_t own_;
     uint64_t ticket_;
   };
   // Called before a new kernel pins its inputs: waits (bounded) while
@@ -201,14 +262,26 @@ class KernelPins {
   Shard& ShardFor(void* context) {
     return shards_[(reinterpret_cast<uintptr_t>(context) >> 6) % kShards];
   }
-  // Pins `data` (in the evictable range), waiting for other kernels if the
-  // device is full of pinned memory; records it in `pins` if pinned.
-  void PinInput(const void* data, std::vector<Pin>* pins);
-  // Note [Variables reached through handles]. `handles` is a DT_RESOURCE
-  // input of the kernel `context` runs.
-  void PinVariables(tensorflow::OpKernelContext* context,
-                    const tensorflow::Tensor& handles, std::vector<Pin>* pins);
-  void PinVariable(tensorflow::Var* variable, std::vector<Pin>* pins);
+  // Pins every input of the kernel `params` (its Params*) describes, and the
+  // variables its resource inputs name (Note [Variables reached through
+  // handles]), without waiting. With `all_or_none`, returns
+  // kResourceExhausted at the first pin the device cannot take, leaving what
+  // it pinned in `pins` for the caller to release; without, skips it.
+  Status PinInputs(tensorflow::OpKernelContext* ctx, void* params, std::vector<Pin>* pins,
+                   bool all_or_none = true);
+  // The slow path of OnContextCreated (Note [Taking turns]): releases
+  // `pins`, then takes turns with other waiters and pins all the inputs at
+  // once, holding none while it waits; after kRetryBudget, pins what fits.
+  // On return the context is counted in live_contexts_ and holds `pins`.
+  void PinInputsTakingTurns(tensorflow::OpKernelContext* ctx, void* params,
+                            std::vector<Pin>* pins);
+  // Pins the unit holding `data` (in the evictable range) into `pins`.
+  Status PinOne(const void* data, std::vector<Pin>* pins);
+  // `handles` is a DT_RESOURCE input of the kernel `context` runs. With
+  // `all_or_none`, stops at the first kResourceExhausted and returns it;
+  // without, skips what the device cannot take.
+  Status PinVariables(tensorflow::OpKernelContext* context, const tensorflow::Tensor& handles,
+                      std::vector<Pin>* pins, bool all_or_none = true);
   // Removes the context with `serial` from its creator's stack; returns the
   // label of the creator's innermost remaining context (null if none).
   static const char* Forget(ThreadContexts& creator, uint64_t serial);
@@ -222,6 +295,11 @@ class KernelPins {
   uint64_t next_ticket_ LMS_GUARDED_BY(turn_mu_) = 0;
   std::set<uint64_t> waiting_ LMS_GUARDED_BY(turn_mu_);  // tickets, oldest first
   std::atomic<int> num_waiting_{0};
+  // Live contexts of threads waiting for memory or for a turn (Turn,
+  // AwaitTurn): they release nothing until their wait ends.
+  std::atomic<int64_t> blocked_contexts_{0};
+  std::atomic<int64_t> num_waits_{0};
+  std::atomic<int64_t> num_deadlocks_{0};
 };
 
 }  // namespace lms

@@ -66,8 +66,15 @@ void* LmsAllocator::Allocate(size_t alignment, size_t num_bytes, bool retry_on_f
     ptr = engine_->Allocate(num_bytes, /*pin=*/in_kernel, &s, &id, alignment);
     return s;
   };
-  status = pins_ != nullptr && retry_on_failure ? pins_->RetryWhileOthersRelease(attempt)
-                                                : attempt();
+  KernelPins::Outcome outcome = KernelPins::Outcome::kDone;
+  status = pins_ != nullptr && retry_on_failure
+               ? pins_->RetryWhileOthersRelease(attempt, &outcome)
+               : attempt();
+  bool pinned = in_kernel;
+  // Outside a kernel, host memory is offered below (HostFallback).
+  if (ptr == nullptr && in_kernel && outcome == KernelPins::Outcome::kDeadlocked) {
+    ptr = AllocateWhileDeadlocked(num_bytes, &status, &id, &pinned);
+  }
   if (ptr == nullptr) {
     t_last_failure = status.message();
     // Outside a kernel nobody checks for null (Note [Allocations outside
@@ -84,7 +91,24 @@ void* LmsAllocator::Allocate(size_t alignment, size_t num_bytes, bool retry_on_f
     return nullptr;
   }
   if (!t_last_failure.empty()) t_last_failure.clear();
-  if (in_kernel && engine_->InEvictableRange(ptr)) pins_->RecordAllocation(ptr, id);
+  if (pinned && engine_->InEvictableRange(ptr)) pins_->RecordAllocation(ptr, id);
+  return ptr;
+}
+
+void* LmsAllocator::AllocateWhileDeadlocked(size_t num_bytes, Status* status,
+                                            uint64_t* id, bool* pinned) {
+  // A unit of its own (granule alignment), unpinned, so the engine may place
+  // it in host memory. A small object would share a page, which a kernel
+  // pinning a neighbour could page in under this kernel's writes.
+  void* ptr = engine_->Allocate(num_bytes, /*pin=*/false, status, id,
+                                engine_->granule_bytes());
+  if (ptr == nullptr) return nullptr;
+  AllocationInfo info;
+  // Resident after all (memory came back since the last attempt): pinned as
+  // usual before the kernel sees it, so no eviction runs under its writes.
+  // Evicted: only this kernel knows the address until it returns it, so
+  // nothing pages it in under its writes; later users pin it and page it in.
+  *pinned = engine_->Inspect(ptr, &info).ok() && !info.evicted && engine_->Pin(ptr, id).ok();
   return ptr;
 }
 

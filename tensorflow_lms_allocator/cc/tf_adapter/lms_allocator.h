@@ -12,7 +12,8 @@
 //
 // AllocationAttributes are honoured: with retry_on_failure (TensorFlow's
 // default) a request that fails while other kernels hold pinned memory waits
-// for them to release it (KernelPins::RetryWhileOthersRelease); without it
+// for them to release it (KernelPins::RetryWhileOthersRelease), and if they
+// all wait too, is placed in host memory at its address; without it
 // (optional allocations, such as scratch space a kernel can do without) it
 // fails at once. RequestedSize is always what TensorFlow asked for: an
 // alignment above 256 bytes is met by the engine's placement, never by
@@ -63,6 +64,13 @@ class LmsAllocator : public tsl::Allocator {
   // With `retry_on_failure`, waits for other kernels' releases as long as
   // KernelPins allows; without, one attempt.
   void* Allocate(size_t alignment, size_t num_bytes, bool retry_on_failure);
+  // For a kernel's request that every running kernel waits on (Note [Taking
+  // turns] in kernel_pins.h): places it where the engine can, in host memory
+  // at its address if the device is full (born evicted; the kernel reaches
+  // it in place). *pinned says whether it is resident and pinned (then the
+  // caller records it with the kernel, as any allocation).
+  void* AllocateWhileDeadlocked(size_t num_bytes, Status* status, uint64_t* id,
+                                bool* pinned);
 
   // Immutable after construction; the engine and KernelPins are thread-safe.
   const std::string name_;
