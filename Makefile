@@ -170,7 +170,24 @@ $(BUILD)/cc/thread_safety.stamp: $(ENGINE_SRCS) $(ENGINE_HDRS) $(FAKE_CUDA_SRCS)
 	done
 	touch $@
 
-test-thread-safety: $(BUILD)/cc/thread_safety.stamp
+# The adapter's annotated files, against TensorFlow's headers: only the
+# analysis's own findings are errors (TensorFlow's headers warn under clang).
+ADAPTER_ANNOTATED := $(addprefix $(CC_SRC)/tf_adapter/,kernel_pins.cc overlay.cc pins_router.cc)
+$(BUILD)/cc/thread_safety_adapter.stamp: $(ADAPTER_ANNOTATED) $(wildcard $(CC_SRC)/tf_adapter/*.h) \
+                                         $(ENGINE_HDRS) $(VENV)/.bootstrapped
+	@mkdir -p $(@D)
+	@echo "== Thread-safety analysis of the TensorFlow adapter (clang -Werror=thread-safety)"
+	@TF_INCLUDE=$$($(PY) -c "import sysconfig, pathlib; print(pathlib.Path(sysconfig.get_paths()['purelib']) / 'tensorflow' / 'include')"); \
+	for f in $(ADAPTER_ANNOTATED); do \
+	  $(PY) -m ziglang c++ -std=c++17 -c -Wthread-safety -Werror=thread-safety-analysis \
+	    -Wno-deprecated-declarations -I$(CC_SRC) -I$$TF_INCLUDE -D_GLIBCXX_USE_CXX11_ABI=1 \
+	    -DEIGEN_MAX_ALIGN_BYTES=64 -DLMS_BUILT_FOR_TF_VERSION='"2.21.0"' $$f \
+	    -o $(BUILD)/cc/thread_safety_adapter.o > $(BUILD)/cc/thread_safety_adapter.log 2>&1 || \
+	    { grep -B2 -A4 "thread-safety" $(BUILD)/cc/thread_safety_adapter.log; exit 1; }; \
+	done
+	touch $@
+
+test-thread-safety: $(BUILD)/cc/thread_safety.stamp $(BUILD)/cc/thread_safety_adapter.stamp
 
 # The GPU wheel (tensorflow==2.21.0, without the CUDA libraries of its
 # and-cuda extra) in its own environment: the package built against it, every

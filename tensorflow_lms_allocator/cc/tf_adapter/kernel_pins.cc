@@ -210,7 +210,8 @@ void KernelPins::AwaitTurn() {
   blocked_contexts_.fetch_add(own);
   {
     std::unique_lock<std::mutex> lock(turn_mu_);
-    turn_cv_.wait_for(lock, kTurnWait, [this] { return waiting_.empty(); });
+    turn_cv_.wait_for(lock, kTurnWait,
+                      [this]() LMS_EXCLUSIVE_LOCKS_REQUIRED(turn_mu_) { return waiting_.empty(); });
   }
   blocked_contexts_.fetch_sub(own);
 }
