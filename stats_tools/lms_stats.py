@@ -168,7 +168,9 @@ def summarise(run: Run) -> dict[str, Any]:
         "rows": run.rows,
         "first_step": int(steps[0]),
         "last_step": int(steps[-1]),
-        "per_step_over": [int(steps[0]), int(steps[-1])],
+        # The growth from the end of the first logged step to the end of the
+        # last covers the steps after the first.
+        "per_step_over": [int(steps[0]) + 1, int(steps[-1])] if span else None,
         "peaks": {name: int(last[name]) for name in PEAKS if run.has(name)},
         "totals": totals,
         "per_step": per_step,
@@ -215,7 +217,8 @@ def format_summary(summary: dict[str, Any]) -> str:
             if name == "peak_bytes_in_use" and peaks.get("bytes_limit"):
                 note = f"{peaks[name] / peaks['bytes_limit']:.2f}x the device limit"
             table.append((text, _mib(peaks[name]), note))
-    span = f"steps {summary['per_step_over'][0]}-{summary['per_step_over'][1]}"
+    over = summary["per_step_over"]
+    span = f"steps {over[0]}-{over[1]}" if over else "one row"
     swap = {
         "bytes_reclaimed": ("bytes reclaimed (evicted)", _mib),
         "bytes_paged_in": ("bytes paged in", _mib),
@@ -243,8 +246,11 @@ def format_summary(summary: dict[str, Any]) -> str:
             lines.append(f"  {text:<{width}}  {total:>14}  {each:>14}")
     times = summary["step_time_s"]
     lines.append("")
-    lines.append("step time (s)  first {first:.3f}   after it: p50 {p50:.3f}  p90 {p90:.3f}  "
-                 "max {max:.3f}  mean {mean:.3f}".format(**times))
+    if summary["rows"] == 1:
+        lines.append(f"step time (s)  {times['first']:.3f} (one step logged)")
+    else:
+        lines.append("step time (s)  first {first:.3f}   after it: p50 {p50:.3f}  "
+                     "p90 {p90:.3f}  max {max:.3f}  mean {mean:.3f}".format(**times))
     return "\n".join(lines)
 
 
@@ -276,6 +282,7 @@ def plot(runs: Sequence[Run], output: str) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     figure, axes = plt.subplots(2, 3, figsize=(16, 9), sharex=True, layout="constrained")
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
@@ -308,6 +315,7 @@ def plot(runs: Sequence[Run], output: str) -> None:
                       ha="center", va="center", color="grey")
     for axis in axes[-1]:
         axis.set_xlabel("training step (batch, counted across epochs)")
+        axis.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     for axis, (name, _, _) in zip(axes.flat, PANELS):
         notes = []
         if name in PEAK_OF:
