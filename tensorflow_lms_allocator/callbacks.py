@@ -190,9 +190,8 @@ class LMSStatsLogger(tf.keras.callbacks.Callback):
         >>> import tensorflow_lms_allocator  # before tensorflow
         >>> import tensorflow as tf
         >>> from tensorflow_lms_allocator.callbacks import LMSStatsLogger
-        >>> logger = LMSStatsLogger("run.csv", device="GPU:0",
-        ...                         statistics=["bytes_in_use", "bytes_reclaimed"])
-        ...                         # doctest: +SKIP
+        >>> logger = LMSStatsLogger(  # doctest: +SKIP
+        ...     "run.csv", device="GPU:0", statistics=["bytes_in_use", "bytes_reclaimed"])
         >>> model.fit(x, y, epochs=2, callbacks=[logger])  # doctest: +SKIP
 
     Raises ValueError for a `device` with no LMS statistics, an unknown
@@ -264,8 +263,8 @@ class LMSStatsAverage(tf.keras.callbacks.Callback):
 
     Example:
         >>> from tensorflow_lms_allocator.callbacks import LMSStatsAverage
-        >>> average = LMSStatsAverage("avg.json", start_batch=5, end_batch=14)
-        ...                           # doctest: +SKIP
+        >>> average = LMSStatsAverage(  # doctest: +SKIP
+        ...     "avg.json", start_batch=5, end_batch=14)
         >>> model.fit(x, y, epochs=2, callbacks=[average])  # doctest: +SKIP
 
     Raises ValueError for a negative `start_batch`, an `end_batch` below it,
@@ -437,14 +436,16 @@ class LMSStatsSessionHook(tf.compat.v1.train.SessionRunHook):
     writes a row with ``epoch`` 0, ``batch`` and ``step`` the run call's
     number (0-based), ``step_time_s`` the call's wall time, and every
     statistic of `device` after the call. The file is created when the
-    session's graph is finalized and closed when the session ends.
+    session is being created (the hook's ``begin``) and closed when the
+    session ends; rows are flushed as they are written.
 
     Example:
         >>> from tensorflow_lms_allocator.callbacks import LMSStatsSessionHook
         >>> hook = LMSStatsSessionHook("run.csv")  # doctest: +SKIP
-        >>> with tf.compat.v1.train.MonitoredTrainingSession(hooks=[hook]) as session:
+        >>> with tf.compat.v1.train.MonitoredTrainingSession(  # doctest: +SKIP
+        ...         hooks=[hook]) as session:
         ...     while not session.should_stop():
-        ...         session.run(train_op)  # doctest: +SKIP
+        ...         session.run(train_op)
 
     Raises ValueError for a `device` with no LMS statistics or
     `every_n_steps` below 1.
