@@ -284,6 +284,10 @@ def plot(runs: Sequence[Run], output: str) -> None:
     import matplotlib.pyplot as plt
     import matplotlib.ticker
 
+    # The legend names runs by file name, or by the paths given when two
+    # files share a name (a/run.csv, b/run.csv).
+    names = [run.label for run in runs]
+    labels = names if len(set(names)) == len(names) else [run.path for run in runs]
     figure, axes = plt.subplots(2, 3, figsize=(16, 9), sharex=True, layout="constrained")
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for index, run in enumerate(runs):
@@ -294,7 +298,7 @@ def plot(runs: Sequence[Run], output: str) -> None:
                 continue
             scale = MIB if unit == "MiB" else 1.0
             values = [v / scale for v in run.columns[name]]
-            axis.plot(steps, values, color=colour, linewidth=1.6, label=run.label,
+            axis.plot(steps, values, color=colour, linewidth=1.6, label=labels[index],
                       marker=MARKERS[index % len(MARKERS)] if run.rows <= 60 else None,
                       markersize=5, fillstyle="none")
             peak = PEAK_OF.get(name)
@@ -329,13 +333,17 @@ def plot(runs: Sequence[Run], output: str) -> None:
                           marker=MARKERS[i % len(MARKERS)], fillstyle="none")
                for i in range(len(runs))]
     figure.suptitle("LMS statistics per training step", fontsize=14, fontweight="bold")
-    figure.legend(handles, [run.label for run in runs], loc="outside lower center",
+    figure.legend(handles, labels, loc="outside lower center",
                   ncols=min(len(runs), 4), fontsize=11, frameon=False)
     directory = os.path.dirname(output)
-    if directory:
-        os.makedirs(directory, exist_ok=True)
-    figure.savefig(output, dpi=100)
-    plt.close(figure)
+    try:
+        if directory:
+            os.makedirs(directory, exist_ok=True)
+        figure.savefig(output, dpi=100)
+    except OSError as error:
+        raise InputError(f"{output}: cannot write the PNG ({error.strerror or error})") from error
+    finally:
+        plt.close(figure)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

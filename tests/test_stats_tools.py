@@ -131,6 +131,16 @@ def test_a_missing_file_is_exit_code_2_naming_it(runs, tmp_path):
     assert not (tmp_path / "x.png").exists()
 
 
+def test_an_output_that_cannot_be_written_is_exit_code_2_naming_it(runs, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    output = blocker / "run.png"  # under a file, not a directory
+    done = tool("plot", str(runs / "fit.csv"), "-o", str(output))
+    assert done.returncode == 2
+    assert f"{output}: cannot write the PNG" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
 @pytest.mark.parametrize("content, words", [
     ("", ["the file is empty"]),
     ("epoch,batch,bytes_in_use\n0,0,5\n", ["no step, step_time_s column"]),
