@@ -29,7 +29,7 @@ TensorFlow) is imported; on a GPU the graph runs on ``GPU:0`` and
 
 Example:
     .venv/bin/python examples/session_graph.py
-    .venv/bin/python examples/session_graph.py --batch-size 64 --stats-every 5
+    .venv/bin/python examples/session_graph.py --steps 20 --stats-every 5
     .venv/bin/python examples/session_graph.py --no-lms        # out of memory, exit 3
 """
 
@@ -49,11 +49,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         description="Train a tf.compat.v1 graph (placeholders, variables, "
                     "MonitoredTrainingSession) under LMS.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("--batch-size", type=int, default=32, help="images per step")
+    parser.add_argument("--batch-size", type=int, default=16, help="images per step")
     parser.add_argument("--image-size", type=int, default=64,
                         help="height and width of the synthetic images")
-    parser.add_argument("--width", type=int, default=64, help="channels of each convolution")
-    parser.add_argument("--layers", type=int, default=10, help="number of convolutions")
+    parser.add_argument("--width", type=int, default=16, help="channels of each convolution")
+    parser.add_argument("--layers", type=int, default=24, help="number of convolutions")
     parser.add_argument("--steps", type=int, default=10, help="training steps")
     parser.add_argument("--stats-every", type=int, default=5,
                         help="print the LMS statistics every this many steps")

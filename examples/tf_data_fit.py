@@ -48,11 +48,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help="from_tensor_slices over arrays, or from_generator")
     parser.add_argument("--examples", type=int, default=256,
                         help="synthetic images in the data set")
-    parser.add_argument("--batch-size", type=int, default=32, help="images per step")
+    parser.add_argument("--batch-size", type=int, default=16, help="images per step")
     parser.add_argument("--image-size", type=int, default=64,
                         help="height and width of the synthetic images")
-    parser.add_argument("--width", type=int, default=64, help="channels of each convolution")
-    parser.add_argument("--layers", type=int, default=10, help="number of convolutions")
+    parser.add_argument("--width", type=int, default=16, help="channels of each convolution")
+    parser.add_argument("--layers", type=int, default=24, help="number of convolutions")
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--steps-per-epoch", type=int, default=8,
                         help="batches per epoch (the data set repeats)")
@@ -149,7 +149,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"model.fit, {model.count_params():,} parameters; {setting}", flush=True)
         reporter = support.StepReporter(lms, steps, args.stats_csv)
         model.fit(dataset, epochs=args.epochs, steps_per_epoch=args.steps_per_epoch,
-                  verbose=0, callbacks=[progress_callback(reporter, args.steps_per_epoch)])
+                  verbose=0, shuffle=False,  # the pipeline shuffles
+                  callbacks=[progress_callback(reporter, args.steps_per_epoch)])
     except tf.errors.ResourceExhaustedError as error:
         done = len(reporter.step_seconds) if reporter is not None else 0
         if reporter is not None:
