@@ -16,7 +16,9 @@ On a machine with an NVIDIA GPU (``/proc/driver/nvidia/gpus`` lists one) the
 emulated device is not created: ``--device-memory-mb`` is ignored with a note,
 the model runs on ``GPU:0`` with all of its memory, and statistics are read
 from ``GPU:0`` (index 0 of ``tensorflow_lms_allocator.device_names()`` in both
-cases). ``--force-emulated-device`` creates the emulated device anyway.
+cases). ``--force-emulated-device`` creates the emulated device anyway and
+hides the GPUs from TensorFlow (``CUDA_VISIBLE_DEVICES=``), so the model runs
+on it.
 
 Example:
     import _example_support as support
@@ -61,7 +63,8 @@ def add_lms_arguments(parser: argparse.ArgumentParser, device_memory_mb: int) ->
                             "TF_LMS_CPU_DEVICE_MEMORY_MB); ignored with a note on a "
                             "machine with a GPU, which uses all of its memory")
     group.add_argument("--force-emulated-device", action="store_true",
-                       help="create the emulated device even when a GPU is present")
+                       help="create the emulated device even when a GPU is present "
+                            "(hides the GPUs from TensorFlow)")
     group.add_argument("--host-memory-mb", type=int, default=None,
                        help="host memory for evicted tensors in MiB (sets "
                             "TF_GPU_HOST_MEM_LIMIT_IN_MB; LMS's default is 65536)")
@@ -103,6 +106,10 @@ def configure_environment(args: argparse.Namespace) -> str:
               "ignored and the model runs on GPU:0 with all of its memory "
               "(--force-emulated-device to use the emulated device instead)", flush=True)
         return f"GPU:0, {lms}"
+    if gpu_present():  # --force-emulated-device: ops would still be placed on GPU:0
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
+        print("note: --force-emulated-device hides the GPUs from TensorFlow "
+              "(CUDA_VISIBLE_DEVICES=) so the model runs on the emulated device", flush=True)
     os.environ["TF_LMS_CPU_DEVICE_MEMORY_MB"] = str(args.device_memory_mb)
     return f"emulated device with {args.device_memory_mb} MiB, {lms}"
 
