@@ -5,7 +5,7 @@ directory of a running script is first on ``sys.path``) *before* TensorFlow,
 because the LMS settings are environment variables that
 ``tensorflow_lms_allocator`` reads when it is imported:
 
-1. ``add_lms_arguments(parser)`` adds ``--lms/--no-lms``,
+1. ``add_lms_arguments(parser, device_memory_mb)`` adds ``--lms/--no-lms``,
    ``--device-memory-mb``, ``--host-memory-mb`` and ``--stats-csv``;
 2. ``configure_environment(args)`` turns them into ``TF_LMS_ENABLED``,
    ``TF_LMS_CPU_DEVICE_MEMORY_MB`` and ``TF_GPU_HOST_MEM_LIMIT_IN_MB`` in
@@ -22,7 +22,8 @@ on it.
 
 Example:
     import _example_support as support
-    args = parser.parse_args()            # parser got support.add_lms_arguments()
+    support.add_lms_arguments(parser, device_memory_mb=64)
+    args = parser.parse_args()
     support.configure_environment(args)
     lms = support.import_lms()
     import tensorflow as tf
