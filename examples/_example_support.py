@@ -1,0 +1,260 @@
+"""What the runnable examples share: device flags, progress lines, statistics, OOM exits.
+
+Not an example itself. Each example in this directory imports it (the
+directory of a running script is first on ``sys.path``) *before* TensorFlow,
+because the LMS settings are environment variables that
+``tensorflow_lms_allocator`` reads when it is imported:
+
+1. ``add_lms_arguments(parser, device_memory_mb)`` adds ``--lms/--no-lms``,
+   ``--device-memory-mb``, ``--host-memory-mb`` and ``--stats-csv``;
+2. ``configure_environment(args)`` turns them into ``TF_LMS_ENABLED``,
+   ``TF_LMS_CPU_DEVICE_MEMORY_MB`` and ``TF_GPU_HOST_MEM_LIMIT_IN_MB`` in
+   ``os.environ`` (no re-exec is needed: nothing has imported TensorFlow yet);
+3. ``import_lms()`` imports the package, then the example imports TensorFlow.
+
+On a machine with an NVIDIA GPU (``/proc/driver/nvidia/gpus`` lists one) the
+emulated device is not created: ``--device-memory-mb`` is ignored with a note,
+the model runs on ``GPU:0`` with all of its memory, and statistics are read
+from ``GPU:0`` (index 0 of ``tensorflow_lms_allocator.device_names()`` in both
+cases). ``--force-emulated-device`` creates the emulated device anyway and
+hides the GPUs from TensorFlow (``CUDA_VISIBLE_DEVICES=``), so the model runs
+on it.
+
+Example:
+    import _example_support as support
+    support.add_lms_arguments(parser, device_memory_mb=64)
+    args = parser.parse_args()
+    support.configure_environment(args)
+    lms = support.import_lms()
+    import tensorflow as tf
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from types import ModuleType
+from typing import IO, Any, Sequence
+
+MIB = 1 << 20
+EXIT_OUT_OF_MEMORY = 3  # every example's exit status on ResourceExhaustedError
+EXIT_NOT_BUILT = 1
+DEVICE = 0  # statistics device: the emulated CPU:0, or GPU:0 when there is no emulated device
+
+
+def gpu_present() -> bool:
+    """True when the NVIDIA driver lists a GPU (checked without importing TensorFlow)."""
+    gpus = Path("/proc/driver/nvidia/gpus")
+    return gpus.is_dir() and any(gpus.iterdir())
+
+
+def add_lms_arguments(parser: argparse.ArgumentParser, device_memory_mb: int) -> None:
+    """Adds the flags every example shares; `device_memory_mb` is the default cap."""
+    group = parser.add_argument_group("LMS and device memory")
+    group.add_argument("--lms", action=argparse.BooleanOptionalAction, default=True,
+                       help="evict inactive tensors to host memory when device memory "
+                            "runs out (sets TF_LMS_ENABLED)")
+    group.add_argument("--device-memory-mb", type=int, default=device_memory_mb,
+                       help="memory of the emulated device in MiB, an even number (sets "
+                            "TF_LMS_CPU_DEVICE_MEMORY_MB); ignored with a note on a "
+                            "machine with a GPU, which uses all of its memory")
+    group.add_argument("--force-emulated-device", action="store_true",
+                       help="create the emulated device even when a GPU is present "
+                            "(hides the GPUs from TensorFlow)")
+    group.add_argument("--host-memory-mb", type=int, default=None,
+                       help="host memory for evicted tensors in MiB (sets "
+                            "TF_GPU_HOST_MEM_LIMIT_IN_MB; LMS's default is 65536)")
+    group.add_argument("--stats-csv", type=Path, default=None,
+                       help="write the LMS statistics after every step to this CSV file "
+                            "(one row per step, flushed as it goes)")
+
+
+def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace,
+                    minimums: Sequence[tuple[str, int]]) -> None:
+    """Exits with a usage error when a numeric flag is below its minimum.
+
+    Also checks ``--device-memory-mb`` (whole 2 MiB granules, at least one).
+    """
+    for name, minimum in (*minimums, ("device_memory_mb", 2), ("host_memory_mb", 1)):
+        value = getattr(args, name)
+        if value is not None and value < minimum:
+            parser.error(f"--{name.replace('_', '-')} must be at least {minimum}, not {value}")
+    if args.device_memory_mb % 2:
+        parser.error(f"--device-memory-mb must be an even number of MiB (whole 2 MiB "
+                     f"granules), not {args.device_memory_mb}; use "
+                     f"{args.device_memory_mb - 1} or {args.device_memory_mb + 1}")
+
+
+def configure_environment(args: argparse.Namespace) -> str:
+    """Sets the LMS environment variables from `args`; returns the device description.
+
+    Must run before ``import tensorflow_lms_allocator``, which reads them.
+    """
+    os.environ["TF_LMS_ENABLED"] = "1" if args.lms else "0"
+    if args.host_memory_mb is not None:
+        os.environ["TF_GPU_HOST_MEM_LIMIT_IN_MB"] = str(args.host_memory_mb)
+    # TensorFlow's informational start-up lines would bury the progress lines.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    lms = f"LMS {'on' if args.lms else 'off'}"
+    if gpu_present() and not args.force_emulated_device:
+        os.environ.pop("TF_LMS_CPU_DEVICE_MEMORY_MB", None)
+        print(f"note: a GPU is present, so --device-memory-mb {args.device_memory_mb} is "
+              "ignored and the model runs on GPU:0 with all of its memory "
+              "(--force-emulated-device to use the emulated device instead)", flush=True)
+        return f"GPU:0, {lms}"
+    if gpu_present():  # --force-emulated-device: ops would still be placed on GPU:0
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
+        print("note: --force-emulated-device hides the GPUs from TensorFlow "
+              "(CUDA_VISIBLE_DEVICES=) so the model runs on the emulated device", flush=True)
+    os.environ["TF_LMS_CPU_DEVICE_MEMORY_MB"] = str(args.device_memory_mb)
+    return f"emulated device with {args.device_memory_mb} MiB, {lms}"
+
+
+def import_lms() -> ModuleType:
+    """Imports tensorflow_lms_allocator (before TensorFlow); exits 1 if it is not built."""
+    try:
+        import tensorflow_lms_allocator
+    except ImportError as error:
+        print(f"error: cannot load tensorflow_lms_allocator ({error}); run `make build` at "
+              "the repository root and use its .venv/bin/python", file=sys.stderr)
+        sys.exit(EXIT_NOT_BUILT)
+    return tensorflow_lms_allocator
+
+
+def mib(n: float) -> str:
+    return f"{n / MIB:,.1f} MiB"
+
+
+class StepReporter:
+    """Prints one progress line per step and keeps the LMS statistics of each.
+
+    Each line says the step, the elapsed time, the step time, what LMS evicted
+    and paged in during the step, and whatever the example passes (a loss).
+    With a CSV path, every step's statistics are appended as a row and flushed,
+    so a run that fails keeps the rows of the steps it finished.
+
+    Example:
+        reporter = StepReporter(lms, steps=10, csv_path=args.stats_csv)
+        for step in range(1, 11):
+            reporter.start()
+            loss = float(train_step())
+            reporter.finish(step, loss=f"{loss:.4f}")
+        reporter.summary()
+    """
+
+    def __init__(self, lms: ModuleType, steps: int, csv_path: Path | None,
+                 device: int | str = DEVICE) -> None:
+        self._lms = lms
+        self._device = device
+        self.steps = steps
+        self.step_seconds: list[float] = []
+        self._begin = time.perf_counter()
+        self._started = self._begin
+        self._before = lms.get_statistics(device)
+        self._csv_file: IO[str] | None = None
+        self._csv: csv.DictWriter | None = None
+        if csv_path is not None:
+            csv_path.parent.mkdir(parents=True, exist_ok=True)
+            self._csv_file = csv_path.open("w", newline="")
+            self._csv = csv.DictWriter(
+                self._csv_file, fieldnames=["step", "step_seconds", *sorted(self._before)])
+            self._csv.writeheader()
+            self._csv_file.flush()
+
+    def start(self) -> None:
+        self._started = time.perf_counter()
+
+    def finish(self, step: int, **values: str) -> dict[str, int]:
+        """Ends `step`: prints its line, writes its CSV row; returns the statistics."""
+        now = time.perf_counter()
+        seconds = now - self._started
+        self.step_seconds.append(seconds)
+        after = self._lms.get_statistics(self._device)
+        evicted = after["bytes_reclaimed"] - self._before["bytes_reclaimed"]
+        paged_in = after["bytes_paged_in"] - self._before["bytes_paged_in"]
+        shown = "".join(f"  {name} {value}" for name, value in values.items())
+        print(f"step {step}/{self.steps}  elapsed {now - self._begin:6.1f} s  "
+              f"step {seconds:6.2f} s{shown}  evicted {mib(evicted):>11}  "
+              f"paged in {mib(paged_in):>11}" + ("  (includes tracing)" if step == 1 else ""),
+              flush=True)
+        if self._csv is not None and self._csv_file is not None:
+            self._csv.writerow({"step": step, "step_seconds": f"{seconds:.6f}", **after})
+            self._csv_file.flush()
+        self._before = after
+        return after
+
+    def close(self) -> None:
+        if self._csv_file is not None:
+            self._csv_file.close()
+            self._csv_file = None
+
+    def median_step_seconds(self) -> float | None:
+        """The median step time, without step 1 (tracing) when there are more."""
+        times = self.step_seconds[1:] or self.step_seconds
+        return statistics.median(times) if times else None
+
+    def summary(self) -> dict[str, int]:
+        """Prints the swap volume and peaks of the whole run; returns the statistics."""
+        self.close()
+        s = self._lms.get_statistics(self._device)
+        print_statistics(s, self.median_step_seconds())
+        return s
+
+
+def print_statistics(s: dict[str, int], median_step_seconds: float | None) -> None:
+    """Prints the LMS statistics a user reads first, one per line."""
+    limit = s["bytes_limit"]
+    rows = [
+        ("device limit", mib(limit)),
+        ("peak bytes in use", f"{mib(s['peak_bytes_in_use'])} "
+                              f"({s['peak_bytes_in_use'] / max(limit, 1):.1f}x the limit)"),
+        ("peak bytes active", mib(s["peak_bytes_active"])),
+        ("bytes reclaimed (evicted)", f"{s['bytes_reclaimed']:,} bytes ({mib(s['bytes_reclaimed'])})"
+                                      f" in {s['num_evictions']:,} evictions"),
+        ("bytes paged in", f"{s['bytes_paged_in']:,} bytes ({mib(s['bytes_paged_in'])}) "
+                           f"in {s['num_page_ins']:,} page-ins"),
+        ("reclaims: single / full", f"{s['num_single_reclaims']:,} / {s['num_full_reclaims']:,}"),
+        ("host memory peak", mib(s["host_peak_bytes_in_use"])),
+    ]
+    if median_step_seconds is not None:
+        rows.append(("median step time", f"{median_step_seconds:.3f} s"))
+    print(f"LMS statistics (device {DEVICE}):")
+    for name, value in rows:
+        print(f"  {name:<28} {value}")
+
+
+def out_of_memory_reason(message: str) -> str:
+    """The line of a ResourceExhaustedError that says what could not be allocated.
+
+    TensorFlow's message opens with "Graph execution error:" and a Python stack;
+    the allocator's reason is on the line "OOM when allocating tensor ...".
+    """
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    for line in lines:
+        if line.startswith("OOM when allocating"):
+            return line.replace(" on /job:localhost/replica:0/task:0/device:", " on ")
+    return lines[0] if lines else "ResourceExhaustedError"
+
+
+def report_out_of_memory(args: argparse.Namespace, error: Any, where: str,
+                         setting: str) -> int:
+    """Prints one line saying what ran out and what to change; returns the exit status.
+
+    `error` is a tf.errors.ResourceExhaustedError (its ``message``), `where`
+    says when it happened ("in step 3").
+    """
+    reason = out_of_memory_reason(getattr(error, "message", str(error)))
+    if "TF_GPU_HOST_MEM_LIMIT_IN_MB" in reason:
+        advice = "raise --host-memory-mb (host memory for evicted tensors)"
+    elif not args.lms:
+        advice = "turn LMS on (--lms), lower the batch size or raise --device-memory-mb"
+    else:
+        advice = "lower the batch size or raise --device-memory-mb"
+    print(f"DOES NOT FIT: out of memory {where} ({setting}); {advice}.", flush=True)
+    print(f"error: out of memory {where}. TensorFlow: {reason}", file=sys.stderr, flush=True)
+    return EXIT_OUT_OF_MEMORY
