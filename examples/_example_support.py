@@ -241,13 +241,23 @@ def out_of_memory_reason(message: str) -> str:
     return lines[0] if lines else "ResourceExhaustedError"
 
 
+def print_trained(setting: str, steps: int, reporter: StepReporter) -> None:
+    """The examples' last line after training: steps, median step time, swap volume."""
+    s = reporter.summary()
+    print(f"TRAINED: {setting}: {steps} steps, median step "
+          f"{reporter.median_step_seconds():.3f} s; {s['bytes_reclaimed']:,} bytes "
+          f"reclaimed, {s['bytes_paged_in']:,} bytes paged in", flush=True)
+
+
 def report_out_of_memory(args: argparse.Namespace, error: Any, where: str,
-                         setting: str) -> int:
+                         setting: str, reporter: StepReporter | None = None) -> int:
     """Prints one line saying what ran out and what to change; returns the exit status.
 
     `error` is a tf.errors.ResourceExhaustedError (its ``message``), `where`
-    says when it happened ("in step 3").
+    says when it happened ("in step 3"); `reporter`, if any, is closed first.
     """
+    if reporter is not None:
+        reporter.close()
     reason = out_of_memory_reason(getattr(error, "message", str(error)))
     if "TF_GPU_HOST_MEM_LIMIT_IN_MB" in reason:
         advice = "raise --host-memory-mb (host memory for evicted tensors)"

@@ -134,14 +134,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 values["loss_scale"] = f"{float(optimizer.dynamic_scale):g}"
             reporter.finish(step, **values)
     except tf.errors.ResourceExhaustedError as error:
-        if reporter is not None:
-            reporter.close()
         where = f"in step {step}" if step else "while building the model"
-        return support.report_out_of_memory(args, error, where, setting)
-    s = reporter.summary()
-    print(f"TRAINED: {setting}: {args.steps} steps, median step "
-          f"{reporter.median_step_seconds():.3f} s; {s['bytes_reclaimed']:,} bytes "
-          f"reclaimed, {s['bytes_paged_in']:,} bytes paged in", flush=True)
+        return support.report_out_of_memory(args, error, where, setting, reporter)
+    support.print_trained(setting, args.steps, reporter)
     return 0
 
 

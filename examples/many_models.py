@@ -135,10 +135,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             loss = float(train_step())
             reporter.finish(step, loss=f"{loss:8.4f}")
     except tf.errors.ResourceExhaustedError as error:
-        if reporter is not None:
-            reporter.close()
         where = f"in step {step}" if step else "while building the model"
-        return support.report_out_of_memory(args, error, where, setting)
+        return support.report_out_of_memory(args, error, where, setting, reporter)
     s = reporter.summary()
     median = reporter.median_step_seconds()
     print(f"FITS: {setting}: {args.steps} steps, median step {median:.3f} s; swapped "

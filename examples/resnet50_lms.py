@@ -34,6 +34,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from _example_support import out_of_memory_reason  # examples/ is on sys.path
+
 EXIT_OUT_OF_MEMORY = 3
 MIB = 1 << 20
 
@@ -162,19 +164,6 @@ def build_training_step(args: argparse.Namespace) -> tuple[Callable[[], Any], An
         return loss
 
     return (lambda: train_step(images, labels)), model
-
-
-def out_of_memory_reason(message: str) -> str:
-    """The line of a ResourceExhaustedError that says what could not be allocated.
-
-    TensorFlow's message opens with "Graph execution error:" and a Python stack;
-    the allocator's reason is on the line "OOM when allocating tensor ...".
-    """
-    lines = [line.strip() for line in message.splitlines() if line.strip()]
-    for line in lines:
-        if line.startswith("OOM when allocating"):
-            return line.replace(" on /job:localhost/replica:0/task:0/device:", " on ")
-    return lines[0] if lines else "ResourceExhaustedError"
 
 
 def print_summary(s: dict[str, int], step_seconds: list[float]) -> None:

@@ -137,14 +137,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                     support.print_statistics(lms.get_statistics(support.DEVICE),
                                              reporter.median_step_seconds())
     except tf.errors.ResourceExhaustedError as error:
-        if reporter is not None:
-            reporter.close()
-        return support.report_out_of_memory(args, error, f"in step {step}", setting)
+        return support.report_out_of_memory(args, error, f"in step {step}", setting,
+                                            reporter)
     assert reporter is not None
-    s = reporter.summary()
-    print(f"TRAINED: {setting}: {step} steps, median step "
-          f"{reporter.median_step_seconds():.3f} s; {s['bytes_reclaimed']:,} bytes "
-          f"reclaimed, {s['bytes_paged_in']:,} bytes paged in", flush=True)
+    support.print_trained(setting, step, reporter)
     return 0
 
 

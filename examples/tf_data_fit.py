@@ -153,14 +153,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                   callbacks=[progress_callback(reporter, args.steps_per_epoch)])
     except tf.errors.ResourceExhaustedError as error:
         done = len(reporter.step_seconds) if reporter is not None else 0
-        if reporter is not None:
-            reporter.close()
         where = f"in step {done + 1}" if reporter is not None else "while building the model"
-        return support.report_out_of_memory(args, error, where, setting)
-    s = reporter.summary()
-    print(f"TRAINED: {setting}: {len(reporter.step_seconds)} steps, median step "
-          f"{reporter.median_step_seconds():.3f} s; {s['bytes_reclaimed']:,} bytes "
-          f"reclaimed, {s['bytes_paged_in']:,} bytes paged in", flush=True)
+        return support.report_out_of_memory(args, error, where, setting, reporter)
+    support.print_trained(setting, len(reporter.step_seconds), reporter)
     return 0
 
 
