@@ -54,7 +54,7 @@ THREAD_SAFETY_FLAGS := -std=c++17 -c -Wall -Wextra -Wthread-safety -Wthread-safe
 
 .PHONY: all build test test-asan test-tsan test-thread-safety test-python demo bench-allocator \
         bench-maxbatch bench-mincap clean fake-cuda test-fake-cuda mutation-check-cuda \
-        test-gpu-wheel gpu-check
+        test-gpu-wheel gpu-check wheel
 
 all: build
 
@@ -260,6 +260,13 @@ gpu-check:
 	@$(PYTHON) benchmarks/gpu_check.py --gpu-only
 	$(MAKE) $(GPU_CHECK_VENV)/.built
 	$(GPU_CHECK_VENV)/bin/python benchmarks/gpu_check.py
+
+# A wheel for installing LMS into another environment that has the same
+# TensorFlow (README, Install). It is built against the TensorFlow in .venv and
+# refuses, at import, to load into another TensorFlow version.
+wheel: build
+	$(PY) -m pip wheel --quiet --no-build-isolation --no-deps -w dist .
+	@$(PY) build_scripts/wheel_info.py dist
 
 test-python: build $(FAKE_CUDA_LIB)
 	@echo "== Python tests"

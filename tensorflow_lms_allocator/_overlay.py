@@ -9,7 +9,9 @@ loads after it.
 from __future__ import annotations
 
 import ctypes
+import importlib.metadata
 import importlib.util
+import json
 import os
 import sys
 from pathlib import Path
@@ -60,6 +62,38 @@ def _check_tensorflow_not_loaded() -> None:
             "first, before `import tensorflow` and `import keras`.")
 
 
+def installed_tensorflow() -> list[tuple[str, str]]:
+    """The distributions that install the `tensorflow` module, with their versions.
+
+    Read from the installed packages' metadata, without importing TensorFlow
+    (which must load after the interposer).
+
+    Example:
+        >>> installed_tensorflow()  # doctest: +SKIP
+        [('tensorflow_cpu', '2.21.0')]
+    """
+    names = importlib.metadata.packages_distributions().get("tensorflow", [])
+    found = (importlib.metadata.distribution(name).metadata for name in names)
+    return sorted({(meta["Name"], meta["Version"]) for meta in found})
+
+
+def _check_tensorflow_version(libs: Path) -> None:
+    # The adapter links TensorFlow's C++ ABI: loaded into another TensorFlow
+    # it fails on an undefined symbol (measured with 2.20.0) or, worse, loads.
+    # The adapter checks again (tf_lms_configure) for a TensorFlow installed
+    # without metadata.
+    built_for = json.loads((libs / "build_info.json").read_text())["tensorflow_version"]
+    installed = installed_tensorflow()
+    if installed and all(version != built_for for _, version in installed):
+        found = ", ".join(f"{name} {version}" for name, version in installed)
+        raise ImportError(
+            f"tensorflow_lms_allocator was built for TensorFlow {built_for}, but "
+            f"{found} is installed. Install TensorFlow {built_for} "
+            f"(`pip install tensorflow=={built_for}` or tensorflow-cpu), or rebuild "
+            "this package against the installed TensorFlow: `pip install "
+            "--no-build-isolation --force-reinstall <this project>` (README, Install).")
+
+
 def message_buffer() -> ctypes.Array:
     """A buffer for the message of a C API call that may fail."""
     return ctypes.create_string_buffer(_MESSAGE_BYTES)
@@ -98,6 +132,7 @@ def install() -> ModuleType:
     libs = _library_dir()
     if not _INTERPOSER_LOADED:
         _check_tensorflow_not_loaded()
+        _check_tensorflow_version(libs)
         ctypes.CDLL(str(libs / "libtf_lms_interposer.so"), mode=ctypes.RTLD_GLOBAL)
         _INTERPOSER_LOADED = True
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")

@@ -26,8 +26,10 @@ class Run:
 
 
 def run_program(name: str, *args: str, env: dict[str, str] | None = None,
-                timeout: float = 300) -> Run:
+                timeout: float = 300, python: str = sys.executable) -> Run:
     """Runs tests/tf_programs/<name> with `env` added to a clean LMS environment.
+
+    `python` is the interpreter (another virtual environment's, for example).
 
     Example:
         run = run_program("train.py", "fit", env={"TF_LMS_CPU_DEVICE_MEMORY_MB": "128"})
@@ -38,7 +40,7 @@ def run_program(name: str, *args: str, env: dict[str, str] | None = None,
     full_env.update({"TF_CPP_MIN_LOG_LEVEL": "2", "TF_ENABLE_ONEDNN_OPTS": "0",
                      "PYTHONUNBUFFERED": "1"})
     full_env.update(env or {})
-    proc = subprocess.run([sys.executable, str(PROGRAMS / name), *args], env=full_env,
+    proc = subprocess.run([python, str(PROGRAMS / name), *args], env=full_env,
                           capture_output=True, text=True, timeout=timeout)
     result = None
     for line in proc.stdout.splitlines():

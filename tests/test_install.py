@@ -1,0 +1,83 @@
+"""Installing LMS into a user's own environment (README, Install).
+
+A user has an environment with the stock TensorFlow wheel and installs this
+project's wheel (`make wheel`) into it with one `pip install`. These tests do
+exactly that in a fresh virtual environment: the wheel built from this
+checkout, `tensorflow-cpu==2.21.0` from the package registry, then a real
+training run under a cap; and the clear refusal when the environment's
+TensorFlow is another version than the one the wheel was built for.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+
+from tf_helpers import describe, run_program
+
+ROOT = Path(__file__).resolve().parent.parent
+CAP_MIB = 128  # tests/tf_programs/train.py peaks at about 230 MiB
+
+
+def pip(python: Path, *args: str) -> None:
+    proc = subprocess.run([str(python), "-m", "pip", "--disable-pip-version-check",
+                           "--quiet", *args], capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, f"pip {' '.join(args)}:\n{proc.stdout}\n{proc.stderr}"
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """This checkout's wheel, built as `make wheel` builds it."""
+    out = tmp_path_factory.mktemp("dist")
+    pip(Path(sys.executable), "wheel", "--no-build-isolation", "--no-deps", "-w", str(out),
+        str(ROOT))
+    (built,) = out.glob("tensorflow_lms_allocator-*.whl")
+    return built
+
+
+@pytest.fixture(scope="module")
+def user_env(tmp_path_factory: pytest.TempPathFactory, wheel: Path) -> Path:
+    """A fresh virtual environment with the stock wheel and LMS: its python."""
+    root = tmp_path_factory.mktemp("user-env")
+    venv.EnvBuilder(with_pip=True).create(root)
+    python = root / "bin" / "python"
+    pip(python, "install", "tensorflow-cpu==2.21.0", str(wheel))
+    return python
+
+
+def test_the_wheel_says_which_tensorflow_it_was_built_for(wheel):
+    proc = subprocess.run([sys.executable, str(ROOT / "build_scripts" / "wheel_info.py"),
+                           str(wheel.parent)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert f"Built {wheel}" in proc.stdout
+    assert "for TensorFlow 2.21.0" in proc.stdout
+
+
+def test_the_installed_wheel_trains_over_the_cap_in_a_fresh_environment(user_env):
+    location = subprocess.run(
+        [str(user_env), "-c", "import importlib.util as u; "
+         "print(u.find_spec('tensorflow_lms_allocator').origin)"],
+        capture_output=True, text=True, check=True, cwd=user_env.parent).stdout
+    assert str(user_env.parent.parent) in location  # the installed copy, not the checkout
+    run = run_program("train.py", "fit", python=str(user_env),
+                      env={"TF_LMS_CPU_DEVICE_MEMORY_MB": str(CAP_MIB), "TF_LMS_ENABLED": "1"})
+    assert run.result and run.result["error"] is None, describe(run)
+    stats = run.result["stats"]
+    assert stats["peak_bytes_in_use"] > CAP_MIB << 20  # it needed more than the device
+    assert stats["bytes_reclaimed"] > 0 and stats["num_page_ins"] > 0
+
+
+def test_another_tensorflow_version_is_refused_with_what_to_do(user_env):
+    pip(user_env, "install", "tensorflow-cpu==2.20.0")
+    proc = subprocess.run([str(user_env), "-c", "import tensorflow_lms_allocator"],
+                          capture_output=True, text=True, timeout=300, cwd=user_env.parent)
+    assert proc.returncode != 0
+    assert "ImportError: tensorflow_lms_allocator was built for TensorFlow 2.21.0, " \
+           "but tensorflow_cpu 2.20.0 is installed" in proc.stderr, proc.stderr
+    assert "--no-build-isolation --force-reinstall" in proc.stderr
+    # Refused before TensorFlow or the adapter loaded: nothing crashed.
+    assert "Segmentation fault" not in proc.stderr and "undefined symbol" not in proc.stderr
