@@ -50,13 +50,15 @@ import json
 import os
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
+
+import probe_process
+from probe_process import run_probe_process
 
 MIB = 1 << 20
 MODES = ("bfc", "lms", "lms-off", "stock", "stock-eigen")
@@ -179,29 +181,29 @@ def failure_reason(returncode: int, stderr: str, timed_out: bool, timeout: float
 
 
 def run_probe(mode: str, batch: int, *, steps: int, cap_mb: int, image_size: int,
-              timeout: float, inter_op_threads: int | None = None) -> Probe:
+              timeout: float, inter_op_threads: int | None = None,
+              estimate: float | None = None) -> Probe:
     with tempfile.TemporaryDirectory(prefix="maxbatch-") as tmp:
         result_path = Path(tmp) / "result.json"
         command = [sys.executable, "-X", "faulthandler", str(Path(__file__).resolve()),
                    "--probe", mode, "--batch", str(batch), "--steps", str(steps),
                    "--image-size", str(image_size), "--result", str(result_path)]
-        start = time.perf_counter()
-        timed_out = False
-        try:
-            env = probe_environment(mode, cap_mb, inter_op_threads)
-            done = subprocess.run(command, env=env,
-                                  capture_output=True, text=True, timeout=timeout)
-            returncode, stderr = done.returncode, done.stderr
-        except subprocess.TimeoutExpired as expired:
-            timed_out, returncode = True, -9
-            stderr = expired.stderr.decode(errors="replace") if expired.stderr else ""
-        seconds = time.perf_counter() - start
-        if returncode == 0 and result_path.exists():
+        done = run_probe_process(command, probe_environment(mode, cap_mb, inter_op_threads),
+                                 timeout, f"{mode} batch {batch}", estimate)
+        if done.returncode == 0 and result_path.exists():
             result = json.loads(result_path.read_text())
-            return Probe(mode, batch, True, seconds, step_seconds=result["step_seconds"],
+            return Probe(mode, batch, True, done.seconds, step_seconds=result["step_seconds"],
                          stats=result.get("statistics", {}))
-        return Probe(mode, batch, False, seconds,
-                     reason=failure_reason(returncode, stderr, timed_out, timeout))
+        return Probe(mode, batch, False, done.seconds,
+                     reason=failure_reason(done.returncode, done.stderr, done.timed_out,
+                                           timeout))
+
+
+def estimate_seconds(probes: list[Probe], mode: str, batch: int) -> float | None:
+    """A guess at a probe's wall time: the last probe of `mode` that fitted, scaled
+    by batch (an overestimate for small batches, where start-up dominates)."""
+    fitted = [p for p in probes if p.mode == mode and p.fits]
+    return fitted[-1].seconds * max(1.0, batch / fitted[-1].batch) if fitted else None
 
 
 # --------------------------------------------------------------------------
@@ -306,6 +308,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "fewer tensors are pinned at once")
     parser.add_argument("--skip-timing", action="store_true",
                         help="only search the max batches")
+    parser.add_argument("--progress-every", type=float, default=30,
+                        help="seconds between progress lines of a running probe")
     # The probe subprocess (internal).
     parser.add_argument("--probe", choices=MODES, help=argparse.SUPPRESS)
     parser.add_argument("--batch", type=int, help=argparse.SUPPRESS)
@@ -319,13 +323,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--timing-warmup ({args.timing_warmup}) must be less than "
                      f"--timing-steps ({args.timing_steps})")
 
+    probe_process.progress_every = args.progress_every
     started = time.perf_counter()
     probes: list[Probe] = []
 
     def search_run(mode: str, batch: int) -> Probe:
         return run_probe(mode, batch, steps=args.search_steps, cap_mb=args.cap_mb,
                          image_size=args.image_size, timeout=args.timeout,
-                         inter_op_threads=args.inter_op_threads)
+                         inter_op_threads=args.inter_op_threads,
+                         estimate=estimate_seconds(probes, mode, batch))
 
     print(f"ResNet-50, {args.image_size}x{args.image_size} synthetic images, SGD+momentum; "
           f"device memory cap {args.cap_mb} MiB; a probe fits when "
@@ -352,7 +358,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 probe = run_probe(mode, args.timing_batch, steps=args.timing_steps,
                                   cap_mb=args.timing_cap_mb, image_size=args.image_size,
                                   timeout=args.timeout,
-                                  inter_op_threads=args.inter_op_threads)
+                                  inter_op_threads=args.inter_op_threads,
+                                  estimate=(timing_runs[mode][-1].seconds
+                                            if timing_runs[mode] else None))
                 print(format_probe(probe), flush=True)
                 if not probe.fits:
                     print(f"error: the {mode} timing run failed at batch "
@@ -403,7 +411,7 @@ def print_results(args: argparse.Namespace, probes: list[Probe], bfc_max: int,
               f"({s['peak_bytes_in_use'] / s['bytes_limit']:.1f}x the cap), "
               f"evicted {s['bytes_reclaimed'] / MIB:,.0f} MiB, paged in "
               f"{s['bytes_paged_in'] / MIB:,.0f} MiB, median step "
-              f"{statistics.median(lms_probe.step_seconds[1:]):.1f} s")
+              f"{statistics.median(lms_probe.step_seconds[1:] or lms_probe.step_seconds):.1f} s")
     if any(p.stats and p.stats["peak_bytes_active"] > p.stats["bytes_limit"]
            for p in probes):
         print("  (!) peak bytes active above the cap: the engine counts a pinned "

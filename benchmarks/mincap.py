@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -42,6 +41,8 @@ from typing import Any, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from maxbatch import failure_reason, probe_environment, train_and_time  # noqa: E402
+import probe_process  # noqa: E402
+from probe_process import run_probe_process  # noqa: E402
 
 MIB = 1 << 20
 MODELS = ("resnet50", "densenet121", "transformer")
@@ -112,20 +113,14 @@ def run_probe(model_name: str, cap_mb: int, steps: int, timeout: float) -> Probe
         result_path = Path(tmp) / "result.json"
         command = [sys.executable, "-X", "faulthandler", str(Path(__file__).resolve()),
                    "--probe", model_name, "--steps", str(steps), "--result", str(result_path)]
-        timed_out = False
-        try:
-            done = subprocess.run(command, env=probe_environment("lms", cap_mb, None),
-                                  capture_output=True, text=True, timeout=timeout)
-            returncode, stderr = done.returncode, done.stderr
-        except subprocess.TimeoutExpired as expired:
-            timed_out, returncode = True, -9
-            stderr = expired.stderr.decode(errors="replace") if expired.stderr else ""
-        if returncode == 0 and result_path.exists():
+        done = run_probe_process(command, probe_environment("lms", cap_mb, None), timeout,
+                                 f"{model_name} on {cap_mb} MiB")
+        if done.returncode == 0 and result_path.exists():
             result = json.loads(result_path.read_text())
             return Probe(cap_mb, True, step_seconds=result["step_seconds"],
                          stats=result["statistics"])
-        return Probe(cap_mb, False, reason=failure_reason(returncode, stderr, timed_out,
-                                                          timeout))
+        return Probe(cap_mb, False, reason=failure_reason(done.returncode, done.stderr,
+                                                          done.timed_out, timeout))
 
 
 @dataclass
@@ -184,6 +179,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="stop bisecting when the interval is below this fraction of "
                              "the peak (at least 4 MiB)")
     parser.add_argument("--timeout", type=float, default=600, help="seconds per probe")
+    parser.add_argument("--progress-every", type=float, default=30,
+                        help="seconds between progress lines of a running probe")
     parser.add_argument("--probe", choices=MODELS, help=argparse.SUPPRESS)
     parser.add_argument("--result", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -191,6 +188,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_probe_in_this_process(args.probe, args.steps, args.result)
     if args.steps < 2:
         parser.error(f"--steps must be at least 2 (the first traces), got {args.steps}")
+    probe_process.progress_every = args.progress_every
     start = time.perf_counter()
     outcomes = [measure(m, args.steps, args.resolution, args.timeout) for m in args.models]
     print()

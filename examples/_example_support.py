@@ -133,7 +133,8 @@ def mib(n: float) -> str:
 class StepReporter:
     """Prints one progress line per step and keeps the LMS statistics of each.
 
-    Each line says the step, the elapsed time, the step time, what LMS evicted
+    Each line says the step, the elapsed time, an estimate of the time left
+    (the median step so far times the steps left), the step time, what LMS evicted
     and paged in during the step, and whatever the example passes (a loss).
     With a CSV path, every step's statistics are appended as a row and flushed,
     so a run that fails keeps the rows of the steps it finished.
@@ -178,7 +179,10 @@ class StepReporter:
         evicted = after["bytes_reclaimed"] - self._before["bytes_reclaimed"]
         paged_in = after["bytes_paged_in"] - self._before["bytes_paged_in"]
         shown = "".join(f"  {name} {value}" for name, value in values.items())
+        # The first step traces the function; later steps predict the rest better.
+        typical = statistics.median(self.step_seconds[1:] or self.step_seconds)
         print(f"step {step}/{self.steps}  elapsed {now - self._begin:6.1f} s  "
+              f"left ~{typical * (self.steps - step):5.0f} s  "
               f"step {seconds:6.2f} s{shown}  evicted {mib(evicted):>11}  "
               f"paged in {mib(paged_in):>11}" + ("  (includes tracing)" if step == 1 else ""),
               flush=True)

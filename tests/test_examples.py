@@ -80,6 +80,9 @@ def test_many_models_fits_with_lms_on_a_device_too_small_and_writes_stats_csv(
     assert run.returncode == 0, run.describe()
     assert "FITS: MobileNetV2" in run.stdout, run.describe()
     assert len(step_lines(run)) == 3 and "step 3/3" in run.stdout, run.describe()
+    # Every step line estimates the time left; none is left after the last.
+    assert all(re.search(r"  left ~ *\d+ s  ", line) for line in step_lines(run))
+    assert re.search(r"  left ~ +0 s  ", step_lines(run)[-1]), run.describe()
     reclaimed = run.bytes_reclaimed()
     assert reclaimed > 0, run.describe()
     with stats.open() as f:
