@@ -65,7 +65,7 @@ def step_lines(run: Run) -> list[str]:
 
 
 @pytest.mark.parametrize("name", ["many_models.py", "custom_loop_mixed_precision.py",
-                                  "session_graph.py", "tf_data_fit.py"])
+                                  "session_graph.py", "tf_data_fit.py", "multi_worker.py"])
 def test_help_of_each_example_exits_zero_and_names_the_lms_flags(name: str) -> None:
     run = run_example(name, "--help", timeout=60)
     assert run.returncode == 0, run.describe()
