@@ -54,7 +54,7 @@ THREAD_SAFETY_FLAGS := -std=c++17 -c -Wall -Wextra -Wthread-safety -Wthread-safe
 
 .PHONY: all build test test-asan test-tsan test-thread-safety test-python demo bench-allocator \
         bench-maxbatch bench-mincap clean fake-cuda test-fake-cuda mutation-check-cuda \
-        test-gpu-wheel gpu-check wheel
+        test-gpu-wheel gpu-check wheel test-patches patches
 
 all: build
 
@@ -270,9 +270,20 @@ wheel: build
 
 test-python: build $(FAKE_CUDA_LIB)
 	@echo "== Python tests"
-	$(PY) -m pytest tests
+	$(PY) -m pytest tests --ignore=tests/test_patches.py
 
-test: test-thread-safety test-asan test-tsan test-fake-cuda test-python
+# The source patch for TensorFlow v2.21.0 (patches/README.md): never stale,
+# applies with git am, pre-images equal the wheel's files, new C++ compiles
+# against the wheel's headers, the patched Python API works on the stock wheel.
+test-patches: build
+	@echo "== Source patch checks"
+	$(PY) -m pytest -q tests/test_patches.py
+
+# Regenerates patches/v2.21.0 after a change to the engine, backends or adapter.
+patches: build
+	$(PY) build_scripts/make_patches.py
+
+test: test-thread-safety test-asan test-tsan test-fake-cuda test-patches test-python
 
 # ResNet-50 at batch 32 (about 900 MiB at its peak) in 256 MiB of emulated
 # device memory: trains with LMS, runs out of memory without (about a minute).

@@ -1,0 +1,273 @@
+"""The source patch for TensorFlow v2.21.0 (patches/, build_scripts/make_patches.py).
+
+What can be checked without a TensorFlow checkout (patches/README.md):
+- the committed series is what the generator makes now (never stale);
+- `git am` applies it to the base tree, and the new files it adds are byte for
+  byte the sources the overlay builds and tests;
+- every pre-image in the series is the installed 2.21.0 wheel's file (its git
+  blob hash), except the lines the wheel build rewrites, which are named;
+- every new C++ file compiles against the wheel's headers, laid out as in the
+  TensorFlow tree, with the overlay's flags;
+- on a copy of the installed `tensorflow` package with the patched Python
+  files and a config_pb2 whose descriptor has fields 20/21, the Python API sets
+  `gpu_options.experimental.lms_enabled`, the ConfigProto round-trips through
+  serialization and text format, and a tf.compat.v1.Session runs with it.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "build_scripts"))
+import make_patches  # noqa: E402
+
+WHEEL = Path(sysconfig.get_paths()["purelib"]) / "tensorflow"
+# Lines the wheel build rewrites (DESIGN.md, "Facts about the source patch"):
+# path -> {line number: (wheel text, source text)}.
+REWRITTEN = {
+    "tensorflow/python/eager/context.py": {
+        29: ("from tensorflow.compiler.xla.tsl.protobuf import coordination_config_pb2",
+             "from xla.tsl.protobuf import coordination_config_pb2"),
+    },
+}
+
+
+def git(cwd: Path, *args: str, stdin: bytes | None = None) -> str:
+    env = {**os.environ, **make_patches.IDENTITY, "GIT_CONFIG_GLOBAL": os.devnull,
+           "GIT_CONFIG_NOSYSTEM": "1"}
+    done = subprocess.run(["git", *args], cwd=cwd, env=env, input=stdin,
+                          capture_output=True, check=False)
+    assert done.returncode == 0, f"git {' '.join(args)}: {done.stderr.decode()}"
+    return done.stdout.decode()
+
+
+def blob_hash(data: bytes) -> str:
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def applied(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The base tree with the committed series applied by `git am`."""
+    tree = tmp_path_factory.mktemp("tf") / "tensorflow"
+    make_patches.base_checkout(tree)
+    patches = sorted(make_patches.SERIES.glob("*.patch"))
+    assert patches, "no patches in patches/v2.21.0"
+    git(tree, "am", "--quiet", *map(str, patches))
+    return tree
+
+
+def test_the_committed_series_is_what_the_generator_makes():
+    done = subprocess.run([sys.executable, str(ROOT / "build_scripts" / "make_patches.py"),
+                           "--check"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "up to date" in done.stdout
+
+
+def test_git_am_applies_the_series_and_adds_the_overlay_sources_byte_for_byte(applied):
+    log = git(applied, "log", "--format=%s").splitlines()
+    assert len(log) == len(make_patches.PARTS) + 1
+    sources = make_patches.new_sources()
+    assert len(sources) > 40
+    for rel in sources:
+        added = applied / make_patches.LMS_DIR / rel
+        assert added.read_bytes() == (make_patches.CC / rel).read_bytes(), rel
+    assert (applied / make_patches.LMS_DIR / "BUILD").is_file()
+    # The overlay-only files stay out of the TensorFlow tree.
+    assert not (applied / make_patches.LMS_DIR / "tf_adapter" / "overlay.cc").exists()
+
+
+def wheel_text_as_source(rel: str) -> bytes:
+    """The wheel's file with the lines its build rewrote put back as in the source."""
+    lines = (WHEEL.parent / rel).read_text().split("\n")
+    for number, (in_wheel, in_source) in REWRITTEN.get(rel, {}).items():
+        assert lines[number - 1] == in_wheel, f"{rel}:{number}: {lines[number - 1]!r}"
+        lines[number - 1] = in_source
+    return "\n".join(lines).encode()
+
+
+def test_every_pre_image_is_the_installed_wheels_file():
+    pre_images = {}
+    for patch in make_patches.SERIES.glob("*.patch"):
+        text = patch.read_text()
+        for path, old in re.findall(r"^diff --git a/(\S+) .*\n(?:.*\n)*?index ([0-9a-f]{40})\.\.",
+                                    text, re.M):
+            pre_images[path] = old
+    modified = {path: old for path, old in pre_images.items() if set(old) != {"0"}}
+    assert set(modified) == {"tensorflow/python/framework/config.py",
+                             "tensorflow/python/eager/context.py"}
+    for path, old in modified.items():
+        assert old == blob_hash(wheel_text_as_source(path)), path
+        assert (make_patches.BASE / path).read_bytes() == wheel_text_as_source(path)
+
+
+def compile_one(source: Path, include: Path) -> tuple[Path, str]:
+    flags = ["-std=c++17", "-fsyntax-only", "-w", "-D_GLIBCXX_USE_CXX11_ABI=1",
+             "-DEIGEN_MAX_ALIGN_BYTES=64", f"-I{include}", f"-I{WHEEL / 'include'}"]
+    done = subprocess.run(["nice", os.environ.get("CXX", "g++"), *flags, str(source)],
+                          capture_output=True, text=True)
+    return source, "" if done.returncode == 0 else done.stderr[-3000:]
+
+
+def test_every_new_cc_file_compiles_against_the_wheels_headers_in_the_tree_layout(applied):
+    lms = applied / make_patches.LMS_DIR
+    sources = sorted(lms.rglob("*.cc"))
+    # Bazel's `includes = ["."]` puts the lms directory on the include path.
+    content = hashlib.sha256()
+    for path in sorted(lms.rglob("*.cc")) + sorted(lms.rglob("*.h")):
+        content.update(path.read_bytes())
+    stamp = ROOT / "build" / "patches" / f"compiled-{content.hexdigest()[:16]}"
+    if stamp.exists():  # the same bytes compiled before: a rerun is quick
+        return
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        failures = [(s, e) for s, e in pool.map(lambda s: compile_one(s, lms), sources) if e]
+    assert not failures, "\n".join(f"{s}:\n{e}" for s, e in failures)
+    stamp.parent.mkdir(parents=True, exist_ok=True)
+    stamp.write_text(json.dumps([str(s.relative_to(lms)) for s in sources]))
+
+
+# --------------------------------------------------------------------------
+# The patched Python API on the stock wheel.
+
+def config_pb2_with_lms_fields(original: str) -> str:
+    """config_pb2.py whose serialized descriptor has GPUOptions.Experimental fields
+    lms_enabled = 20 and lms_defrag_enabled = 21, as the patched config.proto."""
+    from google.protobuf import descriptor_pb2
+
+    match = re.search(r"AddSerializedFile\((b'.*?')\)\n", original)
+    assert match, "config_pb2.py: no serialized descriptor"
+    proto = descriptor_pb2.FileDescriptorProto.FromString(eval(match.group(1)))  # noqa: S307
+    (gpu_options,) = [m for m in proto.message_type if m.name == "GPUOptions"]
+    (experimental,) = [m for m in gpu_options.nested_type if m.name == "Experimental"]
+    assert {f.number for f in experimental.field}.isdisjoint({20, 21})
+    for name, json_name, number in (("lms_enabled", "lmsEnabled", 20),
+                                    ("lms_defrag_enabled", "lmsDefragEnabled", 21)):
+        experimental.field.add(name=name, number=number, json_name=json_name,
+                               type=descriptor_pb2.FieldDescriptorProto.TYPE_BOOL,
+                               label=descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL)
+    return original.replace(match.group(1), repr(proto.SerializeToString()))
+
+
+def link_tree(source: Path, target: Path, replaced: dict[str, str]) -> None:
+    """Mirrors `source` at `target` by symlinks, writing the files in `replaced`."""
+    target.mkdir(parents=True)
+    for entry in source.iterdir():
+        inside = [rel.split("/", 1)[1] for rel in replaced if rel.split("/", 1)[0] == entry.name
+                  and "/" in rel]
+        if entry.name in replaced:
+            (target / entry.name).write_text(replaced[entry.name])
+        elif inside:
+            link_tree(entry, target / entry.name,
+                      {rel: replaced[f"{entry.name}/{rel}"] for rel in inside})
+        elif entry.name != "__pycache__":
+            (target / entry.name).symlink_to(entry)
+
+
+PATCHED_API_PROGRAM = r'''
+import json
+import tensorflow as tf
+from google.protobuf import text_format
+from tensorflow.core.protobuf import config_pb2
+from tensorflow.python.eager import context
+from tensorflow.python.framework import config
+
+assert tf.__file__.startswith(PATCHED), tf.__file__
+result = {"before": config.get_lms_enabled()}
+config.set_lms_enabled(True)
+config.set_lms_defrag_enabled(True)
+result["after"] = config.get_lms_enabled()
+result["defrag"] = config.get_lms_defrag_enabled()
+result["in_config"] = context.context().config.gpu_options.experimental.lms_enabled
+proto = config_pb2.ConfigProto()
+proto.gpu_options.experimental.lms_enabled = True
+result["text"] = text_format.MessageToString(proto)
+again = config_pb2.ConfigProto.FromString(proto.SerializeToString())
+result["round_trip"] = again.gpu_options.experimental.lms_enabled
+result["text_round_trip"] = text_format.Parse(
+    result["text"], config_pb2.ConfigProto()).gpu_options.experimental.lms_enabled
+tf.constant(1.0) + 1  # initializes the eager context
+try:
+    config.set_lms_enabled(False)
+    result["late"] = None
+except RuntimeError as error:
+    result["late"] = str(error)
+with tf.Graph().as_default():
+    total = tf.constant([1.0, 2.0]) * 3
+    with tf.compat.v1.Session(config=proto) as session:
+        result["session"] = session.run(total).tolist()
+print("RESULT " + json.dumps(result))
+'''
+
+
+def test_the_patched_python_api_on_the_stock_wheel(applied, tmp_path):
+    config_pb2 = (WHEEL / "core" / "protobuf" / "config_pb2.py").read_text()
+    patched = {
+        "python/framework/config.py":
+            (applied / "tensorflow/python/framework/config.py").read_text(),
+        # The wheel's own import line, not the source's (REWRITTEN).
+        "python/eager/context.py":
+            (applied / "tensorflow/python/eager/context.py").read_text().replace(
+                *reversed(REWRITTEN["tensorflow/python/eager/context.py"][29]), 1),
+        "core/protobuf/config_pb2.py": config_pb2_with_lms_fields(config_pb2),
+    }
+    site = tmp_path / "site"
+    link_tree(WHEEL, site / "tensorflow", patched)
+    env = {**os.environ, "PYTHONPATH": str(site), "TF_CPP_MIN_LOG_LEVEL": "2",
+           "PYTHONDONTWRITEBYTECODE": "1"}
+    program = f"PATCHED = {str(site)!r}\n" + PATCHED_API_PROGRAM
+    done = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True,
+                          text=True, timeout=300, cwd=tmp_path)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    assert done.returncode == 0 and lines, f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    result = json.loads(lines[0][len("RESULT "):])
+    assert result["before"] is False
+    assert result["after"] is True and result["defrag"] is True
+    assert result["in_config"] is True
+    assert "lms_enabled: true" in result["text"]
+    assert result["round_trip"] is True and result["text_round_trip"] is True
+    assert result["late"] and "before the runtime is initialized" in result["late"]
+    assert "set_lms_enabled" in result["late"]
+    assert result["session"] == [3.0, 6.0]
+
+
+def test_the_combined_patch_applies_with_git_am_as_the_series_does(applied, tmp_path):
+    tree = tmp_path / "tensorflow"
+    make_patches.base_checkout(tree)
+    git(tree, "am", "--quiet", str(make_patches.SERIES.parent / make_patches.COMBINED))
+    assert git(tree, "rev-parse", "HEAD^{tree}") == git(applied, "rev-parse", "HEAD^{tree}")
+
+
+BUILD_SCRIPT = ROOT / "build_scripts" / "build_tensorflow_wheel.sh"
+
+
+def test_the_wheel_build_script_says_it_cannot_run_here_in_its_help():
+    done = subprocess.run(["bash", str(BUILD_SCRIPT), "--help"], capture_output=True,
+                          text=True)
+    assert done.returncode == 0
+    assert "clang 18" in done.stdout and "CUDA toolkit 12.5" in done.stdout
+    assert "cuDNN 9.3" in done.stdout and "50 GiB" in done.stdout
+    assert "never run" in done.stdout
+
+
+def test_the_wheel_build_script_names_what_is_missing_before_it_starts(tmp_path):
+    # No bazelisk, no clang on this PATH: the checks must stop it before the clone.
+    done = subprocess.run(["bash", str(BUILD_SCRIPT), "--workdir", str(tmp_path / "work")],
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.stderr.startswith("error: cannot build TensorFlow v2.21.0 with LMS here:")
+    assert "bazelisk is not on PATH" in done.stderr
+    assert list((tmp_path / "work").iterdir()) == []  # nothing cloned
+    bad = subprocess.run(["bash", str(BUILD_SCRIPT), "--jobs", "many"], capture_output=True,
+                         text=True)
+    assert bad.returncode == 2 and "--jobs must be a positive number, not 'many'" in bad.stderr
