@@ -458,6 +458,51 @@ TEST(AnEvictionCopiesWhatAKernelQueuedBeforeTheUnpinStillWrites) {
   ExpectNoViolationAndNothingLeaked();
 }
 
+// Note [Stream protocol], "one host wait per reclaim batch": a reclaim that
+// evicts several victims fences once, copies them all, waits once, then
+// remaps them all, rather than waiting per victim (twice: for the copy and
+// for the drain before its unmap).
+TEST(AReclaimOfSeveralVictimsWaitsOnTheHostOnce) {
+  if (!FreshFake()) return;
+  auto backend = MustMakeCuda();
+  CudaBackend* b = backend.get();
+  auto e = MakeEngine(std::move(backend), /*device=*/4, /*host=*/8);
+  {
+    FencedStream compute(b);
+    std::vector<void*> victims;
+    for (int i = 0; i < 4; ++i) {
+      victims.push_back(MustAllocate(*e, kGranule, /*pin=*/false));
+      ASSERT_TRUE(victims.back() != nullptr);
+      EXPECT_OK(FillAllocation(*e, victims.back(), kGranule, 60 + i));
+    }
+    const Statistics before = e->GetStatistics();
+    // Needs every device granule: one full reclaim of all four victims.
+    void* u = MustAllocate(*e, 4 * kGranule, /*pin=*/true);
+    ASSERT_TRUE(u != nullptr);
+    const Statistics st = e->GetStatistics();
+    const int64_t waits = st.num_host_waits - before.num_host_waits;
+    const int64_t fences = st.num_fences - before.num_fences;
+    std::printf("  a reclaim of %lld victims: host_waits=%lld fences=%lld\n",
+                static_cast<long long>(st.num_evictions - before.num_evictions),
+                static_cast<long long>(waits), static_cast<long long>(fences));
+    EXPECT_EQ(st.num_evictions - before.num_evictions, 4);
+    EXPECT_EQ(st.num_full_reclaims + st.num_single_reclaims -
+                  before.num_full_reclaims - before.num_single_reclaims, 1);
+    EXPECT_EQ(waits, 1);
+    EXPECT_EQ(fences, 2);  // before the copies, and the drain before the remaps
+    for (int i = 0; i < 4; ++i) {
+      AllocationInfo info;
+      EXPECT_OK(e->Inspect(victims[i], &info));
+      EXPECT_TRUE(info.evicted);
+      EXPECT_EQ(VerifyAllocation(*e, victims[i], kGranule, 60 + i), -1);
+    }
+    EXPECT_OK(e->Free(u));
+    for (void* p : victims) EXPECT_OK(e->Free(p));
+  }
+  e.reset();
+  ExpectNoViolationAndNothingLeaked();
+}
+
 // A copy of `bytes` from `src` into `dst` queued on `stream`: what
 // TensorFlow's device-to-host copy of an unpinned tensor does to it.
 Status QueueCopy(CudaBackend* b, cu::CUstream stream, const void* dst, const void* src,

@@ -216,7 +216,7 @@ Status CudaBackend::UnmapSlots(uintptr_t address, size_t count, bool drain) {
     any = slot != nullptr && slot->mapped;
   }
   if (!any) return Status::Ok();
-  if (drain) LMS_RETURN_IF_ERROR(Drain());
+  if (drain && !remap_batch_drained_) LMS_RETURN_IF_ERROR(Drain());
   Status status;
   for (size_t i = 0; i < count; ++i) {
     const uintptr_t at = address + i * granule_;

@@ -118,6 +118,8 @@ class CudaBackend : public Backend {
                       const GranuleId* src, size_t bytes) override;
   Status CopiesAfterCompute() override;
   Status WaitForCopies() override;
+  Status BeginRemapBatch() override;
+  void EndRemapBatch() override { remap_batch_drained_ = false; }
   bool HostCanTouch() const override { return false; }
   Status CopyToHost(void* dst, uintptr_t address, size_t bytes) override;
   Status CopyFromHost(uintptr_t address, const void* src, size_t bytes) override;
@@ -205,6 +207,9 @@ class CudaBackend : public Backend {
   Pool pools_[2];
   std::map<uintptr_t, std::vector<Slot>> ranges_;  // reserved base -> slots
   bool copies_in_flight_ = false;  // a copy was issued since the last wait
+  // Between BeginRemapBatch's drain and EndRemapBatch: unmaps skip their own
+  // drain, because the batch's drain followed every access queued before it.
+  bool remap_batch_drained_ = false;
   // Fences issued so far, and how many of them a completed host wait covers
   // (every fence makes the copy stream wait, so a wait on the copy stream
   // covers every earlier fence).

@@ -59,6 +59,14 @@ Status CudaBackend::WaitForCopies() {
   return HostWait();
 }
 
+Status CudaBackend::BeginRemapBatch() {
+  LMS_CUDA_SCOPE(*driver_, context_);
+  remap_batch_drained_ = false;
+  LMS_RETURN_IF_ERROR(Drain());
+  remap_batch_drained_ = true;
+  return Status::Ok();
+}
+
 Status CudaBackend::HostWait() {
   if (!copies_in_flight_) return Status::Ok();
   const uint64_t covered = fences_issued_;

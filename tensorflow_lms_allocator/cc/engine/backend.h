@@ -14,6 +14,8 @@
 //                                                      fenced stream, waited on
 //                                                      by the copy stream
 //   WaitForCopies         nothing (synchronous)        event synchronize
+//   BeginRemapBatch       nothing (synchronous)        drain; the remaps up to
+//                                                      EndRemapBatch skip theirs
 //
 // where "drain" is a fence plus one host wait, so that no queued work still
 // uses a mapping when it goes (Note [Stream protocol] in cuda_backend.h).
@@ -123,6 +125,17 @@ class Backend {
   // may be unmapped and reused. On failure no copy since the last successful
   // wait may be trusted.
   virtual Status WaitForCopies() = 0;
+
+  // Opens a batch of remaps that follows a batch of copies (an eviction of a
+  // reclaim's victims, a page-in): blocks until every copy issued so far and
+  // all work queued so far that may touch LMS memory are complete (a drain:
+  // one host wait), so the Map and Unmap calls up to EndRemapBatch need no
+  // drain of their own. One host wait per batch rather than two per victim.
+  // Assumes: no copy is issued and no fence taken until EndRemapBatch.
+  // On failure no copy since the last successful wait may be trusted, and
+  // the caller must still call EndRemapBatch (Map/Unmap then drain again).
+  virtual Status BeginRemapBatch() { return WaitForCopies(); }
+  virtual void EndRemapBatch() {}
 
   // Whether the host may read and write an allocation at its own address.
   // False on a GPU (device memory is never CPU-accessible): tools then go
