@@ -120,18 +120,50 @@ TEST(AMissingDriverIsAClearFailedPrecondition) {
 }
 
 TEST(ADriverWithoutHostVmmIsAClearErrorNamingTheGpuAndDriver) {
-  if (!FreshFake()) return;
-  Fake().set_host_vmm_supported(0);
-  std::unique_ptr<CudaBackend> backend;
-  Status s = MakeCuda(&backend);
-  EXPECT_TRUE(s.code() == StatusCode::kFailedPrecondition);
-  EXPECT_TRUE(Contains(s.message(), "(GPU 0)"));
-  EXPECT_TRUE(Contains(s.message(), "driver 12.4"));  // the fake's default
-  EXPECT_TRUE(Contains(s.message(), "CUDA 12.2"));    // what is required
-  EXPECT_TRUE(Contains(s.message(), "reports no support"));
-  std::printf("  message: %s\n", s.message().c_str());
-  backend.reset();
-  ExpectNoViolationAndNothingLeaked();
+  // 12.4 (the fake's default) does not know attribute 141 and answers
+  // CUDA_ERROR_INVALID_VALUE, as real drivers before 12.9 do: the backend
+  // finds out by creating host memory. 12.9 reports 0 through 141.
+  for (int version : {12040, 12090}) {
+    if (!FreshFake()) return;
+    Fake().set_driver_version(version);
+    Fake().set_host_vmm_supported(0);
+    std::unique_ptr<CudaBackend> backend;
+    Status s = MakeCuda(&backend);
+    EXPECT_TRUE(s.code() == StatusCode::kFailedPrecondition);
+    EXPECT_TRUE(Contains(s.message(), "(GPU 0)"));
+    EXPECT_TRUE(Contains(s.message(), version == 12040 ? "driver 12.4" : "driver 12.9"));
+    EXPECT_TRUE(Contains(s.message(), "CUDA 12.2"));  // what is required
+    if (version == 12040) {
+      EXPECT_TRUE(Contains(s.message(), "cannot report support"));
+      EXPECT_TRUE(Contains(s.message(), "CUDA_ERROR_NOT_SUPPORTED"));
+    } else {
+      EXPECT_TRUE(Contains(s.message(), "reports no support"));
+    }
+    std::printf("  driver %d message: %s\n", version, s.message().c_str());
+    backend.reset();
+    ExpectNoViolationAndNothingLeaked();
+  }
+}
+
+TEST(ADriverThatCannotReportHostVmmButHasItWorks) {
+  // Drivers 12.2-12.8 support HOST_NUMA memory without attribute 141.
+  for (int version : {12020, 12080, 12090, 13000}) {
+    if (!FreshFake()) return;
+    Fake().set_driver_version(version);
+    std::unique_ptr<CudaBackend> backend;
+    Status s = MakeCuda(&backend);
+    EXPECT_OK(s);
+    if (!s.ok()) continue;
+    auto e = MakeEngine(std::move(backend), /*device=*/2, /*host=*/2);
+    void* t = MustAllocate(*e, 2 * kGranule, /*pin=*/false);
+    ASSERT_TRUE(t != nullptr);
+    EXPECT_OK(FillAllocation(*e, t, 2 * kGranule, 9));
+    EXPECT_OK(e->Evict(t));  // host memory at HOST_NUMA (HOST on 13.0)
+    EXPECT_EQ(VerifyAllocation(*e, t, 2 * kGranule, 9), -1);
+    EXPECT_OK(e->Free(t));
+    e.reset();
+    ExpectNoViolationAndNothingLeaked();
+  }
 }
 
 TEST(ATooOldDriverIsAClearError) {
@@ -475,9 +507,19 @@ TEST(AReclaimOfSeveralVictimsWaitsOnTheHostOnce) {
       ASSERT_TRUE(victims.back() != nullptr);
       EXPECT_OK(FillAllocation(*e, victims.back(), kGranule, 60 + i));
     }
+    // A kernel still writes victim 1 (unpinned, over its mapping) while the
+    // reclaim runs: the batch's one fence must order the copies after it.
+    LatchedWriter kernel;
+    kernel.address = Address(victims[1]);
+    kernel.bytes = kGranule;
+    kernel.seed = 70;
+    EXPECT_OK(LaunchWriter(b, compute.stream, &kernel));
+    kernel.WaitStarted();
+    std::thread release = kernel.ReleaseAfter(std::chrono::milliseconds(200));
     const Statistics before = e->GetStatistics();
     // Needs every device granule: one full reclaim of all four victims.
     void* u = MustAllocate(*e, 4 * kGranule, /*pin=*/true);
+    release.join();
     ASSERT_TRUE(u != nullptr);
     const Statistics st = e->GetStatistics();
     const int64_t waits = st.num_host_waits - before.num_host_waits;
@@ -494,7 +536,7 @@ TEST(AReclaimOfSeveralVictimsWaitsOnTheHostOnce) {
       AllocationInfo info;
       EXPECT_OK(e->Inspect(victims[i], &info));
       EXPECT_TRUE(info.evicted);
-      EXPECT_EQ(VerifyAllocation(*e, victims[i], kGranule, 60 + i), -1);
+      EXPECT_EQ(VerifyAllocation(*e, victims[i], kGranule, i == 1 ? 70 : 60 + i), -1);
     }
     EXPECT_OK(e->Free(u));
     for (void* p : victims) EXPECT_OK(e->Free(p));

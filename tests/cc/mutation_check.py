@@ -24,20 +24,32 @@ EVICTION = "AnEvictionCopiesWhatAKernelQueuedBeforeTheUnpinStillWrites"
 COPY = "ACopyOfAnUnpinnedTensorInFlightDuringItsEvictionReadsTheRightBytes"
 FREE = "FreeingAnEvictedTensorWaitsForACopyOfItInFlight"
 DEFRAG = "DefragmentationWaitsForQueuedWorkOnAFreedGranule"
+RECLAIM = "AReclaimOfSeveralVictimsWaitsOnTheHostOnce"
+# Without any host wait before an unmap, even the copies are not waited for:
+# every test that evicts or pages in with data checked fails.
+CYCLES = "BytesSurviveEvictionAndPageInCycles"
+INJECTED = "InjectedDriverFailuresLoseNoByteAndTheEngineKeepsWorking"
 
 # name -> (source, text to find, replacement, tests that must fail)
 MUTATIONS = {
     "no-fence": (STREAMS, "Status CudaBackend::Fence() {\n",
                  "Status CudaBackend::Fence() {\n  return Status::Ok();  // MUTATION\n",
-                 {EVICTION, COPY, FREE, DEFRAG}),
+                 {EVICTION, COPY, FREE, DEFRAG, RECLAIM}),
     "no-fence-before-copies": (
         STREAMS, "Status CudaBackend::CopiesAfterCompute() {\n",
         "Status CudaBackend::CopiesAfterCompute() {\n  return Status::Ok();  // MUTATION\n",
-        {EVICTION}),
-    "no-host-wait-before-unmap": (
+        {EVICTION, RECLAIM}),
+    "no-host-wait-in-drain": (
         STREAMS, "  LMS_RETURN_IF_ERROR(Fence());\n  return HostWait();\n",
         "  return Fence();  // MUTATION\n",
-        {FREE, DEFRAG}),
+        {EVICTION, COPY, FREE, DEFRAG, RECLAIM, CYCLES, INJECTED}),
+    # The batch's drain only waits for the copies (no fence of TensorFlow's
+    # streams): a copy of a victim queued on a TensorFlow stream still runs
+    # when its mapping goes.
+    "remap-batch-without-drain": (
+        STREAMS, "  remap_batch_drained_ = false;\n  LMS_RETURN_IF_ERROR(Drain());\n",
+        "  remap_batch_drained_ = false;\n  LMS_RETURN_IF_ERROR(HostWait());  // MUTATION\n",
+        {COPY}),
     "freed-memory-never-waits": (
         MEMORY, "/*drain=*/fences_waited_ <= mark", "/*drain=*/false /* MUTATION */",
         {DEFRAG}),

@@ -165,6 +165,13 @@ class CudaBackend : public Backend {
   Status InitDevice();
   Status CheckSupport();
   cu::CUmemAllocationProp AllocationProp(PoolKind pool) const;
+  // On a driver that cannot report host-located VMM support (12.2-12.8: no
+  // attribute 141), creates and releases one host granule, so that a GPU
+  // without it is a clear error at Create, not at the first eviction.
+  Status ProbeHostPool();
+  // kFailedPrecondition naming the GPU, the driver, the requirement and the
+  // failed call, for a driver that could not report support.
+  Status HostPoolUnsupported(const char* call, cu::CUresult r) const;
 
   // The slot table entry for `address`, or nullptr outside every range.
   Slot* SlotAt(uintptr_t address);
@@ -199,6 +206,9 @@ class CudaBackend : public Backend {
   bool context_retained_ = false;
   size_t granule_ = 0;
   HostLocation host_location_;
+  // The driver does not know attribute 141 (before 12.9): host-located VMM
+  // support is found out by ProbeHostPool.
+  bool host_support_unreported_ = false;
   cu::CUstream copy_stream_ = nullptr;
   cu::CUevent copies_done_ = nullptr;
   std::string description_;
