@@ -545,6 +545,118 @@ TEST(AReclaimOfSeveralVictimsWaitsOnTheHostOnce) {
   ExpectNoViolationAndNothingLeaked();
 }
 
+// A "kernel" that reads [address, address + bytes) through the fake's
+// device alias when its stream reaches it, and records what VerifyPattern
+// said (-1: the pattern `seed` throughout).
+struct PatternReader {
+  uintptr_t address = 0;
+  size_t bytes = 0;
+  uint64_t seed = 0;
+  std::atomic<int64_t> result{-3};  // -3: never ran
+  static void Run(void* self) {
+    auto* r = static_cast<PatternReader*>(self);
+    const void* alias = Fake().device_alias(r->address, r->bytes);
+    r->result = alias != nullptr ? VerifyPattern(alias, r->bytes, r->seed) : -2;
+  }
+};
+
+Status LaunchReader(CudaBackend* b, cu::CUstream stream, PatternReader* r) {
+  ScopedCudaContext scope(b->driver(), b->context());
+  const fake_cuda_range range{r->address, r->bytes, 0};
+  return b->driver().Check(static_cast<cu::CUresult>(Fake().launch_kernel(
+                               stream, &PatternReader::Run, r, &range, 1)),
+                           "fake_cuda_launch_kernel");
+}
+
+// Note [Stream protocol], page-in: the host does not wait for the page-in
+// copy; the pinning kernel's stream (a fenced stream) waits for its event.
+TEST(APagedInTensorIsReadByTheKernelQueuedAfterThePinWithoutAHostWaitForTheCopy) {
+  if (!FreshFake()) return;
+  auto backend = MustMakeCuda();
+  CudaBackend* b = backend.get();
+  auto e = MakeEngine(std::move(backend), /*device=*/2, /*host=*/8);
+  {
+    FencedStream compute(b);
+    const size_t size = 2 * kGranule;
+    void* t = MustAllocate(*e, size, /*pin=*/false);
+    ASSERT_TRUE(t != nullptr);
+    EXPECT_OK(FillAllocation(*e, t, size, 11));
+    EXPECT_OK(e->Evict(t));
+    // The device granules T will get back hold other bytes (pattern 12).
+    void* other = MustAllocate(*e, size, /*pin=*/false);
+    ASSERT_TRUE(other != nullptr);
+    EXPECT_OK(FillAllocation(*e, other, size, 12));
+    EXPECT_OK(e->Evict(other));
+    const int64_t waits = e->GetStatistics().num_host_waits;
+    Fake().set_copy_delay_us(300000);  // the page-in copy lands late
+    uint64_t id = 0;
+    const auto start = std::chrono::steady_clock::now();
+    EXPECT_OK(e->Pin(t, &id));  // pages T in
+    const auto pin_time = std::chrono::steady_clock::now() - start;
+    PatternReader kernel;
+    kernel.address = Address(t);
+    kernel.bytes = size;
+    kernel.seed = 11;
+    EXPECT_OK(LaunchReader(b, compute.stream, &kernel));
+    {
+      ScopedCudaContext scope(b->driver(), b->context());
+      b->driver().cuStreamSynchronize(compute.stream);
+    }
+    Fake().set_copy_delay_us(0);
+    EXPECT_EQ(kernel.result.load(), -1);  // the paged-in bytes, not pattern 12
+    const long long ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(pin_time).count();
+    std::printf("  page-in: host_waits=%lld (for queued work, not the copy); pin took %lld ms "
+                "with a 300 ms copy\n",
+                static_cast<long long>(e->GetStatistics().num_host_waits - waits), ms);
+    EXPECT_EQ(e->GetStatistics().num_host_waits - waits, 1);
+    EXPECT_TRUE(ms < 250);  // the pin did not wait for the copy
+    EXPECT_OK(e->Unpin(t, id));
+    EXPECT_EQ(VerifyAllocation(*e, t, size, 11), -1);
+    EXPECT_EQ(VerifyAllocation(*e, other, size, 12), -1);
+    EXPECT_OK(e->Free(t));
+    EXPECT_OK(e->Free(other));
+  }
+  e.reset();
+  ExpectNoViolationAndNothingLeaked();
+}
+
+// cuMemUnmap is not stream-ordered: the host mapping of an evicted tensor
+// goes only after work queued on it (an unpinned kernel writing it over the
+// bus) is done, and the page-in copies that work's bytes.
+TEST(APageInWaitsForQueuedWorkOnTheEvictedTensorBeforeTheRemap) {
+  if (!FreshFake()) return;
+  auto backend = MustMakeCuda();
+  CudaBackend* b = backend.get();
+  auto e = MakeEngine(std::move(backend), /*device=*/4, /*host=*/8);
+  {
+    FencedStream compute(b);
+    const size_t size = 2 * kGranule;
+    void* t = MustAllocate(*e, size, /*pin=*/false);
+    ASSERT_TRUE(t != nullptr);
+    EXPECT_OK(FillAllocation(*e, t, size, 14));
+    EXPECT_OK(e->Evict(t));
+    LatchedWriter kernel;  // writes evicted T over the bus, unpinned
+    kernel.address = Address(t);
+    kernel.bytes = size;
+    kernel.seed = 15;
+    EXPECT_OK(LaunchWriter(b, compute.stream, &kernel));
+    kernel.WaitStarted();
+    std::thread release = kernel.ReleaseAfter(std::chrono::milliseconds(200));
+    uint64_t id = 0;
+    EXPECT_OK(e->Pin(t, &id));
+    release.join();
+    AllocationInfo info;
+    EXPECT_OK(e->Inspect(t, &info));
+    EXPECT_TRUE(!info.evicted);
+    EXPECT_EQ(VerifyAllocation(*e, t, size, 15), -1);  // the kernel's bytes
+    EXPECT_OK(e->Unpin(t, id));
+    EXPECT_OK(e->Free(t));
+  }
+  e.reset();
+  ExpectNoViolationAndNothingLeaked();
+}
+
 // A copy of `bytes` from `src` into `dst` queued on `stream`: what
 // TensorFlow's device-to-host copy of an unpinned tensor does to it.
 Status QueueCopy(CudaBackend* b, cu::CUstream stream, const void* dst, const void* src,

@@ -120,6 +120,8 @@ class CudaBackend : public Backend {
   Status WaitForCopies() override;
   Status BeginRemapBatch() override;
   void EndRemapBatch() override { remap_batch_drained_ = false; }
+  Status BeginPageInRemaps() override LMS_LOCKS_EXCLUDED(streams_mu_);
+  Status EndPageInRemaps() override LMS_LOCKS_EXCLUDED(streams_mu_);
   bool HostCanTouch() const override { return false; }
   Status CopyToHost(void* dst, uintptr_t address, size_t bytes) override;
   Status CopyFromHost(uintptr_t address, const void* src, size_t bytes) override;

@@ -204,9 +204,10 @@ Status Engine::PageIn(ChunkId id) {
     s = backend_->CopyGranules(PoolKind::kDevice, device.data(), PoolKind::kHost,
                                host.data(), chunk.requested_bytes);
   }
-  // One drain covers the copy and every access queued on the host mapping
-  // before it; the remap needs no other (Note [Stream protocol]).
-  if (s.ok()) s = backend_->BeginRemapBatch();
+  // The host waits for every access queued on the host mapping, not for
+  // the copy; the pinning kernel's stream (every fenced stream) waits for the
+  // copy instead (Note [Stream protocol]).
+  if (s.ok()) s = backend_->BeginPageInRemaps();
   if (s.ok()) {
     s = MapSlots(first, n, PoolKind::kDevice, device.data(), Access::kReadWrite);
     if (!s.ok()) {
@@ -214,7 +215,14 @@ Status Engine::PageIn(ChunkId id) {
                          strict_ ? Access::kNone : Access::kReadWrite, s);
     }
   }
-  backend_->EndRemapBatch();
+  Status ordered = backend_->EndPageInRemaps();
+  // Without that order (or on failure, before the device granules go back
+  // to the pool) the copy is waited for here.
+  if (!ordered.ok() || !s.ok()) ordered = backend_->WaitForCopies();
+  if (s.ok() && !ordered.ok()) {
+    s = RestoreMapping(first, n, PoolKind::kHost, host.data(),
+                       strict_ ? Access::kNone : Access::kReadWrite, ordered);
+  }
   if (!s.ok()) {
     device_pool_.Give(device.data(), n);
     if (strict_) {
