@@ -29,6 +29,8 @@ RECLAIM = "AReclaimOfSeveralVictimsWaitsOnTheHostOnce"
 # every test that evicts or pages in with data checked fails.
 CYCLES = "BytesSurviveEvictionAndPageInCycles"
 INJECTED = "InjectedDriverFailuresLoseNoByteAndTheEngineKeepsWorking"
+PAGE_IN_READ = "APagedInTensorIsReadByTheKernelQueuedAfterThePinWithoutAHostWaitForTheCopy"
+PAGE_IN_QUEUED = "APageInWaitsForQueuedWorkOnTheEvictedTensorBeforeTheRemap"
 
 # name -> (source, text to find, replacement, tests that must fail)
 MUTATIONS = {
@@ -53,6 +55,16 @@ MUTATIONS = {
     "freed-memory-never-waits": (
         MEMORY, "/*drain=*/fences_waited_ <= mark", "/*drain=*/false /* MUTATION */",
         {DEFRAG}),
+    # The fenced streams never wait for a page-in's copies: the pinning
+    # kernel reads the device granules before the bytes land.
+    "page-in-without-stream-wait": (
+        STREAMS, "driver_->cuStreamWaitEvent(fenced.first, copies_done_, 0)",
+        "cu::CUDA_SUCCESS /* MUTATION */", {PAGE_IN_READ}),
+    # A page-in remaps without waiting for work queued on the old (host)
+    # mapping: cuMemUnmap under a running kernel.
+    "page-in-without-host-wait": (
+        STREAMS, "driver_->cuEventSynchronize(fenced.second)",
+        "cu::CUDA_SUCCESS /* MUTATION */", {PAGE_IN_QUEUED}),
 }
 
 
