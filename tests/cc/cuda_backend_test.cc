@@ -145,6 +145,18 @@ TEST(ADriverWithoutHostVmmIsAClearErrorNamingTheGpuAndDriver) {
   }
 }
 
+TEST(TheHostMemoryProbeOfADriverThatCannotReportSupportFailsCleanly) {
+  if (!FreshFake()) return;  // 12.4: attribute 141 unknown, so Create probes
+  Fake().fail_nth_mem_create(1);  // the probe's cuMemCreate
+  std::unique_ptr<CudaBackend> backend;
+  Status s = MakeCuda(&backend);
+  EXPECT_TRUE(!s.ok() && backend == nullptr);
+  EXPECT_TRUE(Contains(s.message(), "probing host-located VMM support"));
+  EXPECT_TRUE(Contains(s.message(), "CUDA_ERROR_OUT_OF_MEMORY"));
+  std::printf("  message: %s\n", s.message().c_str());
+  ExpectNoViolationAndNothingLeaked();
+}
+
 TEST(ADriverThatCannotReportHostVmmButHasItWorks) {
   // Drivers 12.2-12.8 support HOST_NUMA memory without attribute 141.
   for (int version : {12020, 12080, 12090, 13000}) {

@@ -220,7 +220,9 @@ class CudaBackend : public Backend {
   cu::CUmemAllocationProp AllocationProp(PoolKind pool) const;
   // On a driver that cannot report host-located VMM support (12.2-12.8: no
   // attribute 141), creates and releases one host granule, so that a GPU
-  // without it is a clear error at Create, not at the first eviction.
+  // without it is a clear error at Create, not at the first eviction
+  // (CheckSupport only asks for the host granularity, which needs no
+  // context; whether a real driver refuses that without support is unknown).
   Status ProbeHostPool();
   // kFailedPrecondition naming the GPU, the driver, the requirement and the
   // failed call, for a driver that could not report support.

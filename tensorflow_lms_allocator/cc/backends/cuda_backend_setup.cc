@@ -86,12 +86,9 @@ Status CudaBackend::Init(size_t min_granule_bytes) {
   for (PoolKind pool : {PoolKind::kDevice, PoolKind::kHost}) {
     const cu::CUmemAllocationProp prop = AllocationProp(pool);
     size_t g = 0;
-    const cu::CUresult r =
-        d.cuMemGetAllocationGranularity(&g, &prop, cu::CU_MEM_ALLOC_GRANULARITY_MINIMUM);
-    if (r != cu::CUDA_SUCCESS && pool == PoolKind::kHost && host_support_unreported_) {
-      return HostPoolUnsupported("cuMemGetAllocationGranularity", r);
-    }
-    LMS_RETURN_IF_ERROR(d.Check(r, "cuMemGetAllocationGranularity"));
+    LMS_RETURN_IF_ERROR(d.Check(
+        d.cuMemGetAllocationGranularity(&g, &prop, cu::CU_MEM_ALLOC_GRANULARITY_MINIMUM),
+        "cuMemGetAllocationGranularity"));
     if (!IsPowerOfTwo(g)) {
       return Internal("the driver's allocation granularity " + std::to_string(g) +
                       " for " + description_ + " is not a power of two");
@@ -162,6 +159,16 @@ Status CudaBackend::CheckSupport() {
     node = 0;  // -1: the system has no NUMA; node 0 is all of its memory
   }
   host_location_ = HostLocation{cu::CU_MEM_LOCATION_TYPE_HOST_NUMA, node};
+  if (host_support_unreported_) {
+    // No context needed: the cheapest question the driver may refuse when
+    // the GPU or system lacks host-located VMM. Init's ProbeHostPool asks
+    // the decisive one (cuMemCreate).
+    const cu::CUmemAllocationProp prop = AllocationProp(PoolKind::kHost);
+    size_t g = 0;
+    const cu::CUresult r =
+        d.cuMemGetAllocationGranularity(&g, &prop, cu::CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+    if (r != cu::CUDA_SUCCESS) return HostPoolUnsupported("cuMemGetAllocationGranularity", r);
+  }
   return Status::Ok();
 }
 

@@ -5,12 +5,18 @@
 //   - an evicted unit is always mapped from the host pool at its own
 //     address, so an unpinned touch still reads and writes the right bytes
 //     (strict mode maps it with no access and reports the touch instead);
-//   - an allocation is remapped only after the copy of its bytes completes
-//     (CopiesAfterCompute before, BeginRemapBatch after), so no byte is lost,
-//     not even one queued device work writes after the host let go of it
-//     (Note [Stream protocol] in backends/cuda_backend.h);
-//   - a reclaim waits for the device once however many victims it evicts:
-//     every copy of the batch is issued before the one BeginRemapBatch;
+//   - every copy is ordered after the device work queued before it
+//     (CopiesAfterCompute), so no byte is lost, not even one queued device
+//     work writes after the host let go of it (Note [Stream protocol] in
+//     backends/cuda_backend.h);
+//   - an evicted allocation is remapped only after the copy of its bytes
+//     completes (BeginRemapBatch), and a reclaim waits for the device once
+//     however many victims it evicts: every copy of the batch is issued
+//     before the one BeginRemapBatch;
+//   - a paged-in allocation is remapped before its copy completes (the copy
+//     goes between the pools' windows, not through the address); whatever
+//     reads it later is ordered after the copy by EndPageInRemaps, or waits
+//     for it (WaitForCopies) when that fails;
 //   - a granule goes back to its pool only once nothing maps it at a slot
 //     (the backend replaced or unmapped the mapping), since cuMemMap refuses
 //     a mapped range and the granule may back another slot next;
