@@ -155,7 +155,9 @@ Status Engine::EvictChunks(const std::vector<ChunkId>& victims) {
     NoteEvicted(v.id, arena_.chunk(v.id).requested_bytes);
   }
   if (!batch.empty()) backend_->EndRemapBatch();
-  // Victims not remapped are still resident: their host granules go back.
+  // Victims not remapped are still resident: their host granules go back,
+  // once no copy of the failed batch can still write them.
+  if (evicted < batch.size()) backend_->WaitForCopies();
   for (size_t i = evicted; i < batch.size(); ++i) {
     host_pool_.Give(batch[i].host.data(), batch[i].n);
   }
