@@ -6,7 +6,8 @@
 //
 // The stream-ordering tests fail when the protocol is broken: `make
 // mutation-check-cuda` (tests/cc/mutation_check.py) rebuilds this test with
-// the fence or the drain removed and expects named tests to fail.
+// the fence, a host wait or the page-in stream wait removed and expects
+// named tests to fail.
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
