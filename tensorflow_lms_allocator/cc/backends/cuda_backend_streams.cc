@@ -78,7 +78,10 @@ Status CudaBackend::BeginPageInRemaps() {
       LMS_RETURN_IF_ERROR(driver_->Check(driver_->cuEventRecord(event, stream),
                                          "cuEventRecord on a fenced stream"));
     }
-    if (!fenced_.empty()) ++stats_.host_waits;
+    if (!fenced_.empty()) {
+      ++stats_.fences;  // a round of events on the fenced streams...
+      ++stats_.host_waits;  // ...waited for on the host
+    }
     for (const auto& fenced : fenced_) {
       LMS_RETURN_IF_ERROR(driver_->Check(driver_->cuEventSynchronize(fenced.second),
                                          "cuEventSynchronize on a fenced stream"));
