@@ -6,7 +6,8 @@
 //
 // The stream-ordering tests fail when the protocol is broken: `make
 // mutation-check-cuda` (tests/cc/mutation_check.py) rebuilds this test with
-// the fence or the drain removed and expects named tests to fail.
+// the fence, a host wait or the page-in stream wait removed and expects
+// named tests to fail.
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -120,18 +121,62 @@ TEST(AMissingDriverIsAClearFailedPrecondition) {
 }
 
 TEST(ADriverWithoutHostVmmIsAClearErrorNamingTheGpuAndDriver) {
-  if (!FreshFake()) return;
-  Fake().set_host_vmm_supported(0);
+  // 12.4 (the fake's default) does not know attribute 141 and answers
+  // CUDA_ERROR_INVALID_VALUE, as real drivers before 12.9 do: the backend
+  // finds out by creating host memory. 12.9 reports 0 through 141.
+  for (int version : {12040, 12090}) {
+    if (!FreshFake()) return;
+    Fake().set_driver_version(version);
+    Fake().set_host_vmm_supported(0);
+    std::unique_ptr<CudaBackend> backend;
+    Status s = MakeCuda(&backend);
+    EXPECT_TRUE(s.code() == StatusCode::kFailedPrecondition);
+    EXPECT_TRUE(Contains(s.message(), "(GPU 0)"));
+    EXPECT_TRUE(Contains(s.message(), version == 12040 ? "driver 12.4" : "driver 12.9"));
+    EXPECT_TRUE(Contains(s.message(), "CUDA 12.2"));  // what is required
+    if (version == 12040) {
+      EXPECT_TRUE(Contains(s.message(), "cannot report support"));
+      EXPECT_TRUE(Contains(s.message(), "CUDA_ERROR_NOT_SUPPORTED"));
+    } else {
+      EXPECT_TRUE(Contains(s.message(), "reports no support"));
+    }
+    std::printf("  driver %d message: %s\n", version, s.message().c_str());
+    backend.reset();
+    ExpectNoViolationAndNothingLeaked();
+  }
+}
+
+TEST(TheHostMemoryProbeOfADriverThatCannotReportSupportFailsCleanly) {
+  if (!FreshFake()) return;  // 12.4: attribute 141 unknown, so Create probes
+  Fake().fail_nth_mem_create(1);  // the probe's cuMemCreate
   std::unique_ptr<CudaBackend> backend;
   Status s = MakeCuda(&backend);
-  EXPECT_TRUE(s.code() == StatusCode::kFailedPrecondition);
-  EXPECT_TRUE(Contains(s.message(), "(GPU 0)"));
-  EXPECT_TRUE(Contains(s.message(), "driver 12.4"));  // the fake's default
-  EXPECT_TRUE(Contains(s.message(), "CUDA 12.2"));    // what is required
-  EXPECT_TRUE(Contains(s.message(), "reports no support"));
+  EXPECT_TRUE(!s.ok() && backend == nullptr);
+  EXPECT_TRUE(Contains(s.message(), "probing host-located VMM support"));
+  EXPECT_TRUE(Contains(s.message(), "CUDA_ERROR_OUT_OF_MEMORY"));
   std::printf("  message: %s\n", s.message().c_str());
-  backend.reset();
   ExpectNoViolationAndNothingLeaked();
+}
+
+TEST(ADriverThatCannotReportHostVmmButHasItWorks) {
+  // Drivers 12.2-12.8 support HOST_NUMA memory without attribute 141.
+  for (int version : {12020, 12080, 12090, 13000}) {
+    if (!FreshFake()) return;
+    Fake().set_driver_version(version);
+    std::unique_ptr<CudaBackend> backend;
+    Status s = MakeCuda(&backend);
+    EXPECT_OK(s);
+    if (!s.ok()) continue;
+    auto e = MakeEngine(std::move(backend), /*device=*/2, /*host=*/2);
+    void* t = MustAllocate(*e, 2 * kGranule, /*pin=*/false);
+    ASSERT_TRUE(t != nullptr);
+    EXPECT_OK(FillAllocation(*e, t, 2 * kGranule, 9));
+    EXPECT_OK(e->Evict(t));  // host memory at HOST_NUMA (HOST on 13.0)
+    EXPECT_EQ(VerifyAllocation(*e, t, 2 * kGranule, 9), -1);
+    EXPECT_OK(e->Free(t));
+    e.reset();
+    ExpectNoViolationAndNothingLeaked();
+  }
 }
 
 TEST(ATooOldDriverIsAClearError) {
@@ -452,6 +497,173 @@ TEST(AnEvictionCopiesWhatAKernelQueuedBeforeTheUnpinStillWrites) {
                 static_cast<long long>(st.num_fences), static_cast<long long>(st.num_host_waits),
                 static_cast<long long>(st.num_copies), static_cast<long long>(st.bytes_copied));
     EXPECT_OK(e->Free(u));
+    EXPECT_OK(e->Free(t));
+  }
+  e.reset();
+  ExpectNoViolationAndNothingLeaked();
+}
+
+// Note [Stream protocol], "one host wait per reclaim batch": a reclaim that
+// evicts several victims fences once, copies them all, waits once, then
+// remaps them all, rather than waiting per victim (twice: for the copy and
+// for the drain before its unmap).
+TEST(AReclaimOfSeveralVictimsWaitsOnTheHostOnce) {
+  if (!FreshFake()) return;
+  auto backend = MustMakeCuda();
+  CudaBackend* b = backend.get();
+  auto e = MakeEngine(std::move(backend), /*device=*/4, /*host=*/8);
+  {
+    FencedStream compute(b);
+    std::vector<void*> victims;
+    for (int i = 0; i < 4; ++i) {
+      victims.push_back(MustAllocate(*e, kGranule, /*pin=*/false));
+      ASSERT_TRUE(victims.back() != nullptr);
+      EXPECT_OK(FillAllocation(*e, victims.back(), kGranule, 60 + i));
+    }
+    // A kernel still writes victim 1 (unpinned, over its mapping) while the
+    // reclaim runs: the batch's one fence must order the copies after it.
+    LatchedWriter kernel;
+    kernel.address = Address(victims[1]);
+    kernel.bytes = kGranule;
+    kernel.seed = 70;
+    EXPECT_OK(LaunchWriter(b, compute.stream, &kernel));
+    kernel.WaitStarted();
+    std::thread release = kernel.ReleaseAfter(std::chrono::milliseconds(200));
+    const Statistics before = e->GetStatistics();
+    // Needs every device granule: one full reclaim of all four victims.
+    void* u = MustAllocate(*e, 4 * kGranule, /*pin=*/true);
+    release.join();
+    ASSERT_TRUE(u != nullptr);
+    const Statistics st = e->GetStatistics();
+    const int64_t waits = st.num_host_waits - before.num_host_waits;
+    const int64_t fences = st.num_fences - before.num_fences;
+    std::printf("  a reclaim of %lld victims: host_waits=%lld fences=%lld\n",
+                static_cast<long long>(st.num_evictions - before.num_evictions),
+                static_cast<long long>(waits), static_cast<long long>(fences));
+    EXPECT_EQ(st.num_evictions - before.num_evictions, 4);
+    EXPECT_EQ(st.num_full_reclaims + st.num_single_reclaims -
+                  before.num_full_reclaims - before.num_single_reclaims, 1);
+    EXPECT_EQ(waits, 1);
+    EXPECT_EQ(fences, 2);  // before the copies, and the drain before the remaps
+    for (int i = 0; i < 4; ++i) {
+      AllocationInfo info;
+      EXPECT_OK(e->Inspect(victims[i], &info));
+      EXPECT_TRUE(info.evicted);
+      EXPECT_EQ(VerifyAllocation(*e, victims[i], kGranule, i == 1 ? 70 : 60 + i), -1);
+    }
+    EXPECT_OK(e->Free(u));
+    for (void* p : victims) EXPECT_OK(e->Free(p));
+  }
+  e.reset();
+  ExpectNoViolationAndNothingLeaked();
+}
+
+// A "kernel" that reads [address, address + bytes) through the fake's
+// device alias when its stream reaches it, and records what VerifyPattern
+// said (-1: the pattern `seed` throughout).
+struct PatternReader {
+  uintptr_t address = 0;
+  size_t bytes = 0;
+  uint64_t seed = 0;
+  std::atomic<int64_t> result{-3};  // -3: never ran
+  static void Run(void* self) {
+    auto* r = static_cast<PatternReader*>(self);
+    const void* alias = Fake().device_alias(r->address, r->bytes);
+    r->result = alias != nullptr ? VerifyPattern(alias, r->bytes, r->seed) : -2;
+  }
+};
+
+Status LaunchReader(CudaBackend* b, cu::CUstream stream, PatternReader* r) {
+  ScopedCudaContext scope(b->driver(), b->context());
+  const fake_cuda_range range{r->address, r->bytes, 0};
+  return b->driver().Check(static_cast<cu::CUresult>(Fake().launch_kernel(
+                               stream, &PatternReader::Run, r, &range, 1)),
+                           "fake_cuda_launch_kernel");
+}
+
+// Note [Stream protocol], page-in: the host does not wait for the page-in
+// copy; the pinning kernel's stream (a fenced stream) waits for its event.
+TEST(APagedInTensorIsReadByTheKernelQueuedAfterThePinWithoutAHostWaitForTheCopy) {
+  if (!FreshFake()) return;
+  auto backend = MustMakeCuda();
+  CudaBackend* b = backend.get();
+  auto e = MakeEngine(std::move(backend), /*device=*/2, /*host=*/8);
+  {
+    FencedStream compute(b);
+    const size_t size = 2 * kGranule;
+    void* t = MustAllocate(*e, size, /*pin=*/false);
+    ASSERT_TRUE(t != nullptr);
+    EXPECT_OK(FillAllocation(*e, t, size, 11));
+    EXPECT_OK(e->Evict(t));
+    // The device granules T will get back hold other bytes (pattern 12).
+    void* other = MustAllocate(*e, size, /*pin=*/false);
+    ASSERT_TRUE(other != nullptr);
+    EXPECT_OK(FillAllocation(*e, other, size, 12));
+    EXPECT_OK(e->Evict(other));
+    const int64_t waits = e->GetStatistics().num_host_waits;
+    Fake().set_copy_delay_us(300000);  // the page-in copy lands late
+    uint64_t id = 0;
+    const auto start = std::chrono::steady_clock::now();
+    EXPECT_OK(e->Pin(t, &id));  // pages T in
+    const auto pin_time = std::chrono::steady_clock::now() - start;
+    PatternReader kernel;
+    kernel.address = Address(t);
+    kernel.bytes = size;
+    kernel.seed = 11;
+    EXPECT_OK(LaunchReader(b, compute.stream, &kernel));
+    {
+      ScopedCudaContext scope(b->driver(), b->context());
+      b->driver().cuStreamSynchronize(compute.stream);
+    }
+    Fake().set_copy_delay_us(0);
+    EXPECT_EQ(kernel.result.load(), -1);  // the paged-in bytes, not pattern 12
+    const long long ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(pin_time).count();
+    std::printf("  page-in: host_waits=%lld (for queued work, not the copy); pin took %lld ms "
+                "with a 300 ms copy\n",
+                static_cast<long long>(e->GetStatistics().num_host_waits - waits), ms);
+    EXPECT_EQ(e->GetStatistics().num_host_waits - waits, 1);
+    EXPECT_TRUE(ms < 250);  // the pin did not wait for the copy
+    EXPECT_OK(e->Unpin(t, id));
+    EXPECT_EQ(VerifyAllocation(*e, t, size, 11), -1);
+    EXPECT_EQ(VerifyAllocation(*e, other, size, 12), -1);
+    EXPECT_OK(e->Free(t));
+    EXPECT_OK(e->Free(other));
+  }
+  e.reset();
+  ExpectNoViolationAndNothingLeaked();
+}
+
+// cuMemUnmap is not stream-ordered: the host mapping of an evicted tensor
+// goes only after work queued on it (an unpinned kernel writing it over the
+// bus) is done, and the page-in copies that work's bytes.
+TEST(APageInWaitsForQueuedWorkOnTheEvictedTensorBeforeTheRemap) {
+  if (!FreshFake()) return;
+  auto backend = MustMakeCuda();
+  CudaBackend* b = backend.get();
+  auto e = MakeEngine(std::move(backend), /*device=*/4, /*host=*/8);
+  {
+    FencedStream compute(b);
+    const size_t size = 2 * kGranule;
+    void* t = MustAllocate(*e, size, /*pin=*/false);
+    ASSERT_TRUE(t != nullptr);
+    EXPECT_OK(FillAllocation(*e, t, size, 14));
+    EXPECT_OK(e->Evict(t));
+    LatchedWriter kernel;  // writes evicted T over the bus, unpinned
+    kernel.address = Address(t);
+    kernel.bytes = size;
+    kernel.seed = 15;
+    EXPECT_OK(LaunchWriter(b, compute.stream, &kernel));
+    kernel.WaitStarted();
+    std::thread release = kernel.ReleaseAfter(std::chrono::milliseconds(200));
+    uint64_t id = 0;
+    EXPECT_OK(e->Pin(t, &id));
+    release.join();
+    AllocationInfo info;
+    EXPECT_OK(e->Inspect(t, &info));
+    EXPECT_TRUE(!info.evicted);
+    EXPECT_EQ(VerifyAllocation(*e, t, size, 15), -1);  // the kernel's bytes
+    EXPECT_OK(e->Unpin(t, id));
     EXPECT_OK(e->Free(t));
   }
   e.reset();

@@ -404,15 +404,26 @@ TEST(DeviceQueriesReportOneDeviceWithVmmAndHostNumaVmm) {
   EXPECT_EQ(attribute(CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING), 1);
   EXPECT_EQ(attribute(CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED), 1);
   EXPECT_EQ(attribute(CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID), 0);
-  EXPECT_EQ(attribute(CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED), 1);
-  // HOST location VMM exists from driver 13.0 on.
-  EXPECT_EQ(attribute(CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED), 0);
-  F().set_driver_version(13000);
-  EXPECT_EQ(attribute(CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED), 1);
-  // HOST_NUMA exists from driver 12.2 on.
-  F().set_driver_version(12010);
-  EXPECT_EQ(attribute(CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED), 0);
+  // Attribute 141 is known from driver 12.9 on, 145 from 13.0 on; older
+  // drivers answer CUDA_ERROR_INVALID_VALUE, as for any unknown attribute.
   int value = 0;
+  for (int version : {12010, 12040, 12080}) {
+    F().set_driver_version(version);
+    EXPECT_EQ(D().cuDeviceGetAttribute(
+                  &value, CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 0),
+              CUDA_ERROR_INVALID_VALUE);
+    EXPECT_EQ(D().cuDeviceGetAttribute(
+                  &value, CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 0),
+              CUDA_ERROR_INVALID_VALUE);
+  }
+  F().set_driver_version(12090);
+  EXPECT_EQ(attribute(CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED), 1);
+  EXPECT_EQ(D().cuDeviceGetAttribute(
+                &value, CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 0),
+            CUDA_ERROR_INVALID_VALUE);
+  F().set_driver_version(13000);
+  EXPECT_EQ(attribute(CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED), 1);
+  EXPECT_EQ(attribute(CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED), 1);
   EXPECT_EQ(D().cuDeviceGetAttribute(&value, 1, 0), CUDA_ERROR_INVALID_VALUE);
   EXPECT_EQ(D().cuDeviceGetAttribute(&value, 41, 3), CUDA_ERROR_INVALID_DEVICE);
 }

@@ -24,23 +24,45 @@ EVICTION = "AnEvictionCopiesWhatAKernelQueuedBeforeTheUnpinStillWrites"
 COPY = "ACopyOfAnUnpinnedTensorInFlightDuringItsEvictionReadsTheRightBytes"
 FREE = "FreeingAnEvictedTensorWaitsForACopyOfItInFlight"
 DEFRAG = "DefragmentationWaitsForQueuedWorkOnAFreedGranule"
+RECLAIM = "AReclaimOfSeveralVictimsWaitsOnTheHostOnce"
+PAGE_IN_READ = "APagedInTensorIsReadByTheKernelQueuedAfterThePinWithoutAHostWaitForTheCopy"
+PAGE_IN_QUEUED = "APageInWaitsForQueuedWorkOnTheEvictedTensorBeforeTheRemap"
 
 # name -> (source, text to find, replacement, tests that must fail)
 MUTATIONS = {
     "no-fence": (STREAMS, "Status CudaBackend::Fence() {\n",
                  "Status CudaBackend::Fence() {\n  return Status::Ok();  // MUTATION\n",
-                 {EVICTION, COPY, FREE, DEFRAG}),
+                 {EVICTION, COPY, FREE, DEFRAG, RECLAIM, PAGE_IN_QUEUED}),
     "no-fence-before-copies": (
         STREAMS, "Status CudaBackend::CopiesAfterCompute() {\n",
         "Status CudaBackend::CopiesAfterCompute() {\n  return Status::Ok();  // MUTATION\n",
-        {EVICTION}),
-    "no-host-wait-before-unmap": (
+        {EVICTION, RECLAIM, PAGE_IN_QUEUED}),
+    "no-host-wait-in-drain": (
         STREAMS, "  LMS_RETURN_IF_ERROR(Fence());\n  return HostWait();\n",
         "  return Fence();  // MUTATION\n",
-        {FREE, DEFRAG}),
+        {EVICTION, COPY, FREE, DEFRAG, RECLAIM}),
+    # The batch's drain only waits for the copies, not for a second fence.
+    # The copy stream already waited for the fence before the copies, so this
+    # only widens the gap of Note [Stream protocol] (unpinned work enqueued
+    # while the copies are issued); no test can place an enqueue there, and
+    # the tests below fail on their fence counts only.
+    "remap-batch-without-second-fence": (
+        STREAMS, "  remap_batch_drained_ = false;\n  LMS_RETURN_IF_ERROR(Drain());\n",
+        "  remap_batch_drained_ = false;\n  LMS_RETURN_IF_ERROR(HostWait());  // MUTATION\n",
+        {EVICTION, RECLAIM}),
     "freed-memory-never-waits": (
         MEMORY, "/*drain=*/fences_waited_ <= mark", "/*drain=*/false /* MUTATION */",
         {DEFRAG}),
+    # The fenced streams never wait for a page-in's copies: the pinning
+    # kernel reads the device granules before the bytes land.
+    "page-in-without-stream-wait": (
+        STREAMS, "driver_->cuStreamWaitEvent(fenced.first, copies_done_, 0)",
+        "cu::CUDA_SUCCESS /* MUTATION */", {PAGE_IN_READ}),
+    # A page-in remaps without waiting for work queued on the old (host)
+    # mapping: cuMemUnmap under a running kernel.
+    "page-in-without-host-wait": (
+        STREAMS, "driver_->cuEventSynchronize(fenced.second)",
+        "cu::CUDA_SUCCESS /* MUTATION */", {PAGE_IN_QUEUED}),
 }
 
 

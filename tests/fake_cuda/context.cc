@@ -127,13 +127,16 @@ CUresult cuDeviceGetAttribute(int* value, int attribute, CUdevice device) noexce
     case CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID:
       *value = 0;
       return CUDA_SUCCESS;
-    // HOST_NUMA allocations came with CUDA 12.2 and HOST ones with 13.0:
-    // older drivers report 0.
+    // As on real drivers, an attribute newer than the driver is unknown
+    // (CUDA_ERROR_INVALID_VALUE), not 0: 141 is known from 12.9 on, though
+    // HOST_NUMA allocations work from 12.2 on; 145 and HOST ones from 13.0.
     case CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
-      *value = k.host_vmm_supported && k.driver_version >= 12020 ? 1 : 0;
+      if (k.driver_version < kHostNumaAttributeDriver) return CUDA_ERROR_INVALID_VALUE;
+      *value = k.host_vmm_supported ? 1 : 0;
       return CUDA_SUCCESS;
     case CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
-      *value = k.host_vmm_supported && k.driver_version >= 13000 ? 1 : 0;
+      if (k.driver_version < kHostAttributeDriver) return CUDA_ERROR_INVALID_VALUE;
+      *value = k.host_vmm_supported ? 1 : 0;
       return CUDA_SUCCESS;
     default:
       return CUDA_ERROR_INVALID_VALUE;

@@ -62,10 +62,11 @@
 //     access (HOST or HOST_NUMA) is accepted for any host-located memory,
 //     whichever of the two it was created at; HOST_NUMA node ids other than 0
 //     are CUDA_ERROR_INVALID_VALUE.
-//   - Attribute 141 answers (per fake_cuda_set_host_vmm_supported) on every
-//     driver from 12.2 on, and 145 answers 0 before 13.0; a real driver
-//     older than 12.9 does not know 141, nor one older than 13.0 145, and
-//     returns CUDA_ERROR_INVALID_VALUE for them.
+//   - Attributes 141 and 145 answer as a real driver does: a driver older
+//     than 12.9 (FAKE_CUDA_DRIVER_VERSION / fake_cuda_set_driver_version)
+//     does not know 141, nor one older than 13.0 145, and returns
+//     CUDA_ERROR_INVALID_VALUE for them; HOST_NUMA cuMemCreate still works
+//     from 12.2 on (per fake_cuda_set_host_vmm_supported).
 //   - cuGetProcAddress_v2 is exported whatever the driver version knob says
 //     (a real 11.x driver has only cuGetProcAddress); asking for the CUDA 12
 //     ABI of an older "driver" is VERSION_NOT_SUFFICIENT.
@@ -156,8 +157,9 @@ void fake_cuda_fail_nth_mem_create(int n) FAKE_CUDA_NOEXCEPT;
 void fake_cuda_fail_nth_mem_map(int n, int error) FAKE_CUDA_NOEXCEPT;
 // Whether host-located VMM is supported: attributes 141 and 145 and
 // cuMemCreate at HOST_NUMA / HOST. Whatever this says, drivers before 12020
-// have neither (141 reports 0, HOST_NUMA is an unknown location) and drivers
-// before 13000 have no HOST (145 reports 0).
+// have no HOST_NUMA location, drivers before 13000 no HOST location, and
+// drivers before 12090 / 13000 do not know attribute 141 / 145
+// (CUDA_ERROR_INVALID_VALUE).
 void fake_cuda_set_host_vmm_supported(int supported) FAKE_CUDA_NOEXCEPT;
 // What cuDriverGetVersion reports and cuGetProcAddress compares against
 // (e.g. 11080 for a driver too old for the backend).

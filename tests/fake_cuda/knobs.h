@@ -14,6 +14,13 @@ namespace fake {
 // The most devices the fake models (the bound of per-device arrays).
 constexpr int kMaxDevices = 8;
 
+// The first driver versions that know device attributes 141
+// (HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED) and 145
+// (HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED); older ones answer
+// CUDA_ERROR_INVALID_VALUE, as they do for every attribute they do not know.
+constexpr int kHostNumaAttributeDriver = 12090;
+constexpr int kHostAttributeDriver = 13000;
+
 struct Knobs {
   // What cuDriverGetVersion reports; cuGetProcAddress refuses newer ABIs,
   // HOST_NUMA memory needs >= 12020 and HOST memory >= 13000.

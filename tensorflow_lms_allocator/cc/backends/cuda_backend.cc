@@ -216,7 +216,7 @@ Status CudaBackend::UnmapSlots(uintptr_t address, size_t count, bool drain) {
     any = slot != nullptr && slot->mapped;
   }
   if (!any) return Status::Ok();
-  if (drain) LMS_RETURN_IF_ERROR(Drain());
+  if (drain && !remap_batch_drained_) LMS_RETURN_IF_ERROR(Drain());
   Status status;
   for (size_t i = 0; i < count; ++i) {
     const uintptr_t at = address + i * granule_;
@@ -273,6 +273,8 @@ Status CudaBackend::CopyFromHost(uintptr_t address, const void* src, size_t byte
 Status CudaBackend::CopyHost(uintptr_t address, size_t bytes, void* to_host,
                              const void* from_host) {
   LMS_CUDA_SCOPE(*driver_, context_);
+  // A page-in's copies may still be in flight (EndPageInRemaps).
+  LMS_RETURN_IF_ERROR(HostWait());
   size_t done = 0;
   while (done < bytes) {
     const uintptr_t at = address + done;

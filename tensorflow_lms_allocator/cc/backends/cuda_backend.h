@@ -35,37 +35,88 @@
 //     waited on by the copy stream. Every copy issued after it runs after all
 //     work queued on a fenced stream before it, so an eviction copies the
 //     bytes a queued kernel writes, and a page-in copies the bytes a queued
-//     host-to-device copy writes into a born-evicted tensor.
-//   - WaitForCopies: one event recorded on the copy stream and synchronized
-//     on the host; skipped when no copy was issued since the last one. The
-//     engine calls it before it remaps or reuses the source of a copy, so no
-//     copy is ever in flight when the engine's lock is free.
-//   - Drain before every cuMemUnmap (Unmap, and a Map that replaces a
-//     mapping): a fence followed by one host wait, as late as possible, right
-//     before the unmap. cuMemUnmap is not stream-ordered, and nothing tells
-//     the backend what TensorFlow enqueued since the last drain (an unpinned
-//     copy may be enqueued at any time), so no earlier fence can stand in
-//     for it. After the drain, work that can still use the range was enqueued
-//     after it, by a thread that did not pin the range: the one gap left,
-//     which only the adapter can close (by pinning what TensorFlow's copies
-//     read and write). Copies between windows never need a drain: windows are
-//     never unmapped while the backend lives.
-// Why this is enough for the engine's three remaps: an eviction fences, copies,
-// waits, then drains and remaps, so the copy follows every kernel that wrote
-// the victim before its last unpin, and the unmap follows every access queued
-// before it; a page-in does the same in the other direction; defragmentation
-// (taking a granule cached at a freed range) unmaps it only after a drain, so
-// work still queued on the freed buffer finishes before the granule moves.
-// Freed memory needs less: nothing is enqueued on a buffer after its free
-// (TensorFlow enqueues all work on a buffer before dropping its last
-// reference), so once a fence issued after the free has been waited for, no
-// queued work can touch the buffer, and its slots are unmapped without a
-// drain (UnmapReleased with the ReleaseMark taken at the free: the fence
-// count then). Defragmentation mostly takes such granules: an eviction in
-// between has already waited.
+//     host-to-device copy (or an unpinned kernel, over the bus) writes into
+//     an evicted tensor.
+//   - HostWait (WaitForCopies): one event recorded on the copy stream and
+//     synchronized on the host; skipped when nothing was issued on the copy
+//     stream since the last one. Because the copy stream waited for every
+//     fence, it also waits for the fenced work before the last fence.
+//   - Drain before every cuMemUnmap (Unmap, a Map that replaces a mapping):
+//     a fence followed by a HostWait, right before the unmap. cuMemUnmap is
+//     not stream-ordered (nor cuMemMap/cuMemSetAccess; CUDA's only
+//     stream-ordered mapping call, cuMemMapArrayAsync, is for CUDA arrays,
+//     not linear memory), so a mapping may go only once no queued work can
+//     use it. Copies between windows never need a drain: windows are never
+//     unmapped while the backend lives.
+//   - Remap batches. An eviction of a reclaim's victims (one or many) is:
+//     fence; copy every victim device->host; BeginRemapBatch = one drain (a
+//     second fence and ONE host wait, which covers the copies and all fenced
+//     work queued before it); remap every victim; EndRemapBatch. The remaps
+//     in between skip their own drain: the batch's drain followed every
+//     access queued before it, and the engine's lock keeps any other LMS
+//     call out. One host wait per reclaim (before: two per victim, one for
+//     the copy and one for the drain of its unmap).
+//   - Page-in at pin, before the kernel is enqueued: fence; copy
+//     host->device on the copy stream; BeginPageInRemaps = an event on every
+//     fenced stream, synchronized on the host (one host wait, for work
+//     queued on the evicted tensor's host mapping, NOT for the copy, which
+//     stays in flight); remap the address to the device granules;
+//     EndPageInRemaps = an event on the copy stream after the copy, waited
+//     on by EVERY fenced stream. Why this is correct:
+//       * the unmap of the host mapping at the address follows every access
+//         queued on a fenced stream before the pin (the host waited for
+//         them), including unpinned kernels and TensorFlow copies reading or
+//         writing the evicted tensor over the bus; that wait cannot be
+//         avoided: nothing tells the engine which queued work touches an
+//         evicted tensor, and the unmap is not stream-ordered;
+//       * the copy follows the same work (the fence before it), so it copies
+//         what that work wrote;
+//       * the pinning kernel is enqueued after Pin returns, on its device
+//         context's compute stream, which the adapter registered as fenced
+//         before it pinned (PinsRouter); so are TensorFlow's copy streams:
+//         every one of them waits for the copy event, so neither the kernel
+//         nor a later TensorFlow copy of the tensor reads the device granules
+//         before the bytes land;
+//       * the host granules go back to the host pool at once although the
+//         copy still reads them through the host window: their next user is
+//         an eviction copy (later on the same copy stream, so after it) or a
+//         born-evicted tensor written by work on a fenced stream (enqueued
+//         after EndPageInRemaps, so after it); the host's own copies
+//         (CopyToHost/CopyFromHost) HostWait first;
+//       * a later HostWait still covers the copy (copies_in_flight_ stays
+//         set), so a drain, an eviction or a free that unmaps the tensor
+//         waits for it.
+//     The host wait per page-in is for the fenced streams only; with no
+//     fenced stream (tests, tools) a page-in does not wait at all.
+// Why this is enough for the engine's three remaps: an eviction's copy
+// follows every kernel that wrote a victim before its last unpin, and its
+// unmap every access queued before the batch's drain; a page-in as above;
+// defragmentation (taking a granule cached at a freed range) unmaps it only
+// after a drain, so work still queued on the freed buffer finishes before
+// the granule moves. Freed memory needs less: nothing is enqueued on a
+// buffer after its free (TensorFlow enqueues all work on a buffer before
+// dropping its last reference), so once a fence issued after the free has
+// been waited for by a HostWait, no queued work can touch the buffer, and
+// its slots are unmapped without a drain (UnmapReleased with the
+// ReleaseMark taken at the free: the fence count then). Defragmentation
+// mostly takes such granules: an eviction in between has already waited.
+// The gap that remains (it cannot be closed here): a thread that did not
+// pin a tensor (TensorFlow's GPUUtil copies on its copy streams, .numpy())
+// may enqueue work on it after the drain's (or page-in's) events were
+// recorded and before cuMemUnmap runs. No fence closes that: any event the
+// backend records, however late (even after the decision to unmap), is
+// recorded before the unmap in host time, and the enqueue can fall between
+// the two, because nothing orders TensorFlow's enqueue against the engine's
+// lock. The work then runs on the old mapping (a read gets the right bytes;
+// a write into a tensor being evicted is lost, since its bytes were copied
+// already), on no mapping (an illegal-address fault that ends the CUDA
+// context), or on the new mapping (right bytes). Batching widens the
+// window from one victim's remap to the whole batch's remaps (microseconds
+// of cuMemUnmap/cuMemMap calls). Only the adapter can close it, by pinning
+// what TensorFlow's copies read and write while they are enqueued (then the
+// enqueue is either before the drain, and waited for, or after the remap);
+// the overlay does not intercept GPUUtil's copies today.
 // The costs are counted (GetStatistics): fences, host waits, copies, bytes.
-// With no fenced stream registered, a drain needs no host wait unless a copy
-// is in flight.
 //
 // Thread-safety: Map, Unmap, copies and pools are called with the engine's
 // lock held (thread-compatible, like the POSIX backend). AddFencedStream,
@@ -118,6 +169,10 @@ class CudaBackend : public Backend {
                       const GranuleId* src, size_t bytes) override;
   Status CopiesAfterCompute() override;
   Status WaitForCopies() override;
+  Status BeginRemapBatch() override;
+  void EndRemapBatch() override { remap_batch_drained_ = false; }
+  Status BeginPageInRemaps() override LMS_LOCKS_EXCLUDED(streams_mu_);
+  Status EndPageInRemaps() override LMS_LOCKS_EXCLUDED(streams_mu_);
   bool HostCanTouch() const override { return false; }
   Status CopyToHost(void* dst, uintptr_t address, size_t bytes) override;
   Status CopyFromHost(uintptr_t address, const void* src, size_t bytes) override;
@@ -163,6 +218,15 @@ class CudaBackend : public Backend {
   Status InitDevice();
   Status CheckSupport();
   cu::CUmemAllocationProp AllocationProp(PoolKind pool) const;
+  // On a driver that cannot report host-located VMM support (12.2-12.8: no
+  // attribute 141), creates and releases one host granule, so that a GPU
+  // without it is a clear error at Create, not at the first eviction
+  // (CheckSupport only asks for the host granularity, which needs no
+  // context; whether a real driver refuses that without support is unknown).
+  Status ProbeHostPool();
+  // kFailedPrecondition naming the GPU, the driver, the requirement and the
+  // failed call, for a driver that could not report support.
+  Status HostPoolUnsupported(const char* call, cu::CUresult r) const;
 
   // The slot table entry for `address`, or nullptr outside every range.
   Slot* SlotAt(uintptr_t address);
@@ -197,6 +261,9 @@ class CudaBackend : public Backend {
   bool context_retained_ = false;
   size_t granule_ = 0;
   HostLocation host_location_;
+  // The driver does not know attribute 141 (before 12.9): host-located VMM
+  // support is found out by ProbeHostPool.
+  bool host_support_unreported_ = false;
   cu::CUstream copy_stream_ = nullptr;
   cu::CUevent copies_done_ = nullptr;
   std::string description_;
@@ -205,6 +272,9 @@ class CudaBackend : public Backend {
   Pool pools_[2];
   std::map<uintptr_t, std::vector<Slot>> ranges_;  // reserved base -> slots
   bool copies_in_flight_ = false;  // a copy was issued since the last wait
+  // Between BeginRemapBatch's drain and EndRemapBatch: unmaps skip their own
+  // drain, because the batch's drain followed every access queued before it.
+  bool remap_batch_drained_ = false;
   // Fences issued so far, and how many of them a completed host wait covers
   // (every fence makes the copy stream wait, so a wait on the copy stream
   // covers every earlier fence).

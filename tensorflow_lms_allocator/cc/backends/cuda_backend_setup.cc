@@ -23,6 +23,16 @@ constexpr int kHostNumaVmmDriver = 12020;
 // CU_MEM_LOCATION_TYPE_HOST (no NUMA node) and attribute 145: CUDA 13.0.
 constexpr int kHostVmmDriver = 13000;
 
+// What LMS needs of the host side, for every "cannot hold evicted tensors".
+std::string HostVmmRequirement(const std::string& device) {
+  return device +
+         " cannot hold evicted tensors: LMS maps them from host memory "
+         "created with cuMemCreate at a host location, which needs an "
+         "NVIDIA driver for CUDA 12.2 or newer (CUDA 12.2 introduced "
+         "CU_MEM_LOCATION_TYPE_HOST_NUMA allocations; CUDA 13.0 added "
+         "CU_MEM_LOCATION_TYPE_HOST) and a GPU and system that support it";
+}
+
 }  // namespace
 
 CudaBackend::CudaBackend(std::unique_ptr<CudaDriver> driver, int ordinal)
@@ -90,6 +100,7 @@ Status CudaBackend::Init(size_t min_granule_bytes) {
                            " is not a power of two");
   }
   granule_ = granule;
+  LMS_RETURN_IF_ERROR(ProbeHostPool());
   LMS_RETURN_IF_ERROR(d.Check(d.cuStreamCreate(&copy_stream_, cu::CU_STREAM_NON_BLOCKING),
                               "cuStreamCreate (the LMS copy stream)"));
   return d.Check(d.cuEventCreate(&copies_done_, cu::CU_EVENT_DISABLE_TIMING),
@@ -125,19 +136,15 @@ Status CudaBackend::CheckSupport() {
   int numa = 0;
   const cu::CUresult numa_query = d.cuDeviceGetAttribute(
       &numa, cu::CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, device_);
-  // A 12.2-12.8 driver supports HOST_NUMA but cannot say so: cuMemCreate in
-  // CreatePool is then the test, and its failure names the call.
+  // A 12.2-12.8 driver supports HOST_NUMA but cannot say so: it does not
+  // know attribute 141 and answers CUDA_ERROR_INVALID_VALUE. Init then
+  // creates one host granule to find out (ProbeHostPool).
+  host_support_unreported_ = numa_query == cu::CUDA_ERROR_INVALID_VALUE;
   const bool supported =
       version >= kHostNumaVmmDriver &&
-      ((numa_query == cu::CUDA_SUCCESS && numa != 0) ||
-       numa_query == cu::CUDA_ERROR_INVALID_VALUE);
+      ((numa_query == cu::CUDA_SUCCESS && numa != 0) || host_support_unreported_);
   if (!supported) {
-    std::string m = description_ +
-                    " cannot hold evicted tensors: LMS maps them from host memory "
-                    "created with cuMemCreate at a host location, which needs an "
-                    "NVIDIA driver for CUDA 12.2 or newer (CUDA 12.2 introduced "
-                    "CU_MEM_LOCATION_TYPE_HOST_NUMA allocations; CUDA 13.0 added "
-                    "CU_MEM_LOCATION_TYPE_HOST) and a GPU and system that support it";
+    std::string m = HostVmmRequirement(description_);
     m += version < kHostNumaVmmDriver
              ? "; this driver is too old: upgrade the NVIDIA driver"
              : "; this GPU reports no support (device attributes "
@@ -152,7 +159,43 @@ Status CudaBackend::CheckSupport() {
     node = 0;  // -1: the system has no NUMA; node 0 is all of its memory
   }
   host_location_ = HostLocation{cu::CU_MEM_LOCATION_TYPE_HOST_NUMA, node};
+  if (host_support_unreported_) {
+    // No context needed: the cheapest question the driver may refuse when
+    // the GPU or system lacks host-located VMM. Init's ProbeHostPool asks
+    // the decisive one (cuMemCreate).
+    const cu::CUmemAllocationProp prop = AllocationProp(PoolKind::kHost);
+    size_t g = 0;
+    const cu::CUresult r =
+        d.cuMemGetAllocationGranularity(&g, &prop, cu::CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+    if (r != cu::CUDA_SUCCESS) return HostPoolUnsupported("cuMemGetAllocationGranularity", r);
+  }
   return Status::Ok();
+}
+
+Status CudaBackend::ProbeHostPool() {
+  if (!host_support_unreported_) return Status::Ok();
+  const CudaDriver& d = *driver_;
+  const cu::CUmemAllocationProp prop = AllocationProp(PoolKind::kHost);
+  cu::CUmemGenericAllocationHandle h = 0;
+  const cu::CUresult r = d.cuMemCreate(&h, granule_, &prop, 0);
+  // Host memory running out says nothing about support.
+  if (r == cu::CUDA_ERROR_OUT_OF_MEMORY) {
+    return d.Check(r, "cuMemCreate of one host granule (probing host-located VMM "
+                      "support on " + description_ + ")");
+  }
+  if (r != cu::CUDA_SUCCESS) return HostPoolUnsupported("cuMemCreate", r);
+  d.cuMemRelease(h);
+  return Status::Ok();
+}
+
+Status CudaBackend::HostPoolUnsupported(const char* call, cu::CUresult r) const {
+  return FailedPrecondition(
+      HostVmmRequirement(description_) +
+      "; this driver cannot report support (device attribute "
+      "HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED is known from CUDA 12.9 on), "
+      "and " + call + " of host memory at NUMA node " +
+      std::to_string(host_location_.id) + " failed with " + driver_->ErrorName(r) +
+      ": this GPU or system does not support it (or upgrade the NVIDIA driver)");
 }
 
 cu::CUmemAllocationProp CudaBackend::AllocationProp(PoolKind pool) const {

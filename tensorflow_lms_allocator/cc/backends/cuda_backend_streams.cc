@@ -59,6 +59,54 @@ Status CudaBackend::WaitForCopies() {
   return HostWait();
 }
 
+Status CudaBackend::BeginRemapBatch() {
+  LMS_CUDA_SCOPE(*driver_, context_);
+  remap_batch_drained_ = false;
+  LMS_RETURN_IF_ERROR(Drain());
+  remap_batch_drained_ = true;
+  return Status::Ok();
+}
+
+Status CudaBackend::BeginPageInRemaps() {
+  LMS_CUDA_SCOPE(*driver_, context_);
+  remap_batch_drained_ = false;
+  {
+    MutexLock lock(streams_mu_);
+    // Every fenced stream's work queued so far (the old mapping's users),
+    // not the copy stream: the page-in copies stay in flight.
+    for (const auto& [stream, event] : fenced_) {
+      LMS_RETURN_IF_ERROR(driver_->Check(driver_->cuEventRecord(event, stream),
+                                         "cuEventRecord on a fenced stream"));
+    }
+    if (!fenced_.empty()) {
+      ++stats_.fences;  // a round of events on the fenced streams...
+      ++stats_.host_waits;  // ...waited for on the host
+    }
+    for (const auto& fenced : fenced_) {
+      LMS_RETURN_IF_ERROR(driver_->Check(driver_->cuEventSynchronize(fenced.second),
+                                         "cuEventSynchronize on a fenced stream"));
+    }
+  }
+  remap_batch_drained_ = true;
+  return Status::Ok();
+}
+
+Status CudaBackend::EndPageInRemaps() {
+  remap_batch_drained_ = false;
+  if (!copies_in_flight_) return Status::Ok();
+  LMS_CUDA_SCOPE(*driver_, context_);
+  // copies_in_flight_ stays set: a later HostWait still covers the copies.
+  LMS_RETURN_IF_ERROR(driver_->Check(driver_->cuEventRecord(copies_done_, copy_stream_),
+                                     "cuEventRecord on the LMS copy stream"));
+  MutexLock lock(streams_mu_);
+  for (const auto& fenced : fenced_) {
+    LMS_RETURN_IF_ERROR(
+        driver_->Check(driver_->cuStreamWaitEvent(fenced.first, copies_done_, 0),
+                       "cuStreamWaitEvent on a fenced stream (page-in copies)"));
+  }
+  return Status::Ok();
+}
+
 Status CudaBackend::HostWait() {
   if (!copies_in_flight_) return Status::Ok();
   const uint64_t covered = fences_issued_;

@@ -14,6 +14,12 @@
 //                                                      fenced stream, waited on
 //                                                      by the copy stream
 //   WaitForCopies         nothing (synchronous)        event synchronize
+//   BeginRemapBatch       nothing (synchronous)        drain; the remaps up to
+//                                                      EndRemapBatch skip theirs
+//   BeginPageInRemaps     nothing (synchronous)        host wait for the fenced
+//                                                      streams, not the copies
+//   EndPageInRemaps       nothing (synchronous)        every fenced stream waits
+//                                                      for the copies' event
 //
 // where "drain" is a fence plus one host wait, so that no queued work still
 // uses a mapping when it goes (Note [Stream protocol] in cuda_backend.h).
@@ -124,6 +130,31 @@ class Backend {
   // wait may be trusted.
   virtual Status WaitForCopies() = 0;
 
+  // Opens a batch of remaps that follows a batch of copies (an eviction of a
+  // reclaim's victims, a page-in): blocks until every copy issued so far and
+  // all work queued so far that may touch LMS memory are complete (a drain:
+  // one host wait), so the Map and Unmap calls up to EndRemapBatch need no
+  // drain of their own. One host wait per batch rather than two per victim.
+  // Assumes: no copy is issued and no fence taken until EndRemapBatch.
+  // On failure no copy since the last successful wait may be trusted, and
+  // the caller must still call EndRemapBatch (Map/Unmap then drain again).
+  virtual Status BeginRemapBatch() { return WaitForCopies(); }
+  virtual void EndRemapBatch() {}
+
+  // The page-in form of the batch, which leaves the copies in flight: the
+  // host waits only for work queued so far that may touch LMS memory (the
+  // old mapping's users), not for the copies into the device granules.
+  // EndPageInRemaps then orders every later piece of work on the fenced
+  // queues (the pinning kernel's among them) after those copies, so nothing
+  // queued after it reads the device granules before their bytes land.
+  // Assumes what BeginRemapBatch assumes. After EndPageInRemaps fails, the
+  // caller waits for the copies (WaitForCopies) before anything reads them.
+  virtual Status BeginPageInRemaps() { return BeginRemapBatch(); }
+  virtual Status EndPageInRemaps() {
+    EndRemapBatch();
+    return Status::Ok();
+  }
+
   // Whether the host may read and write an allocation at its own address.
   // False on a GPU (device memory is never CPU-accessible): tools then go
   // through CopyToHost / CopyFromHost.
@@ -132,9 +163,9 @@ class Backend {
   // Copies `bytes` between host memory and the mapped slots from `address`
   // (any byte offset), through the backend's own view of the granules behind
   // them, synchronously. For tools and tests, not for TensorFlow's data path.
-  // Assumes: every slot the range touches is mapped, and no copy of this
-  // backend is in flight (the engine waits for its copies before it releases
-  // its lock). kFailedPrecondition naming the slot if one is not mapped.
+  // Assumes: every slot the range touches is mapped. A backend whose copies
+  // may still be in flight (a page-in's) waits for them first.
+  // kFailedPrecondition naming the slot if one is not mapped.
   virtual Status CopyToHost(void* dst, uintptr_t address, size_t bytes);
   virtual Status CopyFromHost(uintptr_t address, const void* src, size_t bytes);
 

@@ -354,7 +354,7 @@ Status Engine::Evict(const void* ptr) {
   const Residency::Record& r = residency_.record(c);
   if (r.evicted) return FailedPrecondition("evict of " + FormatAddress(ptr) + ": already evicted");
   if (r.pin_count > 0) return FailedPrecondition("evict of " + FormatAddress(ptr) + ": it is pinned");
-  Status s = EvictChunk(c);
+  Status s = EvictChunks({c});
   RefreshPoolStatistics();
   return s;
 }

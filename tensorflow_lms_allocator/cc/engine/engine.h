@@ -257,7 +257,12 @@ class Engine {
       LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint64_t StealCachedGranules(uint64_t granules)
       LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  Status EvictChunk(ChunkId id) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Evicts `victims` as one batch: one fence, every copy, one drain, then
+  // every remap (Note [Stream protocol] in backends/cuda_backend.h). On
+  // failure the victims before the failing one are evicted, the rest keep
+  // their device granules, and no granule is lost.
+  Status EvictChunks(const std::vector<ChunkId>& victims)
+      LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Status PageIn(ChunkId id) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Takes n host granules into *host, or kResourceExhausted naming
   // TF_GPU_HOST_MEM_LIMIT_IN_MB (`what` is the action that needed them).

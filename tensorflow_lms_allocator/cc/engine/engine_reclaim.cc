@@ -5,10 +5,18 @@
 //   - an evicted unit is always mapped from the host pool at its own
 //     address, so an unpinned touch still reads and writes the right bytes
 //     (strict mode maps it with no access and reports the touch instead);
-//   - an allocation is remapped only after the copy of its bytes completes
-//     (CopiesAfterCompute before, WaitForCopies after), so no byte is lost,
-//     not even one queued device work writes after the host let go of it
-//     (Note [Stream protocol] in backends/cuda_backend.h);
+//   - every copy is ordered after the device work queued before it
+//     (CopiesAfterCompute), so no byte is lost, not even one queued device
+//     work writes after the host let go of it (Note [Stream protocol] in
+//     backends/cuda_backend.h);
+//   - an evicted allocation is remapped only after the copy of its bytes
+//     completes (BeginRemapBatch), and a reclaim waits for the device once
+//     however many victims it evicts: every copy of the batch is issued
+//     before the one BeginRemapBatch;
+//   - a paged-in allocation is remapped before its copy completes (the copy
+//     goes between the pools' windows, not through the address); whatever
+//     reads it later is ordered after the copy by EndPageInRemaps, or waits
+//     for it (WaitForCopies) when that fails;
 //   - a granule goes back to its pool only once nothing maps it at a slot
 //     (the backend replaced or unmapped the mapping), since cuMemMap refuses
 //     a mapped range and the granule may back another slot next;
@@ -33,7 +41,7 @@ Status Engine::ObtainDeviceGranules(uint64_t granules) {
   if (lms_enabled_) {
     ReclaimPlan plan;
     if (PlanReclaim(residency_, granules - device_pool_.free_count(), &plan)) {
-      for (ChunkId victim : plan.victims) LMS_RETURN_IF_ERROR(EvictChunk(victim));
+      LMS_RETURN_IF_ERROR(EvictChunks(plan.victims));
       ++(plan.single ? stats_.num_single_reclaims : stats_.num_full_reclaims);
       if (device_pool_.free_count() >= granules) return Status::Ok();
     }
@@ -98,40 +106,62 @@ Status Engine::RestoreMapping(uint64_t first_slot, uint64_t count, PoolKind pool
                   " also failed: " + restored.message());
 }
 
-Status Engine::EvictChunk(ChunkId id) {
-  const BestFitArena::Chunk& chunk = arena_.chunk(id);
-  const uint64_t first = chunk.start;
-  const uint64_t n = residency_.record(id).granules;
-  // Local buffers: an eviction copies at least a granule, so their
-  // allocation is noise next to it.
-  std::vector<GranuleId> host;
-  LMS_RETURN_IF_ERROR(TakeHostGranules(n, "evicting", &host));
-  std::vector<GranuleId> device(n);
-  for (uint64_t i = 0; i < n; ++i) device[i] = backing_.at(first + i).granule;
+Status Engine::EvictChunks(const std::vector<ChunkId>& victims) {
+  struct Victim {
+    ChunkId id;
+    uint64_t first;
+    uint64_t n;
+    std::vector<GranuleId> host;
+    std::vector<GranuleId> device;
+  };
+  // Local buffers: an eviction copies at least a granule per victim, so
+  // their allocation is noise next to it.
+  std::vector<Victim> batch;
+  batch.reserve(victims.size());
+  // Host memory running out stops the batch at that victim: the ones before
+  // it are still evicted, and the shortage is what the caller hears.
+  Status shortage;
+  for (ChunkId id : victims) {
+    Victim v{id, arena_.chunk(id).start, residency_.record(id).granules, {}, {}};
+    shortage = TakeHostGranules(v.n, "evicting", &v.host);
+    if (!shortage.ok()) break;
+    v.device.resize(v.n);
+    for (uint64_t i = 0; i < v.n; ++i) v.device[i] = backing_.at(v.first + i).granule;
+    batch.push_back(std::move(v));
+  }
   const Access access = strict_ ? Access::kNone : Access::kReadWrite;
-  Status s = backend_->CopiesAfterCompute();
-  if (s.ok()) {
-    s = backend_->CopyGranules(PoolKind::kHost, host.data(), PoolKind::kDevice,
-                               device.data(), chunk.requested_bytes);
+  Status s = batch.empty() ? Status::Ok() : backend_->CopiesAfterCompute();
+  for (size_t i = 0; s.ok() && i < batch.size(); ++i) {
+    s = backend_->CopyGranules(PoolKind::kHost, batch[i].host.data(), PoolKind::kDevice,
+                               batch[i].device.data(),
+                               arena_.chunk(batch[i].id).requested_bytes);
   }
-  if (s.ok()) s = backend_->WaitForCopies();
-  if (s.ok()) {
-    s = MapSlots(first, n, PoolKind::kHost, host.data(), access);
-    // A failed remap leaves the slots unmapped (backend.h): the device
-    // granules still hold the bytes, so they go back to the address.
-    if (!s.ok()) s = RestoreMapping(first, n, PoolKind::kDevice, device.data(),
-                                    Access::kReadWrite, s);
+  if (s.ok() && !batch.empty()) s = backend_->BeginRemapBatch();
+  size_t evicted = 0;
+  for (; s.ok() && evicted < batch.size(); ++evicted) {
+    const Victim& v = batch[evicted];
+    s = MapSlots(v.first, v.n, PoolKind::kHost, v.host.data(), access);
+    if (!s.ok()) {
+      // A failed remap leaves the slots unmapped (backend.h): the device
+      // granules still hold the bytes, so they go back to the address.
+      s = RestoreMapping(v.first, v.n, PoolKind::kDevice, v.device.data(),
+                         Access::kReadWrite, s);
+      break;
+    }
+    device_pool_.Give(v.device.data(), v.n);
+    NoteResidencyChange(v.id, /*resident=*/false);
+    ++stats_.num_evictions;
+    stats_.bytes_reclaimed += static_cast<int64_t>(v.n * granule_);
+    NoteEvicted(v.id, arena_.chunk(v.id).requested_bytes);
   }
-  if (!s.ok()) {
-    host_pool_.Give(host.data(), n);
-    return s;
+  if (!batch.empty()) backend_->EndRemapBatch();
+  // Victims not remapped are still resident: their host granules go back,
+  // once no copy of the failed batch can still write them.
+  if (evicted < batch.size()) backend_->WaitForCopies();
+  for (size_t i = evicted; i < batch.size(); ++i) {
+    host_pool_.Give(batch[i].host.data(), batch[i].n);
   }
-  device_pool_.Give(device.data(), n);
-  NoteResidencyChange(id, /*resident=*/false);
-  ++stats_.num_evictions;
-  stats_.bytes_reclaimed += static_cast<int64_t>(n * granule_);
-  NoteEvicted(id, chunk.requested_bytes);
-  return Status::Ok();
+  return s.ok() ? shortage : s;
 }
 
 Status Engine::TakeHostGranules(uint64_t n, const char* what,
@@ -182,13 +212,24 @@ Status Engine::PageIn(ChunkId id) {
     s = backend_->CopyGranules(PoolKind::kDevice, device.data(), PoolKind::kHost,
                                host.data(), chunk.requested_bytes);
   }
-  if (s.ok()) s = backend_->WaitForCopies();
+  // The host waits for every access queued on the host mapping, not for
+  // the copy; the pinning kernel's stream (every fenced stream) waits for the
+  // copy instead (Note [Stream protocol]).
+  if (s.ok()) s = backend_->BeginPageInRemaps();
   if (s.ok()) {
     s = MapSlots(first, n, PoolKind::kDevice, device.data(), Access::kReadWrite);
     if (!s.ok()) {
       s = RestoreMapping(first, n, PoolKind::kHost, host.data(),
                          strict_ ? Access::kNone : Access::kReadWrite, s);
     }
+  }
+  Status ordered = backend_->EndPageInRemaps();
+  // Without that order (or on failure, before the device granules go back
+  // to the pool) the copy is waited for here.
+  if (!ordered.ok() || !s.ok()) ordered = backend_->WaitForCopies();
+  if (s.ok() && !ordered.ok()) {
+    s = RestoreMapping(first, n, PoolKind::kHost, host.data(),
+                       strict_ ? Access::kNone : Access::kReadWrite, ordered);
   }
   if (!s.ok()) {
     device_pool_.Give(device.data(), n);

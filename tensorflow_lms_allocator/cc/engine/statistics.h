@@ -56,8 +56,9 @@
     "GPU: rounds of events recorded on the fenced TensorFlow streams so that "  \
     "copies and unmaps follow queued work (0 on the emulated device)")          \
   X(num_host_waits,                                                             \
-    "GPU: times the allocator blocked until queued copies and fenced work were " \
-    "done (0 on the emulated device)")                                          \
+    "GPU: times the allocator blocked on the device: once per reclaim and per " \
+    "page-in, and before unmapping memory queued work may use (0 on the "       \
+    "emulated device)")                                                         \
   X(num_copies, "copy calls issued by evictions and page-ins")                  \
   X(bytes_copied, "bytes copied by evictions and page-ins, cumulative")
 
