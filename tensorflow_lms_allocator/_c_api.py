@@ -19,6 +19,7 @@ _C_TYPES: dict[str, Any] = {
     "int": ctypes.c_int,
     "size_t": ctypes.c_size_t,
     "int64_t": ctypes.c_int64,
+    "uint64_t": ctypes.c_uint64,
     "const char*": ctypes.c_char_p,
     # A mutable buffer: the caller's message buffer (a ctypes string buffer),
     # or a string the callee returns and the caller frees with
@@ -30,6 +31,7 @@ _C_TYPES: dict[str, Any] = {
     "int*": ctypes.POINTER(ctypes.c_int),
     "int64_t*": ctypes.POINTER(ctypes.c_int64),
     "size_t*": ctypes.POINTER(ctypes.c_size_t),
+    "uint64_t*": ctypes.POINTER(ctypes.c_uint64),
 }
 
 _PROTOTYPE = re.compile(r"TF_LMS_EXPORT\s+([^;{]*?)\b(tf_lms_\w+)\s*\(([^)]*)\)\s*;", re.S)

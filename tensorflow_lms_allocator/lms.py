@@ -23,12 +23,14 @@ while LMS is enabled (``"GPU:0"``, ...) and the emulated device that
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import numbers
 from dataclasses import dataclass
-from typing import Any, Callable
+from pathlib import Path
+from typing import Any, Callable, Iterator
 
-from tensorflow_lms_allocator import _overlay
+from tensorflow_lms_allocator import _overlay, trace
 
 # Public statistic name -> the engine's name for it.
 STATISTICS: dict[str, str] = {
@@ -254,6 +256,42 @@ def _statistic(public: str, engine_name: str) -> Callable[[int | str], int]:
 
 for _public, _engine_name in STATISTICS.items():
     globals()[_public] = _statistic(_public, _engine_name)
+
+
+@contextlib.contextmanager
+def record_trace(path: str | Path, device: int | str = 0,
+                 max_mb: float = trace.DEFAULT_MAX_MB) -> Iterator[None]:
+    """Records every allocate, free, pin, unpin, eviction and page-in of the LMS
+    device inside the block into `path` (read it with tensorflow_lms_allocator.trace.load).
+
+    Recording stops at `max_mb` of file, with a RuntimeWarning saying how many
+    events were dropped.
+
+    Example:
+        >>> with tensorflow_lms_allocator.record_trace("step.lmstrace"):  # doctest: +SKIP
+        ...     model.fit(x, y, epochs=1, steps_per_epoch=3)
+        >>> tensorflow_lms_allocator.trace.load("step.lmstrace").counts()  # doctest: +SKIP
+    """
+    name = _device_name(device)
+    import tensorflow as tf
+
+    tf.config.list_logical_devices()  # creates the devices if they are not yet
+    lib = _overlay.adapter()
+    message = _overlay.message_buffer()
+    code = lib.tf_lms_start_trace(name.encode(), str(path).encode(),
+                                  int(max_mb * (1 << 20)), message, len(message))
+    if code != 0:
+        raise _overlay.error(code, message)
+    try:
+        yield
+    finally:
+        events, dropped, cap = ctypes.c_uint64(), ctypes.c_uint64(), ctypes.c_uint64()
+        code = lib.tf_lms_stop_trace(name.encode(), ctypes.byref(events), ctypes.byref(dropped),
+                                     ctypes.byref(cap), message, len(message))
+        if code != 0:
+            raise _overlay.error(code, message)
+        trace.report_dropped({"path": str(path), "events": events.value,
+                              "dropped": dropped.value, "max_bytes": cap.value})
 
 
 @dataclass(frozen=True)

@@ -110,7 +110,11 @@ void* Engine::Allocate(size_t bytes, bool pin, Status* status,
   void* ptr = bytes < small_threshold_ && alignment <= SmallPages::kUnit
                   ? AllocateSmall(bytes, pin, status, unit_id)
                   : AllocateLarge(bytes, pin, status, unit_id);
-  if (ptr != nullptr) ++stats_.num_allocs;
+  if (ptr != nullptr) {
+    ++stats_.num_allocs;
+    Trace(TraceEvent::kAllocate, reinterpret_cast<uintptr_t>(ptr), bytes, *unit_id,
+          pin ? TraceRecorder::kBornPinned : 0);
+  }
   // Even a failed request may have evicted or remapped granules.
   RefreshPoolStatistics();
   return ptr;
@@ -209,6 +213,7 @@ ChunkId Engine::PlaceUnit(uint64_t n, bool pin, bool may_be_born_evicted,
 
 Status Engine::Free(void* ptr) {
   MutexLock lock(mu_);
+  Trace(TraceEvent::kFree, reinterpret_cast<uintptr_t>(ptr), 0, 0);
   const ChunkId c = UnitAt(ptr);
   if (c != kNoChunk && residency_.IsPage(c)) {
     Status s = FreeSmall(c, ptr);
@@ -306,6 +311,8 @@ Status Engine::Pin(const void* ptr, uint64_t* unit_id) {
                     ": not inside a live allocation of this allocator");
   }
   if (unit_id != nullptr) *unit_id = arena_.chunk(c).allocation_id;
+  Trace(TraceEvent::kPin, reinterpret_cast<uintptr_t>(ptr), 0,
+        arena_.chunk(c).allocation_id);
   PinUnit(c);
   // Peaks only count what is resident: bytes_active stays within the device.
   Status s = residency_.record(c).evicted ? PageIn(c) : Status::Ok();
@@ -332,6 +339,8 @@ Status Engine::Unpin(const void* ptr, uint64_t unit_id) {
     return FailedPrecondition("unpin of " + FormatAddress(ptr) +
                               " without a matching pin");
   }
+  Trace(TraceEvent::kUnpin, reinterpret_cast<uintptr_t>(ptr), 0,
+        arena_.chunk(c).allocation_id);
   if (UnpinUnit(c) == 0) {
     const uint64_t segment = residency_.record(c).segment;
     if (segment != Residency::kNoSegment && small_.page(segment).objects == 0) {
@@ -342,6 +351,22 @@ Status Engine::Unpin(const void* ptr, uint64_t unit_id) {
   }
   DebugCheckInvariants();
   return Status::Ok();
+}
+
+Status Engine::StartTrace(const std::string& path, uint64_t max_bytes) {
+  MutexLock lock(mu_);
+  if (trace_ != nullptr) {
+    return FailedPrecondition("a trace is already being recorded; stop it first");
+  }
+  return TraceRecorder::Open(path, max_bytes, &trace_);
+}
+
+Status Engine::StopTrace(TraceSummary* summary) {
+  MutexLock lock(mu_);
+  if (trace_ == nullptr) return FailedPrecondition("no trace is being recorded");
+  Status s = trace_->Finish(summary);
+  trace_.reset();
+  return s;
 }
 
 Status Engine::Evict(const void* ptr) {

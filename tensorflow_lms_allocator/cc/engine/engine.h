@@ -64,6 +64,7 @@
 #include "engine/status.h"
 #include "engine/strict_monitor.h"
 #include "engine/thread_annotations.h"
+#include "engine/trace_recorder.h"
 
 namespace lms {
 
@@ -139,6 +140,14 @@ class Engine {
   uint64_t ReleaseEpoch() const;
   // Returns true once the epoch has moved past `epoch`, false after `timeout`.
   bool WaitForRelease(uint64_t epoch, std::chrono::milliseconds timeout) const;
+
+  // Records every later allocate, free, pin, unpin, eviction and page-in
+  // into `path` until StopTrace (Note [Access trace format] in
+  // trace_recorder.h), at most `max_bytes` of it. kFailedPrecondition if a
+  // trace is already being recorded.
+  Status StartTrace(const std::string& path, uint64_t max_bytes);
+  // Finishes the file; kFailedPrecondition if no trace is being recorded.
+  Status StopTrace(TraceSummary* summary);
 
   // Evicts the inactive unit holding `ptr` now (tests and tools);
   // kFailedPrecondition if it is pinned or already evicted.
@@ -264,6 +273,13 @@ class Engine {
   Status EvictChunks(const std::vector<ChunkId>& victims)
       LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Status PageIn(ChunkId id) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // One event of the trace being recorded, if any (a null check when none).
+  void Trace(TraceEvent event, uintptr_t address, uint64_t bytes, uint64_t unit_id,
+             uint8_t flags = 0) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (trace_ != nullptr) {
+      trace_->Record(event, address, bytes, unit_id, StrictMonitor::ThreadLabel(), flags);
+    }
+  }
   // Takes n host granules into *host, or kResourceExhausted naming
   // TF_GPU_HOST_MEM_LIMIT_IN_MB (`what` is the action that needed them).
   Status TakeHostGranules(uint64_t n, const char* what, std::vector<GranuleId>* host)
@@ -320,6 +336,7 @@ class Engine {
   uint64_t stranded_host_granules_ LMS_GUARDED_BY(mu_) = 0;
   // Granule ids for PlaceUnit, kept to avoid allocating on every call.
   std::vector<GranuleId> scratch_ LMS_GUARDED_BY(mu_);
+  std::unique_ptr<TraceRecorder> trace_ LMS_GUARDED_BY(mu_);
 };
 
 }  // namespace lms

@@ -153,6 +153,7 @@ Status Engine::EvictChunks(const std::vector<ChunkId>& victims) {
     ++stats_.num_evictions;
     stats_.bytes_reclaimed += static_cast<int64_t>(v.n * granule_);
     NoteEvicted(v.id, arena_.chunk(v.id).requested_bytes);
+    Trace(TraceEvent::kEvict, SlotAddress(v.first), v.n * granule_, 0);
   }
   if (!batch.empty()) backend_->EndRemapBatch();
   // Victims not remapped are still resident: their host granules go back,
@@ -246,6 +247,7 @@ Status Engine::PageIn(ChunkId id) {
   ++stats_.num_page_ins;
   stats_.bytes_paged_in += bytes;
   stats_.current_bytes_reclaimed -= bytes;
+  Trace(TraceEvent::kPageIn, SlotAddress(first), static_cast<uint64_t>(bytes), 0);
   return Status::Ok();
 }
 

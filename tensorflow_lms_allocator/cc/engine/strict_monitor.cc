@@ -226,4 +226,6 @@ void StrictMonitor::ClearReport() {
 
 void StrictMonitor::SetThreadLabel(const char* label) { t_label = label; }
 
+const char* StrictMonitor::ThreadLabel() { return t_label; }
+
 }  // namespace lms

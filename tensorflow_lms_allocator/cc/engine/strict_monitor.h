@@ -80,6 +80,8 @@ class StrictMonitor {
   // Labels the calling thread's later touches (the TensorFlow adapter sets
   // the running op's name). `label` must outlive its use; nullptr clears it.
   static void SetThreadLabel(const char* label);
+  // The calling thread's label, or nullptr (access traces name ops with it).
+  static const char* ThreadLabel();
 
   // Called from the signal handler: true if the fault was a watched slot and
   // has been recorded and made accessible.

@@ -106,6 +106,20 @@ class PyEngine {
   }
   void Evict(uintptr_t a) { Call([&] { return engine_->Evict(Ptr(a)); }); }
 
+  void StartTrace(const std::string& path, uint64_t max_bytes) {
+    Call([&] { return engine_->StartTrace(path, max_bytes); });
+  }
+  nb::dict StopTrace() {
+    TraceSummary summary;
+    Call([&] { return engine_->StopTrace(&summary); });
+    nb::dict d;
+    d["path"] = summary.path;
+    d["events"] = summary.events;
+    d["dropped"] = summary.dropped;
+    d["max_bytes"] = summary.max_bytes;
+    return d;
+  }
+
   nb::dict Inspect(uintptr_t a) {
     AllocationInfo info;
     Check(engine_->Inspect(Ptr(a), &info));
@@ -212,6 +226,12 @@ NB_MODULE(_engine, m) {
            "Recomputes every accounting invariant; raises RuntimeError naming "
            "the first that does not hold.")
       .def("evict", &PyEngine::Evict, nb::arg("address"))
+      .def("start_trace", &PyEngine::StartTrace, nb::arg("path"), nb::arg("max_bytes"),
+           "Records every later allocate, free, pin, unpin, eviction and page-in\n"
+           "into `path` (tensorflow_lms_allocator.trace reads it), at most\n"
+           "`max_bytes`.")
+      .def("stop_trace", &PyEngine::StopTrace,
+           "Finishes the trace file: {path, events, dropped, max_bytes}.")
       .def("inspect", &PyEngine::Inspect, nb::arg("address"))
       .def("stats", &PyEngine::Stats, "Every statistic, as a dict of ints.")
       .def("fill_pattern", &PyEngine::Fill, nb::arg("address"), nb::arg("bytes"),

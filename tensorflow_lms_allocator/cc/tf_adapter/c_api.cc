@@ -114,6 +114,30 @@ int tf_lms_get_statistics(const char* device, int64_t* values, int count, char* 
   return TF_LMS_OK;
 }
 
+int tf_lms_start_trace(const char* device, const char* path, uint64_t max_bytes,
+                       char* message, size_t message_len) {
+  lms::Status status;
+  lms::LmsDevice* lms_device =
+      lms::Overlay::Get().DeviceNamed(device != nullptr ? device : "", &status);
+  if (lms_device == nullptr) return lms::Report(status, message, message_len);
+  return lms::Report(lms_device->engine().StartTrace(path != nullptr ? path : "", max_bytes),
+                     message, message_len);
+}
+
+int tf_lms_stop_trace(const char* device, uint64_t* events, uint64_t* dropped,
+                      uint64_t* max_bytes, char* message, size_t message_len) {
+  lms::Status status;
+  lms::LmsDevice* lms_device =
+      lms::Overlay::Get().DeviceNamed(device != nullptr ? device : "", &status);
+  if (lms_device == nullptr) return lms::Report(status, message, message_len);
+  lms::TraceSummary summary;
+  const int code = lms::Report(lms_device->engine().StopTrace(&summary), message, message_len);
+  *events = summary.events;
+  *dropped = summary.dropped;
+  *max_bytes = summary.max_bytes;
+  return code;
+}
+
 char* tf_lms_device_names(void) {
   std::string out;
   for (const std::string& name : lms::Overlay::Get().DeviceNames()) out += name + "\n";

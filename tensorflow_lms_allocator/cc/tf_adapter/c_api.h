@@ -87,6 +87,22 @@ TF_LMS_EXPORT int tf_lms_get_flag(const char* setting, int* enabled, char* messa
 // handler again (faulthandler.disable()). No-op without strict mode.
 TF_LMS_EXPORT void tf_lms_keep_fault_handler_first(int chained_handler_removed);
 
+// Access traces of `device`'s engine (Note [Access trace format] in
+// engine/trace_recorder.h): every allocate, free, pin, unpin, eviction and
+// page-in from now until tf_lms_stop_trace, at most `max_bytes` of file.
+//   TF_LMS_NOT_FOUND            no such LMS device
+//   TF_LMS_FAILED_PRECONDITION  a trace is already being recorded (start) or
+//                               none is (stop)
+//   TF_LMS_INVALID_ARGUMENT     max_bytes cannot hold one event
+//   TF_LMS_INTERNAL             the file cannot be created or written
+TF_LMS_EXPORT int tf_lms_start_trace(const char* device, const char* path,
+                                     uint64_t max_bytes, char* message,
+                                     size_t message_len);
+// Finishes the file; *events recorded, *dropped after the cap was reached.
+TF_LMS_EXPORT int tf_lms_stop_trace(const char* device, uint64_t* events,
+                                    uint64_t* dropped, uint64_t* max_bytes,
+                                    char* message, size_t message_len);
+
 // The statistics (statistics.h), in a fixed order of names.
 TF_LMS_EXPORT int tf_lms_num_statistics(void);
 TF_LMS_EXPORT const char* tf_lms_statistic_name(int i);  // null if out of range

@@ -1,0 +1,57 @@
+"""Trains a small convolutional model for 3 steps on the emulated device with
+LMS, recording the middle step with tensorflow_lms_allocator.record_trace, and
+prints ``RESULT <json>``: the trace's counts and op names, and the LMS
+statistics before and after the recorded step.
+
+Usage: python trace_fit.py TRACE_PATH [MAX_MB]
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import warnings
+
+import tensorflow_lms_allocator as lms  # before tensorflow
+import numpy as np
+import tensorflow as tf
+
+from tensorflow_lms_allocator import trace
+
+
+def main() -> None:
+    path = sys.argv[1]
+    max_mb = float(sys.argv[2]) if len(sys.argv) > 2 else trace.DEFAULT_MAX_MB
+    tf.keras.utils.set_random_seed(1)
+    inputs = tf.keras.Input((64, 64, 3))
+    x = inputs
+    for _ in range(8):
+        x = tf.keras.layers.Conv2D(32, 3, padding="same", activation="relu")(x)
+    x = tf.keras.layers.GlobalAveragePooling2D()(x)
+    model = tf.keras.Model(inputs, tf.keras.layers.Dense(10)(x))
+    model.compile(optimizer=tf.keras.optimizers.SGD(0.01),
+                  loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    rng = np.random.default_rng(0)
+    images = rng.standard_normal((32, 64, 64, 3), dtype=np.float32)
+    labels = rng.integers(0, 10, 32).astype(np.int32)
+    model.train_on_batch(images, labels)  # traces the step function
+    before = lms.get_statistics(0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with lms.record_trace(path, max_mb=max_mb):
+            model.train_on_batch(images, labels)
+    after = lms.get_statistics(0)
+    t = trace.load(path)
+    ops = sorted({t.ops[int(i)] for i in np.unique(t.records["op"])})
+    threads = len(np.unique(t.records["thread"]))
+    print("RESULT " + json.dumps({
+        "counts": t.counts(), "ops": ops, "threads": threads, "dropped": t.dropped,
+        "monotonic_per_thread": all(
+            bool(np.all(np.diff(t.records["time_ns"][t.records["thread"] == th]) >= 0))
+            for th in np.unique(t.records["thread"])),
+        "before": before, "after": after,
+        "warnings": [str(w.message) for w in caught]}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
