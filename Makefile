@@ -197,7 +197,7 @@ GPU_VENV := .venv-gpu-wheel
 GPU_PY := $(GPU_VENV)/bin/python
 GPU_WHEEL_TESTS := tests/test_c_api.py tests/test_tensorflow.py tests/test_tf_variables.py \
                    tests/test_tf_small_objects.py tests/test_tf_kernel_contexts.py \
-                   tests/test_gpu_wiring.py
+                   tests/test_gpu_wiring.py tests/test_tensorflow_copies.py
 
 $(GPU_VENV)/.bootstrapped: requirements-dev.txt
 	@echo "== Bootstrapping $(GPU_VENV) with the GPU wheel tensorflow==2.21.0 (about 600 MB the first time)"

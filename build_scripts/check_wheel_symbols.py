@@ -7,6 +7,9 @@ functions it links against. On a wheel where one of them is missing or
 renamed, the overlay would silently not hook it (the interposer) or fail to
 load (the adapter). This script lists both sets and checks each against the
 dynamic symbol tables of the TensorFlow libraries installed in this Python.
+An interposed symbol must also be *bound* dynamically by TensorFlow (a PLT
+call or a pointer relocation in one of its libraries): a call TensorFlow
+made directly, inside its own library, would never reach the interposer.
 
 Usage:
     python build_scripts/check_wheel_symbols.py
@@ -16,7 +19,8 @@ if a tool or library is missing.
 
 Example:
     $ .venv-gpu-wheel/bin/python build_scripts/check_wheel_symbols.py
-    interposer: 7 of 7 symbols exported by TensorFlow 2.21.0
+    interposer: 14 of 14 symbols exported by .../tensorflow
+    interposer: 10 of 10 functions bound through dynamic relocations
     adapter: 412 of 412 TensorFlow symbols exported
 """
 
@@ -48,6 +52,18 @@ def dynamic_symbols(library: Path, defined: bool) -> set[str]:
     return {line.split()[-1].split("@")[0] for line in out.splitlines() if line.strip()}
 
 
+def relocated_symbols(library: Path) -> set[str]:
+    """The symbols `library` binds through dynamic relocations (PLT calls, pointers)."""
+    out = subprocess.run(["readelf", "-rW", str(library)], capture_output=True, text=True,
+                         check=True).stdout
+    symbols = set()
+    for line in out.splitlines():
+        fields = line.split()
+        if len(fields) >= 5 and fields[2].startswith("R_"):
+            symbols.add(fields[4].split("@")[0])
+    return symbols
+
+
 def package_dir(name: str) -> Path:
     spec = importlib.util.find_spec(name)
     if spec is None or not spec.submodule_search_locations:
@@ -56,8 +72,8 @@ def package_dir(name: str) -> Path:
 
 
 def main() -> int:
-    if shutil.which("nm") is None:
-        fail("nm (binutils) is needed: install binutils")
+    if shutil.which("nm") is None or shutil.which("readelf") is None:
+        fail("nm and readelf (binutils) are needed: install binutils")
     tf_dir = package_dir("tensorflow")
     libraries = [tf_dir / name for name in TF_LIBRARIES if (tf_dir / name).exists()]
     if not libraries:
@@ -70,6 +86,19 @@ def main() -> int:
     missing = [s for s in interposed if s not in exported]
     print(f"interposer: {len(interposed) - len(missing)} of {len(interposed)} symbols "
           f"exported by {tf_dir}")
+    bound: set[str] = set()
+    for library in libraries:
+        bound |= relocated_symbols(library)
+    # A constructor's or destructor's variants (C1/C2, D0/D1/D2) are one
+    # function: TensorFlow binds the ones it calls (C2 and D2 of a class
+    # nothing derives from are never called).
+    functions: dict[str, list[str]] = {}
+    for symbol in interposed:
+        functions.setdefault(re.sub(r"([CD])[012](E)", r"\1\2", symbol), []).append(symbol)
+    unbound = [name for name, variants in sorted(functions.items())
+               if not any(v in bound for v in variants)]
+    print(f"interposer: {len(functions) - len(unbound)} of {len(functions)} functions bound "
+          "through dynamic relocations")
 
     adapter = package_dir("tensorflow_lms_allocator")
     # Editable installs keep the libraries next to the _engine extension.
@@ -88,7 +117,10 @@ def main() -> int:
           "symbols exported")
     for symbol in missing + missing_adapter:
         print(f"  missing: {symbol}", file=sys.stderr)
-    return 1 if missing or missing_adapter else 0
+    for symbol in unbound:
+        print(f"  not bound dynamically (TensorFlow's calls would bypass the interposer): "
+              f"{symbol}", file=sys.stderr)
+    return 1 if missing or missing_adapter or unbound else 0
 
 
 if __name__ == "__main__":

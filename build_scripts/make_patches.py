@@ -52,8 +52,10 @@ IDENTITY = {"GIT_AUTHOR_NAME": "TensorFlow LMS", "GIT_AUTHOR_EMAIL": "lms@invali
             "GIT_AUTHOR_DATE": "2026-01-01T00:00:00+0000",
             "GIT_COMMITTER_DATE": "2026-01-01T00:00:00+0000"}
 # Files of the adapter that only the runtime overlay uses: the interposer's
-# glue (hooks), the overlay singleton and its C API for Python.
-OVERLAY_ONLY = {"overlay.h", "overlay.cc", "hooks.h", "hooks.cc", "c_api.h", "c_api.cc"}
+# glue (hooks), the overlay singleton and its C API for Python (with the C
+# API's probe of TensorFlow's copies).
+OVERLAY_ONLY = {"overlay.h", "overlay.cc", "hooks.h", "hooks.cc", "c_api.h", "c_api.cc",
+                "copy_probe.cc"}
 
 
 def new_sources() -> list[Path]:

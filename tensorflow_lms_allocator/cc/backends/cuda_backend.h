@@ -100,22 +100,19 @@
 // its slots are unmapped without a drain (UnmapReleased with the
 // ReleaseMark taken at the free: the fence count then). Defragmentation
 // mostly takes such granules: an eviction in between has already waited.
-// The gap that remains (it cannot be closed here): a thread that did not
-// pin a tensor (TensorFlow's GPUUtil copies on its copy streams, .numpy())
-// may enqueue work on it after the drain's (or page-in's) events were
-// recorded and before cuMemUnmap runs. No fence closes that: any event the
-// backend records, however late (even after the decision to unmap), is
-// recorded before the unmap in host time, and the enqueue can fall between
-// the two, because nothing orders TensorFlow's enqueue against the engine's
-// lock. The work then runs on the old mapping (a read gets the right bytes;
-// a write into a tensor being evicted is lost, since its bytes were copied
-// already), on no mapping (an illegal-address fault that ends the CUDA
-// context), or on the new mapping (right bytes). Batching widens the
-// window from one victim's remap to the whole batch's remaps (microseconds
-// of cuMemUnmap/cuMemMap calls). Only the adapter can close it, by pinning
-// what TensorFlow's copies read and write while they are enqueued (then the
-// enqueue is either before the drain, and waited for, or after the remap);
-// the overlay does not intercept GPUUtil's copies today.
+// The gap the backend cannot close: a thread that did not pin a tensor may
+// enqueue work on it after the drain's (or page-in's) events were recorded
+// and before cuMemUnmap runs. No fence closes that: any event the backend
+// records, however late, is recorded before the unmap in host time, and the
+// enqueue can fall between the two, because nothing orders it against the
+// engine's lock. The work would then run on the old mapping (a write into
+// a tensor being evicted is lost), on no mapping (an illegal-address fault
+// that ends the CUDA context), or on the new one. Kernels pin what they
+// touch; TensorFlow's own copies (GPUUtil's, for .numpy(), inputs, sends)
+// are pinned by the adapter from before their enqueue until their done
+// callback (Note [TensorFlow's own copies] in tf_adapter/tensorflow_copies.h),
+// so their enqueue is either before the drain, and waited for, or after
+// the remap.
 // The costs are counted (GetStatistics): fences, host waits, copies, bytes.
 //
 // Thread-safety: Map, Unmap, copies and pools are called with the engine's

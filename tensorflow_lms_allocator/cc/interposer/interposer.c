@@ -140,6 +140,80 @@ void* _ZN10tensorflow15GPUProcessState15GetGPUAllocatorERKNS_10GPUOptionsEN3tsl3
   return original(self, options, tf_device_id, total_bytes, peer_gpu_ids);
 }
 
+/* tensorflow::GPUUtil's copies (GPU wheels only; never called on the CPU
+ * wheel). Each is static and returns void; its StatusCallback `done` is a
+ * std::function, which the Itanium C++ ABI passes by invisible reference (a
+ * pointer here), as it does every parameter with a non-trivial copy
+ * constructor or destructor. TensorFlow calls them through the PLT (and
+ * DeviceToDeviceCopy through the pointer it registers as its GPU-to-GPU
+ * copy function, a GLOB_DAT relocation), so these definitions win. */
+#define LMS_GPU_TO_CPU \
+  "_ZN10tensorflow7GPUUtil18CopyGPUTensorToCPUEPNS_6DeviceEPKNS_13DeviceContextEPKNS_6TensorEPS6_St8functionIFvRKN4absl12lts_202508146StatusEEE"
+typedef void (*GpuToCpuFn)(void*, const void*, const void*, void*, void*);
+void _ZN10tensorflow7GPUUtil18CopyGPUTensorToCPUEPNS_6DeviceEPKNS_13DeviceContextEPKNS_6TensorEPS6_St8functionIFvRKN4absl12lts_202508146StatusEEE(
+    void* gpu_device, const void* device_context, const void* gpu_tensor, void* cpu_tensor,
+    void* done) {
+  RESOLVE(GpuToCpuFn, original, LMS_GPU_TO_CPU);
+  const TfLmsHooks* h = Hooks();
+  if (h != NULL && h->copy_gpu_to_cpu != NULL) {
+    h->copy_gpu_to_cpu((void*)original, gpu_device, device_context, gpu_tensor, cpu_tensor,
+                       done);
+    return;
+  }
+  original(gpu_device, device_context, gpu_tensor, cpu_tensor, done);
+}
+
+#define LMS_CPU_TO_GPU \
+  "_ZN10tensorflow7GPUUtil18CopyCPUTensorToGPUEPKNS_6TensorEPKNS_13DeviceContextEPNS_6DeviceEPS1_St8functionIFvRKN4absl12lts_202508146StatusEEEb"
+typedef void (*CpuToGpuFn)(const void*, const void*, void*, void*, void*, _Bool);
+void _ZN10tensorflow7GPUUtil18CopyCPUTensorToGPUEPKNS_6TensorEPKNS_13DeviceContextEPNS_6DeviceEPS1_St8functionIFvRKN4absl12lts_202508146StatusEEEb(
+    const void* cpu_tensor, const void* device_context, void* gpu_device, void* gpu_tensor,
+    void* done, _Bool sync_dst_compute) {
+  RESOLVE(CpuToGpuFn, original, LMS_CPU_TO_GPU);
+  const TfLmsHooks* h = Hooks();
+  if (h != NULL && h->copy_cpu_to_gpu != NULL) {
+    h->copy_cpu_to_gpu((void*)original, cpu_tensor, device_context, gpu_device, gpu_tensor,
+                       done, sync_dst_compute);
+    return;
+  }
+  original(cpu_tensor, device_context, gpu_device, gpu_tensor, done, sync_dst_compute);
+}
+
+#define LMS_GPU_TO_SAME_GPU \
+  "_ZN10tensorflow7GPUUtil22CopyGPUTensorToSameGPUEPNS_6DeviceEPKNS_13DeviceContextEPKNS_6TensorEPS6_St8functionIFvRKN4absl12lts_202508146StatusEEE"
+void _ZN10tensorflow7GPUUtil22CopyGPUTensorToSameGPUEPNS_6DeviceEPKNS_13DeviceContextEPKNS_6TensorEPS6_St8functionIFvRKN4absl12lts_202508146StatusEEE(
+    void* gpu_device, const void* device_context, const void* src_tensor, void* dst_tensor,
+    void* done) {
+  RESOLVE(GpuToCpuFn, original, LMS_GPU_TO_SAME_GPU);  /* the same parameter list */
+  const TfLmsHooks* h = Hooks();
+  if (h != NULL && h->copy_gpu_to_same_gpu != NULL) {
+    h->copy_gpu_to_same_gpu((void*)original, gpu_device, device_context, src_tensor,
+                            dst_tensor, done);
+    return;
+  }
+  original(gpu_device, device_context, src_tensor, dst_tensor, done);
+}
+
+#define LMS_DEVICE_TO_DEVICE \
+  "_ZN10tensorflow7GPUUtil18DeviceToDeviceCopyEPNS_13DeviceContextES2_PNS_6DeviceES4_N3tsl19AllocatorAttributesES6_PKNS_6TensorEPS7_iSt8functionIFvRKN4absl12lts_202508146StatusEEE"
+typedef void (*DeviceToDeviceFn)(void*, void*, void*, void*, unsigned long long,
+                                 unsigned long long, const void*, void*, int, void*);
+void _ZN10tensorflow7GPUUtil18DeviceToDeviceCopyEPNS_13DeviceContextES2_PNS_6DeviceES4_N3tsl19AllocatorAttributesES6_PKNS_6TensorEPS7_iSt8functionIFvRKN4absl12lts_202508146StatusEEE(
+    void* send_device_context, void* recv_device_context, void* src_device, void* dst_device,
+    unsigned long long src_attributes, unsigned long long dst_attributes, const void* input,
+    void* output, int stream_index, void* done) {
+  RESOLVE(DeviceToDeviceFn, original, LMS_DEVICE_TO_DEVICE);
+  const TfLmsHooks* h = Hooks();
+  if (h != NULL && h->copy_device_to_device != NULL) {
+    h->copy_device_to_device((void*)original, send_device_context, recv_device_context,
+                             src_device, dst_device, src_attributes, dst_attributes, input,
+                             output, stream_index, done);
+    return;
+  }
+  original(send_device_context, recv_device_context, src_device, dst_device, src_attributes,
+           dst_attributes, input, output, stream_index, done);
+}
+
 #if defined(__x86_64__)
 /* absl::Status tensorflow::ThreadPoolDevice::MakeTensorFromProto(
  *     const TensorProto&, tsl::AllocatorAttributes, Tensor*)

@@ -37,6 +37,24 @@ typedef struct TfLmsHooks {
   void* (*make_tensor_from_proto)(void* original, void* status, void* device,
                                   const void* proto, unsigned long long attributes,
                                   void* tensor);
+  /* Instead of tensorflow::GPUUtil's copies (a GPU wheel's TensorFlow moves
+   * tensors between host and GPU, and between GPUs, with them): each calls
+   * `original` (that function) with the arguments that follow it, which are
+   * the function's own. `done` is its StatusCallback (a std::function,
+   * passed by invisible reference); `*_attributes` are
+   * tsl::AllocatorAttributes (8 bytes, in one register). */
+  void (*copy_gpu_to_cpu)(void* original, void* gpu_device, const void* device_context,
+                          const void* gpu_tensor, void* cpu_tensor, void* done);
+  void (*copy_cpu_to_gpu)(void* original, const void* cpu_tensor, const void* device_context,
+                          void* gpu_device, void* gpu_tensor, void* done,
+                          int sync_dst_compute);
+  void (*copy_gpu_to_same_gpu)(void* original, void* gpu_device, const void* device_context,
+                               const void* src_tensor, void* dst_tensor, void* done);
+  void (*copy_device_to_device)(void* original, void* send_device_context,
+                                void* recv_device_context, void* src_device,
+                                void* dst_device, unsigned long long src_attributes,
+                                unsigned long long dst_attributes, const void* input,
+                                void* output, int stream_index, void* done);
 } TfLmsHooks;
 
 /* Installs (or, with NULL, removes) the hooks. Returns 0 on success. */

@@ -172,6 +172,24 @@ TF_LMS_EXPORT int tf_lms_turns(int64_t* out);
 // there is no LMS device or no live allocation contains `address`.
 TF_LMS_EXPORT int tf_lms_inspect(const void* address, int64_t* out);
 
+// For tests without a GPU: one of TensorFlow's own copies (Note
+// [TensorFlow's own copies] in tensorflow_copies.h) run through the copy hook
+// exactly as the interposer runs it on a GPU wheel, with a stand-in for
+// GPUUtil's function that enqueues as a stream does (it returns at once and
+// completes the copy `delay_ms` later on another thread). `kind`: 0
+// device-to-host, 1 host-to-device, 2 within the device, 3 device-to-device.
+// The copy's LMS tensors (`bytes` each, from `device`'s allocator; the source
+// holds a pattern) are evicted first; with `fill_device`, the device is then
+// filled with pinned memory so that nothing can be paged in. out[0..10) =
+// {the copy was enqueued (0/1), the absl code `done` received, the source's
+// {evicted, pin count} when it was enqueued, the destination's (-1 for host
+// memory), the pin count of the first LMS tensor while the copy is in
+// flight, pins left on them after `done`, the destination holds the pattern
+// (0/1), page-ins}. `message` receives `done`'s error message.
+TF_LMS_EXPORT int tf_lms_test_tensorflow_copy(const char* device, int kind, size_t bytes,
+                                              int delay_ms, int fill_device, int64_t* out,
+                                              char* message, size_t message_len);
+
 #ifdef __cplusplus
 }  // extern "C"
 #endif

@@ -5,6 +5,7 @@
 #include "interposer/lms_hooks.h"
 #include "tf_adapter/outside_kernel.h"
 #include "tf_adapter/overlay.h"
+#include "tf_adapter/tensorflow_copies.h"
 
 namespace lms {
 namespace {
@@ -30,8 +31,39 @@ void ContextDestroyedHook(void* context) {
       [context](LmsDevice* device) { device->pins()->OnContextDestroyed(context); });
 }
 
-const TfLmsHooks kHooks = {ContextCreatedHook, ContextDestroyedHook, CpuAllocatorHook,
-                           GpuAllocatorHook, MakeTensorFromProtoHook};
+void CopyGpuToCpuHook(void* original, void* gpu_device, const void* device_context,
+                      const void* gpu_tensor, void* cpu_tensor, void* done) {
+  CopyGpuTensorToCpu(Overlay::Get().router(), original, gpu_device, device_context,
+                     gpu_tensor, cpu_tensor, done);
+}
+
+void CopyCpuToGpuHook(void* original, const void* cpu_tensor, const void* device_context,
+                      void* gpu_device, void* gpu_tensor, void* done, int sync_dst_compute) {
+  CopyCpuTensorToGpu(Overlay::Get().router(), original, cpu_tensor, device_context,
+                     gpu_device, gpu_tensor, done, sync_dst_compute != 0);
+}
+
+void CopyGpuToSameGpuHook(void* original, void* gpu_device, const void* device_context,
+                          const void* src_tensor, void* dst_tensor, void* done) {
+  CopyGpuTensorToSameGpu(Overlay::Get().router(), original, gpu_device, device_context,
+                         src_tensor, dst_tensor, done);
+}
+
+void CopyDeviceToDeviceHook(void* original, void* send_device_context,
+                            void* recv_device_context, void* src_device, void* dst_device,
+                            unsigned long long src_attributes,
+                            unsigned long long dst_attributes, const void* input,
+                            void* output, int stream_index, void* done) {
+  DeviceToDeviceCopy(Overlay::Get().router(), original, send_device_context,
+                     recv_device_context, src_device, dst_device, src_attributes,
+                     dst_attributes, input, output, stream_index, done);
+}
+
+const TfLmsHooks kHooks = {ContextCreatedHook,     ContextDestroyedHook,
+                           CpuAllocatorHook,       GpuAllocatorHook,
+                           MakeTensorFromProtoHook, CopyGpuToCpuHook,
+                           CopyCpuToGpuHook,       CopyGpuToSameGpuHook,
+                           CopyDeviceToDeviceHook};
 
 }  // namespace
 

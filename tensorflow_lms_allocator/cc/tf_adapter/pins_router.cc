@@ -31,6 +31,7 @@ LmsDevice* PinsRouter::Resolve(const void* tf_device) {
 }
 
 void PinsRouter::NoteDeviceContext(LmsDevice* device, void* device_context) {
+  if (device_context == nullptr) return;
   MutexLock lock(mu_);
   if (device_contexts_.insert({device, device_context}).second) {
     on_new_device_context_(device, device_context);

@@ -42,6 +42,22 @@ class PinsRouter {
   // null. Lock-free once the context's TensorFlow device was seen.
   LmsDevice* ForParams(void* params);
 
+  // The LMS device whose engine owns `ptr` (any byte of its address range),
+  // or null. Lock-free.
+  LmsDevice* Owner(const void* ptr) const {
+    const int n = num_devices_.load(std::memory_order_acquire);
+    for (int i = 0; i < n; ++i) {
+      LmsDevice* device = devices_[i].load(std::memory_order_acquire);
+      if (device->engine().Owns(ptr)) return device;
+    }
+    return nullptr;
+  }
+
+  // Hands `device_context` (a tensorflow::DeviceContext* on `device`, or
+  // null) on as a kernel's is, for work TensorFlow enqueues on it outside
+  // kernels (tensorflow_copies.h). Once per pair.
+  void NoteDeviceContext(LmsDevice* device, void* device_context) LMS_LOCKS_EXCLUDED(mu_);
+
   // Every LMS device, for a context being destroyed (its own pins know it;
   // the others ignore it). Lock-free.
   template <typename Fn>
@@ -63,7 +79,6 @@ class PinsRouter {
   };
 
   LmsDevice* Resolve(const void* tf_device) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void NoteDeviceContext(LmsDevice* device, void* device_context) LMS_LOCKS_EXCLUDED(mu_);
 
   const NewDeviceContextFn on_new_device_context_;
   // Append-only, published by num_* (release) after the slot is written.

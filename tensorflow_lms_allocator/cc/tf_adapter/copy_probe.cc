@@ -1,0 +1,216 @@
+// tf_lms_test_tensorflow_copy (c_api.h): Note [TensorFlow's own copies]
+// (tensorflow_copies.h) exercised without a GPU. The copy hooks run exactly
+// as the interposer calls them on a GPU wheel; only GPUUtil's function,
+// which needs a GPU, is replaced by a stand-in that behaves as an enqueue
+// does: it returns at once and completes the copy later, on another thread.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "tensorflow/core/common_runtime/dma_helper.h"
+#include "tensorflow/core/framework/device.h"
+#include "tensorflow/core/framework/tensor.h"
+#include "tf_adapter/c_api.h"
+#include "tf_adapter/overlay.h"
+#include "tf_adapter/tensorflow_copies.h"
+
+namespace lms {
+namespace {
+
+using tensorflow::Device;
+using tensorflow::DeviceContext;
+using tensorflow::StatusCallback;
+using tensorflow::Tensor;
+
+// The copy in flight: what the stand-in saw, and its completion.
+struct Flight {
+  Engine* engine = nullptr;
+  const Tensor* lms_src = nullptr;  // null when the source is host memory
+  const Tensor* lms_dst = nullptr;
+  std::chrono::milliseconds delay{0};
+  // {evicted, pin count} of the source and the destination when the copy
+  // was enqueued; -1 for host memory.
+  int64_t at_enqueue[4] = {-1, -1, -1, -1};
+  bool launched = false;
+  std::thread worker;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  absl::Status status;
+};
+Flight* g_flight = nullptr;  // the probe in progress (tf_lms_test_tensorflow_copy serialises)
+
+// out[0..2) = {evicted, pin count} of `tensor`'s unit; untouched for host
+// memory.
+void Describe(Engine* engine, const Tensor* tensor, int64_t* out) {
+  AllocationInfo info;
+  if (tensor == nullptr || !engine->Inspect(tensorflow::DMAHelper::base(tensor), &info).ok()) {
+    return;
+  }
+  out[0] = info.evicted ? 1 : 0;
+  out[1] = info.pin_count;
+}
+
+// Bytes of `tensor`, through the engine where it owns them (a GPU's memory
+// is not the host's).
+std::vector<char> Read(Engine* engine, const Tensor* tensor) {
+  std::vector<char> bytes(tensor->TotalBytes());
+  const void* data = tensorflow::DMAHelper::base(tensor);
+  if (engine->Owns(data)) {
+    (void)engine->CopyToHost(data, bytes.data(), bytes.size());
+  } else {
+    std::memcpy(bytes.data(), data, bytes.size());
+  }
+  return bytes;
+}
+
+void Write(Engine* engine, Tensor* tensor, const std::vector<char>& bytes) {
+  void* data = const_cast<void*>(tensorflow::DMAHelper::base(tensor));
+  if (engine->Owns(data)) {
+    (void)engine->CopyFromHost(data, bytes.data(), bytes.size());
+  } else {
+    std::memcpy(data, bytes.data(), bytes.size());
+  }
+}
+
+// The stand-in for every GPUUtil copy: records the tensors' state, then
+// copies on a worker thread after the delay and runs `done`.
+void Enqueue(const Tensor* src, Tensor* dst, StatusCallback done) {
+  Flight* f = g_flight;
+  f->launched = true;
+  Describe(f->engine, f->lms_src, &f->at_enqueue[0]);
+  Describe(f->engine, f->lms_dst, &f->at_enqueue[2]);
+  f->worker = std::thread([f, src, dst, done = std::move(done)] {
+    std::this_thread::sleep_for(f->delay);
+    Write(f->engine, dst, Read(f->engine, src));
+    done(absl::OkStatus());
+    std::lock_guard<std::mutex> lock(f->mu);
+    f->done = true;
+    f->cv.notify_all();
+  });
+}
+
+void GpuToCpu(Device*, const DeviceContext*, const Tensor* src, Tensor* dst,
+              StatusCallback done) {
+  Enqueue(src, dst, std::move(done));
+}
+void CpuToGpu(const Tensor* src, const DeviceContext*, Device*, Tensor* dst,
+              StatusCallback done, bool) {
+  Enqueue(src, dst, std::move(done));
+}
+void DeviceToDevice(DeviceContext*, DeviceContext*, Device*, Device*, tsl::AllocatorAttributes,
+                    tsl::AllocatorAttributes, const Tensor* src, Tensor* dst, int,
+                    StatusCallback done) {
+  Enqueue(src, dst, std::move(done));
+}
+
+template <typename F>
+void* Fn(F* fn) {
+  return reinterpret_cast<void*>(fn);
+}
+
+int Fail(int code, const std::string& text, char* message, size_t message_len) {
+  if (message != nullptr && message_len > 0) std::snprintf(message, message_len, "%s", text.c_str());
+  return code;
+}
+
+}  // namespace
+}  // namespace lms
+
+extern "C" int tf_lms_test_tensorflow_copy(const char* device_name, int kind, size_t bytes,
+                                           int delay_ms, int fill_device, int64_t* out,
+                                           char* message, size_t message_len) {
+  using namespace lms;  // NOLINT: a test entry point
+  static std::mutex probe_mu;
+  std::lock_guard<std::mutex> probe_lock(probe_mu);
+  Status status;
+  LmsDevice* device = Overlay::Get().DeviceNamed(device_name, &status);
+  if (device == nullptr) return Fail(TF_LMS_NOT_FOUND, status.message(), message, message_len);
+  if (kind < 0 || kind > 3 || bytes == 0) {
+    return Fail(TF_LMS_INVALID_ARGUMENT, "kind must be 0-3 and bytes positive", message,
+                message_len);
+  }
+  Engine& engine = device->engine();
+  const tensorflow::TensorShape shape({static_cast<int64_t>(bytes)});
+  Tensor lms_a(device->allocator(), tensorflow::DT_UINT8, shape);
+  Tensor lms_b(device->allocator(), tensorflow::DT_UINT8, shape);
+  Tensor host_a(tsl::cpu_allocator_base(), tensorflow::DT_UINT8, shape);
+  Tensor host_b(tsl::cpu_allocator_base(), tensorflow::DT_UINT8, shape);
+  if (!lms_a.IsInitialized() || !lms_b.IsInitialized()) {
+    return Fail(TF_LMS_RESOURCE_EXHAUSTED, "the probe's tensors do not fit", message,
+                message_len);
+  }
+  // kind: 0 device-to-host, 1 host-to-device, 2 within the device, 3 device-to-device.
+  Tensor* src = kind == 1 ? &host_a : &lms_a;
+  Tensor* dst = kind == 0 ? &host_b : &lms_b;
+  std::vector<char> pattern(bytes);
+  for (size_t i = 0; i < bytes; ++i) pattern[i] = static_cast<char>((i * 131 + 7) >> 3);
+  Write(&engine, src, pattern);
+  Flight flight;
+  flight.engine = &engine;
+  flight.lms_src = src == &lms_a ? src : nullptr;
+  flight.lms_dst = dst == &lms_b ? dst : nullptr;
+  flight.delay = std::chrono::milliseconds(delay_ms);
+  for (const Tensor* t : {flight.lms_src, flight.lms_dst}) {
+    if (t != nullptr) (void)engine.Evict(tensorflow::DMAHelper::base(t));
+  }
+  std::vector<void*> fillers;
+  while (fill_device != 0) {
+    Status s;
+    void* p = engine.Allocate(engine.granule_bytes(), /*pin=*/true, &s);
+    if (p == nullptr) break;
+    fillers.push_back(p);
+  }
+  const int64_t page_ins = engine.GetStatistics().num_page_ins;
+  g_flight = &flight;
+  StatusCallback done = [](const absl::Status& s) {
+    if (!s.ok()) g_flight->status = s;  // a failed pin: called before any launch
+  };
+  PinsRouter& router = Overlay::Get().router();
+  switch (kind) {
+    case 0:
+      CopyGpuTensorToCpu(router, Fn(&GpuToCpu), nullptr, nullptr, src, dst, &done);
+      break;
+    case 1:
+      CopyCpuTensorToGpu(router, Fn(&CpuToGpu), src, nullptr, nullptr, dst, &done, false);
+      break;
+    case 2:
+      CopyGpuTensorToSameGpu(router, Fn(&GpuToCpu), nullptr, nullptr, src, dst, &done);
+      break;
+    case 3:
+      DeviceToDeviceCopy(router, Fn(&DeviceToDevice), nullptr, nullptr, nullptr, nullptr, 0,
+                         0, src, dst, 0, &done);
+      break;
+  }
+  int64_t in_flight[2] = {-1, -1};
+  Describe(&engine, flight.lms_src != nullptr ? flight.lms_src : flight.lms_dst, in_flight);
+  if (flight.launched) {
+    std::unique_lock<std::mutex> lock(flight.mu);
+    flight.cv.wait_for(lock, std::chrono::seconds(30), [&] { return flight.done; });
+  }
+  if (flight.worker.joinable()) flight.worker.join();
+  g_flight = nullptr;
+  int64_t after_src[2] = {-1, -1}, after_dst[2] = {-1, -1};
+  Describe(&engine, flight.lms_src, after_src);
+  Describe(&engine, flight.lms_dst, after_dst);
+  out[0] = flight.launched ? 1 : 0;
+  out[1] = static_cast<int64_t>(flight.status.code());
+  for (int i = 0; i < 4; ++i) out[2 + i] = flight.at_enqueue[i];
+  out[6] = in_flight[1];
+  out[7] = std::max<int64_t>(after_src[1], 0) + std::max<int64_t>(after_dst[1], 0);
+  out[8] = flight.launched && Read(&engine, dst) == pattern ? 1 : 0;
+  out[9] = engine.GetStatistics().num_page_ins - page_ins;
+  for (void* p : fillers) {
+    (void)engine.Unpin(p, 0);
+    (void)engine.Free(p);
+  }
+  if (!flight.status.ok()) Fail(0, std::string(flight.status.message()), message, message_len);
+  return TF_LMS_OK;
+}

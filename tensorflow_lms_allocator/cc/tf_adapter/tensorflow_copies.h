@@ -1,0 +1,71 @@
+// Pins for the copies TensorFlow makes outside kernels on a GPU.
+//
+// Note [TensorFlow's own copies]
+// ==============================
+// A GPU device moves tensors outside any kernel through GPUUtil:
+// device-to-host (.numpy(), a send to another host, a fetch from
+// tf.function), host-to-device (the input of a step, a constant), within one
+// GPU, and between GPUs (DeviceToDeviceCopy, which TensorFlow registers as
+// its GPU-to-GPU CopyTensor function). Each holds its tensors by reference,
+// never pins them, and only enqueues: the copy runs later on one of the
+// device context's streams, and `done` runs once it has completed. Without
+// pins, such a copy of an LMS tensor could be enqueued between the drain
+// that precedes an eviction's remap and the remap itself (the gap of Note
+// [Stream protocol] in backends/cuda_backend.h), and then run on no mapping
+// at all: an illegal-address fault that ends the CUDA context.
+//
+// So each of these copies runs pinned (PinnedCopy):
+//   1. the device context's streams are handed to the LMS device of each
+//      buffer first (PinsRouter::NoteDeviceContext), so that the page-in
+//      in step 2 makes them wait for its copy, as for a kernel's streams;
+//   2. the LMS buffers of the copy are pinned, paging an evicted one in, as
+//      a kernel pins its inputs (waiting for other kernels to release memory
+//      when the device is full: KernelPins::RetryWhileOthersRelease);
+//   3. only then is the copy enqueued (the original GPUUtil function), with
+//      a `done` that unpins before it calls TensorFlow's.
+// Why this closes the gap: the enqueue happens while the buffer is pinned,
+// so no eviction can be between its drain and its remap (a unit is chosen
+// for eviction only unpinned), and no remap happens until `done`, which
+// runs after the copy completed on its stream. A page-in at the pin is
+// before the enqueue, and the stream waits for the page-in's copy (step 1).
+// If a buffer cannot be paged in (the device is full of memory pinned by
+// kernels that do not finish), the copy is not enqueued and `done` receives
+// ResourceExhaustedError naming the buffer and the device, as TensorFlow's
+// own allocator fails a copy whose destination it cannot allocate.
+//
+// What remains approximate: a DeviceToDeviceCopy runs on the sending
+// device's stream. If the destination lives on another LMS GPU and was
+// evicted at the pin, its page-in is ordered for the destination device's
+// streams only; TensorFlow allocates a copy's destination right before the
+// copy (resident unless the device was full), so this needs a destination
+// born evicted and paged in by the copy itself. Never run on a GPU.
+#ifndef TENSORFLOW_LMS_ALLOCATOR_CC_TF_ADAPTER_TENSORFLOW_COPIES_H_
+#define TENSORFLOW_LMS_ALLOCATOR_CC_TF_ADAPTER_TENSORFLOW_COPIES_H_
+
+#include "tf_adapter/pins_router.h"
+
+namespace lms {
+
+// The copies of tensorflow::GPUUtil, each called as the interposer's hook
+// (interposer/lms_hooks.h) is: `original` is GPUUtil's function, the other
+// arguments are its own (`done` is the StatusCallback* the caller passed by
+// invisible reference; it is moved from). Each runs `original` as PinnedCopy
+// says, with the buffers that `router`'s LMS devices own.
+void CopyGpuTensorToCpu(PinsRouter& router, void* original, void* gpu_device,
+                        const void* device_context, const void* gpu_tensor,
+                        void* cpu_tensor, void* done);
+void CopyCpuTensorToGpu(PinsRouter& router, void* original, const void* cpu_tensor,
+                        const void* device_context, void* gpu_device, void* gpu_tensor,
+                        void* done, bool sync_dst_compute);
+void CopyGpuTensorToSameGpu(PinsRouter& router, void* original, void* gpu_device,
+                            const void* device_context, const void* src_tensor,
+                            void* dst_tensor, void* done);
+void DeviceToDeviceCopy(PinsRouter& router, void* original, void* send_device_context,
+                        void* recv_device_context, void* src_device, void* dst_device,
+                        unsigned long long src_attributes,
+                        unsigned long long dst_attributes, const void* input,
+                        void* output, int stream_index, void* done);
+
+}  // namespace lms
+
+#endif  // TENSORFLOW_LMS_ALLOCATOR_CC_TF_ADAPTER_TENSORFLOW_COPIES_H_

@@ -1,0 +1,58 @@
+"""TensorFlow's own copies under LMS (Note [TensorFlow's own copies]).
+
+Runs tf_lms_test_tensorflow_copy, the copy hooks as a GPU wheel's TensorFlow
+calls them with a stand-in for GPUUtil's function, for each kind of copy,
+and prints ``RESULT <json>``.
+
+Usage: python tensorflow_copies.py DEVICE
+  CPU:0   the emulated device (TF_LMS_CPU_DEVICE_MEMORY_MB)
+  GPU:0   a GPU's LMS device over the fake CUDA driver (TF_LMS_CUDA_DRIVER_PATH)
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import sys
+
+MIB = 1 << 20
+KINDS = ("device_to_host", "host_to_device", "within_device", "device_to_device")
+FIELDS = ("enqueued", "done_code", "src_evicted", "src_pins", "dst_evicted", "dst_pins",
+          "pins_in_flight", "pins_after", "bytes_equal", "page_ins")
+
+
+def probe(lib: ctypes.CDLL, device: str, kind: int, fill_device: bool) -> dict:
+    out = (ctypes.c_int64 * len(FIELDS))()
+    message = ctypes.create_string_buffer(2048)
+    code = lib.tf_lms_test_tensorflow_copy(device.encode(), kind, 4 * MIB, 200,
+                                           int(fill_device), out, message, len(message))
+    if code != 0:
+        raise RuntimeError(f"{lib.tf_lms_code_name(code).decode()}: {message.value.decode()}")
+    return {**dict(zip(FIELDS, out)), "message": message.value.decode()}
+
+
+def main(device: str) -> None:
+    from tensorflow_lms_allocator import _overlay
+    import tensorflow as tf
+
+    lib = _overlay.adapter()
+    float(tf.reduce_sum(tf.ones([4])))  # TensorFlow makes its devices
+    if device.startswith("GPU"):
+        message = ctypes.create_string_buffer(2048)
+        code = lib.tf_lms_test_gpu_allocator(0, 64 * MIB, message, len(message))
+        if code != 0:
+            raise RuntimeError(message.value.decode())
+    result = {name: probe(lib, device, kind, False) for kind, name in enumerate(KINDS)}
+    result["device_full"] = probe(lib, device, 0, True)
+    if "TF_LMS_CUDA_DRIVER_PATH" in os.environ:
+        fake = ctypes.CDLL(os.environ["TF_LMS_CUDA_DRIVER_PATH"])
+        fake.fake_cuda_violations.restype = ctypes.c_void_p
+        raw = fake.fake_cuda_violations()
+        result["violations"] = ctypes.string_at(raw).decode()
+        ctypes.CDLL(None).free(ctypes.c_void_p(raw))
+    print("RESULT " + json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
