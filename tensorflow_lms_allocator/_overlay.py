@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-from tensorflow_lms_allocator import _c_api
+from tensorflow_lms_allocator import _c_api, _config_proto
 
 _ADAPTER: ctypes.CDLL | None = None
 # Whether this process loaded the interposer (before TensorFlow). It survives
@@ -135,6 +135,7 @@ def install() -> ModuleType:
         _check_tensorflow_version(libs)
         ctypes.CDLL(str(libs / "libtf_lms_interposer.so"), mode=ctypes.RTLD_GLOBAL)
         _INTERPOSER_LOADED = True
+        _config_proto.install()  # ConfigProto's lms_enabled, before TensorFlow loads it
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
     if os.environ.get("TF_LMS_CPU_DEVICE_MEMORY_MB"):
         # TensorFlow's oneDNN CPU kernels crash (MklConvOp::Compute after a

@@ -32,6 +32,20 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "build_scripts"))
 import make_patches  # noqa: E402
 
+
+def _load_config_proto():  # without the package's __init__, which imports TensorFlow
+    import importlib.util
+
+    path = ROOT / "tensorflow_lms_allocator" / "_config_proto.py"
+    spec = importlib.util.spec_from_file_location("lms_config_proto", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# The patched config.proto's fields in a config_pb2.py, as the overlay adds them.
+with_lms_fields = _load_config_proto().with_lms_fields
+
 WHEEL = Path(sysconfig.get_paths()["purelib"]) / "tensorflow"
 # Lines the wheel build rewrites (DESIGN.md, "Facts about the source patch"):
 # path -> {line number: (wheel text, source text)}.
@@ -139,25 +153,6 @@ def test_every_new_cc_file_compiles_against_the_wheels_headers_in_the_tree_layou
 # --------------------------------------------------------------------------
 # The patched Python API on the stock wheel.
 
-def config_pb2_with_lms_fields(original: str) -> str:
-    """config_pb2.py whose serialized descriptor has GPUOptions.Experimental fields
-    lms_enabled = 20 and lms_defrag_enabled = 21, as the patched config.proto."""
-    from google.protobuf import descriptor_pb2
-
-    match = re.search(r"AddSerializedFile\((b'.*?')\)\n", original)
-    assert match, "config_pb2.py: no serialized descriptor"
-    proto = descriptor_pb2.FileDescriptorProto.FromString(eval(match.group(1)))  # noqa: S307
-    (gpu_options,) = [m for m in proto.message_type if m.name == "GPUOptions"]
-    (experimental,) = [m for m in gpu_options.nested_type if m.name == "Experimental"]
-    assert {f.number for f in experimental.field}.isdisjoint({20, 21})
-    for name, json_name, number in (("lms_enabled", "lmsEnabled", 20),
-                                    ("lms_defrag_enabled", "lmsDefragEnabled", 21)):
-        experimental.field.add(name=name, number=number, json_name=json_name,
-                               type=descriptor_pb2.FieldDescriptorProto.TYPE_BOOL,
-                               label=descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL)
-    return original.replace(match.group(1), repr(proto.SerializeToString()))
-
-
 def link_tree(source: Path, target: Path, replaced: dict[str, str]) -> None:
     """Mirrors `source` at `target` by symlinks, writing the files in `replaced`."""
     target.mkdir(parents=True)
@@ -218,7 +213,7 @@ def test_the_patched_python_api_on_the_stock_wheel(applied, tmp_path):
         "python/eager/context.py":
             (applied / "tensorflow/python/eager/context.py").read_text().replace(
                 *reversed(REWRITTEN["tensorflow/python/eager/context.py"][29]), 1),
-        "core/protobuf/config_pb2.py": config_pb2_with_lms_fields(config_pb2),
+        "core/protobuf/config_pb2.py": with_lms_fields(config_pb2),
     }
     site = tmp_path / "site"
     link_tree(WHEEL, site / "tensorflow", patched)

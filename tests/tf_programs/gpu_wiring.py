@@ -29,7 +29,7 @@ def emit(result: dict) -> None:
 
 def gpu_allocator(lib: ctypes.CDLL, total_bytes: int) -> tuple[int, str]:
     message = ctypes.create_string_buffer(2048)
-    code = lib.tf_lms_test_gpu_allocator(0, total_bytes, message, len(message))
+    code = lib.tf_lms_test_gpu_allocator(0, total_bytes, None, 0, message, len(message))
     return code, message.value.decode()
 
 

@@ -40,7 +40,7 @@ def main(device: str) -> None:
     float(tf.reduce_sum(tf.ones([4])))  # TensorFlow makes its devices
     if device.startswith("GPU"):
         message = ctypes.create_string_buffer(2048)
-        code = lib.tf_lms_test_gpu_allocator(0, 64 * MIB, message, len(message))
+        code = lib.tf_lms_test_gpu_allocator(0, 64 * MIB, None, 0, message, len(message))
         if code != 0:
             raise RuntimeError(message.value.decode())
     result = {name: probe(lib, device, kind, False) for kind, name in enumerate(KINDS)}

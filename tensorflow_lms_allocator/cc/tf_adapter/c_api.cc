@@ -9,6 +9,7 @@
 
 #include "engine/statistics.h"
 #include "tensorflow/core/common_runtime/gpu/gpu_id_manager.h"
+#include "tensorflow/core/protobuf/config.pb.h"
 #include "tf_adapter/gpu_devices.h"
 #include "tf_adapter/overlay.h"
 #include "tf_adapter/strict_report.h"
@@ -202,8 +203,14 @@ int tf_lms_check_gpu(int ordinal, char* message, size_t message_len) {
   return lms::Report(lms::CheckBackendSupport(spec), message, message_len);
 }
 
-int tf_lms_test_gpu_allocator(int tf_device_id, size_t total_bytes, char* message,
-                              size_t message_len) {
+int tf_lms_test_gpu_allocator(int tf_device_id, size_t total_bytes, const void* gpu_options,
+                              size_t gpu_options_len, char* message, size_t message_len) {
+  tensorflow::GPUOptions options;
+  if (gpu_options_len > 0 &&
+      !options.ParseFromArray(gpu_options, static_cast<int>(gpu_options_len))) {
+    return lms::Fail(TF_LMS_INVALID_ARGUMENT, "the GPUOptions do not parse", message,
+                     message_len);
+  }
   // As TensorFlow's GPU device factory would have: TfDeviceId n is CUDA
   // device n.
   tsl::PlatformDeviceId platform_id;
@@ -217,7 +224,7 @@ int tf_lms_test_gpu_allocator(int tf_device_id, size_t total_bytes, char* messag
     return nullptr;
   };
   void* allocator = lms::Overlay::Get().GpuAllocator(
-      reinterpret_cast<void*>(+no_tensorflow_allocator), nullptr, nullptr, tf_device_id,
+      reinterpret_cast<void*>(+no_tensorflow_allocator), nullptr, &options, tf_device_id,
       total_bytes, nullptr);
   if (allocator == nullptr) {
     return lms::Fail(TF_LMS_FAILED_PRECONDITION,

@@ -147,12 +147,15 @@ TF_LMS_EXPORT int tf_lms_check_gpu(int ordinal, char* message, size_t message_le
 
 // For tests without a GPU: asks for GPU `tf_device_id`'s allocator as
 // TensorFlow's GPU device factory does (GPUProcessState::GetGPUAllocator with
-// default GPUOptions and a budget of `total_bytes`), mapping TfDeviceId n to
-// CUDA device n if TensorFlow has not. With LMS enabled that makes the GPU's
-// LMS device over the CUDA backend (the driver TF_LMS_CUDA_DRIVER_PATH names
-// can be the tests' fake driver). TF_LMS_FAILED_PRECONDITION with the reason
-// if LMS is off or the device cannot run LMS.
+// the GPUOptions serialized in gpu_options[0..gpu_options_len) (default ones
+// if it is empty) and a budget of `total_bytes`), mapping TfDeviceId n to
+// CUDA device n if TensorFlow has not. With LMS enabled (by the settings or
+// the GPUOptions) that makes the GPU's LMS device over the CUDA backend (the
+// driver TF_LMS_CUDA_DRIVER_PATH names can be the tests' fake driver).
+// TF_LMS_FAILED_PRECONDITION with the reason if LMS is off or the device
+// cannot run LMS; TF_LMS_INVALID_ARGUMENT if the GPUOptions do not parse.
 TF_LMS_EXPORT int tf_lms_test_gpu_allocator(int tf_device_id, size_t total_bytes,
+                                            const void* gpu_options, size_t gpu_options_len,
                                             char* message, size_t message_len);
 
 // For tests: out[0..2) = {live kernel contexts in the process, live contexts

@@ -2,9 +2,45 @@
 
 #include "engine/env_options.h"
 #include "tensorflow/core/common_runtime/gpu/gpu_id_manager.h"
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/message.h"
+#include "google/protobuf/unknown_field_set.h"
 #include "tensorflow/core/protobuf/config.pb.h"
 
 namespace lms {
+namespace {
+
+// The bool field `number` of `message`: known to its descriptor, or kept as
+// an unknown varint (the last occurrence wins, as when parsing).
+bool BoolField(const google::protobuf::Message& message, int number) {
+  const google::protobuf::Reflection* reflection = message.GetReflection();
+  const google::protobuf::FieldDescriptor* field =
+      message.GetDescriptor()->FindFieldByNumber(number);
+  if (field != nullptr) {
+    return field->type() == google::protobuf::FieldDescriptor::TYPE_BOOL &&
+           reflection->GetBool(message, field);
+  }
+  const google::protobuf::UnknownFieldSet& unknown = reflection->GetUnknownFields(message);
+  bool value = false;
+  for (int i = 0; i < unknown.field_count(); ++i) {
+    const google::protobuf::UnknownField& f = unknown.field(i);
+    if (f.number() == number && f.type() == google::protobuf::UnknownField::TYPE_VARINT) {
+      value = f.varint() != 0;
+    }
+  }
+  return value;
+}
+
+}  // namespace
+
+LmsGpuOptions ReadLmsGpuOptions(const void* gpu_options) {
+  LmsGpuOptions out;
+  const auto* options = static_cast<const tensorflow::GPUOptions*>(gpu_options);
+  if (options == nullptr || !options->has_experimental()) return out;
+  out.lms_enabled = BoolField(options->experimental(), kLmsEnabledField);
+  out.lms_defrag_enabled = BoolField(options->experimental(), kLmsDefragEnabledField);
+  return out;
+}
 
 std::string GpuDeviceName(int tf_device_id) {
   return "GPU:" + std::to_string(tf_device_id);
@@ -46,8 +82,9 @@ Status GpuDeviceSpec(const Settings& settings, const void* gpu_options, int tf_d
   spec->backend.allow_growth = allow_growth;
   spec->device_bytes = total_bytes;
   spec->host_bytes = settings.host_bytes;
-  spec->lms_enabled = settings.lms_enabled;
-  spec->defrag_enabled = settings.defrag_enabled;
+  const LmsGpuOptions asked = ReadLmsGpuOptions(gpu_options);
+  spec->lms_enabled = settings.lms_enabled || asked.lms_enabled;
+  spec->defrag_enabled = settings.defrag_enabled || asked.lms_defrag_enabled;
   spec->strict = false;
   return Status::Ok();
 }

@@ -24,13 +24,31 @@
 
 namespace lms {
 
+// LMS's fields of GPUOptions.Experimental, as the source patch adds them to
+// config.proto: `bool lms_enabled = 20; bool lms_defrag_enabled = 21;`.
+// Read by field number: through reflection where TensorFlow's descriptor has
+// them (a TensorFlow built with the patch), from the message's unknown fields
+// where it does not (the stock wheel, whose C++ runtime keeps the fields of
+// a ConfigProto that Python serialized with them: tensorflow_lms_allocator
+// extends Python's descriptor, _config_proto.py). proto3 serializes only
+// true, so each is "asked for" or "not said": never a request to turn off.
+inline constexpr int kLmsEnabledField = 20;
+inline constexpr int kLmsDefragEnabledField = 21;
+struct LmsGpuOptions {
+  bool lms_enabled = false;
+  bool lms_defrag_enabled = false;
+};
+// `gpu_options` is a const tensorflow::GPUOptions*, or null.
+LmsGpuOptions ReadLmsGpuOptions(const void* gpu_options);
+
 // "GPU:<tf_device_id>", the name statistics and messages use.
 std::string GpuDeviceName(int tf_device_id);
 
 // The spec of GPU `tf_device_id`'s LMS device. `gpu_options` is TensorFlow's
 // const GPUOptions* for the device. kFailedPrecondition where LMS cannot
 // serve a GPU with these settings (TF_LMS_STRICT=1), kNotFound if
-// TensorFlow has no platform id for the device.
+// TensorFlow has no platform id for the device. LMS and defragmentation are
+// on if the settings or the GPUOptions (ReadLmsGpuOptions) turn them on.
 Status GpuDeviceSpec(const Settings& settings, const void* gpu_options, int tf_device_id,
                      size_t total_bytes, LmsDeviceSpec* spec);
 

@@ -183,7 +183,7 @@ void* Overlay::GpuAllocator(void* get_original, void* self, const void* options,
   {
     MutexLock lock(mu_);
     settings_fixed_ = true;
-    if (configured_ && settings_.lms_enabled) {
+    if (configured_ && (settings_.lms_enabled || ReadLmsGpuOptions(options).lms_enabled)) {
       GpuEntry& entry = gpus_[tf_device_id];
       if (entry.device == nullptr && entry.unavailable == nullptr) {
         CreateGpuDevice(&entry, options, tf_device_id, total_bytes);
