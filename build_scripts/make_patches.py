@@ -7,10 +7,12 @@ patches/README.md says which are exact and how they were obtained):
   0001  the engine, backends and TensorFlow adapter sources, byte for byte the
         files the overlay builds and tests, under tensorflow/core/common_runtime/lms/
         with their BUILD file;
-  0002  the Python API: set_lms_enabled / get_lms_enabled / set_lms_defrag_enabled /
+  0002  config.proto: GPUOptions.Experimental.lms_enabled = 20 and
+        lms_defrag_enabled = 21;
+  0003  the Python API: set_lms_enabled / get_lms_enabled / set_lms_defrag_enabled /
         get_lms_defrag_enabled in tf.config.experimental (and tf.experimental, IBM's
-        names), kept by the eager context and written into
-        GPUOptions.Experimental.lms_enabled / lms_defrag_enabled of the ConfigProto.
+        names), kept by the eager context and written into those two fields of the
+        ConfigProto.
 
 Each part is a commit with a fixed author and date on top of the base tree;
 `git format-patch --zero-commit --no-signature` writes them, so regenerating
@@ -24,7 +26,7 @@ Usage:
 
 Example:
   $ python build_scripts/make_patches.py --check
-  patches/v2.21.0: 2 patches, up to date
+  patches/v2.21.0: 3 patches, up to date
 """
 
 from __future__ import annotations
@@ -111,7 +113,7 @@ cc_library(
 '''
 
 # --------------------------------------------------------------------------
-# Part 0002: the Python API. Each edit inserts text at one anchor that must
+# Part 0003: the Python API. Each edit inserts text at one anchor that must
 # occur exactly once in the base file, so a changed base fails loudly.
 
 CONFIG_PY_ADDITION = '''
@@ -256,6 +258,36 @@ def patch_context_py(text: str) -> str:
     return insert_before(text, CONTEXT_METHODS_ANCHOR, CONTEXT_METHODS_ADDITION, path)
 
 
+# --------------------------------------------------------------------------
+# Part 0002: the ConfigProto fields.
+
+CONFIG_PROTO_ANCHOR = "    StreamMergeOptions stream_merge_options = 19;\n"
+CONFIG_PROTO_ADDITION = '''
+    // Large Model Support (LMS): if true, the GPU allocator keeps every
+    // tensor at one device address and moves inactive tensors to pinned host
+    // memory when device memory runs out, paging them back in when a kernel
+    // needs them, so that models larger than the GPU train. Host memory for
+    // evicted tensors is limited by TF_GPU_HOST_MEM_LIMIT_IN_MB. Also set by
+    // tf.config.experimental.set_lms_enabled and TF_LMS_ENABLED=1.
+    bool lms_enabled = 20;
+
+    // With LMS: when a request finds enough free device memory but no free
+    // address range large enough, remap free physical memory to where it is
+    // needed (no tensor moves) instead of evicting more tensors. Also set by
+    // tf.config.experimental.set_lms_defrag_enabled and TF_LMS_DEFRAG_ENABLED.
+    bool lms_defrag_enabled = 21;
+'''
+
+
+def patch_config_proto(text: str) -> str:
+    return insert_after(text, CONFIG_PROTO_ANCHOR, CONFIG_PROTO_ADDITION,
+                        "tensorflow/core/protobuf/config.proto")
+
+
+def add_config_fields(tree: Path) -> None:
+    edit(tree, "tensorflow/core/protobuf/config.proto", patch_config_proto)
+
+
 @dataclass
 class Part:
     subject: str
@@ -288,6 +320,12 @@ PARTS = [
          "adapter, under tensorflow/core/common_runtime/lms/, byte for byte the\n"
          "sources of the tensorflow-lms-allocator runtime overlay. New files only.",
          add_sources),
+    Part("Add GPUOptions.Experimental.lms_enabled and lms_defrag_enabled",
+         "bool lms_enabled = 20 and bool lms_defrag_enabled = 21 in\n"
+         "GPUOptions.Experimental (fields 1-5 and 7-19 are taken, 6 is reserved),\n"
+         "which the Python API of the next patch sets and the LMS GPU allocator\n"
+         "reads.",
+         add_config_fields),
     Part("Add tf.config.experimental.set_lms_enabled and friends",
          "set_lms_enabled, get_lms_enabled, set_lms_defrag_enabled and\n"
          "get_lms_defrag_enabled in tf.config.experimental and tf.experimental.\n"

@@ -43,6 +43,10 @@ def _load_config_proto():  # without the package's __init__, which imports Tenso
     return module
 
 
+# Files the series modifies: exact (the wheel's text) or approximate (patches/README.md).
+EXACT = {"tensorflow/python/framework/config.py", "tensorflow/python/eager/context.py"}
+APPROXIMATE = {"tensorflow/core/protobuf/config.proto"}
+
 # The patched config.proto's fields in a config_pb2.py, as the overlay adds them.
 with_lms_fields = _load_config_proto().with_lms_fields
 
@@ -118,11 +122,41 @@ def test_every_pre_image_is_the_installed_wheels_file():
                                     text, re.M):
             pre_images[path] = old
     modified = {path: old for path, old in pre_images.items() if set(old) != {"0"}}
-    assert set(modified) == {"tensorflow/python/framework/config.py",
-                             "tensorflow/python/eager/context.py"}
+    assert set(modified) == EXACT | APPROXIMATE
     for path, old in modified.items():
+        if path in APPROXIMATE:
+            continue
         assert old == blob_hash(wheel_text_as_source(path)), path
         assert (make_patches.BASE / path).read_bytes() == wheel_text_as_source(path)
+
+
+def declarations(proto: str, message: str) -> dict[str, tuple[str, int]]:
+    """Field name -> (type, number) declared directly in `message` of `proto`'s text."""
+    start = re.search(rf"^( *)message {message} {{\n", proto, re.M)
+    assert start, message
+    indent = start.group(1) + "  "
+    body = proto[start.end():proto.index(f"\n{start.group(1)}}}\n", start.end())]
+    return {name: (kind, int(number)) for kind, name, number in re.findall(
+        rf"^{indent}(?:repeated )?(\w+) (\w+) = (\d+);", body, re.M)}
+
+
+def test_the_approximate_config_proto_declares_the_wheels_gpu_options():
+    """The base config.proto is a newer mirror's text (patches/README.md); the messages
+    the patch touches declare exactly the 2.21.0 wheel's fields, and the patched one
+    adds the fields the overlay gives the stock wheel's ConfigProto."""
+    from tensorflow.core.protobuf import config_pb2
+
+    base = (make_patches.BASE / "tensorflow/core/protobuf/config.proto").read_text()
+    lms = {name for name, _, _ in _load_config_proto().LMS_FIELDS}  # if the overlay added them
+    for message, descriptor in (("GPUOptions", config_pb2.GPUOptions.DESCRIPTOR),
+                                ("Experimental", config_pb2.GPUOptions.Experimental.DESCRIPTOR)):
+        assert {name: number for name, (_, number) in declarations(base, message).items()} \
+            == {f.name: f.number for f in descriptor.fields if f.name not in lms}, message
+    patched = make_patches.patch_config_proto(base)
+    added = {name: decl for name, decl in declarations(patched, "Experimental").items()
+             if name not in declarations(base, "Experimental")}
+    assert added == {name: ("bool", number)
+                     for name, _, number in _load_config_proto().LMS_FIELDS}
 
 
 def compile_one(source: Path, include: Path) -> tuple[Path, str]:
