@@ -1,7 +1,8 @@
 """Access traces: what an LMS engine was asked to do, in order.
 
-A trace holds one event per allocate, free, pin, unpin, eviction and
-page-in, each with its time, address, bytes, unit id, OS thread and the op
+A trace starts with a snapshot of the allocations (and pins) already live,
+so that it is self-contained, then holds one event per allocate, free, pin,
+unpin, eviction and page-in, each with its time, address, bytes, unit id, OS thread and the op
 that was running on that thread (when LMS knows it: kernels' pins and their
 allocations). The format is Note [Access trace format] in
 ``cc/engine/trace_recorder.h``: a 16-byte header, 40-byte records, a JSON
@@ -42,6 +43,7 @@ RECORD = np.dtype([("time_ns", "<u8"), ("address", "<u8"), ("bytes", "<u8"),
                    ("unit_id", "<u8"), ("thread", "<u4"), ("op", "<u2"), ("event", "u1"),
                    ("flags", "u1")])
 BORN_PINNED = 1  # flags of an allocate event: its kernel holds it pinned
+LIVE_AT_START = 2  # flags of the snapshot the trace starts with (allocate, pin)
 
 
 class TraceFormatError(ValueError):
@@ -58,6 +60,7 @@ class Event:
     thread: int
     op: str  # "-" when no op was known
     born_pinned: bool  # an allocation its kernel holds pinned (unpinned without a pin event)
+    live_at_start: bool = False  # the starting snapshot: live before the trace began
 
 
 @dataclass
@@ -75,7 +78,7 @@ class Trace:
             yield Event(int(r["time_ns"]), EVENT_NAMES.get(int(r["event"]), "unknown"),
                         int(r["address"]), int(r["bytes"]), int(r["unit_id"]),
                         int(r["thread"]), self.ops[int(r["op"])],
-                        bool(r["flags"] & BORN_PINNED))
+                        bool(r["flags"] & BORN_PINNED), bool(r["flags"] & LIVE_AT_START))
 
     def counts(self) -> dict[str, int]:
         """How many events of each kind."""

@@ -55,14 +55,25 @@ def test_a_known_sequence_is_recorded_event_by_event(tmp_path: Path) -> None:
     assert t.dropped == 0
 
 
-def test_events_outside_the_block_are_not_recorded(tmp_path: Path) -> None:
+def test_a_trace_starts_with_what_is_live_and_records_only_the_block(tmp_path: Path) -> None:
     engine = small_engine()
     before = engine.allocate(MIB)
+    pinned = engine.allocate(3 * MIB)
+    small = engine.allocate(1000)  # a small object, in a page
+    unit = engine.pin(pinned)
+    engine.pin(pinned)
     with trace.record_engine(engine, tmp_path / "t"):
         inside = engine.allocate(MIB)
     engine.free(before)
-    assert [(e.name, e.address) for e in trace.load(tmp_path / "t").events()] == [
-        ("allocate", inside)]
+    events = [(e.name, e.address, e.bytes, e.live_at_start)
+              for e in trace.load(tmp_path / "t").events()]
+    # The snapshot in address order, each unit's pins after it; then the calls.
+    snapshot = sorted([("allocate", before, MIB, True), ("allocate", pinned, 3 * MIB, True),
+                       ("allocate", small, 1000, True)], key=lambda e: e[1])
+    at = [e[1] for e in snapshot].index(pinned) + 1
+    snapshot[at:at] = [("pin", pinned, 0, True)] * 2
+    assert events == snapshot + [("allocate", inside, MIB, False)]
+    assert trace.load(tmp_path / "t").records["unit_id"][at] == unit
 
 
 def test_the_size_cap_stops_recording_and_warns_what_to_do(tmp_path: Path) -> None:
@@ -106,7 +117,8 @@ def test_record_trace_in_tensorflow_records_a_training_step_with_op_names(
     assert run.result, describe(run)
     r = run.result
     before, after = r["before"], r["after"]
-    counts = r["counts"]
+    counts = r["call_counts"]  # without the snapshot of what was live (the weights)
+    assert r["snapshot"] > 0 and r["snapshot_leads"]
     assert counts["allocate"] == after["num_allocs"] - before["num_allocs"] > 0
     assert counts["evict"] == after["num_evictions"] - before["num_evictions"] > 0
     assert counts["page_in"] == after["num_page_ins"] - before["num_page_ins"] > 0

@@ -44,8 +44,13 @@ def main() -> None:
     t = trace.load(path)
     ops = sorted({t.ops[int(i)] for i in np.unique(t.records["op"])})
     threads = len(np.unique(t.records["thread"]))
+    live = (t.records["flags"] & trace.LIVE_AT_START) != 0
+    calls = t.records[~live]
     print("RESULT " + json.dumps({
-        "counts": t.counts(), "ops": ops, "threads": threads, "dropped": t.dropped,
+        "counts": t.counts(), "snapshot": int(live.sum()),
+        "snapshot_leads": bool(np.all(live[:int(live.sum())])),
+        "call_counts": {trace.EVENT_NAMES[int(v)]: int(c) for v, c in
+                        zip(*np.unique(calls["event"], return_counts=True))}, "ops": ops, "threads": threads, "dropped": t.dropped,
         "monotonic_per_thread": all(
             bool(np.all(np.diff(t.records["time_ns"][t.records["thread"] == th]) >= 0))
             for th in np.unique(t.records["thread"])),

@@ -358,7 +358,43 @@ Status Engine::StartTrace(const std::string& path, uint64_t max_bytes) {
   if (trace_ != nullptr) {
     return FailedPrecondition("a trace is already being recorded; stop it first");
   }
-  return TraceRecorder::Open(path, max_bytes, &trace_);
+  LMS_RETURN_IF_ERROR(TraceRecorder::Open(path, max_bytes, &trace_));
+  TraceLiveAllocations();
+  return Status::Ok();
+}
+
+void Engine::TraceLiveAllocations() {
+  constexpr uint8_t kLive = TraceRecorder::kLiveAtStart;
+  for (ChunkId c = arena_.FirstChunk(); c != kNoChunk; c = arena_.chunk(c).next) {
+    const BestFitArena::Chunk& unit = arena_.chunk(c);
+    if (unit.free) continue;
+    const Residency::Record& r = residency_.record(arena_.ChunkAt(unit.start));
+    const uintptr_t unit_address = SlotAddress(unit.start);
+    // Where the unit's pins are recorded: an address inside one of its
+    // allocations (a page's first object; an empty pinned page has none).
+    uintptr_t pin_address = 0;
+    if (r.segment == Residency::kNoSegment) {
+      Trace(TraceEvent::kAllocate, unit_address, unit.requested_bytes, unit.allocation_id,
+            kLive);
+      pin_address = unit_address;
+    } else {
+      const BestFitArena& objects = small_.arena();
+      const uint64_t first = r.segment * small_.units_per_page();
+      const uint64_t end = first + small_.units_per_page();
+      for (ChunkId o = objects.SegmentHead(r.segment);
+           o != kNoChunk && objects.chunk(o).start < end; o = objects.chunk(o).next) {
+        const BestFitArena::Chunk& object = objects.chunk(o);
+        if (object.free) continue;
+        const uintptr_t address = unit_address + (object.start - first) * SmallPages::kUnit;
+        Trace(TraceEvent::kAllocate, address, object.requested_bytes, unit.allocation_id,
+              kLive);
+        if (pin_address == 0) pin_address = address;
+      }
+    }
+    for (uint32_t i = 0; pin_address != 0 && i < r.pin_count; ++i) {
+      Trace(TraceEvent::kPin, pin_address, 0, unit.allocation_id, kLive);
+    }
+  }
 }
 
 Status Engine::StopTrace(TraceSummary* summary) {

@@ -273,6 +273,9 @@ class Engine {
   Status EvictChunks(const std::vector<ChunkId>& victims)
       LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Status PageIn(ChunkId id) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The snapshot a trace starts with (Note [Access trace format]): every
+  // live allocation, then its unit's pins.
+  void TraceLiveAllocations() LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // One event of the trace being recorded, if any (a null check when none).
   void Trace(TraceEvent event, uintptr_t address, uint64_t bytes, uint64_t unit_id,
              uint8_t flags = 0) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_) {

@@ -5,7 +5,11 @@
 // Note [Access trace format]
 // Little-endian, in this order:
 //   header   8 bytes "LMSTRACE", u32 version (1), u32 record size (40);
-//   records  one per event:
+//   records  one per event, beginning with the allocations already live when
+//            the trace started (allocate events flagged "live at start", in
+//            address order, each unit's pins after its allocations), so that a
+//            trace is self-contained: every address it pins or frees was
+//            allocated in it;
 //              u64 time_ns   since the trace started (steady clock)
 //              u64 address   the allocation's (or unit's) address
 //              u64 bytes     requested bytes (allocate), unit bytes (evict,
@@ -15,8 +19,10 @@
 //              u16 op        index into the op table; 0 = no op known
 //              u8  event     1 allocate, 2 free, 3 pin, 4 unpin, 5 evict,
 //                            6 page-in
-//              u8  flags     allocate: 1 if born pinned (its kernel unpins
-//                            it without a pin event), else 0
+//              u8  flags     bit 0 (allocate): born pinned (its kernel
+//                            unpins it without a pin event); bit 1 (allocate,
+//                            pin): live when the trace started, a snapshot
+//                            event at time 0 rather than a call
 //   trailer  a JSON object {"ops": [...], "events": N, "dropped": D,
 //            "max_bytes": M}, then u64 its length, then 8 bytes "LMSTREND".
 // A trace whose records would pass max_bytes stops recording there and
@@ -66,6 +72,7 @@ class TraceRecorder {
   void Record(TraceEvent event, uintptr_t address, uint64_t bytes, uint64_t unit_id,
               const char* op, uint8_t flags = 0);
   static constexpr uint8_t kBornPinned = 1;
+  static constexpr uint8_t kLiveAtStart = 2;
 
   // Writes the trailer and closes the file. kInternal if a write failed.
   Status Finish(TraceSummary* summary);
