@@ -1,9 +1,10 @@
-"""Trains a small convolutional model for 3 steps on the emulated device with
-LMS, recording the middle step with tensorflow_lms_allocator.record_trace, and
-prints ``RESULT <json>``: the trace's counts and op names, and the LMS
-statistics before and after the recorded step.
+"""Trains a small convolutional model on the emulated device with LMS: one
+step to trace the step function, then STEPS steps (default 1) recorded with
+tensorflow_lms_allocator.record_trace, and prints ``RESULT <json>``: the
+trace's counts and op names, and the LMS statistics before and after the
+recorded steps.
 
-Usage: python trace_fit.py TRACE_PATH [MAX_MB]
+Usage: python trace_fit.py TRACE_PATH [MAX_MB [STEPS]]
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from tensorflow_lms_allocator import trace
 def main() -> None:
     path = sys.argv[1]
     max_mb = float(sys.argv[2]) if len(sys.argv) > 2 else trace.DEFAULT_MAX_MB
+    steps = int(sys.argv[3]) if len(sys.argv) > 3 else 1
     tf.keras.utils.set_random_seed(1)
     inputs = tf.keras.Input((64, 64, 3))
     x = inputs
@@ -39,7 +41,8 @@ def main() -> None:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         with lms.record_trace(path, max_mb=max_mb):
-            model.train_on_batch(images, labels)
+            for _ in range(steps):
+                model.train_on_batch(images, labels)
     after = lms.get_statistics(0)
     t = trace.load(path)
     ops = sorted({t.ops[int(i)] for i in np.unique(t.records["op"])})

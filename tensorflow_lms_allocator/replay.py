@@ -1,0 +1,464 @@
+"""Replaying an access trace at another device size, under a chosen policy.
+
+A trace (``tensorflow_lms_allocator.trace``) records what TensorFlow asked of
+the LMS engine: allocations, frees, and kernels' pins and unpins, starting
+with a snapshot of what was live. Replay asks the same of a new engine of any
+size and reports what it would move:
+
+- ``lru``: the real engine (POSIX backend), whose policy evicts the least
+  recently used inactive unit when memory runs out; every number comes from
+  its statistics.
+- ``belady``: an offline simulation with knowledge of the whole trace: on a
+  shortfall it evicts the inactive allocation whose next pin is farthest
+  ahead. Allocations are modelled one by one (small objects rounded to 256
+  bytes instead of sharing 2 MiB pages, as the engine packs them), and
+  address fragmentation is ignored (the engine's defragmentation remaps it
+  away without moving data). With sizes that vary this is not a proven
+  optimum, so a lower bound is reported too.
+- the lower bound: at any moment, live bytes above the device's capacity are
+  off the device, so the largest such excess over the trace must have left
+  the device at least once. No policy moves fewer bytes off the device.
+
+"Swapped out" is bytes evicted plus bytes placed in host memory at birth
+(the engine's born-evicted allocations); "paged in" is bytes copied back.
+
+With a link bandwidth and a compute time per step, ``project`` models the
+step time on a GPU with one copy stream (a model, not a measurement): the
+host runs one kernel ahead of the GPU and issues that kernel's copies then
+(evictions, then page-ins, one at a time on the copy stream); a kernel
+starts once the previous one ended and its own copies completed. A kernel is
+a run of consecutive events of one op; the step's compute time is split
+across kernels in proportion to their recorded durations.
+
+Example:
+    >>> from tensorflow_lms_allocator import replay, trace
+    >>> events = replay.normalize(trace.load("step.lmstrace"))  # doctest: +SKIP
+    >>> result = replay.run(events, device_bytes=64 << 20, policy="lru", steps=2)  # doctest: +SKIP
+    >>> result.fits, result.steps[0].swapped_out  # doctest: +SKIP
+    (True, 50331648)
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from tensorflow_lms_allocator import trace as trace_module
+
+ALLOC, FREE, PIN, UNPIN = "allocate", "free", "pin", "unpin"
+SMALL_UNIT = 256
+POLICIES = ("lru", "belady")
+
+
+class ReplayError(ValueError):
+    """The trace cannot be replayed (it says why)."""
+
+
+@dataclass(frozen=True)
+class Event:
+    kind: str  # ALLOC, FREE, PIN or UNPIN
+    allocation: int  # index into Events.sizes
+    offset: int  # where in the allocation a pin points
+    time_ns: int
+    op: int  # index into the trace's op table
+    born_pinned: bool = False
+    live_at_start: bool = False
+
+
+@dataclass
+class Events:
+    """A trace as allocation indices instead of addresses."""
+
+    events: list[Event]
+    sizes: list[int]  # requested bytes per allocation
+    ops: list[str]
+    skipped: int  # pins/unpins/frees at no traced allocation (should be 0)
+    recorded_evicted: int  # what the recorded run evicted (for reference)
+
+
+@dataclass
+class StepResult:
+    evicted: int = 0
+    born_evicted: int = 0
+    paged_in: int = 0
+    reclaims: int = 0
+    peak_live: int = 0
+    projected_ms: float | None = None
+
+    @property
+    def swapped_out(self) -> int:
+        return self.evicted + self.born_evicted
+
+
+@dataclass
+class Result:
+    policy: str
+    device_bytes: int
+    fits: bool
+    failure: str = ""  # why it does not fit: the event that failed
+    steps: list[StepResult] = field(default_factory=list)
+    lower_bound: int = 0  # bytes that must leave the device at least once
+    # Unpins of freed small objects whose page the replay had already
+    # released (small objects are packed differently at another size).
+    unmatched: int = 0
+    # Bytes copied per event index (evictions, page-ins), for the projection.
+    evicted_at: dict[int, int] = field(default_factory=dict)
+    paged_in_at: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def swapped_out(self) -> int:
+        return sum(s.swapped_out for s in self.steps)
+
+    @property
+    def paged_in(self) -> int:
+        return sum(s.paged_in for s in self.steps)
+
+
+def normalize(t: trace_module.Trace) -> Events:
+    """Resolves every address of `t` to the allocation containing it.
+
+    Raises ReplayError if the trace does not start with its snapshot (an older
+    trace format) and pins memory it never allocated.
+    """
+    starts: list[int] = []  # sorted starts of the live allocations
+    live: dict[int, tuple[int, int]] = {}  # start -> (allocation index, bytes)
+    # Freed allocations, for unpins after a free: a kernel may free an object
+    # it allocated and unpin it when it ends, which unpins the object's page.
+    dead_starts: list[int] = []
+    dead: dict[int, tuple[int, int]] = {}
+    sizes: list[int] = []
+    events: list[Event] = []
+    skipped = recorded_evicted = 0
+    names = trace_module.EVENT_NAMES
+    for r in t.records:
+        kind = names.get(int(r["event"]), "")
+        address, time_ns, op = int(r["address"]), int(r["time_ns"]), int(r["op"])
+        flags = int(r["flags"])
+        start_of_snapshot = bool(flags & trace_module.LIVE_AT_START)
+        if kind == "evict":
+            recorded_evicted += int(r["bytes"])
+            continue
+        if kind == ALLOC:
+            index = len(sizes)
+            sizes.append(int(r["bytes"]))
+            bisect.insort(starts, address)
+            live[address] = (index, int(r["bytes"]))
+            events.append(Event(ALLOC, index, 0, time_ns, op,
+                                bool(flags & trace_module.BORN_PINNED), start_of_snapshot))
+            continue
+        if kind not in (FREE, PIN, UNPIN):
+            continue  # page-ins: what the recorded policy did
+        found = _containing(starts, live, address)
+        if found is None and kind == UNPIN:
+            found = _containing(dead_starts, dead, address)
+        if found is None:
+            skipped += 1
+            continue
+        start, index = found
+        events.append(Event(kind, index, address - start, time_ns, op,
+                            live_at_start=start_of_snapshot))
+        if kind == FREE:
+            if start not in dead:
+                bisect.insort(dead_starts, start)
+            dead[start] = live.pop(start)
+            starts.remove(start)
+    return Events(events, sizes, t.ops, skipped, recorded_evicted)
+
+
+def _containing(starts: list[int], table: dict[int, tuple[int, int]],
+                address: int) -> tuple[int, int] | None:
+    """(start, allocation index) of the allocation in `table` containing `address`."""
+    i = bisect.bisect_right(starts, address) - 1
+    if i < 0:
+        return None
+    index, size = table[starts[i]]
+    return (starts[i], index) if address < starts[i] + max(size, 1) else None
+
+
+def step_bounds(events: Events, steps: int) -> list[int]:
+    """Event indices where each step begins: the calls after the snapshot,
+    split into `steps` runs of equal length (training repeats one sequence)."""
+    first = next((i for i, e in enumerate(events.events) if not e.live_at_start),
+                 len(events.events))
+    calls = len(events.events) - first
+    return [first + (calls * k) // steps for k in range(steps)] + [len(events.events)]
+
+
+def modelled_size(requested: int, granule: int) -> int:
+    """An allocation's device bytes as the engine rounds it (a small object to 256 bytes)."""
+    if requested < granule:
+        return max(SMALL_UNIT, -(-requested // SMALL_UNIT) * SMALL_UNIT)
+    return -(-requested // granule) * granule
+
+
+def lower_bound(events: Events, device_bytes: int, granule: int) -> int:
+    """The largest excess of live bytes over the device: bytes that must leave it."""
+    live = worst = 0
+    for e in events.events:
+        if e.kind == ALLOC:
+            live += modelled_size(events.sizes[e.allocation], granule)
+            worst = max(worst, live - device_bytes)
+        elif e.kind == FREE:
+            live -= modelled_size(events.sizes[e.allocation], granule)
+    return max(worst, 0)
+
+
+def _fill_steps(result: Result, bounds: list[int], per_event: Callable[[int], tuple]) -> None:
+    """Sums per-event figures into result.steps (per_event(i) gives the step deltas)."""
+    for step in range(len(bounds) - 1):
+        s = StepResult()
+        for i in range(bounds[step], bounds[step + 1]):
+            ev, born, paged, reclaims, live = per_event(i)
+            s.evicted += ev
+            s.born_evicted += born
+            s.paged_in += paged
+            s.reclaims += reclaims
+            s.peak_live = max(s.peak_live, live)
+        result.steps.append(s)
+
+
+def replay_lru(events: Events, device_bytes: int, granule: int, steps: int) -> Result:
+    """Drives the real engine through `events`; every figure is its statistics."""
+    from tensorflow_lms_allocator.engine import Engine, OutOfMemoryError
+
+    total = sum(modelled_size(s, granule) for s in events.sizes)
+    engine = Engine(device_bytes, host_bytes=-(-max(total, granule) // granule) * granule,
+                    granule_bytes=granule)
+    addresses: dict[int, int] = {}  # freed ones stay: a later unpin names its page
+    freed: set[int] = set()
+    rows: list[tuple] = []
+    result = Result("lru", device_bytes, True)
+    last = engine.stats()
+    for i, e in enumerate(events.events):
+        born = 0
+        try:
+            if e.kind == ALLOC:
+                address = engine.allocate(events.sizes[e.allocation], pin=e.born_pinned)
+                addresses[e.allocation] = address
+                info = engine.inspect(address)
+                born = info["allocated_bytes"] if info["evicted"] else 0
+            elif e.kind == PIN:
+                engine.pin(addresses[e.allocation] + e.offset)
+            elif e.kind == UNPIN:
+                try:
+                    engine.unpin(addresses[e.allocation] + e.offset)
+                except (LookupError, RuntimeError):
+                    if e.allocation not in freed:
+                        raise
+                    result.unmatched += 1  # its page was packed differently here
+            else:
+                engine.free(addresses[e.allocation])
+                freed.add(e.allocation)
+        except (OutOfMemoryError, RuntimeError, LookupError) as error:
+            result.fits = False
+            result.failure = (f"event {i} ({e.kind} of {events.sizes[e.allocation]:,} bytes, "
+                              f"op {events.ops[e.op]}): {error}")
+            break
+        now = engine.stats()
+        evicted = now["bytes_reclaimed"] - last["bytes_reclaimed"]
+        paged = now["bytes_paged_in"] - last["bytes_paged_in"]
+        reclaims = (now["num_single_reclaims"] + now["num_full_reclaims"]
+                    - last["num_single_reclaims"] - last["num_full_reclaims"])
+        rows.append((evicted, born, paged, reclaims, now["bytes_in_use"]))
+        if evicted:
+            result.evicted_at[i] = evicted
+        if paged:
+            result.paged_in_at[i] = paged
+        last = now
+    rows += [(0, 0, 0, 0, 0)] * (len(events.events) - len(rows))
+    _fill_steps(result, step_bounds(events, steps), lambda i: rows[i])
+    return result
+
+
+def replay_belady(events: Events, device_bytes: int, granule: int, steps: int) -> Result:
+    """Offline: on a shortfall, evicts the inactive allocation pinned farthest ahead."""
+    sizes = [modelled_size(s, granule) for s in events.sizes]
+    uses: dict[int, list[int]] = {}
+    for i, e in enumerate(events.events):
+        if e.kind == PIN or (e.kind == ALLOC and e.born_pinned):
+            uses.setdefault(e.allocation, []).append(i)
+    cursor: dict[int, int] = {}
+
+    def next_use(a: int, now: int) -> float:
+        u = uses.get(a, [])
+        k = cursor.get(a, 0)
+        while k < len(u) and u[k] <= now:
+            k += 1
+        cursor[a] = k
+        return u[k] if k < len(u) else math.inf
+
+    resident: set[int] = set()
+    pins: dict[int, int] = {}
+    used = live = 0
+    result = Result("belady", device_bytes, True)
+    rows: list[tuple] = []
+
+    def make_room(need: int, now: int) -> int:
+        nonlocal used
+        moved = 0
+        while device_bytes - used < need:
+            candidates = [a for a in resident if pins.get(a, 0) == 0]
+            if not candidates:
+                raise ReplayError("pinned memory exceeds the device")
+            victim = max(candidates, key=lambda a: (next_use(a, now), sizes[a]))
+            resident.discard(victim)
+            used -= sizes[victim]
+            moved += sizes[victim]
+        return moved
+
+    for i, e in enumerate(events.events):
+        a = e.allocation
+        evicted = paged = 0
+        try:
+            if e.kind == ALLOC:
+                evicted = make_room(sizes[a], i)
+                resident.add(a)
+                used += sizes[a]
+                live += sizes[a]
+                pins[a] = 1 if e.born_pinned else 0
+            elif e.kind == PIN:
+                if a not in resident:
+                    evicted = make_room(sizes[a], i)
+                    resident.add(a)
+                    used += sizes[a]
+                    paged = sizes[a]
+                pins[a] = pins.get(a, 0) + 1
+            elif e.kind == UNPIN:
+                pins[a] = max(pins.get(a, 0) - 1, 0)
+            else:
+                if a in resident:
+                    resident.discard(a)
+                    used -= sizes[a]
+                live -= sizes[a]
+                pins.pop(a, None)
+        except ReplayError as error:
+            result.fits = False
+            result.failure = f"event {i} ({e.kind}, op {events.ops[e.op]}): {error}"
+            break
+        rows.append((evicted, 0, paged, 1 if evicted else 0, live))
+        if evicted:
+            result.evicted_at[i] = evicted
+        if paged:
+            result.paged_in_at[i] = paged
+    rows += [(0, 0, 0, 0, 0)] * (len(events.events) - len(rows))
+    _fill_steps(result, step_bounds(events, steps), lambda i: rows[i])
+    return result
+
+
+def run(events: Events, device_bytes: int, policy: str = "lru", steps: int = 1,
+        granule: int = 2 << 20) -> Result:
+    """Replays `events` on a device of `device_bytes` (whole granules) under `policy`."""
+    if policy not in POLICIES:
+        raise ReplayError(f"--policy {policy!r}: use one of {', '.join(POLICIES)}")
+    if device_bytes < granule or device_bytes % granule:
+        raise ReplayError(f"--device-mb {device_bytes / (1 << 20):g}: the device must be whole "
+                          f"{granule >> 20} MiB granules (an even number of MiB, at least 2)")
+    if steps < 1:
+        raise ReplayError(f"--steps {steps}: at least 1")
+    replay = replay_lru if policy == "lru" else replay_belady
+    result = replay(events, device_bytes, granule, steps)
+    result.lower_bound = lower_bound(events, device_bytes, granule)
+    return result
+
+
+def kernels(events: Events) -> list[tuple[int, int]]:
+    """(first event index, end) of each kernel: runs of consecutive events of one op."""
+    spans: list[tuple[int, int]] = []
+    start = None
+    for i, e in enumerate(events.events):
+        if e.live_at_start:
+            continue
+        if start is None or e.op != events.events[start].op:
+            if start is not None:
+                spans.append((start, i))
+            start = i
+    if start is not None:
+        spans.append((start, len(events.events)))
+    return spans
+
+
+def project(events: Events, result: Result, steps: int, link_gb_per_s: float,
+            step_ms: float) -> list[float]:
+    """Models each step's time on a GPU with one copy stream (see the module docstring)."""
+    if link_gb_per_s <= 0:
+        raise ReplayError(f"--link-gbps {link_gb_per_s:g}: must be positive (GB/s)")
+    if step_ms <= 0:
+        raise ReplayError(f"--gpu-step-ms {step_ms:g}: must be positive")
+    bytes_per_ms = link_gb_per_s * 1e9 / 1e3
+    spans = kernels(events)
+    bounds = step_bounds(events, steps)
+    times = [events.events[i].time_ns for i, _ in spans] + [events.events[-1].time_ns]
+    out: list[float] = []
+    compute_end = link_free = previous_start = 0.0
+    for step in range(steps):
+        mine = [k for k, (first, _) in enumerate(spans)
+                if bounds[step] <= first < bounds[step + 1]]
+        recorded = np.array([max(times[k + 1] - times[k], 0) for k in mine], dtype=float)
+        share = recorded / recorded.sum() if recorded.sum() > 0 else \
+            np.full(len(mine), 1 / max(len(mine), 1))
+        step_start = compute_end
+        for k, d in zip(mine, share * step_ms):
+            first, end = spans[k]
+            evict = sum(result.evicted_at.get(i, 0) for i in range(first, end))
+            page = sum(result.paged_in_at.get(i, 0) for i in range(first, end))
+            ready = previous_start
+            if evict:
+                link_free = max(ready, link_free) + evict / bytes_per_ms
+                ready = link_free
+            if page:
+                link_free = max(ready, link_free) + page / bytes_per_ms
+                ready = link_free
+            start = max(compute_end, ready if (evict or page) else 0.0)
+            compute_end = start + d
+            previous_start = start
+        out.append(compute_end - step_start)
+    for s, ms in zip(result.steps, out):
+        s.projected_ms = ms
+    return out
+
+
+def find_min_device(events: Events, policy: str, steps: int, link_gb_per_s: float,
+                    step_ms: float, max_overhead_pct: float, granule: int = 2 << 20,
+                    progress: Callable[[str], None] = print) -> tuple[int, Result]:
+    """The smallest device (whole granules) whose projected overhead stays within
+    `max_overhead_pct` of `step_ms`, by bisection; returns (bytes, its Result)."""
+    if max_overhead_pct < 0:
+        raise ReplayError(f"--max-overhead-pct {max_overhead_pct:g}: must be at least 0")
+
+    def overhead(result: Result) -> float:
+        projected = project(events, result, steps, link_gb_per_s, step_ms)
+        return 100 * (max(projected) - step_ms) / step_ms
+
+    def ok(granules: int) -> tuple[bool, Result]:
+        result = run(events, granules * granule, policy, steps, granule)
+        good = result.fits and overhead(result) <= max_overhead_pct
+        progress(f"  {granules * granule >> 20:>6} MiB: "
+                 + (f"overhead {overhead(result):6.1f}%" if result.fits else "does not fit")
+                 + (" ok" if good else ""))
+        return good, result
+
+    # Start from the modelled peak (no swapping needed, unless the engine's
+    # pages of small objects need more), doubling until it meets the limit.
+    peak = lower_bound(events, 0, granule)
+    total = max(-(-sum(modelled_size(s, granule) for s in events.sizes) // granule), 1)
+    hi = min(max(-(-peak // granule), 1), total)
+    good, best = ok(hi)
+    while not good and hi < total:
+        hi = min(hi * 2, total)
+        good, best = ok(hi)
+    if not good:
+        raise ReplayError(f"even {hi * granule >> 20} MiB (every allocation resident) does "
+                          f"not meet {max_overhead_pct:g}%")
+    lo = 0  # lo never meets the limit, hi always does
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        good, result = ok(mid)
+        if good:
+            hi, best = mid, result
+        else:
+            lo = mid
+    return hi * granule, best

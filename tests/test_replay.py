@@ -1,0 +1,196 @@
+"""Replay of access traces (tensorflow_lms_allocator/replay.py, stats_tools/lms_replay.py).
+
+Traces are recorded from the real engine (a known sequence of kernels) and
+from real Keras training; replays run the real engine (lru) or the offline
+simulation (belady).
+"""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tensorflow_lms_allocator import replay, trace
+from tensorflow_lms_allocator.engine import Engine
+from tf_helpers import describe, run_program
+
+MIB = 1 << 20
+ROOT = Path(__file__).resolve().parents[1]
+TOOL = ROOT / "stats_tools" / "lms_replay.py"
+
+
+def whole_granules(n: int) -> int:
+    return -(-n // (2 * MIB)) * 2 * MIB
+
+
+def kernels(engine: Engine, seed: int, count: int, sizes=(1, 2, 3, 4, 6)) -> None:
+    """`count` kernels: each pins one or two live tensors, writes a new pinned output,
+    unpins everything; tensors die a few kernels later."""
+    rng = random.Random(seed)
+    live: list[int] = []
+    for _ in range(count):
+        inputs = rng.sample(live, min(len(live), rng.randint(1, 2)))
+        for t in inputs:
+            engine.pin(t)
+        out = engine.allocate(rng.choice(sizes) * MIB + rng.randint(0, 4096), pin=True)
+        for t in inputs:
+            engine.unpin(t)
+        engine.unpin(out)
+        live.append(out)
+        while len(live) > rng.randint(4, 9):
+            engine.free(live.pop(rng.randrange(len(live))))
+
+
+def recorded(tmp_path: Path, device_mb: int, seed: int, count: int = 60) -> tuple[Path, dict]:
+    """A trace of `kernels` on an engine of `device_mb`, and that engine's statistics."""
+    engine = Engine(device_mb * MIB, host_bytes=512 * MIB)
+    path = tmp_path / f"seed{seed}.lmstrace"
+    with trace.record_engine(engine, path):
+        kernels(engine, seed, count)
+    return path, engine.stats()
+
+
+def test_lru_replay_at_the_recorded_size_gives_the_engines_own_figures(tmp_path):
+    path, stats = recorded(tmp_path, 24, seed=3)
+    assert stats["bytes_reclaimed"] > 0 and stats["bytes_paged_in"] > 0
+    result = replay.run(replay.normalize(trace.load(path)), 24 * MIB, "lru", steps=3)
+    assert result.fits and len(result.steps) == 3
+    assert sum(s.evicted for s in result.steps) == stats["bytes_reclaimed"]
+    assert result.paged_in == stats["bytes_paged_in"]
+    assert sum(s.reclaims for s in result.steps) == \
+        stats["num_single_reclaims"] + stats["num_full_reclaims"]
+    assert max(s.peak_live for s in result.steps) == stats["peak_bytes_in_use"]
+
+
+def test_a_trace_started_mid_run_replays_from_its_snapshot(tmp_path):
+    engine = Engine(24 * MIB, host_bytes=512 * MIB)
+    kernels(engine, seed=5, count=20)  # live tensors before the trace
+    before = engine.stats()
+    with trace.record_engine(engine, tmp_path / "t"):
+        kernels(engine, seed=6, count=20)
+    events = replay.normalize(trace.load(tmp_path / "t"))
+    assert events.skipped == 0
+    assert any(e.live_at_start for e in events.events)
+    # The snapshot's tensors count: the replay needs the room they take.
+    peak = replay.lower_bound(events, 0, 2 * MIB)
+    assert peak > before["bytes_in_use"] > 0
+    roomy = replay.run(events, whole_granules(peak) + 16 * MIB, "lru")
+    assert roomy.fits and roomy.swapped_out == 0
+    tight = replay.run(events, 24 * MIB, "lru")
+    assert tight.fits and tight.swapped_out >= tight.lower_bound > 0
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_no_policy_moves_less_than_the_lower_bound(tmp_path, seed):
+    path, _ = recorded(tmp_path, 64, seed=seed, count=80)
+    events = replay.normalize(trace.load(path))
+    for device_mb in (12, 16, 24, 32):
+        bound = replay.lower_bound(events, device_mb * MIB, 2 * MIB)
+        for policy in replay.POLICIES:
+            result = replay.run(events, device_mb * MIB, policy)
+            assert result.lower_bound == bound
+            if result.fits:
+                assert result.swapped_out >= bound, (seed, device_mb, policy)
+
+
+def test_belady_moves_far_less_than_lru_on_a_loop(tmp_path):
+    # Eight 4 MiB tensors used round and round on a device that holds seven:
+    # LRU evicts exactly the tensor needed next, every time.
+    engine = Engine(64 * MIB, host_bytes=256 * MIB)
+    with trace.record_engine(engine, tmp_path / "loop"):
+        tensors = [engine.allocate(4 * MIB) for _ in range(8)]
+        for _ in range(6):
+            for t in tensors:
+                engine.pin(t)
+                engine.unpin(t)
+    events = replay.normalize(trace.load(tmp_path / "loop"))
+    lru = replay.run(events, 28 * MIB, "lru")
+    belady = replay.run(events, 28 * MIB, "belady")
+    assert lru.fits and belady.fits
+    assert lru.paged_in >= 40 * 4 * MIB
+    assert belady.paged_in <= lru.paged_in / 4
+    assert belady.swapped_out >= belady.lower_bound == 4 * MIB
+
+
+def test_a_keras_training_trace_replays_below_its_peak(tmp_path):
+    path = tmp_path / "fit.lmstrace"
+    run = run_program("trace_fit.py", str(path), "256", "3",
+                      env={"TF_LMS_CPU_DEVICE_MEMORY_MB": "256", "TF_LMS_ENABLED": "1"})
+    assert run.result, describe(run)
+    events = replay.normalize(trace.load(path))
+    assert events.skipped == 0
+    peak = replay.lower_bound(events, 0, 2 * MIB)
+    # Three quarters of the peak: at half, one convolution's pinned working set
+    # alone does not fit this small model (the replay says which event fails).
+    cap = peak * 3 // 4 // (2 * MIB) * 2 * MIB
+    lru = replay.run(events, cap, "lru", steps=3)
+    belady = replay.run(events, cap, "belady", steps=3)
+    assert lru.fits and belady.fits, (lru.failure, belady.failure)
+    assert all(s.swapped_out > 0 and s.paged_in > 0 for s in lru.steps)
+    half = replay.run(events, peak // 2 // (2 * MIB) * 2 * MIB, "lru", steps=3)
+    assert not half.fits and "allocate" in half.failure
+    assert belady.lower_bound > 0
+    assert lru.swapped_out >= lru.lower_bound and belady.swapped_out >= belady.lower_bound
+    # At the uncapped size nothing moves.
+    roomy = replay.run(events, whole_granules(peak) + 64 * MIB, "lru", steps=3)
+    assert roomy.fits and roomy.swapped_out == 0 and roomy.paged_in == 0
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(TOOL), *args], capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_find_min_device_returns_the_boundary_of_the_projected_overhead(tmp_path):
+    path, _ = recorded(tmp_path, 64, seed=1, count=60)
+    done = cli(str(path), "--steps", "2", "--link-gbps", "5", "--gpu-step-ms", "20",
+               "--find-min-device", "--max-overhead-pct", "15")
+    assert done.returncode == 0, done.stderr
+    assert "MiB: overhead" in done.stdout  # progress per probe
+    size_mb = int(done.stdout.strip().splitlines()[-1].split()[-1])
+    events = replay.normalize(trace.load(path))
+
+    def overhead(mb: int) -> float | None:
+        result = replay.run(events, mb * MIB, "lru", steps=2)
+        if not result.fits:
+            return None
+        return 100 * (max(replay.project(events, result, 2, 5, 20)) - 20) / 20
+
+    assert overhead(size_mb) is not None and overhead(size_mb) <= 15
+    below = overhead(size_mb - 2)
+    assert below is None or below > 15
+
+
+def test_the_tool_prints_a_table_and_a_last_line(tmp_path):
+    path, stats = recorded(tmp_path, 24, seed=3)
+    done = cli(str(path), "--device-mb", "24", "--steps", "3", "--link-gbps", "25",
+               "--gpu-step-ms", "50")
+    assert done.returncode == 0, done.stderr
+    assert "policy lru, device 24.0 MiB: fits" in done.stdout
+    assert "model ms" in done.stdout and "not measured" in done.stdout
+    name, value = done.stdout.strip().splitlines()[-1].split()
+    assert name == "bytes_swapped_per_step"
+    assert int(value) == round((stats["bytes_reclaimed"] + stats["bytes_paged_in"]) / 3)
+
+
+def test_bad_input_names_the_option_or_the_file(tmp_path):
+    path, _ = recorded(tmp_path, 24, seed=3, count=10)
+    cases = [
+        (["--device-mb", "3"], "--device-mb 3: the device must be whole 2 MiB granules"),
+        (["--device-mb", "24", "--policy", "mru"], "invalid choice: 'mru'"),
+        (["--device-mb", "24", "--steps", "0"], "--steps 0"),
+        (["--device-mb", "24", "--link-gbps", "10"], "--link-gbps and --gpu-step-ms go together"),
+        (["--find-min-device"], "--find-min-device needs --link-gbps and --gpu-step-ms"),
+        ([], "--device-mb is required"),
+    ]
+    for args, message in cases:
+        done = cli(str(path), *args)
+        assert done.returncode != 0 and message in done.stderr, (args, done.stderr)
+    (tmp_path / "junk").write_text("not a trace")
+    done = cli(str(tmp_path / "junk"), "--device-mb", "24")
+    assert done.returncode == 2 and "junk" in done.stderr and "not an LMS access trace" in \
+        done.stderr
