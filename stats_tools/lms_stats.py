@@ -9,6 +9,7 @@ started.
 
     python stats_tools/lms_stats.py plot run.csv [run2.csv ...] -o run.png
     python stats_tools/lms_stats.py summary run.csv [--json]
+    python stats_tools/lms_stats.py timeline steps.lmstrace -o steps.html  # or .png
 
 Needs only Python, NumPy and (for ``plot``) matplotlib; not TensorFlow.
 A missing or malformed file is an error on stderr and exit code 2.
@@ -368,9 +369,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     summary_parser.add_argument("csv", metavar="RUN.csv", help="a statistics CSV file")
     summary_parser.add_argument("--json", action="store_true",
                                 help="print the summary as one JSON document")
+    timeline_parser = commands.add_parser(
+        "timeline", help="draw an access trace's allocations over time (HTML or PNG)",
+        description="Every allocation of an access trace (tensorflow_lms_allocator."
+                    "record_trace) as a band over time, stacked by address or size, "
+                    "coloured pinned / resident / evicted, with reclaims and page-ins "
+                    "marked. OUT.html is self-contained (no network).")
+    timeline_parser.add_argument("trace", metavar="TRACE", help="an LMS access trace")
+    timeline_parser.add_argument("-o", "--output", required=True, metavar="OUT.html|OUT.png")
+    timeline_parser.add_argument("--stack", choices=("address", "size"), default="address")
     args = parser.parse_args(argv)
     try:
-        if args.command == "plot":
+        if args.command == "timeline":
+            sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+            import lms_timeline
+
+            try:  # a trace's TraceFormatError is a ValueError
+                print(lms_timeline.render(args.trace, args.output, args.stack))
+            except (OSError, ValueError) as error:
+                raise InputError(str(error)) from error
+        elif args.command == "plot":
             runs = [read_run(path) for path in args.csv]
             plot(runs, args.output)
             print(f"wrote {args.output} ({len(runs)} run{'s' if len(runs) > 1 else ''})")

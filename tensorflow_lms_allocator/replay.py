@@ -435,9 +435,10 @@ def find_min_device(events: Events, policy: str, steps: int, link_gb_per_s: floa
 
     def ok(granules: int) -> tuple[bool, Result]:
         result = run(events, granules * granule, policy, steps, granule)
-        good = result.fits and overhead(result) <= max_overhead_pct
+        pct = overhead(result) if result.fits else math.inf
+        good = pct <= max_overhead_pct
         progress(f"  {granules * granule >> 20:>6} MiB: "
-                 + (f"overhead {overhead(result):6.1f}%" if result.fits else "does not fit")
+                 + (f"overhead {pct:6.1f}%" if result.fits else "does not fit")
                  + (" ok" if good else ""))
         return good, result
 
