@@ -34,6 +34,7 @@ from tensorflow_lms_allocator._engine import (
     OutOfMemoryError,
     UnknownAllocationError,
     host_limit_from_env,
+    set_thread_label,
 )
 
 __all__ = [
@@ -44,4 +45,5 @@ __all__ = [
     "STATISTICS",
     "UnknownAllocationError",
     "host_limit_from_env",
+    "set_thread_label",
 ]

@@ -8,6 +8,9 @@ size and reports what it would move:
 - ``lru``: the real engine (POSIX backend), whose policy evicts the least
   recently used inactive unit when memory runs out; every number comes from
   its statistics.
+- ``learned``: the real engine with its learned policy (Note [Learned
+  eviction] in ``cc/engine/learned_policy.h``): each event runs labelled with
+  its recorded op, as in TensorFlow, so allocations get the same keys.
 - ``belady``: an offline simulation with knowledge of the whole trace: on a
   shortfall it evicts the inactive allocation whose next pin is farthest
   ahead. Allocations are modelled one by one (small objects rounded to 256
@@ -51,7 +54,7 @@ from tensorflow_lms_allocator import trace as trace_module
 
 ALLOC, FREE, PIN, UNPIN = "allocate", "free", "pin", "unpin"
 SMALL_UNIT = 256
-POLICIES = ("lru", "belady")
+POLICIES = ("lru", "learned", "belady")
 
 
 class ReplayError(ValueError):
@@ -221,20 +224,23 @@ def _fill_steps(result: Result, bounds: list[int], per_event: Callable[[int], tu
         result.steps.append(s)
 
 
-def replay_lru(events: Events, device_bytes: int, granule: int, steps: int) -> Result:
+def replay_engine(events: Events, device_bytes: int, granule: int, steps: int,
+                  policy: str = "lru") -> Result:
     """Drives the real engine through `events`; every figure is its statistics."""
-    from tensorflow_lms_allocator.engine import Engine, OutOfMemoryError
+    from tensorflow_lms_allocator.engine import Engine, OutOfMemoryError, set_thread_label
 
     total = sum(modelled_size(s, granule) for s in events.sizes)
     engine = Engine(device_bytes, host_bytes=-(-max(total, granule) // granule) * granule,
-                    granule_bytes=granule)
+                    granule_bytes=granule, policy=policy)
     addresses: dict[int, int] = {}  # freed ones stay: a later unpin names its page
     freed: set[int] = set()
     rows: list[tuple] = []
-    result = Result("lru", device_bytes, True)
+    result = Result(policy, device_bytes, True)
     last = engine.stats()
+    labels = [None if op == "-" else op for op in events.ops]
     for i, e in enumerate(events.events):
         born = 0
+        set_thread_label(labels[e.op])
         try:
             if e.kind == ALLOC:
                 address = engine.allocate(events.sizes[e.allocation], pin=e.born_pinned)
@@ -254,6 +260,7 @@ def replay_lru(events: Events, device_bytes: int, granule: int, steps: int) -> R
                 engine.free(addresses[e.allocation])
                 freed.add(e.allocation)
         except (OutOfMemoryError, RuntimeError, LookupError) as error:
+            set_thread_label(None)
             result.fits = False
             result.failure = (f"event {i} ({e.kind} of {events.sizes[e.allocation]:,} bytes, "
                               f"op {events.ops[e.op]}): {error}")
@@ -269,6 +276,7 @@ def replay_lru(events: Events, device_bytes: int, granule: int, steps: int) -> R
         if paged:
             result.paged_in_at[i] = paged
         last = now
+    set_thread_label(None)
     rows += [(0, 0, 0, 0, 0)] * (len(events.events) - len(rows))
     _fill_steps(result, step_bounds(events, steps), lambda i: rows[i])
     return result
@@ -359,8 +367,10 @@ def run(events: Events, device_bytes: int, policy: str = "lru", steps: int = 1,
                           f"{granule >> 20} MiB granules (an even number of MiB, at least 2)")
     if steps < 1:
         raise ReplayError(f"--steps {steps}: at least 1")
-    replay = replay_lru if policy == "lru" else replay_belady
-    result = replay(events, device_bytes, granule, steps)
+    if policy == "belady":
+        result = replay_belady(events, device_bytes, granule, steps)
+    else:
+        result = replay_engine(events, device_bytes, granule, steps, policy)
     result.lower_bound = lower_bound(events, device_bytes, granule)
     return result
 

@@ -13,7 +13,9 @@ pages that are evicted and paged in whole) alike. After every step:
     allocations in pinned units, reclaimed now == host use == evicted units;
   - Engine.check_invariants() holds (granule accounting, cache, LRU, pages).
 It runs over both backends: POSIX, and CUDA over the fake driver (where
-every byte is read through the backend's copies).
+every byte is read through the backend's copies), and with both reclaim
+policies (LRU, and the learned farthest-next-use order, whose predictions
+the random sequence mostly defeats: it must still lose no byte).
 With LMS on, a request nobody pins never fails (it is born evicted if the
 device is full); a pinned one may fail only if it could not fit even after
 evicting every inactive unit and remapping every cached granule.
@@ -31,7 +33,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import (RuleBasedStateMachine, invariant, precondition, rule,
                                  run_state_machine_as_test)
 
-from tensorflow_lms_allocator.engine import Engine, OutOfMemoryError, UnknownAllocationError
+from tensorflow_lms_allocator.engine import (Engine, OutOfMemoryError, UnknownAllocationError,
+                                             set_thread_label)
 from conftest import GRANULE
 
 DEVICE_GRANULES = 8
@@ -59,7 +62,7 @@ class Token:
 
 PICK = st.integers(0, 1 << 30)  # index into a list, modulo its length
 TOTALS = {"steps": 0, "evictions": 0, "page_ins": 0, "defragmentations": 0,
-          "born_evicted": 0, "small_evictions": 0}
+          "born_evicted": 0, "small_evictions": 0, "learned_reclaims": 0, "predictions": 0}
 
 
 def has_live(machine: "EngineModel") -> bool:
@@ -67,13 +70,15 @@ def has_live(machine: "EngineModel") -> bool:
 
 
 class EngineModel(RuleBasedStateMachine):
-    BACKEND = "posix"  # the run's backend: a subclass per backend sets it
+    BACKEND = "posix"  # the run's backend and policy: a subclass per run sets them
+    POLICY = "lru"
 
     def __init__(self) -> None:
         super().__init__()
         self.engine = Engine(DEVICE_GRANULES * GRANULE,
                              host_bytes=HOST_GRANULES * GRANULE,
-                             granule_bytes=GRANULE, backend=self.BACKEND)
+                             granule_bytes=GRANULE, backend=self.BACKEND, policy=self.POLICY)
+        set_thread_label(None)
         self.live: dict[int, Live] = {}
         self.tokens: list[Token] = []
         self.unit_pins: dict[int, int] = defaultdict(int)  # unit address -> pins
@@ -89,6 +94,9 @@ class EngineModel(RuleBasedStateMachine):
         TOTALS["page_ins"] += stats["num_page_ins"]
         TOTALS["defragmentations"] += stats["num_defragmentations"]
         TOTALS["born_evicted"] += stats["num_born_evicted"]
+        TOTALS["learned_reclaims"] += stats["num_learned_reclaims"]
+        TOTALS["predictions"] += stats["num_predictions"]
+        set_thread_label(None)
 
     def _unit(self, live: Live) -> dict:
         return self.engine.inspect(live.address)
@@ -103,6 +111,11 @@ class EngineModel(RuleBasedStateMachine):
         live_units = {self._unit(x)["unit_address"] for x in self.live.values()}
         extra = {t.unit_address for t in self.tokens} - live_units
         return sum(units.values()) + len(extra)
+
+    @rule(label=st.sampled_from([None, "conv", "matmul", "relu"]))
+    def label_thread(self, label: str | None):
+        # The "kernel" running: the learned policy keys allocations by it.
+        set_thread_label(label)
 
     @precondition(lambda self: len(self.live) < MAX_LIVE)
     @rule(size=st.one_of(st.integers(1, 20_000),
@@ -255,13 +268,15 @@ EXAMPLES = {"posix": int(os.environ.get("LMS_MODEL_EXAMPLES", "300")),
             "cuda": int(os.environ.get("LMS_MODEL_EXAMPLES_CUDA", "100"))}
 
 
-@pytest.mark.parametrize("backend", ["posix", "cuda"])
-def test_engine_matches_its_model_under_random_use(backend, request):
+@pytest.mark.parametrize("backend,policy", [("posix", "lru"), ("cuda", "lru"),
+                                            ("posix", "learned")])
+def test_engine_matches_its_model_under_random_use(backend, policy, request):
     if backend == "cuda":
         request.getfixturevalue("fake_cuda")
     for key in TOTALS:
         TOTALS[key] = 0
-    model = type(f"EngineModel_{backend}", (EngineModel,), {"BACKEND": backend})
+    model = type(f"EngineModel_{backend}_{policy}", (EngineModel,),
+                 {"BACKEND": backend, "POLICY": policy})
     run_state_machine_as_test(model, settings=settings(
         max_examples=EXAMPLES[backend],
         stateful_step_count=100,
@@ -273,3 +288,7 @@ def test_engine_matches_its_model_under_random_use(backend, request):
     assert TOTALS["evictions"] > 0 and TOTALS["page_ins"] > 0, TOTALS
     assert TOTALS["small_evictions"] > 0 and TOTALS["born_evicted"] > 0, TOTALS
     assert TOTALS["defragmentations"] > 0, TOTALS
+    if policy == "learned":
+        assert TOTALS["learned_reclaims"] > 0 and TOTALS["predictions"] > 0, TOTALS
+    else:
+        assert TOTALS["learned_reclaims"] == 0, TOTALS

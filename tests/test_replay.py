@@ -110,10 +110,14 @@ def test_belady_moves_far_less_than_lru_on_a_loop(tmp_path):
     events = replay.normalize(trace.load(tmp_path / "loop"))
     lru = replay.run(events, 28 * MIB, "lru")
     belady = replay.run(events, 28 * MIB, "belady")
-    assert lru.fits and belady.fits
+    learned = replay.run(events, 28 * MIB, "learned")
+    assert lru.fits and belady.fits and learned.fits
     assert lru.paged_in >= 40 * 4 * MIB
     assert belady.paged_in <= lru.paged_in / 4
     assert belady.swapped_out >= belady.lower_bound == 4 * MIB
+    # The learned policy needs a round to learn, then evicts as Belady does.
+    assert learned.paged_in <= lru.paged_in / 3
+    assert learned.swapped_out >= learned.lower_bound
 
 
 def test_a_keras_training_trace_replays_below_its_peak(tmp_path):

@@ -56,6 +56,16 @@ def test_training_over_the_cap_completes_with_lms_and_identical_losses(mode, sto
     assert run.result["losses"] == stock_losses[mode]
 
 
+def test_the_learned_policy_trains_with_identical_losses(stock_losses):
+    run = run_program("train.py", "fit", env={**LMS_ON, "TF_LMS_POLICY": "learned"})
+    assert run.result and run.result["error"] is None, describe(run)
+    stats = run.result["stats"]
+    assert stats["bytes_reclaimed"] > 0 and stats["num_page_ins"] > 0
+    # Its predictions were made, checked and used (Note [Learned eviction]).
+    assert stats["num_learned_reclaims"] > 0 and stats["num_predictions"] > 0
+    assert run.result["losses"] == stock_losses["fit"]
+
+
 def test_strict_mode_finds_no_unpinned_touch_in_training():
     """Every tensor a training step reads goes through a kernel's pin."""
     run = run_program("train.py", "fit", env={**LMS_ON, "TF_LMS_STRICT": "1"})
@@ -149,6 +159,7 @@ def test_importing_after_tensorflow_is_an_import_error_that_says_what_to_do():
 
 @pytest.mark.parametrize("variable,value", [("TF_LMS_CPU_DEVICE_MEMORY_MB", "12x"),
                                             ("TF_LMS_ENABLED", "maybe"),
+                                            ("TF_LMS_POLICY", "mru"),
                                             ("TF_GPU_HOST_MEM_LIMIT_IN_MB", "-1")])
 def test_a_bad_environment_value_is_an_error_naming_it(variable, value):
     run = run_program("probes.py", "api", env={"TF_LMS_CPU_DEVICE_MEMORY_MB": "64",

@@ -32,6 +32,7 @@ Engine::Engine(const EngineOptions& options, std::unique_ptr<Backend> backend)
       host_pool_(PoolKind::kHost, options.host_bytes / granule_),
       arena_(slots_, /*index_interior=*/true),
       backing_(slots_),
+      learning_(options.policy == PolicyKind::kLearned),
       small_(granule_, options.device_bytes / granule_ +
                            options.host_bytes / granule_),
       lms_enabled_(options.lms_enabled),
@@ -132,6 +133,7 @@ void* Engine::AllocateLarge(size_t bytes, bool pin, Status* status,
   }
   const ChunkId c = PlaceUnit(n, pin, /*may_be_born_evicted=*/!pin, status);
   if (c == kNoChunk) return nullptr;
+  if (learning_) learned_.SetKey(c, LearnedPolicy::Key(StrictMonitor::ThreadLabel(), bytes));
   BestFitArena::Chunk& chunk = arena_.chunk(c);
   chunk.requested_bytes = bytes;
   *unit_id = chunk.allocation_id;
@@ -192,7 +194,10 @@ ChunkId Engine::PlaceUnit(uint64_t n, bool pin, bool may_be_born_evicted,
       }
       residency_.Track(c, n, /*pinned=*/false);
       s = PlaceBornEvicted(c);
-      if (s.ok()) return c;
+      if (s.ok()) {
+        if (learning_) learned_.Born(c, /*pinned=*/false);
+        return c;
+      }
       residency_.Untrack(c);
     } else {
       s = unmapped_ok;
@@ -208,6 +213,7 @@ ChunkId Engine::PlaceUnit(uint64_t n, bool pin, bool may_be_born_evicted,
     return kNoChunk;
   }
   residency_.Track(c, n, pin);
+  if (learning_) learned_.Born(c, pin);
   return c;
 }
 
@@ -264,6 +270,7 @@ Status Engine::ReleaseUnit(ChunkId c) {
       backing_.SetReleaseMark(s, mark);
     }
   }
+  if (learning_) learned_.Released(c);
   residency_.Untrack(c);
   arena_.Free(c);
   return status;
@@ -285,6 +292,7 @@ int64_t Engine::UnitLiveBytes(ChunkId c) const {
 uint32_t Engine::PinUnit(ChunkId c) {
   const uint32_t count = residency_.Pin(c);
   if (count == 1) {
+    if (learning_) learned_.Activated(c);
     const int64_t bytes = UnitLiveBytes(c);
     stats_.bytes_inactive -= bytes;
     stats_.bytes_active += bytes;
@@ -295,6 +303,7 @@ uint32_t Engine::PinUnit(ChunkId c) {
 uint32_t Engine::UnpinUnit(ChunkId c) {
   const uint32_t count = residency_.Unpin(c);
   if (count == 0) {
+    if (learning_) learned_.Deactivated(c);
     const int64_t bytes = UnitLiveBytes(c);
     stats_.bytes_active -= bytes;
     stats_.bytes_inactive += bytes;
@@ -495,6 +504,8 @@ Statistics Engine::GetStatistics() const {
   s.num_host_waits = b.host_waits;
   s.num_copies = b.copies;
   s.bytes_copied = b.bytes_copied;
+  s.num_predictions = static_cast<int64_t>(learned_.num_predictions());
+  s.num_prediction_hits = static_cast<int64_t>(learned_.num_prediction_hits());
   return s;
 }
 

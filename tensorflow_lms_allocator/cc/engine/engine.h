@@ -58,6 +58,8 @@
 #include "engine/backing_map.h"
 #include "engine/best_fit_arena.h"
 #include "engine/granule_pool.h"
+#include "engine/learned_policy.h"
+#include "engine/reclaim_policy.h"
 #include "engine/residency.h"
 #include "engine/small_pages.h"
 #include "engine/statistics.h"
@@ -87,6 +89,9 @@ struct EngineOptions {
   bool defrag_enabled = true;
   // Map evicted memory with no access and report unpinned touches.
   bool strict = false;
+  // Which inactive allocations a reclaim evicts first: LRU, or the learned
+  // farthest-next-use order (Note [Learned eviction] in learned_policy.h).
+  PolicyKind policy = PolicyKind::kLru;
 };
 
 // What Inspect() tells about one live allocation.
@@ -329,6 +334,9 @@ class Engine {
   BestFitArena arena_ LMS_GUARDED_BY(mu_);
   BackingMap backing_ LMS_GUARDED_BY(mu_);
   Residency residency_ LMS_GUARDED_BY(mu_);
+  // Fed only with options_.policy == kLearned.
+  LearnedPolicy learned_ LMS_GUARDED_BY(mu_);
+  const bool learning_;
   SmallPages small_ LMS_GUARDED_BY(mu_);
   bool lms_enabled_ LMS_GUARDED_BY(mu_);
   bool defrag_enabled_ LMS_GUARDED_BY(mu_);

@@ -40,9 +40,13 @@ Status Engine::ObtainDeviceGranules(uint64_t granules) {
   }
   if (lms_enabled_) {
     ReclaimPlan plan;
-    if (PlanReclaim(residency_, granules - device_pool_.free_count(), &plan)) {
+    const uint64_t needed = granules - device_pool_.free_count();
+    const bool learned = learning_ && learned_.trusted();
+    if (learned ? learned_.Plan(residency_, needed, &plan)
+                : PlanReclaim(residency_, needed, &plan)) {
       LMS_RETURN_IF_ERROR(EvictChunks(plan.victims));
       ++(plan.single ? stats_.num_single_reclaims : stats_.num_full_reclaims);
+      if (learned) ++stats_.num_learned_reclaims;
       if (device_pool_.free_count() >= granules) return Status::Ok();
     }
   }

@@ -2,6 +2,17 @@
 
 namespace lms {
 
+const char* PolicyName(PolicyKind kind) {
+  return kind == PolicyKind::kLearned ? "learned" : "lru";
+}
+
+bool PolicyFromName(const std::string& name, PolicyKind* kind) {
+  if (name == "lru") *kind = PolicyKind::kLru;
+  else if (name == "learned") *kind = PolicyKind::kLearned;
+  else return false;
+  return true;
+}
+
 bool PlanReclaim(const Residency& residency, uint64_t granules_needed,
                  ReclaimPlan* plan) {
   plan->victims.clear();

@@ -12,11 +12,22 @@
 #define TENSORFLOW_LMS_ALLOCATOR_CC_ENGINE_RECLAIM_POLICY_H_
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "engine/residency.h"
 
 namespace lms {
+
+// Which inactive allocations a reclaim evicts first (EngineOptions::policy).
+enum class PolicyKind {
+  kLru,      // least recently used (this file)
+  kLearned,  // farthest predicted next use (learned_policy.h)
+};
+// "lru" / "learned".
+const char* PolicyName(PolicyKind kind);
+// False if `name` is neither.
+bool PolicyFromName(const std::string& name, PolicyKind* kind);
 
 struct ReclaimPlan {
   std::vector<ChunkId> victims;  // least recently used first

@@ -60,7 +60,13 @@
     "page-in, and before unmapping memory queued work may use (0 on the "       \
     "emulated device)")                                                         \
   X(num_copies, "copy calls issued by evictions and page-ins")                  \
-  X(bytes_copied, "bytes copied by evictions and page-ins, cumulative")
+  X(bytes_copied, "bytes copied by evictions and page-ins, cumulative")         \
+  X(num_learned_reclaims,                                                       \
+    "reclaims whose victims the learned policy chose (farthest predicted next " \
+    "use; 0 with the LRU policy)")                                              \
+  X(num_predictions, "learned policy: predicted reuse distances checked")       \
+  X(num_prediction_hits,                                                        \
+    "learned policy: predictions within a quarter of the actual distance")
 
 namespace lms {
 

@@ -9,7 +9,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
+#include <set>
 #include <stdexcept>
 #include <string>
 
@@ -47,7 +49,7 @@ class PyEngine {
   PyEngine(size_t device_bytes, std::optional<size_t> host_bytes,
            size_t granule_bytes, size_t small_object_threshold, bool lms_enabled,
            bool defrag_enabled, bool strict, const std::string& backend_name,
-           int device_ordinal) {
+           int device_ordinal, const std::string& policy) {
     std::unique_ptr<Backend> backend;
     BackendSpec spec;
     spec.granule_bytes = granule_bytes;
@@ -71,6 +73,9 @@ class PyEngine {
     o.lms_enabled = lms_enabled;
     o.defrag_enabled = defrag_enabled;
     o.strict = strict;
+    if (!PolicyFromName(policy, &o.policy)) {
+      Check(InvalidArgument("policy '" + policy + "': use \"lru\" or \"learned\""));
+    }
     Check(Engine::Create(o, std::move(backend), &engine_));
   }
 
@@ -192,12 +197,13 @@ NB_MODULE(_engine, m) {
 
   nb::class_<PyEngine>(m, "Engine")
       .def(nb::init<size_t, std::optional<size_t>, size_t, size_t, bool, bool, bool,
-                    const std::string&, int>(),
+                    const std::string&, int, const std::string&>(),
            nb::arg("device_bytes"), nb::arg("host_bytes") = nb::none(),
            nb::arg("granule_bytes") = size_t{2} << 20,
            nb::arg("small_object_threshold") = 0, nb::arg("lms_enabled") = true,
            nb::arg("defrag_enabled") = true, nb::arg("strict") = false,
            nb::arg("backend") = "posix", nb::arg("device_ordinal") = 0,
+           nb::arg("policy") = "lru",
            "Creates an engine with `device_bytes` of device memory.\n\n"
            "backend \"posix\" emulates the device with Linux memory; \"cuda\" uses\n"
            "GPU `device_ordinal` through the NVIDIA driver (libcuda.so.1, or the\n"
@@ -205,7 +211,10 @@ NB_MODULE(_engine, m) {
            "engine is made), whose granularity wins if larger than granule_bytes;\n"
            "BackendUnavailableError if it cannot be used, saying why.\n"
            "host_bytes defaults to TF_GPU_HOST_MEM_LIMIT_IN_MB (else 64 GiB);\n"
-           "small_object_threshold 0 means one granule.\n\n"
+           "small_object_threshold 0 means one granule.\n"
+           "policy \"lru\" evicts the least recently used inactive unit first;\n"
+           "\"learned\" the one whose next use, learned from the previous step,\n"
+           "is farthest ahead (Note [Learned eviction]).\n\n"
            "Example:\n"
            "    >>> e = Engine(64 << 20, host_bytes=256 << 20)\n"
            "    >>> p = e.allocate(8 << 20)\n"
@@ -267,6 +276,23 @@ NB_MODULE(_engine, m) {
 #undef LMS_STAT_DOC
   m.attr("STATISTICS") = docs;
 
+  m.def("set_thread_label",
+        [](std::optional<std::string> label) {
+          // Labels live for the process: a label names a kernel, and there
+          // are few of them.
+          static std::mutex mu;
+          static std::set<std::string>* labels = new std::set<std::string>();
+          if (!label.has_value()) {
+            lms::StrictMonitor::SetThreadLabel(nullptr);
+            return;
+          }
+          std::lock_guard<std::mutex> lock(mu);
+          lms::StrictMonitor::SetThreadLabel(labels->insert(*label).first->c_str());
+        },
+        nb::arg("label").none(),
+        "Labels this thread's later calls as the kernel `label` (None: none),\n"
+        "as the TensorFlow adapter labels a running kernel: access traces name\n"
+        "ops with it, and the learned policy keys allocations by it.");
   m.def("host_limit_from_env", [] {
     size_t bytes = 0;
     lms::Check(lms::HostLimitFromEnv(&bytes));

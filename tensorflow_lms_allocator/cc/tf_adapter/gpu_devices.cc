@@ -86,6 +86,7 @@ Status GpuDeviceSpec(const Settings& settings, const void* gpu_options, int tf_d
   spec->lms_enabled = settings.lms_enabled || asked.lms_enabled;
   spec->defrag_enabled = settings.defrag_enabled || asked.lms_defrag_enabled;
   spec->strict = false;
+  spec->policy = settings.policy;
   return Status::Ok();
 }
 

@@ -26,6 +26,7 @@ Status LmsDevice::Create(const LmsDeviceSpec& spec, std::unique_ptr<LmsDevice>* 
     options.lms_enabled = spec.lms_enabled;
     options.defrag_enabled = spec.defrag_enabled;
     options.strict = spec.strict;
+    options.policy = spec.policy;
     std::unique_ptr<LmsDevice> device(new LmsDevice());
     device->backend_ = backend.get();
     std::unique_ptr<Engine> engine;

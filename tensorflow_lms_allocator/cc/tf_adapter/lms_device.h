@@ -31,6 +31,7 @@ struct LmsDeviceSpec {
   bool lms_enabled = false;
   bool defrag_enabled = true;
   bool strict = false;
+  PolicyKind policy = PolicyKind::kLru;
 };
 
 class LmsDevice {

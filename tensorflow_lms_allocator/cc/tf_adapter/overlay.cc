@@ -45,6 +45,7 @@ LmsDeviceSpec Overlay::EmulatedDeviceSpec() const {
   spec.lms_enabled = settings_.lms_enabled;
   spec.defrag_enabled = settings_.defrag_enabled;
   spec.strict = settings_.strict;
+  spec.policy = settings_.policy;
   return spec;
 }
 

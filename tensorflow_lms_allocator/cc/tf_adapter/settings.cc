@@ -1,6 +1,8 @@
 #include "tf_adapter/settings.h"
 
+#include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "engine/env_options.h"
 
@@ -15,6 +17,13 @@ Status ReadSettings(Settings* out) {
   LMS_RETURN_IF_ERROR(FlagFromEnv("TF_LMS_ENABLED", &present, &s.lms_enabled));
   LMS_RETURN_IF_ERROR(FlagFromEnv("TF_LMS_DEFRAG_ENABLED", &present, &s.defrag_enabled));
   LMS_RETURN_IF_ERROR(FlagFromEnv("TF_LMS_STRICT", &present, &s.strict));
+  if (const char* policy = std::getenv("TF_LMS_POLICY"); policy != nullptr && *policy != '\0') {
+    if (!PolicyFromName(policy, &s.policy)) {
+      return InvalidArgument(std::string("TF_LMS_POLICY='") + policy +
+                             "' is not a policy: use lru (the default: least recently "
+                             "used first) or learned (farthest predicted next use)");
+    }
+  }
   LMS_RETURN_IF_ERROR(
       MegabytesFromEnv("TF_LMS_CPU_DEVICE_MEMORY_MB", &device_present, &s.device_bytes));
   if (device_present) {

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <string>
 
+#include "engine/reclaim_policy.h"
 #include "engine/status.h"
 
 namespace lms {
@@ -24,11 +25,13 @@ struct Settings {
   // defragmentation moved tensors).
   bool defrag_enabled = true;
   bool strict = false;
+  // TF_LMS_POLICY: which inactive tensors a reclaim evicts first.
+  PolicyKind policy = PolicyKind::kLru;
   size_t device_bytes = 0;  // the emulated device; 0: none
   size_t host_bytes = 0;    // the host pool (swap space) of every LMS device
 };
 
-// Reads TF_LMS_ENABLED, TF_LMS_DEFRAG_ENABLED, TF_LMS_STRICT,
+// Reads TF_LMS_ENABLED, TF_LMS_DEFRAG_ENABLED, TF_LMS_STRICT, TF_LMS_POLICY,
 // TF_LMS_CPU_DEVICE_MEMORY_MB and TF_GPU_HOST_MEM_LIMIT_IN_MB into *out.
 // kInvalidArgument names the variable, its value and what is valid.
 Status ReadSettings(Settings* out);

@@ -1,0 +1,124 @@
+#include "engine/learned_policy.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace lms {
+
+uint64_t LearnedPolicy::Key(const char* label, uint64_t bytes) {
+  if (label == nullptr) return kNoKey;
+  uint64_t h = 14695981039346656037ull;  // FNV-1a
+  for (const char* c = label; *c != '\0'; ++c) {
+    h = (h ^ static_cast<unsigned char>(*c)) * 1099511628211ull;
+  }
+  h = (h ^ bytes) * 1099511628211ull;
+  return h == kNoKey ? 1 : h;
+}
+
+LearnedPolicy::Unit& LearnedPolicy::unit(ChunkId id) {
+  if (id >= units_.size()) units_.resize(id + 1);
+  return units_[id];
+}
+
+void LearnedPolicy::Born(ChunkId id, bool pinned) {
+  Unit& u = unit(id);
+  u = Unit();
+  if (pinned) {
+    ++tick_;
+    u.active = true;
+  } else {
+    Deactivated(id);
+  }
+}
+
+void LearnedPolicy::Released(ChunkId id) {
+  Unit& u = unit(id);
+  if (!u.active && u.periods > 0) EndPeriod(u, kNever);
+  u = Unit();
+}
+
+void LearnedPolicy::Activated(ChunkId id) {
+  Unit& u = unit(id);
+  ++tick_;
+  if (!u.active && u.periods > 0) EndPeriod(u, tick_ - u.last_unpin);
+  u.active = true;
+}
+
+void LearnedPolicy::Deactivated(ChunkId id) {
+  Unit& u = unit(id);
+  u.active = false;
+  u.last_unpin = tick_;
+  u.predicted = kUnknown;
+  if (u.key != kNoKey) {
+    auto it = lengths_.find(u.key);
+    if (it != lengths_.end() && u.periods < it->second.size()) {
+      u.predicted = it->second[u.periods];
+    }
+  }
+  if (u.predicted == kUnknown) u.predicted = u.last_length;
+  ++u.periods;
+}
+
+void LearnedPolicy::EndPeriod(Unit& u, uint64_t length) {
+  if (u.predicted != kUnknown) {
+    bool hit;
+    if (u.predicted == kNever || length == kNever) {
+      hit = u.predicted == length;
+    } else {
+      const uint64_t off = u.predicted > length ? u.predicted - length : length - u.predicted;
+      hit = off <= std::max<uint64_t>(2, u.predicted / 4);
+    }
+    ++predictions_;
+    hits_ += hit ? 1 : 0;
+    window_ = (window_ << 1) | (hit ? 1 : 0);
+    window_size_ = std::min(window_size_ + 1, kWindow);
+  }
+  u.last_length = length;
+  if (u.key == kNoKey) return;
+  auto it = lengths_.find(u.key);
+  if (it == lengths_.end()) {
+    if (lengths_.size() >= kMaxKeys) return;
+    it = lengths_.emplace(u.key, std::vector<uint64_t>()).first;
+  }
+  const size_t period = u.periods - 1;
+  if (period >= kMaxPeriods) return;
+  if (it->second.size() <= period) it->second.resize(period + 1, kUnknown);
+  it->second[period] = length;
+}
+
+bool LearnedPolicy::trusted() const {
+  if (window_size_ < kWindow / 2) return true;
+  const uint64_t mask = window_size_ == 64 ? ~uint64_t{0} : (uint64_t{1} << window_size_) - 1;
+  return 2 * __builtin_popcountll(window_ & mask) >= window_size_;
+}
+
+uint64_t LearnedPolicy::Distance(const Unit& u) const {
+  if (u.predicted == kNever) return kNever;
+  if (u.predicted == kUnknown) return tick_ - u.last_unpin;  // its age: LRU's order
+  const uint64_t due = u.last_unpin + u.predicted;
+  return due > tick_ ? due - tick_ : 0;
+}
+
+bool LearnedPolicy::Plan(const Residency& residency, uint64_t granules_needed,
+                         ReclaimPlan* plan) {
+  plan->victims.clear();
+  plan->single = false;
+  if (residency.inactive_resident_granules() < granules_needed) return false;
+  std::vector<std::pair<uint64_t, ChunkId>> candidates;  // (distance, unit), LRU order
+  for (ChunkId c = residency.LeastRecentlyUsed(); c != kNoChunk;
+       c = residency.NextMoreRecent(c)) {
+    candidates.emplace_back(Distance(unit(c)), c);
+  }
+  std::stable_sort(candidates.begin(), candidates.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  uint64_t freed = 0;
+  for (const auto& [distance, c] : candidates) {
+    if (freed >= granules_needed) break;
+    plan->victims.push_back(c);
+    freed += residency.record(c).granules;
+  }
+  plan->single = plan->victims.size() == 1;
+  return freed >= granules_needed;
+}
+
+}  // namespace lms

@@ -1,0 +1,117 @@
+// LearnedPolicy: evicting what the previous step says is needed farthest
+// ahead (EngineOptions::policy = kLearned).
+//
+// Note [Learned eviction]
+// =======================
+// Training runs the same kernels in the same order every step, so a tensor
+// that a kernel allocates at some point of one step is used again at the
+// same points of the next step by a tensor of the same op and size. The
+// policy learns those reuse distances and evicts, when memory runs out, the
+// inactive unit whose next use is predicted farthest ahead (Belady's rule,
+// with the previous step as the oracle):
+//   - a unit's *key* is the label of the kernel that allocated it (the op
+//     name the adapter sets for the thread) and its requested size; pages of
+//     small objects and allocations made outside kernels have no key;
+//   - time is counted in *uses*: a tick each time a unit turns active (its
+//     first pin); a unit's n-th inactive period runs from its n-th unpin to
+//     zero to its next pin, or to its free;
+//   - learning: when a keyed unit's n-th inactive period ends, the table
+//     records for (key, n) its length in ticks, or "never" if it ended in a
+//     free; the latest step's value replaces the previous one;
+//   - prediction: a keyed unit whose n-th inactive period begins looks up
+//     (key, n): its next use is expected that many ticks after its unpin, or
+//     never. A unit that lives across steps (a weight, an optimizer slot)
+//     has new period numbers every step, so without (key, n) it expects its
+//     previous period's length again (reuse is periodic). A unit without a
+//     prediction (no key and no previous period, or nothing learned yet)
+//     counts its age (ticks since its unpin) as its distance: among such
+//     units the choice is LRU's;
+//   - a reclaim orders the inactive units by distance, farthest first (never
+//     used again before all), and evicts in that order until it has freed
+//     enough; ties keep LRU order;
+//   - falling back: every prediction is checked when its period ends (a hit
+//     is within a quarter of the predicted length, or 2 ticks). While fewer
+//     than half of the last 64 predictions hit (a new tf.function trace, a
+//     new batch shape: the step's sequence changed), reclaims use LRU. The
+//     table keeps learning meanwhile, so the next repeated step restores it.
+// Correctness never depends on it: it only orders the same candidates LRU
+// would evict, so a wrong guess costs copies, never data.
+//
+// The engine calls it only with the learned policy on (EngineOptions::
+// policy), so LRU pays nothing. Thread-compatible: the engine's lock guards
+// every call. Memory is bounded:
+// at most kMaxKeys keys and kMaxPeriods periods per key are learned.
+#ifndef TENSORFLOW_LMS_ALLOCATOR_CC_ENGINE_LEARNED_POLICY_H_
+#define TENSORFLOW_LMS_ALLOCATOR_CC_ENGINE_LEARNED_POLICY_H_
+
+#include <cstdint>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/reclaim_policy.h"
+#include "engine/residency.h"
+
+namespace lms {
+
+class LearnedPolicy {
+ public:
+  static constexpr uint64_t kNoKey = 0;
+  static constexpr size_t kMaxKeys = 1 << 16;
+  static constexpr size_t kMaxPeriods = 256;
+
+  // The key of a unit allocated by the kernel labelled `label` (null: none)
+  // with `bytes` requested.
+  static uint64_t Key(const char* label, uint64_t bytes);
+
+  // A unit was created (`pinned`: it starts active), without a key; SetKey
+  // gives a large allocation its key.
+  void Born(ChunkId id, bool pinned);
+  void SetKey(ChunkId id, uint64_t key) { unit(id).key = key; }
+  void Released(ChunkId id);
+  // A unit turned active (first pin) or inactive (last unpin).
+  void Activated(ChunkId id);
+  void Deactivated(ChunkId id);
+
+  // False while the recent predictions mostly missed (Note [Learned
+  // eviction]): reclaims should use LRU.
+  bool trusted() const;
+  // Fills `plan` with inactive units by predicted distance, farthest first,
+  // until they free `granules_needed`; false (as PlanReclaim) if all of them
+  // would not.
+  bool Plan(const Residency& residency, uint64_t granules_needed, ReclaimPlan* plan);
+
+  uint64_t num_predictions() const { return predictions_; }
+  uint64_t num_prediction_hits() const { return hits_; }
+
+ private:
+  static constexpr uint64_t kUnknown = ~uint64_t{0};
+  static constexpr uint64_t kNever = ~uint64_t{0} - 1;
+  static constexpr int kWindow = 64;
+
+  struct Unit {
+    uint64_t key = kNoKey;
+    uint32_t periods = 0;        // inactive periods begun so far
+    bool active = false;
+    uint64_t last_unpin = 0;     // tick its current inactive period began
+    uint64_t predicted = kUnknown;  // its length, kNever, or kUnknown
+    uint64_t last_length = kUnknown;  // of its previous inactive period
+  };
+
+  Unit& unit(ChunkId id);
+  // Ends `u`'s current inactive period, of `length` ticks or kNever.
+  void EndPeriod(Unit& u, uint64_t length);
+  uint64_t Distance(const Unit& u) const;
+
+  std::vector<Unit> units_;  // by ChunkId
+  std::unordered_map<uint64_t, std::vector<uint64_t>> lengths_;  // key -> by period
+  uint64_t tick_ = 0;
+  uint64_t predictions_ = 0;
+  uint64_t hits_ = 0;
+  // The last kWindow checked predictions: bit i set if it hit.
+  uint64_t window_ = 0;
+  int window_size_ = 0;
+};
+
+}  // namespace lms
+
+#endif  // TENSORFLOW_LMS_ALLOCATOR_CC_ENGINE_LEARNED_POLICY_H_
