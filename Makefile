@@ -53,7 +53,7 @@ THREAD_SAFETY_FLAGS := -std=c++17 -c -Wall -Wextra -Wthread-safety -Wthread-safe
                        -Werror -I$(CC_SRC)
 
 .PHONY: all build test test-asan test-tsan test-thread-safety test-python demo bench-allocator \
-        bench-maxbatch bench-mincap bench-trace clean fake-cuda test-fake-cuda mutation-check-cuda \
+        bench-maxbatch bench-mincap bench-trace bench-policy clean fake-cuda test-fake-cuda mutation-check-cuda \
         test-gpu-wheel gpu-check wheel test-patches patches
 
 all: build
@@ -305,6 +305,11 @@ bench-maxbatch: build
 # is `min_cap_fraction F` (target <= 0.25).
 bench-mincap: build
 	$(PY) benchmarks/mincap.py
+
+# Eviction policies (LRU, learned, Belady) on traces and real training
+# (benchmarks/README.md).
+bench-policy: build
+	$(PY) benchmarks/policy.py
 
 # What recording an access trace costs a training step (benchmarks/README.md).
 bench-trace: build
