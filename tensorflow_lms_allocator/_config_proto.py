@@ -81,6 +81,14 @@ class _Loader(importlib.abc.Loader):
         uninstall()
         source = Path(self._origin).read_text()
         try:
+            # The pure-Python protobuf runtime slices the serialized file by
+            # offsets generated for the original bytes: only the C runtimes
+            # (upb, cpp) build descriptors from the bytes alone.
+            from google.protobuf.internal import api_implementation
+
+            if api_implementation.Type() == "python":
+                raise ValueError("the pure-Python protobuf runtime is in use "
+                                 "(PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION=python)")
             source = with_lms_fields(source)
         except ValueError as error:
             warnings.warn(f"tensorflow_lms_allocator: ConfigProto will not know "
