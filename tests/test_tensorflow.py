@@ -61,8 +61,10 @@ def test_the_learned_policy_trains_with_identical_losses(stock_losses):
     assert run.result and run.result["error"] is None, describe(run)
     stats = run.result["stats"]
     assert stats["bytes_reclaimed"] > 0 and stats["num_page_ins"] > 0
-    # Its predictions were made, checked and used (Note [Learned eviction]).
+    # Its predictions were made, checked and used (Note [Learned eviction]),
+    # and its helper thread paged tensors in ahead of their kernels.
     assert stats["num_learned_reclaims"] > 0 and stats["num_predictions"] > 0
+    assert stats["num_prefetches"] > 0
     assert run.result["losses"] == stock_losses["fit"]
 
 

@@ -148,13 +148,18 @@ class BusyStreams {
 };
 
 TEST(ConcurrentUseUnderPressureLosesNoByte) {
-  for (bool defrag : {false, true}) {
+  // (defrag, policy): the learned policy runs with a prefetching thread, as
+  // the TensorFlow adapter runs it (tf_adapter/prefetcher.h).
+  for (auto [defrag, policy] : {std::pair{false, PolicyKind::kLru},
+                                std::pair{true, PolicyKind::kLru},
+                                std::pair{true, PolicyKind::kLearned}}) {
     std::unique_ptr<Backend> backend = lms_test::MakeTestBackend(kGranule);
     auto* cuda = dynamic_cast<CudaBackend*>(backend.get());
     EngineOptions o;
     o.device_bytes = 48 * kGranule;  // threads hold far more than this
     o.host_bytes = 1024 * kGranule;
     o.defrag_enabled = defrag;
+    o.policy = policy;
     std::unique_ptr<Engine> engine;
     ASSERT_TRUE(Engine::Create(o, std::move(backend), &engine).ok());
     std::atomic<int> corrupt{0}, unexpected{0};
@@ -165,7 +170,17 @@ TEST(ConcurrentUseUnderPressureLosesNoByte) {
       for (int t = 0; t < kThreads; ++t) {
         threads.emplace_back(Worker, engine.get(), t, 1500, &corrupt, &unexpected);
       }
+      std::atomic<bool> done{false};
+      std::thread prefetcher([&] {
+        while (policy == PolicyKind::kLearned && !done.load()) {
+          uint64_t units = 0;
+          if (!engine->Prefetch(8, &units).ok()) ++unexpected;
+          std::this_thread::yield();
+        }
+      });
       for (std::thread& t : threads) t.join();
+      done.store(true);
+      prefetcher.join();
       EXPECT_TRUE(streams.ok());
     }
     const Statistics s = engine->GetStatistics();
@@ -184,13 +199,14 @@ TEST(ConcurrentUseUnderPressureLosesNoByte) {
     EXPECT_TRUE(s.num_page_ins > 0);
     EXPECT_EQ(engine->small_pages(), 0u);  // every page went back
     EXPECT_TRUE(engine->CheckInvariants().ok());
-    std::printf("  defrag=%d evictions=%lld born_evicted=%lld page_ins=%lld defrags=%lld "
-                "fences=%lld host_waits=%lld\n",
-                defrag, static_cast<long long>(s.num_evictions),
+    std::printf("  defrag=%d policy=%s evictions=%lld born_evicted=%lld page_ins=%lld "
+                "defrags=%lld fences=%lld host_waits=%lld prefetches=%lld\n",
+                defrag, PolicyName(policy), static_cast<long long>(s.num_evictions),
                 static_cast<long long>(s.num_born_evicted),
                 static_cast<long long>(s.num_page_ins),
                 static_cast<long long>(s.num_defragmentations),
-                static_cast<long long>(s.num_fences), static_cast<long long>(s.num_host_waits));
+                static_cast<long long>(s.num_fences), static_cast<long long>(s.num_host_waits),
+                static_cast<long long>(s.num_prefetches));
   }
 }
 

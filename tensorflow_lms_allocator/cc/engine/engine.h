@@ -146,6 +146,12 @@ class Engine {
   // Returns true once the epoch has moved past `epoch`, false after `timeout`.
   bool WaitForRelease(uint64_t epoch, std::chrono::milliseconds timeout) const;
 
+  // With the learned policy (and LMS on): pages in, into free device memory
+  // only, the evicted units predicted to be used within `lookahead` uses
+  // (Note [Learned eviction]); *units receives how many. Does nothing with
+  // the LRU policy or while predictions are not trusted.
+  Status Prefetch(uint64_t lookahead, uint64_t* units);
+
   // Records every later allocate, free, pin, unpin, eviction and page-in
   // into `path` until StopTrace (Note [Access trace format] in
   // trace_recorder.h), at most `max_bytes` of it. kFailedPrecondition if a

@@ -53,6 +53,23 @@ Status Engine::ObtainDeviceGranules(uint64_t granules) {
   return OutOfMemory(granules, "the request");
 }
 
+Status Engine::Prefetch(uint64_t lookahead, uint64_t* units) {
+  MutexLock lock(mu_);
+  *units = 0;
+  if (!learning_ || !lms_enabled_ || !learned_.trusted()) return Status::Ok();
+  for (ChunkId c : learned_.DueSoon(residency_, lookahead)) {
+    const uint64_t n = residency_.record(c).granules;
+    const uint64_t available =
+        device_pool_.free_count() + (defrag_enabled_ ? backing_.cached_count() : 0);
+    if (available < n) break;  // a prefetch never evicts
+    LMS_RETURN_IF_ERROR(PageIn(c));
+    ++stats_.num_prefetches;
+    ++*units;
+  }
+  RefreshPoolStatistics();
+  return Status::Ok();
+}
+
 uint64_t Engine::StealCachedGranules(uint64_t granules) {
   uint64_t stolen = 0;
   while (stolen < granules && backing_.cached_count() > 0) {

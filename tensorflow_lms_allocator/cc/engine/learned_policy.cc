@@ -99,6 +99,23 @@ uint64_t LearnedPolicy::Distance(const Unit& u) const {
   return due > tick_ ? due - tick_ : 0;
 }
 
+std::vector<ChunkId> LearnedPolicy::DueSoon(const Residency& residency,
+                                            uint64_t lookahead) const {
+  std::vector<std::pair<uint64_t, ChunkId>> due;
+  for (ChunkId c = 0; c < units_.size() && c < residency.size(); ++c) {
+    const Unit& u = units_[c];
+    if (u.active || u.predicted == kUnknown || u.predicted == kNever) continue;
+    if (!residency.tracked(c) || !residency.record(c).evicted) continue;
+    const uint64_t at = u.last_unpin + u.predicted;
+    if (at <= tick_ + lookahead) due.emplace_back(at, c);
+  }
+  std::sort(due.begin(), due.end());
+  std::vector<ChunkId> out;
+  out.reserve(due.size());
+  for (const auto& [at, c] : due) out.push_back(c);
+  return out;
+}
+
 bool LearnedPolicy::Plan(const Residency& residency, uint64_t granules_needed,
                          ReclaimPlan* plan) {
   plan->victims.clear();

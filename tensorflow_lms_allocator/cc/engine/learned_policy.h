@@ -34,8 +34,16 @@
 //     than half of the last 64 predictions hit (a new tf.function trace, a
 //     new batch shape: the step's sequence changed), reclaims use LRU. The
 //     table keeps learning meanwhile, so the next repeated step restores it.
+//   - prefetching (Engine::Prefetch, called by a helper thread of the
+//     TensorFlow adapter after each kernel starts): evicted units predicted
+//     to be used within the next few ticks are paged in ahead of their pin,
+//     into free device memory only (a prefetch never evicts), so the copy
+//     overlaps the kernels running meanwhile instead of delaying the kernel
+//     that pins the unit. A wrong guess pages in a unit early; an eviction
+//     may take it out again.
 // Correctness never depends on it: it only orders the same candidates LRU
-// would evict, so a wrong guess costs copies, never data.
+// would evict, and a prefetch is a page-in like a pin's, so a wrong guess
+// costs copies, never data.
 //
 // The engine calls it only with the learned policy on (EngineOptions::
 // policy), so LRU pays nothing. Thread-compatible: the engine's lock guards
@@ -79,6 +87,10 @@ class LearnedPolicy {
   // until they free `granules_needed`; false (as PlanReclaim) if all of them
   // would not.
   bool Plan(const Residency& residency, uint64_t granules_needed, ReclaimPlan* plan);
+
+  // Evicted units whose next use is predicted within `lookahead` ticks (or
+  // overdue), soonest first: what Engine::Prefetch pages in ahead of use.
+  std::vector<ChunkId> DueSoon(const Residency& residency, uint64_t lookahead) const;
 
   uint64_t num_predictions() const { return predictions_; }
   uint64_t num_prediction_hits() const { return hits_; }

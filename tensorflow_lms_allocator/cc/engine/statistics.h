@@ -66,7 +66,9 @@
     "use; 0 with the LRU policy)")                                              \
   X(num_predictions, "learned policy: predicted reuse distances checked")       \
   X(num_prediction_hits,                                                        \
-    "learned policy: predictions within a quarter of the actual distance")
+    "learned policy: predictions within a quarter of the actual distance")     \
+  X(num_prefetches,                                                             \
+    "learned policy: units paged in ahead of use, into free device memory")
 
 namespace lms {
 

@@ -235,6 +235,16 @@ NB_MODULE(_engine, m) {
            "Recomputes every accounting invariant; raises RuntimeError naming "
            "the first that does not hold.")
       .def("evict", &PyEngine::Evict, nb::arg("address"))
+      .def("prefetch",
+           [](PyEngine& e, uint64_t lookahead) {
+             uint64_t units = 0;
+             e.Call([&] { return e.engine().Prefetch(lookahead, &units); });
+             return units;
+           },
+           nb::arg("lookahead") = 16,
+           "With policy=\"learned\": pages in, into free device memory only, the\n"
+           "evicted units predicted to be used within `lookahead` uses; returns\n"
+           "how many (0 with LRU or while predictions are not trusted).")
       .def("start_trace", &PyEngine::StartTrace, nb::arg("path"), nb::arg("max_bytes"),
            "Records every later allocate, free, pin, unpin, eviction and page-in\n"
            "into `path` (tensorflow_lms_allocator.trace reads it), at most\n"

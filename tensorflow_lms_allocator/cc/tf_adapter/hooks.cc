@@ -22,7 +22,10 @@ void* GpuAllocatorHook(void* original, void* self, const void* options, int tf_d
 
 void ContextCreatedHook(void* context, void* params) {
   LmsDevice* device = Overlay::Get().router().ForParams(params);
-  if (device != nullptr) device->pins()->OnContextCreated(context, params);
+  if (device != nullptr) {
+    device->pins()->OnContextCreated(context, params);
+    device->NoteKernelStarted();
+  }
 }
 
 void ContextDestroyedHook(void* context) {

@@ -34,6 +34,9 @@ Status LmsDevice::Create(const LmsDeviceSpec& spec, std::unique_ptr<LmsDevice>* 
     device->pins_ = std::make_unique<KernelPins>(engine.get());
     device->allocator_ =
         std::make_unique<LmsAllocator>(spec.name, std::move(engine), device->pins_.get());
+    if (spec.policy == PolicyKind::kLearned && spec.lms_enabled) {
+      device->prefetcher_ = std::make_unique<Prefetcher>(&device->engine());
+    }
     *out = std::move(device);
     return Status::Ok();
   } catch (const std::bad_alloc&) {

@@ -19,6 +19,7 @@
 #include "engine/status.h"
 #include "tf_adapter/kernel_pins.h"
 #include "tf_adapter/lms_allocator.h"
+#include "tf_adapter/prefetcher.h"
 
 namespace lms {
 
@@ -45,6 +46,12 @@ class LmsDevice {
   // backend's fence (Backend::AddFencedQueue).
   Status AddFencedQueues(const std::vector<void*>& queues);
 
+  // A kernel started on this device: the prefetcher (learned policy only)
+  // may page in what the next kernels will pin. Lock-free.
+  void NoteKernelStarted() {
+    if (prefetcher_ != nullptr) prefetcher_->Notify();
+  }
+
   LmsAllocator* allocator() const { return allocator_.get(); }
   KernelPins* pins() const { return pins_.get(); }
   Engine& engine() const { return allocator_->engine(); }
@@ -58,6 +65,9 @@ class LmsDevice {
   // pointer to it).
   std::unique_ptr<KernelPins> pins_;
   std::unique_ptr<LmsAllocator> allocator_;
+  // Declared after the allocator, so destroyed (its thread joined) before
+  // the engine it calls.
+  std::unique_ptr<Prefetcher> prefetcher_;
 };
 
 }  // namespace lms
