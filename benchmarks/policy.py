@@ -11,9 +11,10 @@
    and the learned/Belady ratio. The learned policy learns from the previous
    step, so the first replayed step is its learning step: swap per step is
    the mean over the steps after it, and the first step is shown apart.
-3. Trains ResNet-50 for real at 1/2 of its peak with LRU and with the learned
-   policy, and uncapped without LMS (the same emulated device and kernels),
-   and prints step time as a ratio to uncapped and swap bytes per step.
+3. Trains ResNet-50 for real at 1/2 of its peak with LRU, with the learned
+   policy (with and without prefetching), and uncapped without LMS (the same
+   emulated device and kernels), and prints step time as a ratio to uncapped
+   and swap bytes per step.
 
 The last line is `swap_bytes_vs_belady R`: the worst learned/Belady ratio of
 swap bytes per step (after the first step) over the replayed cases where both
@@ -79,11 +80,11 @@ def child(argv: list[str]) -> int:
     return 0
 
 
-def subprocess_env(cap_mb: int, lms: bool, policy: str) -> dict[str, str]:
+def subprocess_env(cap_mb: int, lms: bool, policy: str, prefetch: bool = False) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TF_LMS_")}
     env.update({"TF_LMS_CPU_DEVICE_MEMORY_MB": str(cap_mb), "TF_LMS_ENABLED": "1" if lms else "0",
-                "TF_LMS_POLICY": policy, "TF_CPP_MIN_LOG_LEVEL": "2",
-                "PYTHONPATH": str(HERE.parent)})
+                "TF_LMS_POLICY": policy, "TF_LMS_PREFETCH": "1" if prefetch else "0",
+                "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(HERE.parent)})
     return env
 
 
@@ -124,7 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
     p.add_argument("--steps", type=int, default=4, help="recorded steps per model")
-    p.add_argument("--train-steps", type=int, default=6)
+    p.add_argument("--train-steps", type=int, default=8)
     p.add_argument("--skip-training", action="store_true")
     p.add_argument("--timeout", type=float, default=1800)
     args = p.parse_args(argv)
@@ -163,16 +164,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         with tempfile.TemporaryDirectory() as tmp:
             for label, env in (("uncapped, no LMS", subprocess_env(ROOMY_MB, False, "lru")),
                                ("LRU", subprocess_env(cap, True, "lru")),
-                               ("learned", subprocess_env(cap, True, "learned"))):
+                               ("learned", subprocess_env(cap, True, "learned")),
+                               ("learned + prefetch",
+                                subprocess_env(cap, True, "learned", prefetch=True))):
                 out = Path(tmp) / "result.json"
                 run_child(["train", "resnet50", str(args.train_steps), str(out)], env,
                           f"train {label}", args.timeout)
                 runs[label] = json.loads(out.read_text())
         base = statistics.median(runs["uncapped, no LMS"]["step_seconds"][1:])
-        print(f"{'run':<18} {'s/step':>8} {'vs uncapped':>12} {'swap MiB/step':>14}")
+        print(f"{'run':<22} {'s/step':>8} {'vs uncapped':>12} {'swap MiB/step':>14}")
         for label, r in runs.items():
             step = statistics.median(r["step_seconds"][1:])
-            print(f"{label:<18} {step:>8.3f} {step / base:>12.2f} "
+            print(f"{label:<22} {step:>8.3f} {step / base:>12.2f} "
                   f"{r['swap_per_step'] / MIB:>14,.0f}")
     print(f"swap_bytes_vs_belady {worst:.3f}")
     return 0

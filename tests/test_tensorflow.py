@@ -57,7 +57,8 @@ def test_training_over_the_cap_completes_with_lms_and_identical_losses(mode, sto
 
 
 def test_the_learned_policy_trains_with_identical_losses(stock_losses):
-    run = run_program("train.py", "fit", env={**LMS_ON, "TF_LMS_POLICY": "learned"})
+    run = run_program("train.py", "fit", env={**LMS_ON, "TF_LMS_POLICY": "learned",
+                                              "TF_LMS_PREFETCH": "1"})
     assert run.result and run.result["error"] is None, describe(run)
     stats = run.result["stats"]
     assert stats["bytes_reclaimed"] > 0 and stats["num_page_ins"] > 0

@@ -35,7 +35,9 @@
 //     new batch shape: the step's sequence changed), reclaims use LRU. The
 //     table keeps learning meanwhile, so the next repeated step restores it.
 //   - prefetching (Engine::Prefetch, called by a helper thread of the
-//     TensorFlow adapter after each kernel starts): evicted units predicted
+//     TensorFlow adapter after each kernel starts, with TF_LMS_PREFETCH=1;
+//     off by default, since on two cores it moved more bytes and gained no
+//     step time): evicted units predicted
 //     to be used within the next few ticks are paged in ahead of their pin,
 //     into free device memory only (a prefetch never evicts), so the copy
 //     overlaps the kernels running meanwhile instead of delaying the kernel

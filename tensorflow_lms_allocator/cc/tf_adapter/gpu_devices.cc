@@ -87,6 +87,7 @@ Status GpuDeviceSpec(const Settings& settings, const void* gpu_options, int tf_d
   spec->defrag_enabled = settings.defrag_enabled || asked.lms_defrag_enabled;
   spec->strict = false;
   spec->policy = settings.policy;
+  spec->prefetch = settings.prefetch;
   return Status::Ok();
 }
 

@@ -34,7 +34,7 @@ Status LmsDevice::Create(const LmsDeviceSpec& spec, std::unique_ptr<LmsDevice>* 
     device->pins_ = std::make_unique<KernelPins>(engine.get());
     device->allocator_ =
         std::make_unique<LmsAllocator>(spec.name, std::move(engine), device->pins_.get());
-    if (spec.policy == PolicyKind::kLearned && spec.lms_enabled) {
+    if (spec.policy == PolicyKind::kLearned && spec.prefetch && spec.lms_enabled) {
       device->prefetcher_ = std::make_unique<Prefetcher>(&device->engine());
     }
     *out = std::move(device);

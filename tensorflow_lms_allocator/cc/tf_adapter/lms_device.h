@@ -33,6 +33,7 @@ struct LmsDeviceSpec {
   bool defrag_enabled = true;
   bool strict = false;
   PolicyKind policy = PolicyKind::kLru;
+  bool prefetch = false;  // with the learned policy (prefetcher.h)
 };
 
 class LmsDevice {

@@ -46,6 +46,7 @@ LmsDeviceSpec Overlay::EmulatedDeviceSpec() const {
   spec.defrag_enabled = settings_.defrag_enabled;
   spec.strict = settings_.strict;
   spec.policy = settings_.policy;
+  spec.prefetch = settings_.prefetch;
   return spec;
 }
 

@@ -17,6 +17,7 @@ Status ReadSettings(Settings* out) {
   LMS_RETURN_IF_ERROR(FlagFromEnv("TF_LMS_ENABLED", &present, &s.lms_enabled));
   LMS_RETURN_IF_ERROR(FlagFromEnv("TF_LMS_DEFRAG_ENABLED", &present, &s.defrag_enabled));
   LMS_RETURN_IF_ERROR(FlagFromEnv("TF_LMS_STRICT", &present, &s.strict));
+  LMS_RETURN_IF_ERROR(FlagFromEnv("TF_LMS_PREFETCH", &present, &s.prefetch));
   if (const char* policy = std::getenv("TF_LMS_POLICY"); policy != nullptr && *policy != '\0') {
     if (!PolicyFromName(policy, &s.policy)) {
       return InvalidArgument(std::string("TF_LMS_POLICY='") + policy +
