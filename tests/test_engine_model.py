@@ -62,7 +62,8 @@ class Token:
 
 PICK = st.integers(0, 1 << 30)  # index into a list, modulo its length
 TOTALS = {"steps": 0, "evictions": 0, "page_ins": 0, "defragmentations": 0,
-          "born_evicted": 0, "small_evictions": 0, "learned_reclaims": 0, "predictions": 0}
+          "born_evicted": 0, "small_evictions": 0, "learned_reclaims": 0, "predictions": 0,
+          "prefetches": 0}
 
 
 def has_live(machine: "EngineModel") -> bool:
@@ -111,6 +112,14 @@ class EngineModel(RuleBasedStateMachine):
         live_units = {self._unit(x)["unit_address"] for x in self.live.values()}
         extra = {t.unit_address for t in self.tokens} - live_units
         return sum(units.values()) + len(extra)
+
+    @rule(lookahead=st.sampled_from([1, 8, 64]))
+    def prefetch(self, lookahead: int):
+        # With the learned policy, pages in what it predicts (a no-op with
+        # LRU); whatever it moves, every byte must stay where it was.
+        units = self.engine.prefetch(lookahead)
+        assert units == 0 or self.POLICY == "learned"
+        TOTALS["prefetches"] += units
 
     @rule(label=st.sampled_from([None, "conv", "matmul", "relu"]))
     def label_thread(self, label: str | None):
