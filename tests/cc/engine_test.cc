@@ -283,6 +283,26 @@ TEST(PressureEvictsTheLeastRecentlyUsedInactiveAllocation) {
   EXPECT_OK(e->Unpin(b, id));
 }
 
+// `count` one-granule tensors, each allocated pinned by its own "kernel"
+// (thread label op<i>, so the learned policy keys them apart), filled with
+// pattern seed_base + i and unpinned.
+std::vector<void*> KernelTensors(Engine& e, int count, uint64_t seed_base) {
+  static const char* const kOps[] = {"op0", "op1", "op2", "op3", "op4", "op5", "op6", "op7"};
+  std::vector<void*> tensors;
+  for (int i = 0; i < count; ++i) {
+    StrictMonitor::SetThreadLabel(kOps[i]);
+    void* p = MustAllocate(e, kGranule, /*pin=*/true);
+    if (p == nullptr) std::abort();
+    Fill(e, p, kGranule, seed_base + i);
+    AllocationInfo info;
+    EXPECT_OK(e.Inspect(p, &info));
+    EXPECT_OK(e.Unpin(p, info.unit_id));
+    tensors.push_back(p);
+  }
+  StrictMonitor::SetThreadLabel(nullptr);
+  return tensors;
+}
+
 // Eight tensors used round and round on a device that holds seven: LRU
 // evicts exactly the one needed next, every time; the learned policy (Note
 // [Learned eviction]) evicts the one used farthest ahead once it has seen a
@@ -291,19 +311,7 @@ int64_t LoopPageIns(PolicyKind policy, int64_t* learned_reclaims) {
   Setup setup{/*device=*/7, /*host=*/16};
   setup.policy = policy;
   auto e = MakeEngine(setup);
-  static const char* const kOps[] = {"op0", "op1", "op2", "op3", "op4", "op5", "op6", "op7"};
-  std::vector<void*> tensors;
-  for (int i = 0; i < 8; ++i) {
-    StrictMonitor::SetThreadLabel(kOps[i]);
-    void* p = MustAllocate(*e, kGranule, /*pin=*/true);
-    if (p == nullptr) std::abort();
-    Fill(*e, p, kGranule, 100 + i);
-    AllocationInfo info;
-    EXPECT_OK(e->Inspect(p, &info));
-    EXPECT_OK(e->Unpin(p, info.unit_id));
-    tensors.push_back(p);
-  }
-  StrictMonitor::SetThreadLabel(nullptr);
+  const std::vector<void*> tensors = KernelTensors(*e, 8, 100);
   for (int round = 0; round < 6; ++round) {
     for (void* p : tensors) {
       uint64_t id;
@@ -337,18 +345,7 @@ TEST(PrefetchPagesInThePredictedNextTensorIntoFreeMemory) {
   setup.policy = PolicyKind::kLearned;
   setup.defrag = true;  // the freed temporary's granules stay cached at its range
   auto e = MakeEngine(setup);
-  static const char* const kOps[] = {"op0", "op1", "op2", "op3", "op4", "op5", "op6"};
-  std::vector<void*> tensors;
-  for (int i = 0; i < 7; ++i) {
-    StrictMonitor::SetThreadLabel(kOps[i]);
-    void* p = MustAllocate(*e, kGranule, /*pin=*/true);
-    if (p == nullptr) std::abort();
-    Fill(*e, p, kGranule, 200 + i);
-    AllocationInfo info;
-    EXPECT_OK(e->Inspect(p, &info));
-    EXPECT_OK(e->Unpin(p, info.unit_id));
-    tensors.push_back(p);
-  }
+  const std::vector<void*> tensors = KernelTensors(*e, 7, 200);
   StrictMonitor::SetThreadLabel("temporary");
   uint64_t prefetched = 0;
   for (int round = 0; round < 6; ++round) {
