@@ -35,6 +35,10 @@ def test_a_gpu_gets_an_lms_device_from_tensorflows_budget_and_swaps_past_it():
     assert run.result, describe(run)
     r = run.result
     assert r["create"] == [0, ""] and r["again"] == [0, ""]
+    # TensorFlow's own allocator is asked for too, on a budget of no device
+    # memory (its GetGpuHostAllocator CHECK-fails when GetGPUAllocator made
+    # none); TensorFlow makes it once and returns it again.
+    assert r["tensorflow_budgets"] == [1 * MIB, 1 * MIB]
     # The device budget is taken at once (as TensorFlow's BFC allocator takes
     # it); pinned host memory only as tensors are evicted.
     assert r["created"] == [64 * MIB, 0]
@@ -61,6 +65,7 @@ def test_with_lms_off_tensorflows_own_allocator_serves_the_gpu():
     assert run.result, describe(run)
     assert run.result["create"][0] == "FAILED_PRECONDITION"
     assert "TensorFlow's own allocator" in run.result["create"][1]
+    assert run.result["tensorflow_budgets"] == [64 * MIB]  # the whole budget
     assert run.result["stats_error"][0] == "ValueError"
     assert "LMS is not enabled" in run.result["stats_error"][1]
 

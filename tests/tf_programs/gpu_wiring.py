@@ -33,6 +33,13 @@ def gpu_allocator(lib: ctypes.CDLL, total_bytes: int) -> tuple[int, str]:
     return code, message.value.decode()
 
 
+def tensorflow_budgets(lib: ctypes.CDLL) -> list[int]:
+    """The budgets TensorFlow's GetGPUAllocator (a stand-in here) was asked for."""
+    out = (ctypes.c_size_t * 8)()
+    count = lib.tf_lms_test_tensorflow_gpu_allocator_budgets(out, len(out))
+    return list(out[:min(count, len(out))])
+
+
 def allocate() -> None:
     import tensorflow_lms_allocator as lms
     from tensorflow_lms_allocator import _overlay
@@ -46,6 +53,7 @@ def allocate() -> None:
     result["created"] = [fake.fake_cuda_pool_bytes_in_use(0),
                          fake.fake_cuda_pool_bytes_in_use(1)]
     result["again"] = gpu_allocator(lib, 64 * MIB + MIB // 2)
+    result["tensorflow_budgets"] = tensorflow_budgets(lib)
     result["names"] = lms.device_names()
     result["limit_by_name"] = tf.config.experimental.get_bytes_limit("GPU:0")
     result["limit_by_index"] = tf.config.experimental.get_bytes_limit(0)
@@ -85,6 +93,7 @@ def refused() -> None:
     result = {"check": [lib.tf_lms_code_name(check).decode(), message.value.decode()]}
     code, text = gpu_allocator(lib, 64 * MIB)
     result["create"] = [lib.tf_lms_code_name(code).decode(), text]
+    result["tensorflow_budgets"] = tensorflow_budgets(lib)
     try:
         lms.get_statistics("GPU:0")
         result["stats_error"] = None

@@ -6,16 +6,46 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "engine/statistics.h"
 #include "tensorflow/core/common_runtime/gpu/gpu_id_manager.h"
 #include "tensorflow/core/protobuf/config.pb.h"
 #include "tf_adapter/gpu_devices.h"
+#include "tf_adapter/hooks.h"
 #include "tf_adapter/overlay.h"
 #include "tf_adapter/strict_report.h"
 
+#ifndef LMS_BUILT_FOR_TF_VERSION
+#error "LMS_BUILT_FOR_TF_VERSION must name the TensorFlow version built against"
+#endif
+
 namespace lms {
 namespace {
+
+// The overlay interposes TensorFlow's functions by their mangled names and
+// reads its objects by this version's layout: any other version is refused
+// before a hook is installed.
+Status CheckTensorFlowVersion(const char* tf_version) {
+  if (tf_version != nullptr && std::strcmp(tf_version, LMS_BUILT_FOR_TF_VERSION) == 0) {
+    return Status::Ok();
+  }
+  return FailedPrecondition(
+      std::string("tensorflow_lms_allocator was built for TensorFlow ") +
+      LMS_BUILT_FOR_TF_VERSION + " but TensorFlow " +
+      (tf_version != nullptr ? tf_version : "(unknown)") +
+      " is installed; install tensorflow==" LMS_BUILT_FOR_TF_VERSION
+      " or rebuild the package against this TensorFlow");
+}
+
+// The hooks go in before the settings are read, even if those turn out bad:
+// then a retry after a failed import can tell whether TensorFlow created its
+// devices in between (without LMS, since nothing was configured).
+Status ConfigureOverlay(const char* tf_version) {
+  LMS_RETURN_IF_ERROR(CheckTensorFlowVersion(tf_version));
+  LMS_RETURN_IF_ERROR(RegisterOverlayHooks());
+  return Overlay::Get().Configure();
+}
 
 TfLmsCode CodeOf(StatusCode code) {
   switch (code) {
@@ -39,6 +69,10 @@ int Report(const Status& status, char* out, size_t out_len) {
   if (status.ok()) return TF_LMS_OK;
   return Fail(CodeOf(status.code()), status.message(), out, out_len);
 }
+
+// The budgets tf_lms_test_gpu_allocator's stand-in for TensorFlow's
+// GetGPUAllocator was asked for, in order (test-only; one thread).
+std::vector<size_t> g_tensorflow_gpu_allocator_budgets;
 
 // The statistics, in the order tf_lms_statistic_name() lists them.
 #define LMS_NAME(n, doc) #n,
@@ -64,7 +98,7 @@ const char* tf_lms_code_name(int code) {
 }
 
 int tf_lms_configure(const char* tf_version, char* message, size_t message_len) {
-  return lms::Report(lms::Overlay::Get().Configure(tf_version), message, message_len);
+  return lms::Report(lms::ConfigureOverlay(tf_version), message, message_len);
 }
 
 int tf_lms_device_status(char* message, size_t message_len) {
@@ -220,7 +254,11 @@ int tf_lms_test_gpu_allocator(int tf_device_id, size_t total_bytes, const void* 
     (void)tensorflow::GpuIdManager::InsertTfPlatformDeviceIdPair(
         tsl::TfDeviceId(tf_device_id), tsl::PlatformDeviceId(tf_device_id));
   }
-  auto no_tensorflow_allocator = [](void*, const void*, int, size_t, const void*) -> void* {
+  // Stands in for TensorFlow's GetGPUAllocator, which needs a GPU: makes no
+  // allocator and records the budget it was asked for.
+  auto no_tensorflow_allocator = [](void*, const void*, int, size_t budget,
+                                    const void*) -> void* {
+    lms::g_tensorflow_gpu_allocator_budgets.push_back(budget);
     return nullptr;
   };
   void* allocator = lms::Overlay::Get().GpuAllocator(
@@ -237,6 +275,12 @@ int tf_lms_test_gpu_allocator(int tf_device_id, size_t total_bytes, const void* 
     return lms::Report(status, message, message_len);
   }
   return TF_LMS_OK;
+}
+
+int tf_lms_test_tensorflow_gpu_allocator_budgets(size_t* out, int max) {
+  const auto& budgets = lms::g_tensorflow_gpu_allocator_budgets;
+  for (int i = 0; i < max && i < static_cast<int>(budgets.size()); ++i) out[i] = budgets[i];
+  return static_cast<int>(budgets.size());
 }
 
 int tf_lms_kernel_contexts(int64_t* out) {

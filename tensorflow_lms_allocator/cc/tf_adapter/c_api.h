@@ -157,6 +157,10 @@ TF_LMS_EXPORT int tf_lms_check_gpu(int ordinal, char* message, size_t message_le
 TF_LMS_EXPORT int tf_lms_test_gpu_allocator(int tf_device_id, size_t total_bytes,
                                             const void* gpu_options, size_t gpu_options_len,
                                             char* message, size_t message_len);
+// TensorFlow's GetGPUAllocator itself needs a GPU: tf_lms_test_gpu_allocator
+// calls a stand-in that makes nothing and records the budget it was asked
+// for. Writes the first `max` budgets to out[]; returns how many there were.
+TF_LMS_EXPORT int tf_lms_test_tensorflow_gpu_allocator_budgets(size_t* out, int max);
 
 // For tests: out[0..2) = {live kernel contexts in the process, live contexts
 // the calling thread created}. Returns 1 (out untouched) if there is no LMS

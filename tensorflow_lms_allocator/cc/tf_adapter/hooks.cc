@@ -21,18 +21,10 @@ void* GpuAllocatorHook(void* original, void* self, const void* options, int tf_d
 }
 
 void ContextCreatedHook(void* context, void* params) {
-  LmsDevice* device = Overlay::Get().router().ForParams(params);
-  if (device != nullptr) {
-    device->pins()->OnContextCreated(context, params);
-    device->NoteKernelStarted();
-  }
+  Overlay::Get().OnContextCreated(context, params);
 }
 
-void ContextDestroyedHook(void* context) {
-  // Only the pins that recorded the context act on it.
-  Overlay::Get().router().ForEach(
-      [context](LmsDevice* device) { device->pins()->OnContextDestroyed(context); });
-}
+void ContextDestroyedHook(void* context) { Overlay::Get().OnContextDestroyed(context); }
 
 void CopyGpuToCpuHook(void* original, void* gpu_device, const void* device_context,
                       const void* gpu_tensor, void* cpu_tensor, void* done) {

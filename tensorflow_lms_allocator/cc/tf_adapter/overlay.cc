@@ -7,17 +7,14 @@
 
 #include "tf_adapter/gpu_devices.h"
 #include "tf_adapter/gpu_streams.h"
-#include "tf_adapter/hooks.h"
 #include "tsl/platform/logging.h"
-
-#ifndef LMS_BUILT_FOR_TF_VERSION
-#error "LMS_BUILT_FOR_TF_VERSION must name the TensorFlow version built against"
-#endif
 
 namespace lms {
 namespace {
 
 constexpr char kEmulatedDeviceName[] = "lms_emulated_device";
+// The budget of TensorFlow's unused allocator for a GPU LMS serves.
+constexpr size_t kUnusedTensorFlowBudgetBytes = size_t{1} << 20;
 
 }  // namespace
 
@@ -57,23 +54,8 @@ Status Overlay::DeviceCreationError(const Status& cause) const {
                                   "limits (ulimit -v)");
 }
 
-Status Overlay::Configure(const char* tf_version) {
-  if (tf_version == nullptr || std::strcmp(tf_version, LMS_BUILT_FOR_TF_VERSION) != 0) {
-    return FailedPrecondition(
-        std::string("tensorflow_lms_allocator was built for TensorFlow ") +
-        LMS_BUILT_FOR_TF_VERSION + " but TensorFlow " +
-        (tf_version != nullptr ? tf_version : "(unknown)") +
-        " is installed; install tensorflow==" LMS_BUILT_FOR_TF_VERSION
-        " or rebuild the package against this TensorFlow");
-  }
+Status Overlay::Configure() {
   MutexLock lock(mu_);
-  // The hooks go in first, even if the settings turn out bad: then a retry
-  // after a failed import can tell whether TensorFlow created its devices in
-  // between (without LMS, since nothing was configured).
-  if (!hooks_registered_) {
-    LMS_RETURN_IF_ERROR(RegisterOverlayHooks());
-    hooks_registered_ = true;
-  }
   if (settings_fixed_ && !configured_) {
     return FailedPrecondition(
         "TensorFlow created its devices after the earlier import of "
@@ -182,23 +164,50 @@ void Overlay::CreateGpuDevice(GpuEntry* entry, const void* options, int tf_devic
 
 void* Overlay::GpuAllocator(void* get_original, void* self, const void* options,
                             int tf_device_id, size_t total_bytes, const void* peer_gpu_ids) {
-  {
-    MutexLock lock(mu_);
-    settings_fixed_ = true;
-    if (configured_ && (settings_.lms_enabled || ReadLmsGpuOptions(options).lms_enabled)) {
-      GpuEntry& entry = gpus_[tf_device_id];
-      if (entry.device == nullptr && entry.unavailable == nullptr) {
-        CreateGpuDevice(&entry, options, tf_device_id, total_bytes);
-      }
-      if (entry.device != nullptr) return entry.device->allocator();
-      return entry.unavailable.get();
-    }
-  }
-  // Outside the lock: TensorFlow's own allocator may take its time (it
-  // reserves the GPU's memory) and must not wait on ours.
   using GetGpuAllocatorFn = void* (*)(void*, const void*, int, size_t, const void*);
-  return reinterpret_cast<GetGpuAllocatorFn>(get_original)(self, options, tf_device_id,
-                                                           total_bytes, peer_gpu_ids);
+  auto original = reinterpret_cast<GetGpuAllocatorFn>(get_original);
+  void* lms = GpuAllocatorIfEnabled(options, tf_device_id, total_bytes);
+  // Outside our lock: TensorFlow's allocator may take its time (it reserves
+  // the GPU's memory) and must not wait on ours.
+  if (lms == nullptr) return original(self, options, tf_device_id, total_bytes, peer_gpu_ids);
+  // TensorFlow's own allocator is made as well, on a budget that takes
+  // nothing, and never used: GPUProcessState::GetGpuHostAllocator (the
+  // pinned host memory of every GPU-to-host copy) finds a GPU's
+  // StreamExecutor only through the allocators GetGPUAllocator made, and
+  // CHECK-fails with none. Its BFC allocator creates device memory only when
+  // asked to allocate, which nobody does; TensorFlow makes one allocator per
+  // GPU, so asking again returns the same one.
+  original(self, options, tf_device_id, kUnusedTensorFlowBudgetBytes, peer_gpu_ids);
+  return lms;
+}
+
+void* Overlay::GpuAllocatorIfEnabled(const void* options, int tf_device_id,
+                                     size_t total_bytes) {
+  MutexLock lock(mu_);
+  settings_fixed_ = true;
+  if (!configured_ || !(settings_.lms_enabled || ReadLmsGpuOptions(options).lms_enabled)) {
+    return nullptr;
+  }
+  GpuEntry& entry = gpus_[tf_device_id];
+  if (entry.device == nullptr && entry.unavailable == nullptr) {
+    CreateGpuDevice(&entry, options, tf_device_id, total_bytes);
+  }
+  if (entry.device != nullptr) return entry.device->allocator();
+  return entry.unavailable.get();
+}
+
+void Overlay::OnContextCreated(void* context, void* params) {
+  LmsDevice* device = router_.ForParams(params);
+  if (device != nullptr) {
+    device->pins()->OnContextCreated(context, params);
+    device->NoteKernelStarted();
+  }
+}
+
+void Overlay::OnContextDestroyed(void* context) {
+  // Only the pins that recorded the context act on it.
+  router_.ForEach(
+      [context](LmsDevice* device) { device->pins()->OnContextDestroyed(context); });
 }
 
 LmsDevice* Overlay::DeviceNamed(const std::string& name, Status* status) {

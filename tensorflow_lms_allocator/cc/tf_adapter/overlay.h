@@ -1,5 +1,7 @@
-// Overlay: the runtime overlay's state in this process, between the hooks
-// the interposer calls (hooks.h) and the C API Python calls (c_api.h).
+// Overlay: LMS's state in this process, between TensorFlow's calls (the
+// interposer's hooks, hooks.h, in the runtime overlay; the patched functions,
+// patched_tensorflow.h, in a TensorFlow built with the patch series) and the
+// C API Python calls (c_api.h).
 //
 // Settings are checked twice, so a value that cannot give a working device
 // never runs silently:
@@ -17,7 +19,8 @@
 //
 // GPUs: with LMS enabled, each GPU TensorFlow creates gets its own LMS device
 // over the CUDA backend (gpu_devices.h says how TensorFlow's memory settings
-// apply), and TensorFlow's own GPU allocator is never made; with LMS off,
+// apply), and TensorFlow's own GPU allocator is made on a budget of no
+// device memory and never used (GpuAllocator says why); with LMS off,
 // TensorFlow's allocator serves the GPU, untouched.
 #ifndef TENSORFLOW_LMS_ALLOCATOR_CC_TF_ADAPTER_OVERLAY_H_
 #define TENSORFLOW_LMS_ALLOCATOR_CC_TF_ADAPTER_OVERLAY_H_
@@ -42,11 +45,11 @@ class Overlay {
   // The process's overlay; never destroyed (TensorFlow outlives us).
   static Overlay& Get();
 
-  // Registers the hooks with the interposer, then reads and checks the
-  // settings (once; later calls succeed at once). kFailedPrecondition for
-  // another TensorFlow version, a missing interposer, or devices TensorFlow
-  // created after an earlier Configure failed.
-  Status Configure(const char* tf_version);
+  // Reads and checks the settings (once; later calls succeed at once).
+  // kFailedPrecondition for devices TensorFlow created after an earlier
+  // Configure failed. Whoever calls it has checked the TensorFlow version and
+  // connected TensorFlow's calls first (c_api.cc; patched_tensorflow.cc).
+  Status Configure();
 
   // The reason the emulated device could not be created, or OK.
   Status DeviceStatus();
@@ -60,10 +63,19 @@ class Overlay {
 
   // The hooks' work. `original` is the allocator TensorFlow would use.
   void* CpuAllocator(void* original);
-  // `get_original` is GPUProcessState::GetGPUAllocator (lms_hooks.h), called
-  // only when TensorFlow's own allocator serves the GPU.
+  // `get_original` is GPUProcessState::GetGPUAllocator (lms_hooks.h). When
+  // LMS serves the GPU, it is still called, once, with a budget that takes
+  // no device memory (GetGpuHostAllocator needs the allocator it makes).
   void* GpuAllocator(void* get_original, void* self, const void* options,
                      int tf_device_id, size_t total_bytes, const void* peer_gpu_ids);
+  // GPU `tf_device_id`'s LMS allocator (a tsl::Allocator*) if LMS serves it
+  // (settings or `options`, a const GPUOptions*), else null: TensorFlow's own
+  // allocator must serve it. Fixes the settings.
+  void* GpuAllocatorIfEnabled(const void* options, int tf_device_id, size_t total_bytes);
+  // An OpKernelContext was constructed (`params` is its Params*) or is about
+  // to be destroyed: the kernel-pin hooks of both ways in.
+  void OnContextCreated(void* context, void* params);
+  void OnContextDestroyed(void* context);
   // Routes kernel contexts to their LMS device (lock-free).
   PinsRouter& router() { return router_; }
 
@@ -96,7 +108,6 @@ class Overlay {
   Mutex mu_;
   // True once Configure succeeded; the hooks serve nothing before.
   bool configured_ LMS_GUARDED_BY(mu_) = false;
-  bool hooks_registered_ LMS_GUARDED_BY(mu_) = false;
   Settings settings_ LMS_GUARDED_BY(mu_);
   // TensorFlow asked for a device's allocator: the settings are fixed from
   // here on, whether or not LMS serves the device.
