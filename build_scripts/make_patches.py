@@ -12,7 +12,10 @@ patches/README.md says which are exact and how they were obtained):
   0003  the Python API: set_lms_enabled / get_lms_enabled / set_lms_defrag_enabled /
         get_lms_defrag_enabled in tf.config.experimental (and tf.experimental, IBM's
         names), kept by the eager context and written into those two fields of the
-        ConfigProto.
+        ConfigProto;
+  0004  the hooks: an OpKernelContext observer (op_kernel.h/.cc) that LMS installs
+        to pin kernels' tensors, and GPUProcessState asking LMS first for a GPU's
+        allocator (gpu_process_state.cc, the gpu BUILD file).
 
 Each part is a commit with a fixed author and date on top of the base tree;
 `git format-patch --zero-commit --no-signature` writes them, so regenerating
@@ -26,7 +29,7 @@ Usage:
 
 Example:
   $ python build_scripts/make_patches.py --check
-  patches/v2.21.0: 3 patches, up to date
+  patches/v2.21.0: 4 patches, up to date
 """
 
 from __future__ import annotations
@@ -54,10 +57,11 @@ IDENTITY = {"GIT_AUTHOR_NAME": "TensorFlow LMS", "GIT_AUTHOR_EMAIL": "lms@invali
             "GIT_AUTHOR_DATE": "2026-01-01T00:00:00+0000",
             "GIT_COMMITTER_DATE": "2026-01-01T00:00:00+0000"}
 # Files of the adapter that only the runtime overlay uses: the interposer's
-# glue (hooks), the overlay singleton and its C API for Python (with the C
-# API's probe of TensorFlow's copies).
-OVERLAY_ONLY = {"overlay.h", "overlay.cc", "hooks.h", "hooks.cc", "c_api.h", "c_api.cc",
-                "copy_probe.cc"}
+# glue (hooks) and the C API for Python (with its probe of TensorFlow's
+# copies). patched_tensorflow.* is the other way round: only a patched
+# TensorFlow builds it (it uses the observer 0004 adds to op_kernel.h).
+OVERLAY_ONLY = {"hooks.h", "hooks.cc", "c_api.h", "c_api.cc", "copy_probe.cc"}
+PATCH_ONLY = {"patched_tensorflow.h", "patched_tensorflow.cc"}
 
 
 def new_sources() -> list[Path]:
@@ -91,7 +95,8 @@ cc_library(
 )
 
 # The TensorFlow adapter: tsl::Allocator over the engine, kernel pins, GPU
-# device wiring.
+# device wiring, and the entry point GPUProcessState calls
+# (tf_adapter/patched_tensorflow.h).
 cc_library(
     name = "tf_adapter",
     srcs = glob(["tf_adapter/*.cc"]),
@@ -106,8 +111,8 @@ cc_library(
         "//tensorflow/core/common_runtime/gpu:gpu_id",
         "@com_google_absl//absl/status",
         "@com_google_absl//absl/strings",
-        "@local_xla//xla/stream_executor:stream",
-        "@local_xla//xla/tsl/framework:allocator",
+        "@xla//xla/stream_executor:stream",
+        "@xla//xla/tsl/framework:allocator",
     ],
 )
 '''
@@ -288,6 +293,127 @@ def add_config_fields(tree: Path) -> None:
     edit(tree, "tensorflow/core/protobuf/config.proto", patch_config_proto)
 
 
+# --------------------------------------------------------------------------
+# Part 0004: the hooks.
+
+OP_KERNEL_H_ANCHOR = ("template <>\n"
+                      "const Eigen::GpuDevice& OpKernelContext::eigen_device() const;\n\n")
+OP_KERNEL_H_ADDITION = '''\
+// Observes the lifetime of every OpKernelContext, for Large Model Support
+// (tensorflow/core/common_runtime/lms), which keeps the tensors a kernel uses
+// resident on the device while its context lives. `on_created` runs at the
+// end of the constructor and `on_destroyed` at the start of the destructor,
+// on the thread that runs them; both must be thread-safe and cannot fail.
+struct OpKernelContextObserver {
+  void (*on_created)(OpKernelContext* context,
+                     OpKernelContext::Params* params);
+  void (*on_destroyed)(OpKernelContext* context);
+};
+
+// Installs `observer` (static storage) for every context constructed from
+// now on. LMS installs one when it makes its first device and never removes
+// it, so every context observed when created is observed when destroyed.
+void SetOpKernelContextObserver(const OpKernelContextObserver* observer);
+
+'''
+
+OP_KERNEL_CC_STORAGE_ANCHOR = "OpKernelContext::OpKernelContext(Params* params)\n"
+OP_KERNEL_CC_STORAGE = '''\
+namespace {
+// Set once (SetOpKernelContextObserver); acquire/release, so a context that
+// sees the pointer sees the observer's functions.
+std::atomic<const OpKernelContextObserver*> op_kernel_context_observer{
+    nullptr};
+}  // namespace
+
+void SetOpKernelContextObserver(const OpKernelContextObserver* observer) {
+  op_kernel_context_observer.store(observer, std::memory_order_release);
+}
+
+'''
+OP_KERNEL_CC_CREATED_ANCHOR = """\
+    if (!s.ok()) {
+      SetStatus(s);
+    }
+  }
+"""
+OP_KERNEL_CC_CREATED = """\
+  if (const OpKernelContextObserver* observer =
+          op_kernel_context_observer.load(std::memory_order_acquire)) {
+    observer->on_created(this, params_);
+  }
+"""
+OP_KERNEL_CC_DESTROYED_ANCHOR = "OpKernelContext::~OpKernelContext() {\n"
+OP_KERNEL_CC_DESTROYED = """\
+  if (const OpKernelContextObserver* observer =
+          op_kernel_context_observer.load(std::memory_order_acquire)) {
+    observer->on_destroyed(this);
+  }
+"""
+
+GPU_PROCESS_STATE_INCLUDE_ANCHOR = '#include "tensorflow/core/common_runtime/gpu/gpu_id_manager.h"\n'
+GPU_PROCESS_STATE_INCLUDE = '#include "tensorflow/core/common_runtime/lms/tf_adapter/patched_tensorflow.h"\n'
+GPU_PROCESS_STATE_ALLOCATOR_ANCHOR = """\
+    const std::vector<tsl::TfDeviceId>& peer_gpu_ids) {
+  CHECK(process_state_);
+"""
+GPU_PROCESS_STATE_ALLOCATOR = """\
+  // Large Model Support: when it is enabled for this GPU, its allocator
+  // serves the GPU, and TensorFlow's below is never made (it would take the
+  // GPU's memory).
+  if (Allocator* lms_allocator = lms::LmsGpuAllocatorOrNull(
+          options, tf_device_id.value(), total_bytes)) {
+    return lms_allocator;
+  }
+"""
+GPU_PROCESS_STATE_HOST_ANCHOR = "\n  CHECK_NE(nullptr, se);\n"
+GPU_PROCESS_STATE_HOST = """
+  if (se == nullptr) {
+    // Large Model Support serves the GPUs, so GetGPUAllocator made no
+    // allocator to find an executor through; any GPU's will do.
+    se = DeviceIdUtil::ExecutorForTfDeviceId(
+             DEVICE_GPU, se::GPUMachineManager(), tsl::TfDeviceId(0))
+             .value();
+  }"""
+
+GPU_BUILD_ANCHOR = '        "//tensorflow/core/common_runtime:node_file_writer",\n'
+GPU_BUILD_DEP = '        "//tensorflow/core/common_runtime/lms:tf_adapter",\n'
+
+
+def patch_op_kernel_h(text: str) -> str:
+    return insert_after(text, OP_KERNEL_H_ANCHOR, OP_KERNEL_H_ADDITION,
+                        "tensorflow/core/framework/op_kernel.h")
+
+
+def patch_op_kernel_cc(text: str) -> str:
+    path = "tensorflow/core/framework/op_kernel.cc"
+    text = insert_before(text, OP_KERNEL_CC_STORAGE_ANCHOR, OP_KERNEL_CC_STORAGE, path)
+    text = insert_after(text, OP_KERNEL_CC_CREATED_ANCHOR, OP_KERNEL_CC_CREATED, path)
+    return insert_after(text, OP_KERNEL_CC_DESTROYED_ANCHOR, OP_KERNEL_CC_DESTROYED, path)
+
+
+def patch_gpu_process_state_cc(text: str) -> str:
+    path = "tensorflow/core/common_runtime/gpu/gpu_process_state.cc"
+    text = insert_after(text, GPU_PROCESS_STATE_INCLUDE_ANCHOR, GPU_PROCESS_STATE_INCLUDE,
+                        path)
+    text = insert_after(text, GPU_PROCESS_STATE_ALLOCATOR_ANCHOR,
+                        GPU_PROCESS_STATE_ALLOCATOR, path)
+    return insert_before(text, GPU_PROCESS_STATE_HOST_ANCHOR, GPU_PROCESS_STATE_HOST, path)
+
+
+def patch_gpu_build(text: str) -> str:
+    return insert_after(text, GPU_BUILD_ANCHOR, GPU_BUILD_DEP,
+                        "tensorflow/core/common_runtime/gpu/BUILD")
+
+
+def add_hooks(tree: Path) -> None:
+    edit(tree, "tensorflow/core/framework/op_kernel.h", patch_op_kernel_h)
+    edit(tree, "tensorflow/core/framework/op_kernel.cc", patch_op_kernel_cc)
+    edit(tree, "tensorflow/core/common_runtime/gpu/gpu_process_state.cc",
+         patch_gpu_process_state_cc)
+    edit(tree, "tensorflow/core/common_runtime/gpu/BUILD", patch_gpu_build)
+
+
 @dataclass
 class Part:
     subject: str
@@ -333,6 +459,15 @@ PARTS = [
          "GPUOptions.Experimental.lms_enabled / lms_defrag_enabled of its\n"
          "ConfigProto; changing them after initialization is a RuntimeError.",
          add_python_api),
+    Part("Call Large Model Support from the kernel contexts and the GPU allocator",
+         "OpKernelContext's constructor and destructor call an observer that LMS\n"
+         "installs (SetOpKernelContextObserver, op_kernel.h), so that a kernel's\n"
+         "tensors stay resident while its context lives. GPUProcessState asks\n"
+         "LMS first for each GPU's allocator (lms::LmsGpuAllocatorOrNull: when\n"
+         "lms_enabled is set in GPUOptions.Experimental, by set_lms_enabled or\n"
+         "TF_LMS_ENABLED=1), and GetGpuHostAllocator finds an executor when LMS\n"
+         "serves every GPU.",
+         add_hooks),
 ]
 
 

@@ -6,8 +6,14 @@ What can be checked without a TensorFlow checkout (patches/README.md):
   byte the sources the overlay builds and tests;
 - every pre-image in the series is the installed 2.21.0 wheel's file (its git
   blob hash), except the lines the wheel build rewrites, which are named;
-- every new C++ file compiles against the wheel's headers, laid out as in the
-  TensorFlow tree, with the overlay's flags;
+- every new C++ file compiles against the wheel's headers (with the patched
+  op_kernel.h in front), laid out as in the TensorFlow tree, with the overlay's
+  flags; the code the series adds to TensorFlow's .cc files compiles against the
+  wheel's declarations of what it calls;
+- the hunks on approximate files need only their context: the series applies
+  with unrelated text around each excerpt, as in the whole file;
+- every external repository the BUILD files name is one the wheel was built
+  with;
 - on a copy of the installed `tensorflow` package with the patched Python
   files and a config_pb2 whose descriptor has fields 20/21, the Python API sets
   `gpu_options.experimental.lms_enabled`, the ConfigProto round-trips through
@@ -44,8 +50,12 @@ def _load_config_proto():  # without the package's __init__, which imports Tenso
 
 
 # Files the series modifies: exact (the wheel's text) or approximate (patches/README.md).
-EXACT = {"tensorflow/python/framework/config.py", "tensorflow/python/eager/context.py"}
-APPROXIMATE = {"tensorflow/core/protobuf/config.proto"}
+EXACT = {"tensorflow/python/framework/config.py", "tensorflow/python/eager/context.py",
+         "tensorflow/core/framework/op_kernel.h"}
+APPROXIMATE = {"tensorflow/core/protobuf/config.proto",
+               "tensorflow/core/framework/op_kernel.cc",
+               "tensorflow/core/common_runtime/gpu/gpu_process_state.cc",
+               "tensorflow/core/common_runtime/gpu/BUILD"}
 
 # The patched config.proto's fields in a config_pb2.py, as the overlay adds them.
 with_lms_fields = _load_config_proto().with_lms_fields
@@ -101,13 +111,19 @@ def test_git_am_applies_the_series_and_adds_the_overlay_sources_byte_for_byte(ap
         added = applied / make_patches.LMS_DIR / rel
         assert added.read_bytes() == (make_patches.CC / rel).read_bytes(), rel
     assert (applied / make_patches.LMS_DIR / "BUILD").is_file()
-    # The overlay-only files stay out of the TensorFlow tree.
-    assert not (applied / make_patches.LMS_DIR / "tf_adapter" / "overlay.cc").exists()
+    # The overlay-only files stay out of the TensorFlow tree; the entry point
+    # only a patched TensorFlow builds is in it.
+    adapter = applied / make_patches.LMS_DIR / "tf_adapter"
+    assert not (adapter / "hooks.cc").exists() and not (adapter / "c_api.cc").exists()
+    assert (adapter / "overlay.cc").exists() and (adapter / "patched_tensorflow.cc").exists()
+    assert "patched_tensorflow" not in (ROOT / "CMakeLists.txt").read_text()
 
 
 def wheel_text_as_source(rel: str) -> bytes:
     """The wheel's file with the lines its build rewrote put back as in the source."""
-    lines = (WHEEL.parent / rel).read_text().split("\n")
+    # Python files sit at their source paths; headers under include/.
+    path = WHEEL / "include" / rel if rel.endswith(".h") else WHEEL.parent / rel
+    lines = path.read_text().split("\n")
     for number, (in_wheel, in_source) in REWRITTEN.get(rel, {}).items():
         assert lines[number - 1] == in_wheel, f"{rel}:{number}: {lines[number - 1]!r}"
         lines[number - 1] = in_source
@@ -159,9 +175,10 @@ def test_the_approximate_config_proto_declares_the_wheels_gpu_options():
                      for name, _, number in _load_config_proto().LMS_FIELDS}
 
 
-def compile_one(source: Path, include: Path) -> tuple[Path, str]:
+def compile_one(source: Path, *include: Path) -> tuple[Path, str]:
     flags = ["-std=c++17", "-fsyntax-only", "-w", "-D_GLIBCXX_USE_CXX11_ABI=1",
-             "-DEIGEN_MAX_ALIGN_BYTES=64", f"-I{include}", f"-I{WHEEL / 'include'}"]
+             "-DEIGEN_MAX_ALIGN_BYTES=64", *(f"-I{i}" for i in include),
+             f"-I{WHEEL / 'include'}"]
     done = subprocess.run(["nice", os.environ.get("CXX", "g++"), *flags, str(source)],
                           capture_output=True, text=True)
     return source, "" if done.returncode == 0 else done.stderr[-3000:]
@@ -170,18 +187,131 @@ def compile_one(source: Path, include: Path) -> tuple[Path, str]:
 def test_every_new_cc_file_compiles_against_the_wheels_headers_in_the_tree_layout(applied):
     lms = applied / make_patches.LMS_DIR
     sources = sorted(lms.rglob("*.cc"))
-    # Bazel's `includes = ["."]` puts the lms directory on the include path.
-    content = hashlib.sha256()
+    # Bazel's `includes = ["."]` puts the lms directory on the include path;
+    # the tree's root goes before the wheel's headers, for the patched op_kernel.h.
+    op_kernel_h = applied / "tensorflow/core/framework/op_kernel.h"
+    content = hashlib.sha256(op_kernel_h.read_bytes())
     for path in sorted(lms.rglob("*.cc")) + sorted(lms.rglob("*.h")):
         content.update(path.read_bytes())
     stamp = ROOT / "build" / "patches" / f"compiled-{content.hexdigest()[:16]}"
     if stamp.exists():  # the same bytes compiled before: a rerun is quick
         return
     with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
-        failures = [(s, e) for s, e in pool.map(lambda s: compile_one(s, lms), sources) if e]
+        failures = [(s, e) for s, e in pool.map(lambda s: compile_one(s, lms, applied),
+                                                 sources) if e]
     assert not failures, "\n".join(f"{s}:\n{e}" for s, e in failures)
     stamp.parent.mkdir(parents=True, exist_ok=True)
     stamp.write_text(json.dumps([str(s.relative_to(lms)) for s in sources]))
+
+
+def added_lines(path: str) -> list[list[str]]:
+    """The runs of lines the series adds to `path`, in order."""
+    runs: list[list[str]] = []
+    for patch in sorted(make_patches.SERIES.glob("*.patch")):
+        diff = re.search(rf"^diff --git a/{re.escape(path)} .*?(?=^diff --git|^-- $|\Z)",
+                         patch.read_text(), re.M | re.S)
+        if diff is None:
+            continue
+        body = diff.group(0)[diff.group(0).index("\n@@ "):]
+        previous = ""
+        for line in body.splitlines():
+            if line.startswith("+"):
+                if not previous.startswith("+"):
+                    runs.append([])
+                runs[-1].append(line[1:])
+            previous = line
+    return runs
+
+
+# The code the series adds inside TensorFlow's functions, each hunk in a
+# function with the names it uses in scope, as declared by the wheel's headers.
+ADDED_CODE_PROGRAM = """\
+#include <atomic>
+#include <vector>
+
+#include "tensorflow/core/common_runtime/device_id_utils.h"
+#include "tensorflow/core/common_runtime/gpu/gpu_process_state.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tf_adapter/patched_tensorflow.h"
+#include "xla/stream_executor/gpu/gpu_init.h"
+
+namespace tensorflow {{
+{storage}
+Allocator* GetGPUAllocator(const GPUOptions& options, tsl::TfDeviceId tf_device_id,
+                           size_t total_bytes) {{
+{allocator}
+  return nullptr;
+}}
+
+se::StreamExecutor* HostAllocatorExecutor() {{
+  se::StreamExecutor* se = nullptr;
+{host}
+  return se;
+}}
+
+struct Context {{
+  void Created();
+  void Destroyed();
+  OpKernelContext* self;
+  OpKernelContext::Params* params_;
+}};
+void Context::Created() {{
+{created}
+}}
+void Context::Destroyed() {{
+{destroyed}
+}}
+}}  // namespace tensorflow
+"""
+
+
+def test_the_code_added_to_tensorflows_cc_files_compiles_against_the_wheels_headers(
+        applied, tmp_path):
+    storage, created, destroyed = added_lines("tensorflow/core/framework/op_kernel.cc")
+    include, allocator, host = added_lines(
+        "tensorflow/core/common_runtime/gpu/gpu_process_state.cc")
+    assert include == ['#include "tensorflow/core/common_runtime/lms/tf_adapter/'
+                       'patched_tensorflow.h"']
+    assert (applied / make_patches.LMS_DIR / "tf_adapter/patched_tensorflow.h").is_file()
+    in_member = lambda lines: "\n".join(lines).replace("(this,", "(self,").replace(
+        "(this)", "(self)")
+    source = tmp_path / "added_code.cc"
+    source.write_text(ADDED_CODE_PROGRAM.format(
+        storage="\n".join(storage), allocator="\n".join(allocator), host="\n".join(host),
+        created=in_member(created), destroyed=in_member(destroyed)))
+    _, error = compile_one(source, applied / make_patches.LMS_DIR, applied)
+    assert not error, f"{source.read_text()}\n{error}"
+
+
+def test_the_approximate_hunks_need_only_their_context(tmp_path):
+    """Each approximate base is an excerpt; the real file has other text around it
+    (and other line numbers), which `git am` must take."""
+    tree = tmp_path / "tensorflow"
+    make_patches.base_checkout(tree)
+    for rel in APPROXIMATE:
+        path = tree / rel
+        filler = "".join(f"# unrelated line {i}\n" if rel.endswith("BUILD")
+                         else f"// unrelated line {i}\n" for i in range(137))
+        path.write_text(filler + path.read_text() + filler)
+    git(tree, "commit", "--quiet", "-am", "the excerpts inside longer files")
+    git(tree, "am", "--quiet", *map(str, sorted(make_patches.SERIES.glob("*.patch"))))
+
+
+def test_every_external_repository_in_the_build_files_is_one_the_wheel_was_built_with(
+        applied):
+    """TensorFlow's BUILD labels name repositories by their Bazel names (@xla, not
+    the @local_xla of older releases); the wheel's libraries embed the source paths
+    (external/<name>/...) of the repositories it was built from."""
+    builds = [applied / make_patches.LMS_DIR / "BUILD",
+              applied / "tensorflow/core/common_runtime/gpu/BUILD"]
+    named = {name for build in builds for name in re.findall(r'"@(\w+)//', build.read_text())}
+    assert {"xla", "com_google_absl"} <= named
+    embedded = set()
+    for library in ("libtensorflow_framework.so.2", "libtensorflow_cc.so.2"):
+        data = (WHEEL / library).read_bytes()
+        embedded |= {m.decode() for m in re.findall(rb"external/(\w+)/", data)}
+    local_config = {name for name in named if name.startswith("local_config_")}
+    assert named - local_config <= embedded, sorted(named - local_config - embedded)
 
 
 # --------------------------------------------------------------------------
