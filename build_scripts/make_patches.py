@@ -14,8 +14,9 @@ patches/README.md says which are exact and how they were obtained):
         names), kept by the eager context and written into those two fields of the
         ConfigProto;
   0004  the hooks: an OpKernelContext observer (op_kernel.h/.cc) that LMS installs
-        to pin kernels' tensors, and GPUProcessState asking LMS first for a GPU's
-        allocator (gpu_process_state.cc, the gpu BUILD file).
+        to pin kernels' tensors, GPUProcessState asking LMS first for a GPU's
+        allocator (gpu_process_state.cc, the gpu BUILD file), and GPUUtil's copies
+        pinned (gpu_util.cc).
 
 Each part is a commit with a fixed author and date on top of the base tree;
 `git format-patch --zero-commit --no-signature` writes them, so regenerating
@@ -376,6 +377,109 @@ GPU_PROCESS_STATE_HOST = """
              .value();
   }"""
 
+# gpu_util.cc: each of GPUUtil's four copies keeps its body under another
+# name (the unpinned copy) and becomes a call to LMS's pinned copy with it.
+GPU_UTIL_INCLUDE_ANCHOR = '#include "tensorflow/core/common_runtime/gpu_device_context.h"\n'
+GPU_UTIL_INCLUDE = '#include "tensorflow/core/common_runtime/lms/tf_adapter/patched_tensorflow.h"\n'
+PINS_COMMENT = """\
+// Large Model Support pins the copy's LMS tensors until `done` (Note
+// [TensorFlow's own copies] in lms/tf_adapter/tensorflow_copies.h).
+"""
+
+
+@dataclass
+class PinnedCopy:
+    """One of GPUUtil's copies: its header in gpu_util.cc and the call that pins."""
+    header: str      # "void GPUUtil::Name(" ... ") {\n", as in the file
+    unpinned: str    # the name its body keeps
+    call: str        # the wrapper's body
+
+    def patched(self) -> str:
+        name = self.header[len("void GPUUtil::"):self.header.index("(")]
+        params = " ".join(self.header[self.header.index("(") + 1:self.header.rindex(")")]
+                          .split())
+        signature = wrap(f"static void {self.unpinned}(", params.split(", "), ")")
+        return (f"// GPUUtil::{name} without Large Model Support's pins.\n"
+                f"{signature};\n\n{PINS_COMMENT}{self.header}{self.call}}}\n\n"
+                f"{signature} {{\n")
+
+
+def wrap(opening: str, params: list[str], closing: str) -> str:
+    """`opening`, the parameters and `closing`, aligned after the parenthesis in
+    lines of at most 80 columns (with room for the " {" or ";" that follows)."""
+    indent = " " * len(opening)
+    lines = [opening]
+    for i, param in enumerate(params):
+        last = i + 1 == len(params)
+        piece = param + (closing if last else ", ")
+        if len(lines[-1]) > len(indent) and \
+                len(lines[-1] + piece.rstrip()) + (2 if last else 0) > 80:
+            lines[-1] = lines[-1].rstrip()
+            lines.append(indent)
+        lines[-1] += piece
+    return "\n".join(lines)
+
+
+PINNED_COPIES = [
+    PinnedCopy("""\
+void GPUUtil::DeviceToDeviceCopy(
+    DeviceContext* send_dev_context, DeviceContext* recv_dev_context,
+    Device* src, Device* dst, AllocatorAttributes src_alloc_attr,
+    AllocatorAttributes dst_alloc_attr, const Tensor* input, Tensor* output,
+    int dev_to_dev_stream_index, StatusCallback done) {
+""", "DeviceToDeviceCopyUnpinned", """\
+  lms::PinnedDeviceToDeviceCopy(&DeviceToDeviceCopyUnpinned, send_dev_context,
+                                recv_dev_context, src, dst, src_alloc_attr,
+                                dst_alloc_attr, input, output,
+                                dev_to_dev_stream_index, std::move(done));
+"""),
+    PinnedCopy("""\
+void GPUUtil::CopyGPUTensorToCPU(Device* gpu_device,
+                                 const DeviceContext* device_context,
+                                 const Tensor* gpu_tensor, Tensor* cpu_tensor,
+                                 StatusCallback done) {
+""", "CopyGPUTensorToCPUUnpinned", """\
+  lms::PinnedCopyGpuTensorToCpu(&CopyGPUTensorToCPUUnpinned, gpu_device,
+                                device_context, gpu_tensor, cpu_tensor,
+                                std::move(done));
+"""),
+    PinnedCopy("""\
+void GPUUtil::CopyCPUTensorToGPU(const Tensor* cpu_tensor,
+                                 const DeviceContext* device_context,
+                                 Device* gpu_device, Tensor* gpu_tensor,
+                                 StatusCallback done, bool sync_dst_compute) {
+""", "CopyCPUTensorToGPUUnpinned", """\
+  lms::PinnedCopyCpuTensorToGpu(&CopyCPUTensorToGPUUnpinned, cpu_tensor,
+                                device_context, gpu_device, gpu_tensor,
+                                std::move(done), sync_dst_compute);
+"""),
+    PinnedCopy("""\
+void GPUUtil::CopyGPUTensorToSameGPU(Device* gpu_device,
+                                     const DeviceContext* device_context,
+                                     const Tensor* src_gpu_tensor,
+                                     Tensor* dst_gpu_tensor,
+                                     StatusCallback done) {
+""", "CopyGPUTensorToSameGPUUnpinned", """\
+  lms::PinnedCopyGpuTensorToSameGpu(&CopyGPUTensorToSameGPUUnpinned, gpu_device,
+                                    device_context, src_gpu_tensor,
+                                    dst_gpu_tensor, std::move(done));
+"""),
+]
+
+
+def replace_once(text: str, old: str, new: str, path: str) -> str:
+    insert_after(text, old, "", path)  # checks that `old` occurs exactly once
+    return text.replace(old, new)
+
+
+def patch_gpu_util_cc(text: str) -> str:
+    path = "tensorflow/core/common_runtime/gpu/gpu_util.cc"
+    text = insert_after(text, GPU_UTIL_INCLUDE_ANCHOR, GPU_UTIL_INCLUDE, path)
+    for copy in PINNED_COPIES:
+        text = replace_once(text, copy.header, copy.patched(), path)
+    return text
+
+
 GPU_BUILD_ANCHOR = '        "//tensorflow/core/common_runtime:node_file_writer",\n'
 GPU_BUILD_DEP = '        "//tensorflow/core/common_runtime/lms:tf_adapter",\n'
 
@@ -411,6 +515,7 @@ def add_hooks(tree: Path) -> None:
     edit(tree, "tensorflow/core/framework/op_kernel.cc", patch_op_kernel_cc)
     edit(tree, "tensorflow/core/common_runtime/gpu/gpu_process_state.cc",
          patch_gpu_process_state_cc)
+    edit(tree, "tensorflow/core/common_runtime/gpu/gpu_util.cc", patch_gpu_util_cc)
     edit(tree, "tensorflow/core/common_runtime/gpu/BUILD", patch_gpu_build)
 
 
@@ -466,7 +571,9 @@ PARTS = [
          "LMS first for each GPU's allocator (lms::LmsGpuAllocatorOrNull: when\n"
          "lms_enabled is set in GPUOptions.Experimental, by set_lms_enabled or\n"
          "TF_LMS_ENABLED=1), and GetGpuHostAllocator finds an executor when LMS\n"
-         "serves every GPU.",
+         "serves every GPU. GPUUtil's four copies pin the LMS tensors they read\n"
+         "or write until their `done` (lms::PinnedCopy*), so that no eviction can\n"
+         "remap a tensor a queued copy still uses.",
          add_hooks),
 ]
 

@@ -55,6 +55,7 @@ EXACT = {"tensorflow/python/framework/config.py", "tensorflow/python/eager/conte
 APPROXIMATE = {"tensorflow/core/protobuf/config.proto",
                "tensorflow/core/framework/op_kernel.cc",
                "tensorflow/core/common_runtime/gpu/gpu_process_state.cc",
+               "tensorflow/core/common_runtime/gpu/gpu_util.cc",
                "tensorflow/core/common_runtime/gpu/BUILD"}
 
 # The patched config.proto's fields in a config_pb2.py, as the overlay adds them.
@@ -279,6 +280,40 @@ def test_the_code_added_to_tensorflows_cc_files_compiles_against_the_wheels_head
     source.write_text(ADDED_CODE_PROGRAM.format(
         storage="\n".join(storage), allocator="\n".join(allocator), host="\n".join(host),
         created=in_member(created), destroyed=in_member(destroyed)))
+    _, error = compile_one(source, applied / make_patches.LMS_DIR, applied)
+    assert not error, f"{source.read_text()}\n{error}"
+
+
+PINNED_COPIES_PROGRAM = """\
+#include <utility>
+
+#include "tensorflow/core/common_runtime/gpu/gpu_util.h"
+#include "tf_adapter/patched_tensorflow.h"
+
+namespace tensorflow {{
+{code}
+}}  // namespace tensorflow
+"""
+
+
+def test_gpuutils_copies_become_lms_pinned_copies_that_compile_against_the_wheel(
+        applied, tmp_path):
+    """Each of GPUUtil's four copies calls LMS's pinned copy with its own body
+    (renamed); the declarations and calls compile against the wheel's gpu_util.h."""
+    patched = (applied / "tensorflow/core/common_runtime/gpu/gpu_util.cc").read_text()
+    declarations = re.findall(r"^static void \w+Unpinned\([^;{]*\);$", patched, re.M)
+    wrappers = re.findall(r"^void GPUUtil::\w+\([^{]*\) \{\n  lms::Pinned\w+\([^;]*\);\n\}$",
+                          patched, re.M)
+    definitions = re.findall(r"^static void (\w+Unpinned)\([^;{]*\) \{$", patched, re.M)
+    assert len(declarations) == len(wrappers) == 4, patched
+    assert sorted(definitions) == sorted(
+        re.search(r"static void (\w+)\(", d).group(1) for d in declarations)
+    for name in ("DeviceToDeviceCopy", "CopyGPUTensorToCPU", "CopyCPUTensorToGPU",
+                 "CopyGPUTensorToSameGPU"):
+        assert sum(f"GPUUtil::{name}(" in w and f"&{name}Unpinned," in w
+                   for w in wrappers) == 1, name
+    source = tmp_path / "pinned_copies.cc"
+    source.write_text(PINNED_COPIES_PROGRAM.format(code="\n\n".join(declarations + wrappers)))
     _, error = compile_one(source, applied / make_patches.LMS_DIR, applied)
     assert not error, f"{source.read_text()}\n{error}"
 

@@ -1,5 +1,6 @@
 #include "tf_adapter/patched_tensorflow.h"
 
+#include <cstring>
 #include <string>
 
 #include "engine/status.h"
@@ -7,6 +8,7 @@
 #include "tf_adapter/gpu_devices.h"
 #include "tf_adapter/lms_allocator.h"
 #include "tf_adapter/overlay.h"
+#include "tf_adapter/tensorflow_copies.h"
 #include "tsl/platform/logging.h"
 
 namespace lms {
@@ -30,6 +32,15 @@ const Status& Configured() {
   return *status;
 }
 
+// tensorflow_copies.h takes AllocatorAttributes as the 64-bit integer that
+// carries them (as the interposer passes them).
+unsigned long long Bits(tsl::AllocatorAttributes attributes) {
+  unsigned long long bits = 0;
+  static_assert(sizeof(attributes) == sizeof(bits));
+  std::memcpy(&bits, &attributes, sizeof(bits));
+  return bits;
+}
+
 }  // namespace
 
 tsl::Allocator* LmsGpuAllocatorOrNull(const tensorflow::GPUOptions& options,
@@ -49,6 +60,44 @@ tsl::Allocator* LmsGpuAllocatorOrNull(const tensorflow::GPUOptions& options,
   // Before TensorFlow runs a kernel with this allocator (it has none yet).
   tensorflow::SetOpKernelContextObserver(&kContextObserver);
   return static_cast<tsl::Allocator*>(lms);
+}
+
+void PinnedCopyGpuTensorToCpu(GpuToCpuCopy unpinned, tensorflow::Device* gpu_device,
+                              const tensorflow::DeviceContext* device_context,
+                              const tensorflow::Tensor* gpu_tensor,
+                              tensorflow::Tensor* cpu_tensor, tensorflow::StatusCallback done) {
+  CopyGpuTensorToCpu(Overlay::Get().router(), reinterpret_cast<void*>(unpinned), gpu_device,
+                     device_context, gpu_tensor, cpu_tensor, &done);
+}
+
+void PinnedCopyCpuTensorToGpu(CpuToGpuCopy unpinned, const tensorflow::Tensor* cpu_tensor,
+                              const tensorflow::DeviceContext* device_context,
+                              tensorflow::Device* gpu_device, tensorflow::Tensor* gpu_tensor,
+                              tensorflow::StatusCallback done, bool sync_dst_compute) {
+  CopyCpuTensorToGpu(Overlay::Get().router(), reinterpret_cast<void*>(unpinned), cpu_tensor,
+                     device_context, gpu_device, gpu_tensor, &done, sync_dst_compute);
+}
+
+void PinnedCopyGpuTensorToSameGpu(SameGpuCopy unpinned, tensorflow::Device* gpu_device,
+                                  const tensorflow::DeviceContext* device_context,
+                                  const tensorflow::Tensor* src_gpu_tensor,
+                                  tensorflow::Tensor* dst_gpu_tensor,
+                                  tensorflow::StatusCallback done) {
+  CopyGpuTensorToSameGpu(Overlay::Get().router(), reinterpret_cast<void*>(unpinned),
+                         gpu_device, device_context, src_gpu_tensor, dst_gpu_tensor, &done);
+}
+
+void PinnedDeviceToDeviceCopy(DeviceToDeviceCopyFn unpinned,
+                              tensorflow::DeviceContext* send_dev_context,
+                              tensorflow::DeviceContext* recv_dev_context,
+                              tensorflow::Device* src, tensorflow::Device* dst,
+                              tsl::AllocatorAttributes src_alloc_attr,
+                              tsl::AllocatorAttributes dst_alloc_attr,
+                              const tensorflow::Tensor* input, tensorflow::Tensor* output,
+                              int dev_to_dev_stream_index, tensorflow::StatusCallback done) {
+  DeviceToDeviceCopy(Overlay::Get().router(), reinterpret_cast<void*>(unpinned),
+                     send_dev_context, recv_dev_context, src, dst, Bits(src_alloc_attr),
+                     Bits(dst_alloc_attr), input, output, dev_to_dev_stream_index, &done);
 }
 
 }  // namespace lms

@@ -1,6 +1,6 @@
-// The entry point of a TensorFlow built with the LMS patch series
+// The entry points of a TensorFlow built with the LMS patch series
 // (patches/v2.21.0/): the patched GPUProcessState::GetGPUAllocator asks here
-// first. Built only there (the series adds it to TensorFlow's tree; the
+// first, and the patched GPUUtil copies run through here. Built only there (the series adds it to TensorFlow's tree; the
 // runtime overlay reaches the same Overlay through the interposer instead,
 // hooks.h), because it uses the OpKernelContext observer the series adds to
 // tensorflow/core/framework/op_kernel.h.
@@ -9,6 +9,9 @@
 
 #include <cstddef>
 
+#include "tensorflow/core/framework/device.h"
+#include "tensorflow/core/framework/device_base.h"
+#include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/protobuf/config.pb.h"
 #include "xla/tsl/framework/allocator.h"
 
@@ -27,6 +30,44 @@ namespace lms {
 // Thread-safe.
 tsl::Allocator* LmsGpuAllocatorOrNull(const tensorflow::GPUOptions& options,
                                       int tf_device_id, size_t total_bytes);
+
+// tensorflow::GPUUtil's copies, pinned as Note [TensorFlow's own copies]
+// (tensorflow_copies.h) says: each takes GPUUtil's own implementation as
+// `unpinned` and the function's arguments, and runs `unpinned` with the
+// copy's LMS tensors pinned until `done`.
+using GpuToCpuCopy = void (*)(tensorflow::Device*, const tensorflow::DeviceContext*,
+                              const tensorflow::Tensor*, tensorflow::Tensor*,
+                              tensorflow::StatusCallback);
+using CpuToGpuCopy = void (*)(const tensorflow::Tensor*, const tensorflow::DeviceContext*,
+                              tensorflow::Device*, tensorflow::Tensor*,
+                              tensorflow::StatusCallback, bool);
+using SameGpuCopy = GpuToCpuCopy;
+using DeviceToDeviceCopyFn = void (*)(tensorflow::DeviceContext*, tensorflow::DeviceContext*,
+                                      tensorflow::Device*, tensorflow::Device*,
+                                      tsl::AllocatorAttributes, tsl::AllocatorAttributes,
+                                      const tensorflow::Tensor*, tensorflow::Tensor*, int,
+                                      tensorflow::StatusCallback);
+void PinnedCopyGpuTensorToCpu(GpuToCpuCopy unpinned, tensorflow::Device* gpu_device,
+                              const tensorflow::DeviceContext* device_context,
+                              const tensorflow::Tensor* gpu_tensor,
+                              tensorflow::Tensor* cpu_tensor, tensorflow::StatusCallback done);
+void PinnedCopyCpuTensorToGpu(CpuToGpuCopy unpinned, const tensorflow::Tensor* cpu_tensor,
+                              const tensorflow::DeviceContext* device_context,
+                              tensorflow::Device* gpu_device, tensorflow::Tensor* gpu_tensor,
+                              tensorflow::StatusCallback done, bool sync_dst_compute);
+void PinnedCopyGpuTensorToSameGpu(SameGpuCopy unpinned, tensorflow::Device* gpu_device,
+                                  const tensorflow::DeviceContext* device_context,
+                                  const tensorflow::Tensor* src_gpu_tensor,
+                                  tensorflow::Tensor* dst_gpu_tensor,
+                                  tensorflow::StatusCallback done);
+void PinnedDeviceToDeviceCopy(DeviceToDeviceCopyFn unpinned,
+                              tensorflow::DeviceContext* send_dev_context,
+                              tensorflow::DeviceContext* recv_dev_context,
+                              tensorflow::Device* src, tensorflow::Device* dst,
+                              tsl::AllocatorAttributes src_alloc_attr,
+                              tsl::AllocatorAttributes dst_alloc_attr,
+                              const tensorflow::Tensor* input, tensorflow::Tensor* output,
+                              int dev_to_dev_stream_index, tensorflow::StatusCallback done);
 
 }  // namespace lms
 
