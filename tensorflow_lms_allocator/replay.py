@@ -238,45 +238,46 @@ def replay_engine(events: Events, device_bytes: int, granule: int, steps: int,
     result = Result(policy, device_bytes, True)
     last = engine.stats()
     labels = [None if op == "-" else op for op in events.ops]
-    for i, e in enumerate(events.events):
-        born = 0
-        set_thread_label(labels[e.op])
-        try:
-            if e.kind == ALLOC:
-                address = engine.allocate(events.sizes[e.allocation], pin=e.born_pinned)
-                addresses[e.allocation] = address
-                info = engine.inspect(address)
-                born = info["allocated_bytes"] if info["evicted"] else 0
-            elif e.kind == PIN:
-                engine.pin(addresses[e.allocation] + e.offset)
-            elif e.kind == UNPIN:
-                try:
-                    engine.unpin(addresses[e.allocation] + e.offset)
-                except (LookupError, RuntimeError):
-                    if e.allocation not in freed:
-                        raise
-                    result.unmatched += 1  # its page was packed differently here
-            else:
-                engine.free(addresses[e.allocation])
-                freed.add(e.allocation)
-        except (OutOfMemoryError, RuntimeError, LookupError) as error:
-            set_thread_label(None)
-            result.fits = False
-            result.failure = (f"event {i} ({e.kind} of {events.sizes[e.allocation]:,} bytes, "
-                              f"op {events.ops[e.op]}): {error}")
-            break
-        now = engine.stats()
-        evicted = now["bytes_reclaimed"] - last["bytes_reclaimed"]
-        paged = now["bytes_paged_in"] - last["bytes_paged_in"]
-        reclaims = (now["num_single_reclaims"] + now["num_full_reclaims"]
-                    - last["num_single_reclaims"] - last["num_full_reclaims"])
-        rows.append((evicted, born, paged, reclaims, now["bytes_in_use"]))
-        if evicted:
-            result.evicted_at[i] = evicted
-        if paged:
-            result.paged_in_at[i] = paged
-        last = now
-    set_thread_label(None)
+    try:  # events run labelled with their op, as TensorFlow's kernels do
+        for i, e in enumerate(events.events):
+            born = 0
+            set_thread_label(labels[e.op])
+            try:
+                if e.kind == ALLOC:
+                    address = engine.allocate(events.sizes[e.allocation], pin=e.born_pinned)
+                    addresses[e.allocation] = address
+                    info = engine.inspect(address)
+                    born = info["allocated_bytes"] if info["evicted"] else 0
+                elif e.kind == PIN:
+                    engine.pin(addresses[e.allocation] + e.offset)
+                elif e.kind == UNPIN:
+                    try:
+                        engine.unpin(addresses[e.allocation] + e.offset)
+                    except (LookupError, RuntimeError):
+                        if e.allocation not in freed:
+                            raise
+                        result.unmatched += 1  # its page was packed differently here
+                else:
+                    engine.free(addresses[e.allocation])
+                    freed.add(e.allocation)
+            except (OutOfMemoryError, RuntimeError, LookupError) as error:
+                result.fits = False
+                result.failure = (f"event {i} ({e.kind} of {events.sizes[e.allocation]:,} bytes, "
+                                  f"op {events.ops[e.op]}): {error}")
+                break
+            now = engine.stats()
+            evicted = now["bytes_reclaimed"] - last["bytes_reclaimed"]
+            paged = now["bytes_paged_in"] - last["bytes_paged_in"]
+            reclaims = (now["num_single_reclaims"] + now["num_full_reclaims"]
+                        - last["num_single_reclaims"] - last["num_full_reclaims"])
+            rows.append((evicted, born, paged, reclaims, now["bytes_in_use"]))
+            if evicted:
+                result.evicted_at[i] = evicted
+            if paged:
+                result.paged_in_at[i] = paged
+            last = now
+    finally:
+        set_thread_label(None)
     rows += [(0, 0, 0, 0, 0)] * (len(events.events) - len(rows))
     _fill_steps(result, step_bounds(events, steps), lambda i: rows[i])
     return result

@@ -88,7 +88,8 @@ void LearnedPolicy::EndPeriod(Unit& u, uint64_t length) {
 
 bool LearnedPolicy::trusted() const {
   if (window_size_ < kWindow / 2) return true;
-  const uint64_t mask = window_size_ == 64 ? ~uint64_t{0} : (uint64_t{1} << window_size_) - 1;
+  const uint64_t mask =
+      window_size_ == kWindow ? ~uint64_t{0} : (uint64_t{1} << window_size_) - 1;
   return 2 * __builtin_popcountll(window_ & mask) >= window_size_;
 }
 

@@ -13,8 +13,8 @@
 //     name the adapter sets for the thread) and its requested size; pages of
 //     small objects and allocations made outside kernels have no key;
 //   - time is counted in *uses*: a tick each time a unit turns active (its
-//     first pin); a unit's n-th inactive period runs from its n-th unpin to
-//     zero to its next pin, or to its free;
+//     first pin); a unit's n-th inactive period runs from its n-th last
+//     unpin (pin count back to zero) to its next pin, or to its free;
 //   - learning: when a keyed unit's n-th inactive period ends, the table
 //     records for (key, n) its length in ticks, or "never" if it ended in a
 //     free; the latest step's value replaces the previous one;
@@ -37,8 +37,8 @@
 //   - prefetching (Engine::Prefetch, called by a helper thread of the
 //     TensorFlow adapter after each kernel starts, with TF_LMS_PREFETCH=1;
 //     off by default, since on two cores it moved more bytes and gained no
-//     step time): evicted units predicted
-//     to be used within the next few ticks are paged in ahead of their pin,
+//     step time): evicted units predicted to be used within the next few
+//     ticks are paged in ahead of their pin,
 //     into free device memory only (a prefetch never evicts), so the copy
 //     overlaps the kernels running meanwhile instead of delaying the kernel
 //     that pins the unit. A wrong guess pages in a unit early; an eviction
@@ -49,8 +49,8 @@
 //
 // The engine calls it only with the learned policy on (EngineOptions::
 // policy), so LRU pays nothing. Thread-compatible: the engine's lock guards
-// every call. Memory is bounded:
-// at most kMaxKeys keys and kMaxPeriods periods per key are learned.
+// every call. Memory is bounded: at most kMaxKeys keys and kMaxPeriods
+// periods per key are learned.
 #ifndef TENSORFLOW_LMS_ALLOCATOR_CC_ENGINE_LEARNED_POLICY_H_
 #define TENSORFLOW_LMS_ALLOCATOR_CC_ENGINE_LEARNED_POLICY_H_
 

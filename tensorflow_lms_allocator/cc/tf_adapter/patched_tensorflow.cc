@@ -1,6 +1,5 @@
 #include "tf_adapter/patched_tensorflow.h"
 
-#include <cstring>
 #include <string>
 
 #include "engine/status.h"
@@ -8,7 +7,6 @@
 #include "tf_adapter/gpu_devices.h"
 #include "tf_adapter/lms_allocator.h"
 #include "tf_adapter/overlay.h"
-#include "tf_adapter/tensorflow_copies.h"
 #include "tsl/platform/logging.h"
 
 namespace lms {
@@ -32,15 +30,6 @@ const Status& Configured() {
   return *status;
 }
 
-// tensorflow_copies.h takes AllocatorAttributes as the 64-bit integer that
-// carries them (as the interposer passes them).
-unsigned long long Bits(tsl::AllocatorAttributes attributes) {
-  unsigned long long bits = 0;
-  static_assert(sizeof(attributes) == sizeof(bits));
-  std::memcpy(&bits, &attributes, sizeof(bits));
-  return bits;
-}
-
 }  // namespace
 
 tsl::Allocator* LmsGpuAllocatorOrNull(const tensorflow::GPUOptions& options,
@@ -62,7 +51,7 @@ tsl::Allocator* LmsGpuAllocatorOrNull(const tensorflow::GPUOptions& options,
   return static_cast<tsl::Allocator*>(lms);
 }
 
-void PinnedCopyGpuTensorToCpu(GpuToCpuCopy unpinned, tensorflow::Device* gpu_device,
+void PinnedCopyGpuTensorToCpu(GpuToCpuFn unpinned, tensorflow::Device* gpu_device,
                               const tensorflow::DeviceContext* device_context,
                               const tensorflow::Tensor* gpu_tensor,
                               tensorflow::Tensor* cpu_tensor, tensorflow::StatusCallback done) {
@@ -70,7 +59,7 @@ void PinnedCopyGpuTensorToCpu(GpuToCpuCopy unpinned, tensorflow::Device* gpu_dev
                      device_context, gpu_tensor, cpu_tensor, &done);
 }
 
-void PinnedCopyCpuTensorToGpu(CpuToGpuCopy unpinned, const tensorflow::Tensor* cpu_tensor,
+void PinnedCopyCpuTensorToGpu(CpuToGpuFn unpinned, const tensorflow::Tensor* cpu_tensor,
                               const tensorflow::DeviceContext* device_context,
                               tensorflow::Device* gpu_device, tensorflow::Tensor* gpu_tensor,
                               tensorflow::StatusCallback done, bool sync_dst_compute) {
@@ -78,7 +67,7 @@ void PinnedCopyCpuTensorToGpu(CpuToGpuCopy unpinned, const tensorflow::Tensor* c
                      device_context, gpu_device, gpu_tensor, &done, sync_dst_compute);
 }
 
-void PinnedCopyGpuTensorToSameGpu(SameGpuCopy unpinned, tensorflow::Device* gpu_device,
+void PinnedCopyGpuTensorToSameGpu(SameGpuFn unpinned, tensorflow::Device* gpu_device,
                                   const tensorflow::DeviceContext* device_context,
                                   const tensorflow::Tensor* src_gpu_tensor,
                                   tensorflow::Tensor* dst_gpu_tensor,
@@ -87,7 +76,7 @@ void PinnedCopyGpuTensorToSameGpu(SameGpuCopy unpinned, tensorflow::Device* gpu_
                          gpu_device, device_context, src_gpu_tensor, dst_gpu_tensor, &done);
 }
 
-void PinnedDeviceToDeviceCopy(DeviceToDeviceCopyFn unpinned,
+void PinnedDeviceToDeviceCopy(DeviceToDeviceFn unpinned,
                               tensorflow::DeviceContext* send_dev_context,
                               tensorflow::DeviceContext* recv_dev_context,
                               tensorflow::Device* src, tensorflow::Device* dst,
@@ -96,8 +85,10 @@ void PinnedDeviceToDeviceCopy(DeviceToDeviceCopyFn unpinned,
                               const tensorflow::Tensor* input, tensorflow::Tensor* output,
                               int dev_to_dev_stream_index, tensorflow::StatusCallback done) {
   DeviceToDeviceCopy(Overlay::Get().router(), reinterpret_cast<void*>(unpinned),
-                     send_dev_context, recv_dev_context, src, dst, Bits(src_alloc_attr),
-                     Bits(dst_alloc_attr), input, output, dev_to_dev_stream_index, &done);
+                     send_dev_context, recv_dev_context, src, dst,
+                     AllocatorAttributeBits(src_alloc_attr),
+                     AllocatorAttributeBits(dst_alloc_attr), input, output,
+                     dev_to_dev_stream_index, &done);
 }
 
 }  // namespace lms

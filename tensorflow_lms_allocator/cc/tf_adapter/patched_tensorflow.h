@@ -9,10 +9,8 @@
 
 #include <cstddef>
 
-#include "tensorflow/core/framework/device.h"
-#include "tensorflow/core/framework/device_base.h"
-#include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/protobuf/config.pb.h"
+#include "tf_adapter/tensorflow_copies.h"
 #include "xla/tsl/framework/allocator.h"
 
 namespace lms {
@@ -35,32 +33,20 @@ tsl::Allocator* LmsGpuAllocatorOrNull(const tensorflow::GPUOptions& options,
 // (tensorflow_copies.h) says: each takes GPUUtil's own implementation as
 // `unpinned` and the function's arguments, and runs `unpinned` with the
 // copy's LMS tensors pinned until `done`.
-using GpuToCpuCopy = void (*)(tensorflow::Device*, const tensorflow::DeviceContext*,
-                              const tensorflow::Tensor*, tensorflow::Tensor*,
-                              tensorflow::StatusCallback);
-using CpuToGpuCopy = void (*)(const tensorflow::Tensor*, const tensorflow::DeviceContext*,
-                              tensorflow::Device*, tensorflow::Tensor*,
-                              tensorflow::StatusCallback, bool);
-using SameGpuCopy = GpuToCpuCopy;
-using DeviceToDeviceCopyFn = void (*)(tensorflow::DeviceContext*, tensorflow::DeviceContext*,
-                                      tensorflow::Device*, tensorflow::Device*,
-                                      tsl::AllocatorAttributes, tsl::AllocatorAttributes,
-                                      const tensorflow::Tensor*, tensorflow::Tensor*, int,
-                                      tensorflow::StatusCallback);
-void PinnedCopyGpuTensorToCpu(GpuToCpuCopy unpinned, tensorflow::Device* gpu_device,
+void PinnedCopyGpuTensorToCpu(GpuToCpuFn unpinned, tensorflow::Device* gpu_device,
                               const tensorflow::DeviceContext* device_context,
                               const tensorflow::Tensor* gpu_tensor,
                               tensorflow::Tensor* cpu_tensor, tensorflow::StatusCallback done);
-void PinnedCopyCpuTensorToGpu(CpuToGpuCopy unpinned, const tensorflow::Tensor* cpu_tensor,
+void PinnedCopyCpuTensorToGpu(CpuToGpuFn unpinned, const tensorflow::Tensor* cpu_tensor,
                               const tensorflow::DeviceContext* device_context,
                               tensorflow::Device* gpu_device, tensorflow::Tensor* gpu_tensor,
                               tensorflow::StatusCallback done, bool sync_dst_compute);
-void PinnedCopyGpuTensorToSameGpu(SameGpuCopy unpinned, tensorflow::Device* gpu_device,
+void PinnedCopyGpuTensorToSameGpu(SameGpuFn unpinned, tensorflow::Device* gpu_device,
                                   const tensorflow::DeviceContext* device_context,
                                   const tensorflow::Tensor* src_gpu_tensor,
                                   tensorflow::Tensor* dst_gpu_tensor,
                                   tensorflow::StatusCallback done);
-void PinnedDeviceToDeviceCopy(DeviceToDeviceCopyFn unpinned,
+void PinnedDeviceToDeviceCopy(DeviceToDeviceFn unpinned,
                               tensorflow::DeviceContext* send_dev_context,
                               tensorflow::DeviceContext* recv_dev_context,
                               tensorflow::Device* src, tensorflow::Device* dst,

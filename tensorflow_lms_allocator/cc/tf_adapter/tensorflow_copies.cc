@@ -25,18 +25,6 @@ using tensorflow::DeviceContext;
 using tensorflow::StatusCallback;
 using tensorflow::Tensor;
 
-// GPUUtil's functions, as TensorFlow 2.21 declares them
-// (tensorflow/core/common_runtime/gpu/gpu_util.h).
-using GpuToCpuFn = void (*)(Device*, const DeviceContext*, const Tensor*, Tensor*,
-                            StatusCallback);
-using CpuToGpuFn = void (*)(const Tensor*, const DeviceContext*, Device*, Tensor*,
-                            StatusCallback, bool);
-using SameGpuFn = void (*)(Device*, const DeviceContext*, const Tensor*, Tensor*,
-                           StatusCallback);
-using DeviceToDeviceFn = void (*)(DeviceContext*, DeviceContext*, Device*, Device*,
-                                  tsl::AllocatorAttributes, tsl::AllocatorAttributes,
-                                  const Tensor*, Tensor*, int, StatusCallback);
-
 // The interposer passes AllocatorAttributes as the 64-bit integer that
 // carries it in one register.
 static_assert(std::is_trivially_copyable_v<tsl::AllocatorAttributes> &&
@@ -134,6 +122,12 @@ void PinnedCopy(PinsRouter& router, const DeviceContext* device_context,
 }
 
 }  // namespace
+
+unsigned long long AllocatorAttributeBits(tsl::AllocatorAttributes attributes) {
+  unsigned long long bits = 0;
+  std::memcpy(&bits, &attributes, sizeof(bits));
+  return bits;
+}
 
 void CopyGpuTensorToCpu(PinsRouter& router, void* original, void* gpu_device,
                         const void* device_context, const void* gpu_tensor,

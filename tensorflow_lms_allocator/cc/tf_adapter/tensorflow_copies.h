@@ -42,9 +42,32 @@
 #ifndef TENSORFLOW_LMS_ALLOCATOR_CC_TF_ADAPTER_TENSORFLOW_COPIES_H_
 #define TENSORFLOW_LMS_ALLOCATOR_CC_TF_ADAPTER_TENSORFLOW_COPIES_H_
 
+#include "tensorflow/core/framework/device.h"
+#include "tensorflow/core/framework/device_base.h"
+#include "tensorflow/core/framework/tensor.h"
 #include "tf_adapter/pins_router.h"
+#include "xla/tsl/framework/allocator.h"
 
 namespace lms {
+
+// GPUUtil's functions, as TensorFlow 2.21 declares them
+// (tensorflow/core/common_runtime/gpu/gpu_util.h): what `original` is.
+using GpuToCpuFn = void (*)(tensorflow::Device*, const tensorflow::DeviceContext*,
+                            const tensorflow::Tensor*, tensorflow::Tensor*,
+                            tensorflow::StatusCallback);
+using CpuToGpuFn = void (*)(const tensorflow::Tensor*, const tensorflow::DeviceContext*,
+                            tensorflow::Device*, tensorflow::Tensor*,
+                            tensorflow::StatusCallback, bool);
+using SameGpuFn = GpuToCpuFn;
+using DeviceToDeviceFn = void (*)(tensorflow::DeviceContext*, tensorflow::DeviceContext*,
+                                  tensorflow::Device*, tensorflow::Device*,
+                                  tsl::AllocatorAttributes, tsl::AllocatorAttributes,
+                                  const tensorflow::Tensor*, tensorflow::Tensor*, int,
+                                  tensorflow::StatusCallback);
+
+// AllocatorAttributes as the 64-bit integer that carries them in one
+// register, as the interposer passes them to DeviceToDeviceCopy.
+unsigned long long AllocatorAttributeBits(tsl::AllocatorAttributes attributes);
 
 // The copies of tensorflow::GPUUtil, each called as the interposer's hook
 // (interposer/lms_hooks.h) is: `original` is GPUUtil's function, the other
