@@ -9,10 +9,11 @@ patches/README.md says which are exact and how they were obtained):
         with their BUILD file;
   0002  config.proto: GPUOptions.Experimental.lms_enabled = 20 and
         lms_defrag_enabled = 21;
-  0003  the Python API: set_lms_enabled / get_lms_enabled / set_lms_defrag_enabled /
-        get_lms_defrag_enabled in tf.config.experimental (and tf.experimental, IBM's
-        names), kept by the eager context and written into those two fields of the
-        ConfigProto;
+  0003  the Python API (patch_python_api.py): set_lms_enabled / get_lms_enabled /
+        set_lms_defrag_enabled / get_lms_defrag_enabled in tf.config.experimental
+        (and tf.experimental, IBM's names), kept by the eager context and written
+        into those two fields of the ConfigProto, and the statistics functions,
+        which read LMS's C entry points (tf_adapter/statistics_c_api.h);
   0004  the hooks: an OpKernelContext observer (op_kernel.h/.cc) that LMS installs
         to pin kernels' tensors, GPUProcessState asking LMS first for a GPU's
         allocator (gpu_process_state.cc, the gpu BUILD file), and GPUUtil's copies
@@ -44,6 +45,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
+
+from patch_python_api import patch_config_py, patch_context_py
+from patch_text import insert_after, insert_before, replace_once
 
 ROOT = Path(__file__).resolve().parent.parent
 CC = ROOT / "tensorflow_lms_allocator" / "cc"
@@ -96,14 +100,18 @@ cc_library(
 )
 
 # The TensorFlow adapter: tsl::Allocator over the engine, kernel pins, GPU
-# device wiring, and the entry point GPUProcessState calls
-# (tf_adapter/patched_tensorflow.h).
+# device wiring, the entry point GPUProcessState calls
+# (tf_adapter/patched_tensorflow.h), and the C entry points Python reads the
+# statistics from (tf_adapter/statistics_c_api.h). Nothing in TensorFlow's
+# C++ calls those (tf.config.experimental finds them with ctypes), hence
+# alwayslink: the linker keeps them where the GPU runtime is linked.
 cc_library(
     name = "tf_adapter",
     srcs = glob(["tf_adapter/*.cc"]),
     hdrs = glob(["tf_adapter/*.h"]),
     copts = tf_copts(),
     includes = ["."],
+    alwayslink = True,
     deps = [
         ":engine",
         "//tensorflow/core:framework",
@@ -117,152 +125,6 @@ cc_library(
     ],
 )
 '''
-
-# --------------------------------------------------------------------------
-# Part 0003: the Python API. Each edit inserts text at one anchor that must
-# occur exactly once in the base file, so a changed base fails loudly.
-
-CONFIG_PY_ADDITION = '''
-
-@tf_export(
-    "config.experimental.set_lms_enabled", "experimental.set_lms_enabled"
-)
-def set_lms_enabled(enable):
-  """Turns Large Model Support (LMS) on or off for the GPUs of this process.
-
-  With LMS on, the GPU allocator keeps every tensor at one device address and
-  moves inactive tensors to host memory when device memory runs out, paging
-  them back in when a kernel needs them: models larger than the GPU train.
-  Sets `GPUOptions.Experimental.lms_enabled` of the context's ConfigProto.
-  Must be called before the GPUs are initialized.
-
-  >>> tf.config.experimental.set_lms_enabled(True)  # doctest: +SKIP
-
-  Args:
-    enable: bool, whether LMS evicts tensors to host memory.
-
-  Raises:
-    RuntimeError: the runtime is already initialized with another value.
-  """
-  context.context().set_lms_enabled(enable)
-
-
-@tf_export(
-    "config.experimental.get_lms_enabled", "experimental.get_lms_enabled"
-)
-def get_lms_enabled():
-  """Returns whether Large Model Support (LMS) is on for this process's GPUs."""
-  return context.context().get_lms_enabled()
-
-
-@tf_export(
-    "config.experimental.set_lms_defrag_enabled",
-    "experimental.set_lms_defrag_enabled",
-)
-def set_lms_defrag_enabled(enable):
-  """Turns LMS's remapping defragmentation on or off.
-
-  When a request finds enough free device memory but no free address range
-  large enough, LMS remaps physical memory instead of evicting more tensors.
-  Sets `GPUOptions.Experimental.lms_defrag_enabled`. Must be called before the
-  GPUs are initialized.
-
-  >>> tf.config.experimental.set_lms_defrag_enabled(True)  # doctest: +SKIP
-
-  Args:
-    enable: bool, whether LMS defragments by remapping.
-
-  Raises:
-    RuntimeError: the runtime is already initialized with another value.
-  """
-  context.context().set_lms_defrag_enabled(enable)
-
-
-@tf_export(
-    "config.experimental.get_lms_defrag_enabled",
-    "experimental.get_lms_defrag_enabled",
-)
-def get_lms_defrag_enabled():
-  """Returns whether LMS's remapping defragmentation is on."""
-  return context.context().get_lms_defrag_enabled()
-'''
-
-CONTEXT_INIT_ANCHOR = "    self._optimizer_experimental_options = {}\n"
-CONTEXT_INIT_ADDITION = '''\
-    self._lms_enabled = None
-    self._lms_defrag_enabled = None
-'''
-
-CONTEXT_CONFIG_ANCHOR = '''\
-    gpu_options = self._compute_gpu_options()
-    config.gpu_options.MergeFrom(gpu_options)
-'''
-CONTEXT_CONFIG_ADDITION = '''\
-    if self._lms_enabled is not None:
-      config.gpu_options.experimental.lms_enabled = self._lms_enabled
-    if self._lms_defrag_enabled is not None:
-      config.gpu_options.experimental.lms_defrag_enabled = (
-          self._lms_defrag_enabled
-      )
-'''
-
-CONTEXT_METHODS_ANCHOR = "  def get_optimizer_experimental_options(self):\n"
-CONTEXT_METHODS_ADDITION = '''\
-  def _set_lms_option(self, name, enable):
-    enable = bool(enable)
-    if getattr(self, name) == enable:
-      return
-    if self._context_handle is not None:
-      raise RuntimeError(
-          "Large Model Support must be configured before the runtime is "
-          "initialized: call tf.config.experimental.%s before the first "
-          "op, or set GPUOptions.Experimental.%s in the ConfigProto"
-          % ("set" + name, name[1:])
-      )
-    setattr(self, name, enable)
-    self._thread_local_data.function_call_options = None
-
-  def set_lms_enabled(self, enable):
-    """Turns Large Model Support on or off (before initialization)."""
-    self._set_lms_option("_lms_enabled", enable)
-
-  def get_lms_enabled(self):
-    """Whether Large Model Support is on."""
-    return bool(self.config.gpu_options.experimental.lms_enabled)
-
-  def set_lms_defrag_enabled(self, enable):
-    """Turns LMS's remapping defragmentation on or off."""
-    self._set_lms_option("_lms_defrag_enabled", enable)
-
-  def get_lms_defrag_enabled(self):
-    """Whether LMS's remapping defragmentation is on."""
-    return bool(self.config.gpu_options.experimental.lms_defrag_enabled)
-
-'''
-
-
-def insert_after(text: str, anchor: str, addition: str, path: str) -> str:
-    if text.count(anchor) != 1:
-        raise SystemExit(f"error: {path}: the anchor {anchor.strip()!r} occurs "
-                         f"{text.count(anchor)} times, not once; is the base tree "
-                         "v2.21.0? (patches/README.md)")
-    return text.replace(anchor, anchor + addition)
-
-
-def insert_before(text: str, anchor: str, addition: str, path: str) -> str:
-    return insert_after(text, anchor, "", path).replace(anchor, addition + anchor)
-
-
-def patch_config_py(text: str) -> str:
-    return text.rstrip("\n") + "\n" + CONFIG_PY_ADDITION
-
-
-def patch_context_py(text: str) -> str:
-    path = "tensorflow/python/eager/context.py"
-    text = insert_after(text, CONTEXT_INIT_ANCHOR, CONTEXT_INIT_ADDITION, path)
-    text = insert_after(text, CONTEXT_CONFIG_ANCHOR, CONTEXT_CONFIG_ADDITION, path)
-    return insert_before(text, CONTEXT_METHODS_ANCHOR, CONTEXT_METHODS_ADDITION, path)
-
 
 # --------------------------------------------------------------------------
 # Part 0002: the ConfigProto fields.
@@ -467,11 +329,6 @@ void GPUUtil::CopyGPUTensorToSameGPU(Device* gpu_device,
 ]
 
 
-def replace_once(text: str, old: str, new: str, path: str) -> str:
-    insert_after(text, old, "", path)  # checks that `old` occurs exactly once
-    return text.replace(old, new)
-
-
 def patch_gpu_util_cc(text: str) -> str:
     path = "tensorflow/core/common_runtime/gpu/gpu_util.cc"
     text = insert_after(text, GPU_UTIL_INCLUDE_ANCHOR, GPU_UTIL_INCLUDE, path)
@@ -562,7 +419,10 @@ PARTS = [
          "get_lms_defrag_enabled in tf.config.experimental and tf.experimental.\n"
          "The eager context keeps them and writes them into\n"
          "GPUOptions.Experimental.lms_enabled / lms_defrag_enabled of its\n"
-         "ConfigProto; changing them after initialization is a RuntimeError.",
+         "ConfigProto; changing them after initialization is a RuntimeError.\n"
+         "The statistics functions (get_bytes_in_use, get_bytes_reclaimed, ...)\n"
+         "read an LMS device's statistics through the C entry points of\n"
+         "lms/tf_adapter/statistics_c_api.h.",
          add_python_api),
     Part("Call Large Model Support from the kernel contexts and the GPU allocator",
          "OpKernelContext's constructor and destructor call an observer that LMS\n"

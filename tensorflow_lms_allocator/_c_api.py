@@ -1,8 +1,8 @@
 """ctypes signatures of the adapter's C API, read from its header.
 
-The C API is declared once, in ``cc/tf_adapter/c_api.h`` (installed next to
-the adapter library). This module reads every ``TF_LMS_EXPORT`` prototype from
-that header and gives ctypes the matching ``argtypes``/``restype``, so Python
+The C API is declared once, in ``cc/tf_adapter/c_api.h`` and the
+``statistics_c_api.h`` it includes (both installed next to the adapter
+library). This module reads every ``TF_LMS_EXPORT`` prototype from those headers and gives ctypes the matching ``argtypes``/``restype``, so Python
 never keeps a second copy of the signatures that could drift from the C side.
 """
 
@@ -34,6 +34,8 @@ _C_TYPES: dict[str, Any] = {
     "uint64_t*": ctypes.POINTER(ctypes.c_uint64),
 }
 
+# An adapter header including another, installed next to it.
+_INCLUDE = re.compile(r'^#include "tf_adapter/(\w+\.h)"$', re.M)
 _PROTOTYPE = re.compile(r"TF_LMS_EXPORT\s+([^;{]*?)\b(tf_lms_\w+)\s*\(([^)]*)\)\s*;", re.S)
 
 
@@ -68,6 +70,19 @@ def read_prototypes(header: str) -> dict[str, tuple[str, list[str]]]:
     return prototypes
 
 
+def read_header(header_path: Path) -> str:
+    """The header's text, each adapter header it includes put in place of its #include.
+
+    Raises OSError if it or an included header cannot be read.
+
+    Example:
+        >>> "tf_lms_get_statistics" in read_header(Path("c_api.h"))  # doctest: +SKIP
+        True
+    """
+    text = header_path.read_text()
+    return _INCLUDE.sub(lambda m: read_header(header_path.parent / m.group(1)), text)
+
+
 def declare(lib: ctypes.CDLL, header_path: Path) -> None:
     """Gives every function of `lib` declared in `header_path` its ctypes signature.
 
@@ -80,9 +95,10 @@ def declare(lib: ctypes.CDLL, header_path: Path) -> None:
         >>> declare(lib, Path("c_api.h"))  # doctest: +SKIP
     """
     try:
-        text = header_path.read_text()
+        text = read_header(header_path)
     except OSError as e:
-        raise ImportError(f"the C API header {header_path} cannot be read ({e}); "
+        raise ImportError(f"the C API header {header_path} or one it includes cannot be "
+                          f"read ({e}); "
                           "rebuild tensorflow_lms_allocator with `make build`") from e
     prototypes = read_prototypes(text)
     if not prototypes:

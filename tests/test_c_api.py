@@ -1,4 +1,5 @@
-"""The adapter's C API is declared once, in c_api.h, and Python reads it from there."""
+"""The adapter's C API is declared once, in c_api.h (and the statistics_c_api.h it
+includes), and Python reads it from there."""
 
 from __future__ import annotations
 
@@ -9,20 +10,26 @@ import pytest
 
 from tensorflow_lms_allocator import _c_api, _overlay
 
-HEADER = Path(__file__).parents[1] / "tensorflow_lms_allocator/cc/tf_adapter/c_api.h"
+HEADERS = Path(__file__).parents[1] / "tensorflow_lms_allocator/cc/tf_adapter"
+HEADER = HEADERS / "c_api.h"
 
 
 def test_every_exported_function_of_the_header_is_read_with_its_types() -> None:
-    prototypes = _c_api.read_prototypes(HEADER.read_text())
+    prototypes = _c_api.read_prototypes(_c_api.read_header(HEADER))
     assert prototypes["tf_lms_get_flag"] == ("int", ["const char*", "int*", "char*", "size_t"])
     assert prototypes["tf_lms_unpinned_touches"] == ("char*", [])
+    # From statistics_c_api.h, which c_api.h includes.
     assert prototypes["tf_lms_num_statistics"] == ("int", [])
-    assert len(prototypes) == HEADER.read_text().count("TF_LMS_EXPORT ") - 1  # minus the #define
+    assert prototypes["tf_lms_free_string"] == ("void", ["char*"])
+    declared = sum((HEADERS / name).read_text().count("TF_LMS_EXPORT ")
+                   for name in ("c_api.h", "statistics_c_api.h"))
+    assert len(prototypes) == declared - 1  # minus the #define
 
 
-def test_the_installed_header_is_the_source_header() -> None:
-    installed = _overlay._library_dir() / "c_api.h"
-    assert installed.read_bytes() == HEADER.read_bytes()
+def test_the_installed_headers_are_the_source_headers() -> None:
+    for name in ("c_api.h", "statistics_c_api.h"):
+        installed = _overlay._library_dir() / name
+        assert installed.read_bytes() == (HEADERS / name).read_bytes(), name
 
 
 def test_the_built_adapter_exports_every_declared_function(tmp_path: Path) -> None:
@@ -51,3 +58,12 @@ def test_an_unknown_c_type_is_an_import_error_naming_it(tmp_path: Path) -> None:
 def test_a_missing_header_is_an_import_error(tmp_path: Path) -> None:
     with pytest.raises(ImportError, match="cannot be read.*make build"):
         _c_api.declare(ctypes.CDLL(None), tmp_path / "missing.h")
+
+
+def test_a_missing_included_header_is_an_import_error(tmp_path: Path) -> None:
+    header = tmp_path / "c_api.h"
+    header.write_text('#include "tf_adapter/statistics_c_api.h"\n'
+                      "TF_LMS_EXPORT int tf_lms_f(int x);\n")
+    with pytest.raises(ImportError, match="or one it includes cannot be read.*"
+                       "statistics_c_api.h.*make build"):
+        _c_api.declare(ctypes.CDLL(None), header)

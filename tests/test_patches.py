@@ -403,27 +403,37 @@ print("RESULT " + json.dumps(result))
 '''
 
 
-def test_the_patched_python_api_on_the_stock_wheel(applied, tmp_path):
-    config_pb2 = (WHEEL / "core" / "protobuf" / "config_pb2.py").read_text()
-    patched = {
+def patched_python(applied: Path) -> dict[str, str]:
+    """The series' config.py and context.py, as the wheel would ship them."""
+    return {
         "python/framework/config.py":
             (applied / "tensorflow/python/framework/config.py").read_text(),
         # The wheel's own import line, not the source's (REWRITTEN).
         "python/eager/context.py":
             (applied / "tensorflow/python/eager/context.py").read_text().replace(
                 *reversed(REWRITTEN["tensorflow/python/eager/context.py"][29]), 1),
-        "core/protobuf/config_pb2.py": with_lms_fields(config_pb2),
     }
-    site = tmp_path / "site"
-    link_tree(WHEEL, site / "tensorflow", patched)
+
+
+def run_patched(site: Path, program: str, tmp_path: Path, **env: str) -> dict:
+    """Runs `program` on the tensorflow package copy in `site`; its RESULT line."""
     env = {**os.environ, "PYTHONPATH": str(site), "TF_CPP_MIN_LOG_LEVEL": "2",
-           "PYTHONDONTWRITEBYTECODE": "1"}
-    program = f"PATCHED = {str(site)!r}\n" + PATCHED_API_PROGRAM
+           "PYTHONDONTWRITEBYTECODE": "1", **env}
+    program = f"PATCHED = {str(site)!r}\n" + program
     done = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True,
                           text=True, timeout=300, cwd=tmp_path)
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     assert done.returncode == 0 and lines, f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
-    result = json.loads(lines[0][len("RESULT "):])
+    return json.loads(lines[0][len("RESULT "):])
+
+
+def test_the_patched_python_api_on_the_stock_wheel(applied, tmp_path):
+    config_pb2 = (WHEEL / "core" / "protobuf" / "config_pb2.py").read_text()
+    patched = {**patched_python(applied),
+               "core/protobuf/config_pb2.py": with_lms_fields(config_pb2)}
+    site = tmp_path / "site"
+    link_tree(WHEEL, site / "tensorflow", patched)
+    result = run_patched(site, PATCHED_API_PROGRAM, tmp_path)
     assert result["before"] is False
     assert result["after"] is True and result["defrag"] is True
     assert result["in_config"] is True
@@ -432,6 +442,78 @@ def test_the_patched_python_api_on_the_stock_wheel(applied, tmp_path):
     assert result["late"] and "before the runtime is initialized" in result["late"]
     assert "set_lms_enabled" in result["late"]
     assert result["session"] == [3.0, 6.0]
+
+
+PATCHED_STATISTICS_PROGRAM = r"""
+import ctypes, json, os
+import tensorflow_lms_allocator  # the overlay: an emulated LMS device on CPU:0
+import tensorflow as tf
+from tensorflow.python.framework import config
+from tensorflow_lms_allocator import _overlay, lms
+
+assert config.__file__.startswith(PATCHED), config.__file__
+result = {}
+try:
+    config.get_bytes_in_use(0)
+except RuntimeError as error:
+    result["stock"] = str(error)
+# The entry points the overlay's adapter exports, into the global scope,
+# where the patched functions look last (the stock wheel's libraries lack them).
+ctypes.CDLL(str(_overlay._library_dir() / "libtf_lms_adapter.so"),
+            mode=os.RTLD_GLOBAL | os.RTLD_NOLOAD)
+# 20 tensors of 16 MiB on a 256 MiB device: LMS evicts, then pages in.
+x = tf.random.uniform([2048, 2048])
+kept = [x + i for i in range(20)]
+float(tf.add_n(kept[:4])[0, 0])
+before = tensorflow_lms_allocator.get_statistics("CPU:0")
+result["patched"] = {name: getattr(config, name)(0) for name in lms.STATISTICS}
+result["overlay"] = {name: before[engine] for name, engine in lms.STATISTICS.items()}
+result["unchanged"] = tensorflow_lms_allocator.get_statistics("CPU:0") == before
+device = tf.config.list_logical_devices("CPU")[0]
+result["by_name"] = [config.get_bytes_in_use(d) for d in
+                     ("CPU:0", "/job:localhost/replica:0/task:0/device:CPU:0",
+                      "/physical_device:CPU:0", device)]
+result["api_names"] = {name: [list(getattr(config, name)._tf_api_names),
+                              list(getattr(config, name)._tf_api_names_v1)]
+                       for name in lms.STATISTICS}
+errors = {}
+for bad in (3, "GPU:0", "TPU:0", 1.5):
+    try:
+        config.get_bytes_reclaimed(bad)
+    except ValueError as error:
+        errors[repr(bad)] = str(error)
+result["errors"] = errors
+print("RESULT " + json.dumps(result))
+"""
+
+
+def test_the_patched_statistics_functions_read_an_lms_device(applied, tmp_path):
+    site = tmp_path / "site"
+    link_tree(WHEEL, site / "tensorflow", patched_python(applied))
+    result = run_patched(site, PATCHED_STATISTICS_PROGRAM, tmp_path,
+                         TF_LMS_CPU_DEVICE_MEMORY_MB="256", TF_LMS_ENABLED="1")
+    # The stock wheel's framework and _pywrap_tensorflow_internal lack them.
+    assert "built without Large Model Support" in result["stock"]
+    assert "patches/README.md" in result["stock"]
+    # Every DESIGN.md statistic, read by the patched function, is the engine's.
+    assert len(result["patched"]) == 20
+    assert result["unchanged"]
+    assert result["patched"] == result["overlay"]
+    patched = result["patched"]
+    assert patched["get_num_allocs"] >= 22
+    assert patched["get_bytes_in_use"] >= 21 * 16 * 2**20  # x and the 20 kept
+    assert patched["get_bytes_limit"] == 256 * 2**20
+    assert patched["get_bytes_reclaimed"] > 0 and patched["get_gpu_host_bytes_in_use"] > 0
+    assert len(set(patched.values())) >= 10  # distinct figures, so a swap would show
+    assert result["by_name"] == [result["patched"]["get_bytes_in_use"]] * 4
+    for name, (v2, v1) in result["api_names"].items():
+        assert v2 == v1 == [f"config.experimental.{name}", f"experimental.{name}"]
+    errors = result["errors"]
+    assert "No LMS device with index 3; the LMS devices are: CPU:0" in errors["3"]
+    assert "set_lms_enabled(True)" in errors["3"]
+    assert "GPU:0" in errors["'GPU:0'"]  # the engine's NOT_FOUND, naming the device
+    assert "'TPU:0' is not a local device" in errors["'TPU:0'"]
+    assert "1.5 is not a local device" in errors["1.5"]
 
 
 def test_the_combined_patch_applies_with_git_am_as_the_series_does(applied, tmp_path):

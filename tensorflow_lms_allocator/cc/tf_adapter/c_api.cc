@@ -8,7 +8,6 @@
 #include <string>
 #include <vector>
 
-#include "engine/statistics.h"
 #include "tensorflow/core/common_runtime/gpu/gpu_id_manager.h"
 #include "tensorflow/core/protobuf/config.pb.h"
 #include "tf_adapter/gpu_devices.h"
@@ -47,66 +46,25 @@ Status ConfigureOverlay(const char* tf_version) {
   return Overlay::Get().Configure();
 }
 
-TfLmsCode CodeOf(StatusCode code) {
-  switch (code) {
-    case StatusCode::kOk: return TF_LMS_OK;
-    case StatusCode::kInvalidArgument: return TF_LMS_INVALID_ARGUMENT;
-    case StatusCode::kNotFound: return TF_LMS_NOT_FOUND;
-    case StatusCode::kFailedPrecondition: return TF_LMS_FAILED_PRECONDITION;
-    case StatusCode::kResourceExhausted: return TF_LMS_RESOURCE_EXHAUSTED;
-    case StatusCode::kInternal: return TF_LMS_INTERNAL;
-  }
-  return TF_LMS_INTERNAL;
-}
-
-int Fail(TfLmsCode code, const std::string& message, char* out, size_t out_len) {
-  if (out != nullptr && out_len > 0) std::snprintf(out, out_len, "%s", message.c_str());
-  return code;
-}
-
-// TF_LMS_OK, or the status's code with its message written to `out`.
-int Report(const Status& status, char* out, size_t out_len) {
-  if (status.ok()) return TF_LMS_OK;
-  return Fail(CodeOf(status.code()), status.message(), out, out_len);
-}
-
 // The budgets tf_lms_test_gpu_allocator's stand-in for TensorFlow's
 // GetGPUAllocator was asked for, in order (test-only; one thread).
 std::vector<size_t> g_tensorflow_gpu_allocator_budgets;
-
-// The statistics, in the order tf_lms_statistic_name() lists them.
-#define LMS_NAME(n, doc) #n,
-const char* const kStatisticNames[] = {LMS_FOR_EACH_STATISTIC(LMS_NAME)};
-#undef LMS_NAME
-constexpr int kNumStatistics = sizeof(kStatisticNames) / sizeof(kStatisticNames[0]);
 
 }  // namespace
 }  // namespace lms
 
 extern "C" {
 
-const char* tf_lms_code_name(int code) {
-  switch (code) {
-    case TF_LMS_OK: return "OK";
-    case TF_LMS_INVALID_ARGUMENT: return "INVALID_ARGUMENT";
-    case TF_LMS_NOT_FOUND: return "NOT_FOUND";
-    case TF_LMS_RESOURCE_EXHAUSTED: return "RESOURCE_EXHAUSTED";
-    case TF_LMS_FAILED_PRECONDITION: return "FAILED_PRECONDITION";
-    case TF_LMS_INTERNAL: return "INTERNAL";
-  }
-  return "UNKNOWN";
-}
-
 int tf_lms_configure(const char* tf_version, char* message, size_t message_len) {
-  return lms::Report(lms::ConfigureOverlay(tf_version), message, message_len);
+  return lms::ReportToC(lms::ConfigureOverlay(tf_version), message, message_len);
 }
 
 int tf_lms_device_status(char* message, size_t message_len) {
-  return lms::Report(lms::Overlay::Get().DeviceStatus(), message, message_len);
+  return lms::ReportToC(lms::Overlay::Get().DeviceStatus(), message, message_len);
 }
 
 int tf_lms_set_flag(const char* setting, int enabled, char* message, size_t message_len) {
-  return lms::Report(lms::Overlay::Get().SetFlag(setting, enabled != 0), message,
+  return lms::ReportToC(lms::Overlay::Get().SetFlag(setting, enabled != 0), message,
                      message_len);
 }
 
@@ -115,7 +73,7 @@ int tf_lms_get_flag(const char* setting, int* enabled, char* message,
   bool value = false;
   const lms::Status s = lms::Overlay::Get().GetFlag(setting, &value);
   if (s.ok()) *enabled = value ? 1 : 0;
-  return lms::Report(s, message, message_len);
+  return lms::ReportToC(s, message, message_len);
 }
 
 void tf_lms_keep_fault_handler_first(int chained_handler_removed) {
@@ -127,36 +85,15 @@ void tf_lms_keep_fault_handler_first(int chained_handler_removed) {
   }
 }
 
-int tf_lms_num_statistics(void) { return lms::kNumStatistics; }
-
-const char* tf_lms_statistic_name(int i) {
-  return i >= 0 && i < lms::kNumStatistics ? lms::kStatisticNames[i] : nullptr;
-}
-
-int tf_lms_get_statistics(const char* device, int64_t* values, int count, char* message,
-                          size_t message_len) {
-  lms::Status status;
-  lms::LmsDevice* lms_device =
-      lms::Overlay::Get().DeviceNamed(device != nullptr ? device : "", &status);
-  if (lms_device == nullptr) return lms::Report(status, message, message_len);
-  const lms::Statistics s = lms_device->engine().GetStatistics();
-  const int64_t all[] = {
-#define LMS_VALUE(n, doc) s.n,
-      LMS_FOR_EACH_STATISTIC(LMS_VALUE)
-#undef LMS_VALUE
-  };
-  for (int i = 0; i < count && i < lms::kNumStatistics; ++i) values[i] = all[i];
-  return TF_LMS_OK;
-}
-
 int tf_lms_start_trace(const char* device, const char* path, uint64_t max_bytes,
                        char* message, size_t message_len) {
   lms::Status status;
   lms::LmsDevice* lms_device =
       lms::Overlay::Get().DeviceNamed(device != nullptr ? device : "", &status);
-  if (lms_device == nullptr) return lms::Report(status, message, message_len);
-  return lms::Report(lms_device->engine().StartTrace(path != nullptr ? path : "", max_bytes),
-                     message, message_len);
+  if (lms_device == nullptr) return lms::ReportToC(status, message, message_len);
+  return lms::ReportToC(
+      lms_device->engine().StartTrace(path != nullptr ? path : "", max_bytes), message,
+      message_len);
 }
 
 int tf_lms_stop_trace(const char* device, uint64_t* events, uint64_t* dropped,
@@ -164,19 +101,14 @@ int tf_lms_stop_trace(const char* device, uint64_t* events, uint64_t* dropped,
   lms::Status status;
   lms::LmsDevice* lms_device =
       lms::Overlay::Get().DeviceNamed(device != nullptr ? device : "", &status);
-  if (lms_device == nullptr) return lms::Report(status, message, message_len);
+  if (lms_device == nullptr) return lms::ReportToC(status, message, message_len);
   lms::TraceSummary summary;
-  const int code = lms::Report(lms_device->engine().StopTrace(&summary), message, message_len);
+  const int code =
+      lms::ReportToC(lms_device->engine().StopTrace(&summary), message, message_len);
   *events = summary.events;
   *dropped = summary.dropped;
   *max_bytes = summary.max_bytes;
   return code;
-}
-
-char* tf_lms_device_names(void) {
-  std::string out;
-  for (const std::string& name : lms::Overlay::Get().DeviceNames()) out += name + "\n";
-  return strdup(out.c_str());
 }
 
 char* tf_lms_unpinned_touches(void) {
@@ -190,8 +122,6 @@ void tf_lms_clear_unpinned_touches(void) {
   if (engine != nullptr) engine->ClearUnpinnedTouches();
 }
 
-void tf_lms_free_string(char* s) { free(s); }
-
 int tf_lms_test_allocate_raw(const char* device, size_t alignment, size_t num_bytes,
                              int retry_on_failure, void** ptr, char* message,
                              size_t message_len) {
@@ -199,13 +129,13 @@ int tf_lms_test_allocate_raw(const char* device, size_t alignment, size_t num_by
   lms::LmsDevice* lms_device =
       lms::Overlay::Get().DeviceNamed(device != nullptr ? device : "", &status);
   *ptr = nullptr;
-  if (lms_device == nullptr) return lms::Report(status, message, message_len);
+  if (lms_device == nullptr) return lms::ReportToC(status, message, message_len);
   lms::LmsAllocator* allocator = lms_device->allocator();
   tsl::AllocationAttributes attributes;
   attributes.retry_on_failure = retry_on_failure != 0;
   *ptr = allocator->AllocateRaw(alignment, num_bytes, attributes);
   if (*ptr == nullptr) {
-    return lms::Fail(TF_LMS_RESOURCE_EXHAUSTED, allocator->Name(), message, message_len);
+    return lms::FailToC(TF_LMS_RESOURCE_EXHAUSTED, allocator->Name(), message, message_len);
   }
   return TF_LMS_OK;
 }
@@ -215,7 +145,7 @@ int tf_lms_test_allocation_sizes(const char* device, const void* ptr, size_t* re
   lms::Status status;
   lms::LmsDevice* lms_device =
       lms::Overlay::Get().DeviceNamed(device != nullptr ? device : "", &status);
-  if (lms_device == nullptr) return lms::CodeOf(status.code());
+  if (lms_device == nullptr) return lms::ReportToC(status, nullptr, 0);
   *requested = lms_device->allocator()->RequestedSize(ptr);
   *allocated = lms_device->allocator()->AllocatedSize(ptr);
   return TF_LMS_OK;
@@ -225,7 +155,7 @@ int tf_lms_test_deallocate_raw(const char* device, void* ptr) {
   lms::Status status;
   lms::LmsDevice* lms_device =
       lms::Overlay::Get().DeviceNamed(device != nullptr ? device : "", &status);
-  if (lms_device == nullptr) return lms::CodeOf(status.code());
+  if (lms_device == nullptr) return lms::ReportToC(status, nullptr, 0);
   lms_device->allocator()->DeallocateRaw(ptr);
   return TF_LMS_OK;
 }
@@ -234,7 +164,7 @@ int tf_lms_check_gpu(int ordinal, char* message, size_t message_len) {
   lms::BackendSpec spec;
   spec.kind = lms::BackendKind::kCuda;
   spec.device_ordinal = ordinal;
-  return lms::Report(lms::CheckBackendSupport(spec), message, message_len);
+  return lms::ReportToC(lms::CheckBackendSupport(spec), message, message_len);
 }
 
 int tf_lms_test_gpu_allocator(int tf_device_id, size_t total_bytes, const void* gpu_options,
@@ -242,7 +172,7 @@ int tf_lms_test_gpu_allocator(int tf_device_id, size_t total_bytes, const void* 
   tensorflow::GPUOptions options;
   if (gpu_options_len > 0 &&
       !options.ParseFromArray(gpu_options, static_cast<int>(gpu_options_len))) {
-    return lms::Fail(TF_LMS_INVALID_ARGUMENT, "the GPUOptions do not parse", message,
+    return lms::FailToC(TF_LMS_INVALID_ARGUMENT, "the GPUOptions do not parse", message,
                      message_len);
   }
   // As TensorFlow's GPU device factory would have: TfDeviceId n is CUDA
@@ -265,14 +195,14 @@ int tf_lms_test_gpu_allocator(int tf_device_id, size_t total_bytes, const void* 
       reinterpret_cast<void*>(+no_tensorflow_allocator), nullptr, &options, tf_device_id,
       total_bytes, nullptr);
   if (allocator == nullptr) {
-    return lms::Fail(TF_LMS_FAILED_PRECONDITION,
+    return lms::FailToC(TF_LMS_FAILED_PRECONDITION,
                      "LMS is not enabled: TensorFlow's own allocator would serve the GPU",
                      message, message_len);
   }
   lms::Status status;
   if (lms::Overlay::Get().DeviceNamed(lms::GpuDeviceName(tf_device_id), &status) ==
       nullptr) {
-    return lms::Report(status, message, message_len);
+    return lms::ReportToC(status, message, message_len);
   }
   return TF_LMS_OK;
 }

@@ -1,13 +1,8 @@
 // The C entry points of the TensorFlow adapter (libtf_lms_adapter.so), which
-// the Python package calls through ctypes.
-//
-// One way for errors to cross the boundary: every call that can fail returns
-// a TfLmsCode and writes a message naming the cause (and, for a setting, the
-// variable, its value and what is valid) into the caller's buffer. The
-// caller chooses its exception type from the code alone, never from the
-// message text; tf_lms_code_name() gives the code's name, so a caller in
-// another language needs no copy of the numbers. No C++ exception leaves
-// these functions.
+// the Python package calls through ctypes: these, and the statistics that a
+// patched TensorFlow exports too (statistics_c_api.h, with the error codes
+// and how errors cross the boundary: a TfLmsCode and a message naming the
+// cause, for a setting the variable, its value and what is valid).
 //
 // Lifecycle: Python loads the interposer (global scope) before TensorFlow,
 // imports TensorFlow, loads this library (private scope) and calls
@@ -20,34 +15,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "tf_adapter/statistics_c_api.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-#define TF_LMS_EXPORT __attribute__((visibility("default")))
-
-// What went wrong. The values are the canonical codes of absl::StatusCode
-// (and TensorFlow's errors), so they read the same in a TensorFlow log.
-typedef enum TfLmsCode {
-  TF_LMS_OK = 0,
-  // A setting or argument that can never work (a bad environment value, an
-  // unknown setting name).
-  TF_LMS_INVALID_ARGUMENT = 3,
-  // There is no LMS device where one was asked for.
-  TF_LMS_NOT_FOUND = 5,
-  // Not enough memory or address space (creating the device, allocating).
-  TF_LMS_RESOURCE_EXHAUSTED = 8,
-  // A call out of order or in the wrong process state: a setting changed
-  // after TensorFlow created its devices, another TensorFlow version, the
-  // interposer not loaded, a device that could not be created.
-  TF_LMS_FAILED_PRECONDITION = 9,
-  // The OS refused something it should not have.
-  TF_LMS_INTERNAL = 13,
-} TfLmsCode;
-
-// "OK", "INVALID_ARGUMENT", "NOT_FOUND", "RESOURCE_EXHAUSTED",
-// "FAILED_PRECONDITION", "INTERNAL"; "UNKNOWN" for any other value.
-TF_LMS_EXPORT const char* tf_lms_code_name(int code);
 
 // Checks the TensorFlow version, reads and validates the environment
 // (TF_LMS_ENABLED, TF_LMS_DEFRAG_ENABLED, TF_LMS_STRICT,
@@ -103,27 +75,11 @@ TF_LMS_EXPORT int tf_lms_stop_trace(const char* device, uint64_t* events,
                                     uint64_t* dropped, uint64_t* max_bytes,
                                     char* message, size_t message_len);
 
-// The statistics (statistics.h), in a fixed order of names.
-TF_LMS_EXPORT int tf_lms_num_statistics(void);
-TF_LMS_EXPORT const char* tf_lms_statistic_name(int i);  // null if out of range
-// Fills values[0..count) in tf_lms_statistic_name order for `device`, an LMS
-// device's name as tf_lms_device_names lists it ("CPU:0", "GPU:1").
-//   TF_LMS_NOT_FOUND            no such LMS device (LMS off, not created, or
-//                               not a device TensorFlow sees)
-//   TF_LMS_FAILED_PRECONDITION  it was asked for but could not be created
-TF_LMS_EXPORT int tf_lms_get_statistics(const char* device, int64_t* values, int count,
-                                        char* message, size_t message_len);
-// The LMS devices TensorFlow created, one name per line: the emulated device
-// ("CPU:0") first, then GPUs by TensorFlow id ("GPU:0"). A buffer the caller
-// frees with tf_lms_free_string.
-TF_LMS_EXPORT char* tf_lms_device_names(void);
-
 // Strict mode's report as lines "address allocation_id allocation_address
 // allocation_bytes label\n", in a buffer the caller frees with
 // tf_lms_free_string. Null if there is no LMS device.
 TF_LMS_EXPORT char* tf_lms_unpinned_touches(void);
 TF_LMS_EXPORT void tf_lms_clear_unpinned_touches(void);
-TF_LMS_EXPORT void tf_lms_free_string(char* s);
 
 // For tests: the allocator of LMS device `device` ("CPU:0", "GPU:0") called
 // exactly as TensorFlow calls it, AllocateRaw(alignment, num_bytes,

@@ -116,11 +116,6 @@ void* Fn(F* fn) {
   return reinterpret_cast<void*>(fn);
 }
 
-int Fail(int code, const std::string& text, char* message, size_t message_len) {
-  if (message != nullptr && message_len > 0) std::snprintf(message, message_len, "%s", text.c_str());
-  return code;
-}
-
 }  // namespace
 }  // namespace lms
 
@@ -132,9 +127,11 @@ extern "C" int tf_lms_test_tensorflow_copy(const char* device_name, int kind, si
   std::lock_guard<std::mutex> probe_lock(probe_mu);
   Status status;
   LmsDevice* device = Overlay::Get().DeviceNamed(device_name, &status);
-  if (device == nullptr) return Fail(TF_LMS_NOT_FOUND, status.message(), message, message_len);
+  if (device == nullptr) {
+    return FailToC(TF_LMS_NOT_FOUND, status.message(), message, message_len);
+  }
   if (kind < 0 || kind > 3 || bytes == 0) {
-    return Fail(TF_LMS_INVALID_ARGUMENT, "kind must be 0-3 and bytes positive", message,
+    return FailToC(TF_LMS_INVALID_ARGUMENT, "kind must be 0-3 and bytes positive", message,
                 message_len);
   }
   Engine& engine = device->engine();
@@ -144,7 +141,7 @@ extern "C" int tf_lms_test_tensorflow_copy(const char* device_name, int kind, si
   Tensor host_a(tsl::cpu_allocator_base(), tensorflow::DT_UINT8, shape);
   Tensor host_b(tsl::cpu_allocator_base(), tensorflow::DT_UINT8, shape);
   if (!lms_a.IsInitialized() || !lms_b.IsInitialized()) {
-    return Fail(TF_LMS_RESOURCE_EXHAUSTED, "the probe's tensors do not fit", message,
+    return FailToC(TF_LMS_RESOURCE_EXHAUSTED, "the probe's tensors do not fit", message,
                 message_len);
   }
   // kind: 0 device-to-host, 1 host-to-device, 2 within the device, 3 device-to-device.
@@ -211,6 +208,8 @@ extern "C" int tf_lms_test_tensorflow_copy(const char* device_name, int kind, si
     (void)engine.Unpin(p, 0);
     (void)engine.Free(p);
   }
-  if (!flight.status.ok()) Fail(0, std::string(flight.status.message()), message, message_len);
+  if (!flight.status.ok()) {
+    FailToC(TF_LMS_OK, std::string(flight.status.message()), message, message_len);
+  }
   return TF_LMS_OK;
 }
