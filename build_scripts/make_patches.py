@@ -13,7 +13,8 @@ patches/README.md says which are exact and how they were obtained):
         set_lms_defrag_enabled / get_lms_defrag_enabled in tf.config.experimental
         (and tf.experimental, IBM's names), kept by the eager context and written
         into those two fields of the ConfigProto, and the statistics functions,
-        which read LMS's C entry points (tf_adapter/statistics_c_api.h);
+        which read LMS's C entry points (tf_adapter/statistics_c_api.h); the API
+        golden files list them;
   0004  the hooks: an OpKernelContext observer (op_kernel.h/.cc) that LMS installs
         to pin kernels' tensors, GPUProcessState asking LMS first for a GPU's
         allocator (gpu_process_state.cc, the gpu BUILD file), and GPUUtil's copies
@@ -46,7 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from patch_python_api import patch_config_py, patch_context_py
+from patch_python_api import golden_files, patch_config_py, patch_context_py, patch_golden
 from patch_text import insert_after, insert_before, replace_once
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -399,6 +400,8 @@ def edit(tree: Path, rel: str, change: Callable[[str], str]) -> None:
 def add_python_api(tree: Path) -> None:
     edit(tree, "tensorflow/python/framework/config.py", patch_config_py)
     edit(tree, "tensorflow/python/eager/context.py", patch_context_py)
+    for golden in golden_files():
+        edit(tree, golden, patch_golden)
 
 
 PARTS = [
@@ -422,7 +425,8 @@ PARTS = [
          "ConfigProto; changing them after initialization is a RuntimeError.\n"
          "The statistics functions (get_bytes_in_use, get_bytes_reclaimed, ...)\n"
          "read an LMS device's statistics through the C entry points of\n"
-         "lms/tf_adapter/statistics_c_api.h.",
+         "lms/tf_adapter/statistics_c_api.h. The API golden files of\n"
+         "tf.config.experimental and tf.experimental (v1, v2) list all 24.",
          add_python_api),
     Part("Call Large Model Support from the kernel contexts and the GPU allocator",
          "OpKernelContext's constructor and destructor call an observer that LMS\n"

@@ -5,7 +5,8 @@ set_lms_defrag_enabled, get_lms_defrag_enabled and the statistics functions
 (DESIGN.md, "Public surface"), exported as tf.config.experimental.<name> and
 tf.experimental.<name> (IBM's names); tensorflow/python/eager/context.py keeps
 the two settings and writes them into the ConfigProto's
-GPUOptions.Experimental.
+GPUOptions.Experimental; the API golden files of tf.config.experimental and
+tf.experimental (v1 and v2) list the new functions.
 
 Example:
     >>> "def set_lms_enabled(" in patch_config_py("import platform\n")  # doctest: +SKIP
@@ -19,6 +20,7 @@ import re
 import textwrap
 from pathlib import Path
 
+import api_goldens
 from patch_text import insert_after, insert_before
 
 PACKAGE = Path(__file__).resolve().parent.parent / "tensorflow_lms_allocator"
@@ -363,3 +365,42 @@ def patch_context_py(text: str) -> str:
     return insert_before(text, CONTEXT_METHODS_ANCHOR, CONTEXT_METHODS_ADDITION, path)
 
 
+
+
+# --------------------------------------------------------------------------
+# The API golden files (api_goldens.py): each gains a member_method for every
+# function above, at its place in name order.
+
+SETTINGS_FUNCTIONS = {
+    "set_lms_enabled": "args=['enable'], varargs=None, keywords=None, defaults=None",
+    "get_lms_enabled": "args=[], varargs=None, keywords=None, defaults=None",
+    "set_lms_defrag_enabled": "args=['enable'], varargs=None, keywords=None, defaults=None",
+    "get_lms_defrag_enabled": "args=[], varargs=None, keywords=None, defaults=None",
+}
+STATISTIC_ARGSPEC = "args=['device'], varargs=None, keywords=None, defaults=['0'], "
+
+
+def lms_functions() -> dict[str, str]:
+    """Every function 0003 exports: name -> its argspec in the golden files.
+
+    Example:
+        >>> lms_functions()["get_bytes_reclaimed"]
+        "args=['device'], varargs=None, keywords=None, defaults=['0'], "
+    """
+    return {**SETTINGS_FUNCTIONS,
+            **{name: STATISTIC_ARGSPEC for name in public_statistics()}}
+
+
+def patch_golden(text: str) -> str:
+    """A golden file of tf.config.experimental or tf.experimental, with LMS's functions."""
+    for name, spec in sorted(lms_functions().items()):
+        later = [m.start() for m in re.finditer(r'^  member_method \{\n    name: "(\w+)"',
+                                                text, re.M) if m.group(1) > name]
+        at = later[0] if later else text.rindex("}\n")
+        text = text[:at] + api_goldens.member_method(name, spec) + text[at:]
+    return text
+
+
+def golden_files() -> list[str]:
+    """The golden files 0003 changes, relative to the TensorFlow tree."""
+    return [api_goldens.golden_path(version, module) for version, module in api_goldens.MODULES]

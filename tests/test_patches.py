@@ -36,6 +36,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "build_scripts"))
+import api_goldens  # noqa: E402
 import make_patches  # noqa: E402
 
 
@@ -57,6 +58,10 @@ APPROXIMATE = {"tensorflow/core/protobuf/config.proto",
                "tensorflow/core/common_runtime/gpu/gpu_process_state.cc",
                "tensorflow/core/common_runtime/gpu/gpu_util.cc",
                "tensorflow/core/common_runtime/gpu/BUILD"}
+# Reconstructed from the wheel's API (build_scripts/api_goldens.py): approximate text.
+GOLDENS = {f"tensorflow/tools/api/golden/{v}/tensorflow.{m}.pbtxt"
+           for v in ("v1", "v2") for m in ("config.experimental", "experimental")}
+APPROXIMATE |= GOLDENS
 
 # The patched config.proto's fields in a config_pb2.py, as the overlay adds them.
 with_lms_fields = _load_config_proto().with_lms_fields
@@ -325,8 +330,8 @@ def test_the_approximate_hunks_need_only_their_context(tmp_path):
     make_patches.base_checkout(tree)
     for rel in APPROXIMATE:
         path = tree / rel
-        filler = "".join(f"# unrelated line {i}\n" if rel.endswith("BUILD")
-                         else f"// unrelated line {i}\n" for i in range(137))
+        comment = "#" if rel.endswith(("BUILD", ".pbtxt")) else "//"
+        filler = "".join(f"{comment} unrelated line {i}\n" for i in range(137))
         path.write_text(filler + path.read_text() + filler)
     git(tree, "commit", "--quiet", "-am", "the excerpts inside longer files")
     git(tree, "am", "--quiet", *map(str, sorted(make_patches.SERIES.glob("*.patch"))))
@@ -347,6 +352,20 @@ def test_every_external_repository_in_the_build_files_is_one_the_wheel_was_built
         embedded |= {m.decode() for m in re.findall(rb"external/(\w+)/", data)}
     local_config = {name for name in named if name.startswith("local_config_")}
     assert named - local_config <= embedded, sorted(named - local_config - embedded)
+
+
+def test_the_base_golden_files_are_the_installed_wheels_api(tmp_path):
+    """Regenerating them from the installed 2.21.0 wheel gives the committed bytes."""
+    done = subprocess.run([sys.executable, str(ROOT / "build_scripts" / "api_goldens.py"),
+                           str(tmp_path)], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    for rel in GOLDENS:
+        assert (tmp_path / rel).read_bytes() == (make_patches.BASE / rel).read_bytes(), rel
+    v2 = (make_patches.BASE / "tensorflow/tools/api/golden/v2/"
+          "tensorflow.config.experimental.pbtxt").read_text()
+    assert '    name: "get_memory_info"\n' in v2
+    assert v2.startswith("# APPROXIMATE, not TensorFlow v2.21.0's file")
 
 
 # --------------------------------------------------------------------------
@@ -399,6 +418,22 @@ with tf.Graph().as_default():
     total = tf.constant([1.0, 2.0]) * 3
     with tf.compat.v1.Session(config=proto) as session:
         result["session"] = session.run(total).tolist()
+# The golden files TensorFlow's API writer makes when the generated modules
+# hold the patched functions.
+import sys, types
+sys.path.insert(0, BUILD_SCRIPTS)
+import api_goldens, patch_python_api
+result["goldens"] = {}
+for version, path in api_goldens.MODULES:
+    module = tf.compat.v1 if version == "v1" else tf.compat.v2
+    for part in path.split(".")[1:]:
+        module = getattr(module, part)
+    patched = types.ModuleType(module.__name__)
+    patched.__dict__.update(vars(module))
+    for name in patch_python_api.lms_functions():
+        setattr(patched, name, getattr(config, name))
+    result["goldens"][api_goldens.golden_path(version, path)] = (
+        api_goldens.module_golden(path, patched))
 print("RESULT " + json.dumps(result))
 '''
 
@@ -419,7 +454,8 @@ def run_patched(site: Path, program: str, tmp_path: Path, **env: str) -> dict:
     """Runs `program` on the tensorflow package copy in `site`; its RESULT line."""
     env = {**os.environ, "PYTHONPATH": str(site), "TF_CPP_MIN_LOG_LEVEL": "2",
            "PYTHONDONTWRITEBYTECODE": "1", **env}
-    program = f"PATCHED = {str(site)!r}\n" + program
+    program = (f"PATCHED = {str(site)!r}\n"
+               f"BUILD_SCRIPTS = {str(ROOT / 'build_scripts')!r}\n" + program)
     done = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True,
                           text=True, timeout=300, cwd=tmp_path)
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
@@ -442,6 +478,12 @@ def test_the_patched_python_api_on_the_stock_wheel(applied, tmp_path):
     assert result["late"] and "before the runtime is initialized" in result["late"]
     assert "set_lms_enabled" in result["late"]
     assert result["session"] == [3.0, 6.0]
+    # The series' golden files list the 24 functions as TensorFlow's writer would.
+    header = len(api_goldens.APPROXIMATE_HEADER)
+    assert set(result["goldens"]) == GOLDENS
+    for rel, written in result["goldens"].items():
+        assert written.count("  member_method {") >= 24 + 8, rel
+        assert (applied / rel).read_text()[header:] == written, rel
 
 
 PATCHED_STATISTICS_PROGRAM = r"""
