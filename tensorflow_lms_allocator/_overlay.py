@@ -53,6 +53,30 @@ def _library_dir() -> Path:
     return Path(spec.origin).parent
 
 
+def _check_not_patched(framework: Path) -> None:
+    """ImportError if `framework` (loaded) is a TensorFlow built with the LMS patch.
+
+    Such a build has LMS inside (patches/README.md); a second copy from this
+    package would serve the same GPUs. Until the adapter registers its hooks,
+    the interposer passes every call on to TensorFlow, so stopping here is safe.
+
+    Example:
+        >>> _check_not_patched(Path(tf.sysconfig.get_lib()) /  # doctest: +SKIP
+        ...                    "libtensorflow_framework.so.2")
+    """
+    try:
+        library = ctypes.CDLL(str(framework), mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+    except OSError:
+        return  # not loaded under that name: nothing to tell
+    if hasattr(library, "tf_lms_get_statistics"):
+        raise ImportError(
+            f"{framework} exports tf_lms_get_statistics: this TensorFlow was built with "
+            "the LMS patch series and has LMS already. Do not import "
+            "tensorflow_lms_allocator; turn LMS on with "
+            "tf.config.experimental.set_lms_enabled(True) or "
+            "gpu_options.experimental.lms_enabled in the ConfigProto")
+
+
 def _check_tensorflow_not_loaded() -> None:
     if "tensorflow" in sys.modules or "keras" in sys.modules:
         raise ImportError(
@@ -145,6 +169,7 @@ def install() -> ModuleType:
         os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
     import tensorflow as tf
 
+    _check_not_patched(Path(tf.sysconfig.get_lib()) / "libtensorflow_framework.so.2")
     lib = ctypes.CDLL(str(libs / "libtf_lms_adapter.so"))
     _c_api.declare(lib, libs / "c_api.h")
     message = message_buffer()

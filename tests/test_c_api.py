@@ -4,6 +4,8 @@ includes), and Python reads it from there."""
 from __future__ import annotations
 
 import ctypes
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -67,3 +69,23 @@ def test_a_missing_included_header_is_an_import_error(tmp_path: Path) -> None:
     with pytest.raises(ImportError, match="or one it includes cannot be read.*"
                        "statistics_c_api.h.*make build"):
         _c_api.declare(ctypes.CDLL(None), header)
+
+
+def test_a_tensorflow_built_with_the_lms_patch_refuses_the_overlay(tmp_path: Path) -> None:
+    # A framework library that exports the patch's C entry points, loaded.
+    source = tmp_path / "framework.c"
+    source.write_text("int tf_lms_get_statistics(void) { return 0; }\n")
+    patched = tmp_path / "libtensorflow_framework.so.2"
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(patched), str(source)], check=True)
+    ctypes.CDLL(str(patched))
+    with pytest.raises(ImportError, match="built with the LMS patch series.*Do not import "
+                       "tensorflow_lms_allocator.*set_lms_enabled"):
+        _overlay._check_not_patched(patched)
+    # The stock wheel's framework, which this process runs on, is not patched.
+    import tensorflow as tf
+
+    stock = Path(tf.sysconfig.get_lib()) / "libtensorflow_framework.so.2"
+    assert hasattr(ctypes.CDLL(str(stock), mode=os.RTLD_NOLOAD | os.RTLD_LAZY), "TF_NewStatus")
+    _overlay._check_not_patched(stock)
+    # A library that is not loaded is not looked into.
+    _overlay._check_not_patched(tmp_path / "not_loaded.so")
