@@ -17,7 +17,12 @@ What can be checked without a TensorFlow checkout (patches/README.md):
 - on a copy of the installed `tensorflow` package with the patched Python
   files and a config_pb2 whose descriptor has fields 20/21, the Python API sets
   `gpu_options.experimental.lms_enabled`, the ConfigProto round-trips through
-  serialization and text format, and a tf.compat.v1.Session runs with it.
+  serialization and text format, and a tf.compat.v1.Session runs with it; the
+  patched statistics functions read a real LMS device (the overlay's emulated
+  one) through the shared C entry points;
+- the base API golden files are the installed wheel's API as TensorFlow's
+  writer would print it, and the patched ones list the 24 functions exactly as
+  that writer prints the patched functions.
 """
 
 from __future__ import annotations
