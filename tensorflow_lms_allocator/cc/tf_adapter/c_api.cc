@@ -2,8 +2,6 @@
 // a TfLmsCode and a message. No exception leaves this file.
 #include "tf_adapter/c_api.h"
 
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>

@@ -5,7 +5,6 @@
 // does: it returns at once and completes the copy later, on another thread.
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
