@@ -44,6 +44,7 @@ RECORD = np.dtype([("time_ns", "<u8"), ("address", "<u8"), ("bytes", "<u8"),
                    ("flags", "u1")])
 BORN_PINNED = 1  # flags of an allocate event: its kernel holds it pinned
 LIVE_AT_START = 2  # flags of the snapshot the trace starts with (allocate, pin)
+UNCLAIMED = 4  # flags of an allocate event: made outside any kernel, unevictable until pinned
 
 
 class TraceFormatError(ValueError):
@@ -61,6 +62,7 @@ class Event:
     op: str  # "-" when no op was known
     born_pinned: bool  # an allocation its kernel holds pinned (unpinned without a pin event)
     live_at_start: bool = False  # the starting snapshot: live before the trace began
+    unclaimed: bool = False  # made outside any kernel: not evictable until its first pin
 
 
 @dataclass
@@ -78,7 +80,8 @@ class Trace:
             yield Event(int(r["time_ns"]), EVENT_NAMES.get(int(r["event"]), "unknown"),
                         int(r["address"]), int(r["bytes"]), int(r["unit_id"]),
                         int(r["thread"]), self.ops[int(r["op"])],
-                        bool(r["flags"] & BORN_PINNED), bool(r["flags"] & LIVE_AT_START))
+                        bool(r["flags"] & BORN_PINNED), bool(r["flags"] & LIVE_AT_START),
+                        bool(r["flags"] & UNCLAIMED))
 
     def counts(self) -> dict[str, int]:
         """How many events of each kind."""

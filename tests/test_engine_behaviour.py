@@ -129,12 +129,40 @@ def test_impossible_request_is_out_of_memory_and_harms_nothing(make_engine):
     engine = make_engine(4, 4)
     a = engine.allocate(GRANULE)
     engine.fill_pattern(a, GRANULE, 1)
-    with pytest.raises(OutOfMemoryError, match="exceeds the device memory"):
+    with pytest.raises(OutOfMemoryError, match="exceeds the device memory.*TF_GPU_HOST_MEM"):
         engine.allocate(9 * GRANULE)  # more than device plus host
-    with pytest.raises(OutOfMemoryError, match="exceeds the device memory"):
-        engine.allocate(5 * GRANULE)
+    with pytest.raises(OutOfMemoryError, match="exceeds the device memory.*TF_GPU_HOST_MEM"):
+        engine.allocate(5 * GRANULE)  # more than the device, and than the host pool
+    with pytest.raises(OutOfMemoryError, match="exceeds the device memory.*resident"):
+        engine.allocate(5 * GRANULE, pin=True)  # a pin at birth needs it resident
+    engine.lms_enabled = False
+    with pytest.raises(OutOfMemoryError, match="exceeds the device memory.*LMS is off"):
+        engine.allocate(2 * GRANULE + 5 * GRANULE)
     assert engine.verify_pattern(a, GRANULE, 1) == -1
     assert isinstance(OutOfMemoryError("x"), MemoryError)
+    engine.check_invariants()
+
+
+def test_request_larger_than_the_device_lives_in_host_memory_and_pins_in_place(make_engine):
+    """With LMS on, an allocation nobody pins at birth may be larger than the
+    device: it is born evicted, and a pin leaves it there (its user reads and
+    writes it in place) instead of failing to page it in."""
+    engine = make_engine(4, 16)
+    big = engine.allocate(6 * GRANULE + 100, writer=True)
+    info = engine.inspect(big)
+    assert info["evicted"] and info["unclaimed"]
+    engine.fill_pattern(big, 6 * GRANULE + 100, 7)
+    unit = engine.pin(big + GRANULE)  # claims it; it stays in host memory
+    info = engine.inspect(big)
+    assert info["evicted"] and info["pin_count"] == 1 and not info["unclaimed"]
+    engine.fill_pattern(big, 6 * GRANULE + 100, 8)  # written in place while pinned
+    small = engine.allocate(3 * GRANULE, pin=True)  # the device is all free still
+    assert not engine.inspect(small)["evicted"]
+    engine.unpin(big, unit)
+    assert engine.verify_pattern(big, 6 * GRANULE + 100, 8) == -1
+    engine.check_invariants()
+    stats = engine.stats()
+    assert stats["num_born_evicted"] == 1 and stats["num_page_ins"] == 0
 
 
 def test_unknown_and_double_free_are_errors(make_engine):

@@ -19,6 +19,11 @@ the random sequence mostly defeats: it must still lose no byte).
 With LMS on, a request nobody pins never fails (it is born evicted if the
 device is full); a pinned one may fail only if it could not fit even after
 evicting every inactive unit and remapping every cached granule.
+Allocations made as a writer outside kernels would make them (Note [Writers
+outside kernels]) are *unclaimed* until a pin inside them: meanwhile they
+evict only while unclaimed memory holds at most half the device, and stay
+where they were placed (resident, or born evicted) whatever else happens,
+since their writer may still be writing.
 """
 
 from __future__ import annotations
@@ -50,6 +55,8 @@ class Live:
     allocation_id: int
     small: bool
     allocated: int
+    unclaimed: bool = False
+    born_evicted: bool = False  # where an unclaimed allocation was placed
 
 
 @dataclass
@@ -61,7 +68,7 @@ class Token:
 
 
 PICK = st.integers(0, 1 << 30)  # index into a list, modulo its length
-TOTALS = {"steps": 0, "evictions": 0, "page_ins": 0, "defragmentations": 0,
+TOTALS = {"steps": 0, "unclaimed_held": 0, "evictions": 0, "page_ins": 0, "defragmentations": 0,
           "born_evicted": 0, "small_evictions": 0, "learned_reclaims": 0, "predictions": 0,
           "prefetches": 0}
 
@@ -102,11 +109,21 @@ class EngineModel(RuleBasedStateMachine):
     def _unit(self, live: Live) -> dict:
         return self.engine.inspect(live.address)
 
-    def _pinned_granules(self) -> int:
+    def _unclaimed_resident_granules(self) -> int:
         units = {}
         for x in self.live.values():
             info = self._unit(x)
-            if info["pin_count"] > 0:
+            if x.unclaimed and not info["evicted"]:
+                units[info["unit_address"]] = 1 if x.small else x.allocated // GRANULE
+        return sum(units.values())
+
+    def _held_granules(self) -> int:
+        """Device granules nothing may evict: pinned units, and resident units
+        holding an unclaimed allocation."""
+        units = {}
+        for x in self.live.values():
+            info = self._unit(x)
+            if info["pin_count"] > 0 or (x.unclaimed and not info["evicted"]):
                 units[info["unit_address"]] = 1 if x.small else x.allocated // GRANULE
         # Empty pages held only by pins still hold a granule each.
         live_units = {self._unit(x)["unit_address"] for x in self.live.values()}
@@ -131,24 +148,32 @@ class EngineModel(RuleBasedStateMachine):
                          st.integers(20_000, GRANULE - 1),
                          st.integers(GRANULE, 4 * GRANULE),
                          st.integers(GRANULE, 3 * GRANULE)),
-          pin=st.booleans(), alignment=st.sampled_from([256, 256, 4096]))
-    def allocate(self, size: int, pin: bool, alignment: int):
-        pinned_granules = self._pinned_granules()
+          hold=st.sampled_from(["none", "pin", "writer"]),
+          alignment=st.sampled_from([256, 256, 4096]))
+    def allocate(self, size: int, hold: str, alignment: int):
+        pin, writer = hold == "pin", hold == "writer"
+        held_granules = self._held_granules()
+        evictions = self.engine.stats()["num_evictions"]
         try:
-            address = self.engine.allocate(size, pin=pin, alignment=alignment)
+            address = self.engine.allocate(size, pin=pin, alignment=alignment, writer=writer)
         except OutOfMemoryError:
             if self.engine.lms_enabled:
                 assert pin, "a request nobody pins is born evicted, never refused"
                 if self.engine.defrag_enabled:
                     needed = -(-size // GRANULE)
-                    assert needed > DEVICE_GRANULES - pinned_granules
+                    assert needed > DEVICE_GRANULES - held_granules
             return
         assert address not in self.live
         assert address % alignment == 0
         info = self.engine.inspect(address)
         assert info["requested_bytes"] == size
         live = Live(address, size, self.next_seed, info["id"], info["small"],
-                    info["allocated_bytes"])
+                    info["allocated_bytes"], writer, writer and info["evicted"])
+        assert info["unclaimed"] == writer
+        if writer and self.engine.stats()["num_evictions"] > evictions:
+            # It displaced other memory only while unclaimed memory holds at
+            # most half the device with it.
+            assert 2 * self._unclaimed_resident_granules() <= DEVICE_GRANULES
         if pin:
             self.tokens.append(Token(address, info["unit_id"], info["unit_address"]))
             self.unit_pins[info["unit_address"]] += 1
@@ -185,10 +210,13 @@ class EngineModel(RuleBasedStateMachine):
             unit_id = self.engine.pin(address)
         except OutOfMemoryError:
             assert self._unit(live)["evicted"]
+            live.unclaimed = False  # claimed all the same: its writer handed it over
             return
         info = self._unit(live)
         assert unit_id == info["unit_id"]
         assert not info["evicted"]
+        live.unclaimed = False  # a pin inside it claims it
+        assert not info["unclaimed"]
         self.tokens.append(Token(address, unit_id, info["unit_address"]))
         self.unit_pins[info["unit_address"]] += 1
 
@@ -216,6 +244,11 @@ class EngineModel(RuleBasedStateMachine):
         info = self._unit(live)
         if info["pin_count"] > 0 or info["evicted"]:
             return
+        if any(x.unclaimed and self._unit(x)["unit_address"] == info["unit_address"]
+               for x in self.live.values()):
+            with pytest.raises(RuntimeError, match="outside any kernel"):
+                self.engine.evict(live.address)
+            return
         self.engine.evict(live.address)
         assert self._unit(live)["evicted"]
         if live.small:
@@ -232,6 +265,10 @@ class EngineModel(RuleBasedStateMachine):
     @invariant()
     def count_step(self):
         TOTALS["steps"] += 1
+        # Steps where an unclaimed allocation stayed resident under pressure.
+        if self.engine.stats()["num_evictions"] and any(
+                x.unclaimed and not x.born_evicted for x in self.live.values()):
+            TOTALS["unclaimed_held"] += 1
 
     @invariant()
     def every_byte_survives_at_the_same_address(self):
@@ -241,6 +278,14 @@ class EngineModel(RuleBasedStateMachine):
             assert info["id"] == live.allocation_id
             assert info["pin_count"] == self.unit_pins.get(info["unit_address"], 0)
             assert self.engine.verify_pattern(live.address, live.size, live.seed) == -1
+
+    @invariant()
+    def unclaimed_allocations_stay_where_they_were_placed(self):
+        for live in self.live.values():
+            if live.unclaimed:
+                info = self.engine.inspect(live.address)
+                assert info["unclaimed"]
+                assert info["evicted"] == live.born_evicted, "its writer may be writing it"
 
     @invariant()
     def device_granules_never_exceed_capacity(self):
@@ -265,6 +310,8 @@ class EngineModel(RuleBasedStateMachine):
         assert stats["bytes_in_use"] == sum(x.allocated for x in self.live.values())
         assert stats["bytes_active"] + stats["bytes_inactive"] == stats["bytes_in_use"]
         assert stats["bytes_active"] == active
+        assert stats["bytes_unclaimed"] == sum(x.allocated for x in self.live.values()
+                                               if x.unclaimed)
         assert stats["current_bytes_reclaimed"] == evicted
         assert stats["host_bytes_in_use"] == evicted
         assert stats["bytes_reserved"] == self.engine.device_granules_in_use * GRANULE
@@ -297,6 +344,7 @@ def test_engine_matches_its_model_under_random_use(backend, policy, request):
     assert TOTALS["evictions"] > 0 and TOTALS["page_ins"] > 0, TOTALS
     assert TOTALS["small_evictions"] > 0 and TOTALS["born_evicted"] > 0, TOTALS
     assert TOTALS["defragmentations"] > 0, TOTALS
+    assert TOTALS["unclaimed_held"] > 0, TOTALS
     if policy == "learned":
         assert TOTALS["learned_reclaims"] > 0 and TOTALS["predictions"] > 0, TOTALS
     else:

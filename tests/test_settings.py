@@ -181,7 +181,10 @@ def test_retry_on_failure_false_fails_at_once_while_another_kernel_holds_memory(
 
 @pytest.mark.parametrize("level,shown", [("0", True), ("3", False)])
 def test_allocation_failures_are_logged_through_tensorflow(level, shown):
-    run = probe("oom_logging", env={**LMS_64, "TF_CPP_MIN_LOG_LEVEL": level})
+    # 128 MiB fits neither the 64 MiB device nor host memory for evicted
+    # tensors (with LMS on it would otherwise be placed there).
+    run = probe("oom_logging", env={**LMS_64, "TF_CPP_MIN_LOG_LEVEL": level,
+                                     "TF_GPU_HOST_MEM_LIMIT_IN_MB": "64"})
     assert run.result["error"][0] == "ResourceExhaustedError"
     assert ("tensorflow_lms_allocator: allocation of" in run.stderr) == shown, run.stderr
     if shown:  # TensorFlow's (absl's) log format: severity, time, file:line

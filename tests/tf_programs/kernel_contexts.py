@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 
-import tensorflow_lms_allocator  # noqa: F401  (before tensorflow)
+import tensorflow_lms_allocator as lms  # before tensorflow
 from tensorflow_lms_allocator import _overlay
 
 import tensorflow as tf
@@ -47,16 +47,21 @@ def nested(in_function: bool) -> None:
     """tf.py_function's kernel pins its 40 MiB input and runs `body` on its
     own thread; there an eager op asks for 40 MiB more of the 64 MiB device.
     That fits only once the py_function's kernel ends, which it cannot before
-    `body` returns: the op must fail at once, not wait for it."""
+    `body` returns: the op must not wait for it. With LMS on it is placed in
+    host memory at once (born evicted), or fails at once if host memory for
+    evicted tensors cannot hold it either."""
     big = tf.fill((10 * MIB,), 2.0)  # 40 MiB
     seen = {}
 
     def body(pinned):
         seen["inside"] = kernel_contexts()
         start = time.monotonic()
+        born_evicted = lms.get_statistics(0)["num_born_evicted"]
         try:
-            tf.fill((10 * MIB,), 1.0)
+            seen["inner_min"] = float(tf.reduce_min(tf.fill((10 * MIB,), 1.0)))
             seen["error"] = None
+            seen["placed_in_host_memory"] = (
+                lms.get_statistics(0)["num_born_evicted"] - born_evicted)
         except tf.errors.ResourceExhaustedError as error:
             seen["error"] = type(error).__name__
         seen["seconds"] = time.monotonic() - start
@@ -66,9 +71,10 @@ def nested(in_function: bool) -> None:
     if in_function:
         call = tf.function(call)
     seen["sum"] = float(call())
-    # The process keeps working after the failure.
+    # The process keeps working after the failure (the tf.function still
+    # holds `big`: 8 MiB fit beside it without evicting it).
     del big
-    seen["after"] = float(tf.reduce_sum(tf.fill((10 * MIB,), 1.0)))
+    seen["after"] = float(tf.reduce_sum(tf.fill((2 * MIB,), 1.0)))
     seen["contexts_after"] = kernel_contexts()
     emit(seen)
 

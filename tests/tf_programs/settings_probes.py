@@ -200,16 +200,26 @@ def aligned() -> None:
 
     tf.reduce_sum(tf.ones((4,)))  # creates the devices
     result = {}
-    for alignment in (64, 256, 4096, 2 * MIB):
-        ptr, message = _allocate(alignment, 1000, retry=True)
-        requested, allocated = _sizes(ptr)
-        result[str(alignment)] = {"aligned": ptr % alignment == 0, "requested": requested,
-                                  "allocated": allocated}
-        if alignment != 4096:
-            _adapter().adapter().tf_lms_test_deallocate_raw(b"CPU:0", ptr)
-        else:
-            kept = ptr
-    ctypes.memset(kept, 0x5A, 1000)
+    kept = 0
+
+    def kernel_allocates():
+        # Inside a kernel (EagerPyFunc), as TensorFlow's kernels allocate: the
+        # kept one is unpinned when the kernel ends, and may be evicted (one
+        # made outside any kernel would stay put until a kernel used it).
+        nonlocal kept
+        for alignment in (64, 256, 4096, 2 * MIB):
+            ptr, message = _allocate(alignment, 1000, retry=True)
+            requested, allocated = _sizes(ptr)
+            result[str(alignment)] = {"aligned": ptr % alignment == 0, "requested": requested,
+                                      "allocated": allocated}
+            if alignment != 4096:
+                _adapter().adapter().tf_lms_test_deallocate_raw(b"CPU:0", ptr)
+            else:
+                kept = ptr
+        ctypes.memset(kept, 0x5A, 1000)
+        return tf.constant(0.0)
+
+    tf.py_function(kernel_allocates, [], tf.float32)
     # 32 tensors of one granule fill the 64 MiB device: the least recently
     # used granule-sized allocation, `kept`, is evicted first.
     others = [tf.fill((MIB // 2,), float(i)) for i in range(32)]

@@ -89,7 +89,7 @@ Engine::~Engine() {
   if (base_ != 0) backend_->ReleaseAddressRange(base_, slots_ * granule_);
 }
 
-void* Engine::Allocate(size_t bytes, bool pin, Status* status,
+void* Engine::Allocate(size_t bytes, Hold hold, Status* status,
                        uint64_t* unit_id, size_t alignment) {
   Status ignored;
   if (status == nullptr) status = &ignored;
@@ -109,29 +109,45 @@ void* Engine::Allocate(size_t bytes, bool pin, Status* status,
   // A small object is 256-byte aligned; a stricter alignment takes a
   // granule-aligned unit of its own (requested size unchanged).
   void* ptr = bytes < small_threshold_ && alignment <= SmallPages::kUnit
-                  ? AllocateSmall(bytes, pin, status, unit_id)
-                  : AllocateLarge(bytes, pin, status, unit_id);
+                  ? AllocateSmall(bytes, hold, status, unit_id)
+                  : AllocateLarge(bytes, hold, status, unit_id);
   if (ptr != nullptr) {
     ++stats_.num_allocs;
     Trace(TraceEvent::kAllocate, reinterpret_cast<uintptr_t>(ptr), bytes, *unit_id,
-          pin ? TraceRecorder::kBornPinned : 0);
+          hold == Hold::kPin      ? TraceRecorder::kBornPinned
+          : hold == Hold::kWriter ? TraceRecorder::kUnclaimed
+                                  : 0);
   }
   // Even a failed request may have evicted or remapped granules.
   RefreshPoolStatistics();
   return ptr;
 }
 
-void* Engine::AllocateLarge(size_t bytes, bool pin, Status* status,
+void* Engine::AllocateLarge(size_t bytes, Hold hold, Status* status,
                             uint64_t* unit_id) {
   const uint64_t n = (bytes + granule_ - 1) >> granule_shift_;
-  if (n > device_pool_.capacity()) {
+  // Larger than the device: only host memory can hold it (born evicted,
+  // used in place: Pin), and only if nobody needs it resident at birth.
+  if (n > device_pool_.capacity() && (hold == Hold::kPin || !lms_enabled_)) {
     *status = ResourceExhausted(
         "a request of " + FormatBytes(bytes) + " exceeds the device memory of " +
         FormatBytes(device_pool_.capacity() * granule_) +
-        ": an allocation must fit in device memory to be used");
+        (lms_enabled_ ? ": pinned at birth, it would have to be resident"
+                      : ": an allocation must fit in device memory to be used (LMS is off)"));
     return nullptr;
   }
-  const ChunkId c = PlaceUnit(n, pin, /*may_be_born_evicted=*/!pin, status);
+  if (n > device_pool_.capacity() && host_pool_.free_count() < n) {
+    *status = ResourceExhausted(
+        "a request of " + FormatBytes(bytes) + " exceeds the device memory of " +
+        FormatBytes(device_pool_.capacity() * granule_) +
+        ", and host memory for evicted tensors, which could hold it, has only " +
+        FormatBytes(host_pool_.free_count() * granule_) + " of " +
+        FormatBytes(host_pool_.capacity() * granule_) +
+        " free; raise TF_GPU_HOST_MEM_LIMIT_IN_MB");
+    return nullptr;
+  }
+  const ChunkId c = PlaceUnit(n, hold, /*may_evict=*/hold != Hold::kWriter || WriterMayEvict(n),
+                              /*may_be_born_evicted=*/hold != Hold::kPin, status);
   if (c == kNoChunk) return nullptr;
   if (learning_) learned_.SetKey(c, LearnedPolicy::Key(StrictMonitor::ThreadLabel(), bytes));
   BestFitArena::Chunk& chunk = arena_.chunk(c);
@@ -139,13 +155,16 @@ void* Engine::AllocateLarge(size_t bytes, bool pin, Status* status,
   *unit_id = chunk.allocation_id;
   const int64_t allocated = static_cast<int64_t>(n * granule_);
   stats_.bytes_in_use += allocated;
-  (pin ? stats_.bytes_active : stats_.bytes_inactive) += allocated;
+  (hold == Hold::kPin ? stats_.bytes_active : stats_.bytes_inactive) += allocated;
+  if (hold == Hold::kWriter) stats_.bytes_unclaimed += allocated;
   stats_.largest_alloc_size = std::max(stats_.largest_alloc_size, allocated);
   return reinterpret_cast<void*>(SlotAddress(chunk.start));
 }
 
-ChunkId Engine::PlaceUnit(uint64_t n, bool pin, bool may_be_born_evicted,
-                          Status* status) {
+ChunkId Engine::PlaceUnit(uint64_t n, Hold hold, bool may_evict,
+                          bool may_be_born_evicted, Status* status) {
+  const bool pin = hold == Hold::kPin;
+  const bool unclaimed = hold == Hold::kWriter;
   const ChunkId c = arena_.Allocate(n);
   if (c == kNoChunk) {
     *status = ResourceExhausted("no free address range of " + FormatBytes(n * granule_) +
@@ -161,7 +180,7 @@ ChunkId Engine::PlaceUnit(uint64_t n, bool pin, bool may_be_born_evicted,
     if (backing_.IsCached(s)) backing_.RemoveCached(s);
     else ++unmapped;
   }
-  Status s = unmapped > 0 ? ObtainDeviceGranules(unmapped) : Status::Ok();
+  Status s = unmapped > 0 ? ObtainDeviceGranules(unmapped, may_evict) : Status::Ok();
   if (s.ok() && unmapped > 0) {
     scratch_.resize(unmapped);
     device_pool_.Take(unmapped, scratch_.data());
@@ -192,7 +211,7 @@ ChunkId Engine::PlaceUnit(uint64_t n, bool pin, bool may_be_born_evicted,
         device_pool_.Give(backing_.at(u).granule);
         backing_.Clear(u);
       }
-      residency_.Track(c, n, /*pinned=*/false);
+      residency_.Track(c, n, /*pinned=*/false, unclaimed);
       s = PlaceBornEvicted(c);
       if (s.ok()) {
         if (learning_) learned_.Born(c, /*pinned=*/false);
@@ -203,6 +222,14 @@ ChunkId Engine::PlaceUnit(uint64_t n, bool pin, bool may_be_born_evicted,
       s = unmapped_ok;
     }
   }
+  if (!s.ok() && may_be_born_evicted && lms_enabled_ && host_pool_.free_count() < n) {
+    s = Status(s.code(), s.message() + "; placing it in host memory instead needs " +
+                             FormatBytes(n * granule_) + ", but host memory for evicted "
+                             "tensors has only " +
+                             FormatBytes(host_pool_.free_count() * granule_) + " of " +
+                             FormatBytes(host_pool_.capacity() * granule_) +
+                             " free (TF_GPU_HOST_MEM_LIMIT_IN_MB)");
+  }
   if (!s.ok()) {
     // Undo: whatever is device-mapped in the range stays there, cached.
     for (uint64_t u = first; u < first + n; ++u) {
@@ -212,7 +239,7 @@ ChunkId Engine::PlaceUnit(uint64_t n, bool pin, bool may_be_born_evicted,
     *status = s;
     return kNoChunk;
   }
-  residency_.Track(c, n, pin);
+  residency_.Track(c, n, pin, unclaimed);
   if (learning_) learned_.Born(c, pin);
   return c;
 }
@@ -243,6 +270,7 @@ Status Engine::FreeLarge(ChunkId c) {
   const int64_t allocated = static_cast<int64_t>(r.granules * granule_);
   stats_.bytes_in_use -= allocated;
   (r.pin_count > 0 ? stats_.bytes_active : stats_.bytes_inactive) -= allocated;
+  if (r.unclaimed > 0) stats_.bytes_unclaimed -= allocated;
   return ReleaseUnit(c);
 }
 
@@ -300,6 +328,21 @@ uint32_t Engine::PinUnit(ChunkId c) {
   return count;
 }
 
+void Engine::Claim(ChunkId c, const void* ptr) {
+  if (!residency_.IsPage(c)) {
+    residency_.RemoveUnclaimed(c);
+    stats_.bytes_unclaimed -= static_cast<int64_t>(residency_.record(c).granules * granule_);
+    return;
+  }
+  const ChunkId o = SmallObjectContaining(c, ptr);
+  if (o == kNoChunk) return;
+  BestFitArena::Chunk& object = small_.arena().chunk(o);
+  if (!object.unclaimed) return;
+  object.unclaimed = false;
+  residency_.RemoveUnclaimed(c);
+  stats_.bytes_unclaimed -= static_cast<int64_t>(object.size * SmallPages::kUnit);
+}
+
 uint32_t Engine::UnpinUnit(ChunkId c) {
   const uint32_t count = residency_.Unpin(c);
   if (count == 0) {
@@ -323,8 +366,13 @@ Status Engine::Pin(const void* ptr, uint64_t* unit_id) {
   Trace(TraceEvent::kPin, reinterpret_cast<uintptr_t>(ptr), 0,
         arena_.chunk(c).allocation_id);
   PinUnit(c);
-  // Peaks only count what is resident: bytes_active stays within the device.
-  Status s = residency_.record(c).evicted ? PageIn(c) : Status::Ok();
+  // Claimed even if the page-in below fails: its writer handed it over.
+  if (residency_.record(c).unclaimed > 0) Claim(c, ptr);
+  // A unit larger than the device is pinned where it is, in host memory:
+  // its users read and write it in place (it never moves, so that is safe).
+  const Residency::Record& r = residency_.record(c);
+  const bool page_in = r.evicted && r.granules <= device_pool_.capacity();
+  Status s = page_in ? PageIn(c) : Status::Ok();
   if (!s.ok()) {
     ++stats_.num_failed_pins;
     UnpinUnit(c);
@@ -374,6 +422,7 @@ Status Engine::StartTrace(const std::string& path, uint64_t max_bytes) {
 
 void Engine::TraceLiveAllocations() {
   constexpr uint8_t kLive = TraceRecorder::kLiveAtStart;
+  constexpr uint8_t kUnclaimed = TraceRecorder::kUnclaimed;
   for (ChunkId c = arena_.FirstChunk(); c != kNoChunk; c = arena_.chunk(c).next) {
     const BestFitArena::Chunk& unit = arena_.chunk(c);
     if (unit.free) continue;
@@ -384,7 +433,7 @@ void Engine::TraceLiveAllocations() {
     uintptr_t pin_address = 0;
     if (r.segment == Residency::kNoSegment) {
       Trace(TraceEvent::kAllocate, unit_address, unit.requested_bytes, unit.allocation_id,
-            kLive);
+            kLive | (r.unclaimed > 0 ? kUnclaimed : 0));
       pin_address = unit_address;
     } else {
       const BestFitArena& objects = small_.arena();
@@ -396,7 +445,7 @@ void Engine::TraceLiveAllocations() {
         if (object.free) continue;
         const uintptr_t address = unit_address + (object.start - first) * SmallPages::kUnit;
         Trace(TraceEvent::kAllocate, address, object.requested_bytes, unit.allocation_id,
-              kLive);
+              kLive | (object.unclaimed ? kUnclaimed : 0));
         if (pin_address == 0) pin_address = address;
       }
     }
@@ -424,6 +473,11 @@ Status Engine::Evict(const void* ptr) {
   const Residency::Record& r = residency_.record(c);
   if (r.evicted) return FailedPrecondition("evict of " + FormatAddress(ptr) + ": already evicted");
   if (r.pin_count > 0) return FailedPrecondition("evict of " + FormatAddress(ptr) + ": it is pinned");
+  if (r.unclaimed > 0) {
+    return FailedPrecondition("evict of " + FormatAddress(ptr) +
+                              ": it holds memory allocated outside any kernel that no "
+                              "pin has claimed yet (its writer may still be writing it)");
+  }
   Status s = EvictChunks({c});
   RefreshPoolStatistics();
   return s;
@@ -444,13 +498,13 @@ Status Engine::Inspect(const void* ptr, AllocationInfo* info) const {
     const BestFitArena::Chunk& object = small_.arena().chunk(o);
     *info = AllocationInfo{object.allocation_id, reinterpret_cast<uintptr_t>(ptr),
                            object.requested_bytes, object.size * SmallPages::kUnit,
-                           true, r.evicted, r.pin_count, unit.allocation_id,
-                           unit_address};
+                           true, r.evicted, r.pin_count, object.unclaimed,
+                           unit.allocation_id, unit_address};
     return Status::Ok();
   }
   *info = AllocationInfo{unit.allocation_id, unit_address, unit.requested_bytes,
                          unit.size * granule_, false, r.evicted, r.pin_count,
-                         unit.allocation_id, unit_address};
+                         r.unclaimed > 0, unit.allocation_id, unit_address};
   return Status::Ok();
 }
 

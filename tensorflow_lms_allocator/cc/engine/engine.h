@@ -31,12 +31,32 @@
 //   3. with LMS on, evict inactive units: copy their bytes to host granules,
 //      map those at the same address, return the device granules;
 //   4. with LMS on and a request that no kernel holds (Allocate without
-//      `pin`), place it in host memory at its address: *born evicted*; the
-//      first pin pages it in like any evicted allocation;
+//      Hold::kPin), place it in host memory at its address: *born evicted*;
+//      the first pin pages it in like any evicted allocation;
 //   5. fail with kResourceExhausted and a message naming what was short.
 // Without defragmentation, granules cached at a free address range serve
 // only allocations placed on that range: that is fragmentation, which
 // defragmentation removes without moving a tensor.
+//
+// Note [Writers outside kernels]. Not everything is written by a kernel that
+// pins what it writes. tf.data fills a batch on its own threads, TensorFlow
+// copies a NumPy array into a buffer it just allocated, a GPU kernel's
+// outputs may be allocated on an event thread after the kernel returned:
+// each allocates outside any kernel (Hold::kWriter) and writes the memory
+// unpinned, for as long as it takes. Evicting such memory while it is being
+// written loses every write between the eviction's copy and its remap (a
+// tf.data batch came out with up to 700,000 values zero or another
+// element's). So an allocation made outside a kernel is *unclaimed*: it is
+// never evicted (not on the LRU list, never prefetched) until a pin claims
+// it (its first kernel, or one of TensorFlow's pinned copies: the writer has
+// handed it over by then) or it is freed. A page holding an unclaimed object
+// is not evictable either. An unclaimed allocation evicts other memory to be
+// resident (on a GPU, its writer is a copy or a kernel launched from an event
+// thread, which should write device memory) only while unclaimed memory
+// would then hold at most half the device; beyond that it takes free device
+// memory or is born evicted (a tf.data prefetch buffer larger than the
+// device must not push out everything kernels use and leave them nothing to
+// evict). Only its claiming pin pages a born-evicted one in.
 //
 // Thread-safety: one mutex guards all state. Copies run under it (POSIX) or
 // are enqueued and waited for under it (CUDA): none is in flight when it is
@@ -94,6 +114,14 @@ struct EngineOptions {
   PolicyKind policy = PolicyKind::kLru;
 };
 
+// Who holds a new allocation (Allocate).
+enum class Hold : uint8_t {
+  kNone,    // nobody: inactive, evictable at once (tests and tools)
+  kPin,     // its kernel: pinned once, until that kernel unpins it
+  kWriter,  // a writer outside any kernel: unclaimed until its first pin or
+            // its free (Note [Writers outside kernels])
+};
+
 // What Inspect() tells about one live allocation.
 struct AllocationInfo {
   uint64_t id = 0;
@@ -103,6 +131,7 @@ struct AllocationInfo {
   bool small = false;      // packed in a small-object page
   bool evicted = false;    // its unit (the allocation, or its page) is evicted
   uint32_t pin_count = 0;  // of its unit
+  bool unclaimed = false;  // made outside kernels, not yet pinned
   uint64_t unit_id = 0;    // the id Pin returns and Unpin takes
   uintptr_t unit_address = 0;
 };
@@ -118,20 +147,28 @@ class Engine {
 
   // Returns an address aligned to `alignment` (a power of two; 256 or less
   // for any request, up to the granule for large ones), or nullptr with
-  // *status saying why. With `pin`, the allocation's unit starts pinned
-  // once, so nothing can evict it before its user unpins it; without, a
-  // request that finds no device memory may be born evicted (LMS on).
-  // *unit_id (if given) receives the id Unpin takes for it (Note
-  // [Residency units]).
-  void* Allocate(size_t bytes, bool pin, Status* status,
+  // *status saying why. With Hold::kPin, the allocation's unit starts pinned
+  // once, so nothing can evict it before its user unpins it; otherwise a
+  // request that finds no device memory may be born evicted (LMS on), and
+  // with Hold::kWriter it stays unevictable until its first pin (Note
+  // [Writers outside kernels]). *unit_id (if given) receives the id Unpin
+  // takes for it (Note [Residency units]).
+  void* Allocate(size_t bytes, Hold hold, Status* status,
                  uint64_t* unit_id = nullptr, size_t alignment = 256);
+  // Hold::kPin or Hold::kNone.
+  void* Allocate(size_t bytes, bool pin, Status* status,
+                 uint64_t* unit_id = nullptr, size_t alignment = 256) {
+    return Allocate(bytes, pin ? Hold::kPin : Hold::kNone, status, unit_id, alignment);
+  }
 
   // `ptr` must be an address Allocate returned and not yet freed.
   Status Free(void* ptr);
 
   // Pins the unit containing `ptr` (any byte of an allocation, or of a
-  // small object's page), paging it in first if it is evicted. *unit_id (if
-  // given) receives its id, for Unpin.
+  // small object's page), paging it in first if it is evicted (a unit larger
+  // than the device stays in host memory, pinned there: used in place), and
+  // claims the allocation containing `ptr` if it was unclaimed. *unit_id (if given)
+  // receives its id, for Unpin.
   Status Pin(const void* ptr, uint64_t* unit_id);
   // Unpins the unit containing `ptr`. A nonzero `unit_id` must match it, so
   // an unpin never lands on a later unit at a reused address (kNotFound).
@@ -161,7 +198,7 @@ class Engine {
   Status StopTrace(TraceSummary* summary);
 
   // Evicts the inactive unit holding `ptr` now (tests and tools);
-  // kFailedPrecondition if it is pinned or already evicted.
+  // kFailedPrecondition if it is pinned, unclaimed or already evicted.
   Status Evict(const void* ptr);
 
   // True if `ptr` lies in the engine's address range: all of its memory,
@@ -226,13 +263,14 @@ class Engine {
   Status Init();
 
   // Fast paths (engine.cc).
-  void* AllocateLarge(size_t bytes, bool pin, Status* status, uint64_t* unit_id)
+  void* AllocateLarge(size_t bytes, Hold hold, Status* status, uint64_t* unit_id)
       LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Places a unit of `n` slots backed by device granules (mapping what the
-  // cache does not cover), tracked pinned once or inactive; with
+  // cache does not cover; evicting for them if `may_evict`), tracked as
+  // `hold` says (Hold::kWriter: holding one unclaimed allocation); with
   // `may_be_born_evicted`, falls back to host granules when the device has
   // none to give. kNoChunk and *status on failure, with nothing changed.
-  ChunkId PlaceUnit(uint64_t n, bool pin, bool may_be_born_evicted,
+  ChunkId PlaceUnit(uint64_t n, Hold hold, bool may_evict, bool may_be_born_evicted,
                     Status* status) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Status FreeLarge(ChunkId id) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Returns a unit's slots to the arena: device granules stay cached at the
@@ -244,6 +282,15 @@ class Engine {
   // a page's objects).
   int64_t UnitLiveBytes(ChunkId id) const LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint32_t PinUnit(ChunkId id) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether an unclaimed allocation of `granules` may evict to be resident:
+  // only while unclaimed memory holds at most half the device with it (Note
+  // [Writers outside kernels]).
+  bool WriterMayEvict(uint64_t granules) const LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return 2 * (residency_.unclaimed_resident_granules() + granules) <= device_granules_;
+  }
+  // Claims the unclaimed allocation of unit `id` that contains `ptr`, if any
+  // (Note [Writers outside kernels]).
+  void Claim(ChunkId id, const void* ptr) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint32_t UnpinUnit(ChunkId id) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uintptr_t SlotAddress(uint64_t slot) const { return base_ + slot * granule_; }
   void RefreshPoolStatistics() LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -255,15 +302,19 @@ class Engine {
   void NoteRelease() LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Small objects (engine_small.cc).
-  void* AllocateSmall(size_t bytes, bool pin, Status* status, uint64_t* unit_id)
+  void* AllocateSmall(size_t bytes, Hold hold, Status* status, uint64_t* unit_id)
       LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Status FreeSmall(ChunkId page, const void* ptr) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The object starting at ptr in `page`, or kNoChunk.
   ChunkId SmallObjectAt(ChunkId page, const void* ptr) const
       LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The object containing ptr in `page`, or kNoChunk. O(objects of the page).
+  ChunkId SmallObjectContaining(ChunkId page, const void* ptr) const
+      LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Creates an empty page (resident, or born evicted if allowed and the
-  // device is full) and returns its segment.
-  Status NewSmallPage(bool may_be_born_evicted, uint64_t* segment)
+  // device is full) and returns its segment. A page for `hold` kWriter
+  // evicts nothing to be resident.
+  Status NewSmallPage(Hold hold, uint64_t* segment)
       LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Releases a page with no object and no pin.
   void ReleaseSmallPage(uint64_t segment) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -272,8 +323,9 @@ class Engine {
   void NoteResidencyChange(ChunkId id, bool resident) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Out-of-memory path, eviction and page-in (engine_reclaim.cc).
-  // Ensures the device pool holds at least `granules` free granules.
-  Status ObtainDeviceGranules(uint64_t granules)
+  // Ensures the device pool holds at least `granules` free granules, by
+  // defragmentation and, if `may_evict`, eviction.
+  Status ObtainDeviceGranules(uint64_t granules, bool may_evict = true)
       LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint64_t StealCachedGranules(uint64_t granules)
       LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -298,9 +350,14 @@ class Engine {
   // TF_GPU_HOST_MEM_LIMIT_IN_MB (`what` is the action that needed them).
   Status TakeHostGranules(uint64_t n, const char* what, std::vector<GranuleId>* host)
       LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Records a unit just mapped from host granules: evicted, watched by strict
-  // mode (`watched_bytes` of it), counted in the host statistics.
-  void NoteEvicted(ChunkId id, uint64_t watched_bytes) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Maps `host` granules at unit `id`'s slots (replacing its device mapping,
+  // or onto unmapped slots), with no access in strict mode, which watches
+  // `watched_bytes` of it from before the mapping exists. All or nothing.
+  Status MapEvicted(ChunkId id, const GranuleId* host, uint64_t watched_bytes)
+      LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Records a unit just mapped from host granules: evicted, counted in the
+  // host statistics.
+  void NoteEvicted(ChunkId id) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Maps host granules at a new unit's unmapped slots and marks it evicted.
   Status PlaceBornEvicted(ChunkId id) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Maps granules[0..count) at the consecutive slots from `first_slot` and

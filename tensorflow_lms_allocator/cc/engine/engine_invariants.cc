@@ -4,7 +4,13 @@
 //   device pool in use  == granules of resident units + cached granules
 //   cached granules     == device-mapped slots no unit covers (cached iff free)
 //   host pool in use    == granules of evicted units + stranded granules
-//   LRU granules        == granules of resident unpinned units
+//   LRU granules        == granules of resident unpinned units with nothing
+//                          unclaimed
+//   bytes_unclaimed     == unclaimed large allocations' granules + unclaimed
+//                          objects' bytes; a unit's unclaimed count == its
+//                          unclaimed allocations
+//   unclaimed resident granules == granules of resident units with something
+//                          unclaimed
 //   bytes_in_use        == large allocations' granules + pages' object bytes
 //   bytes_active        == the part of bytes_in_use in pinned units
 //   bytes_active + bytes_inactive == bytes_in_use
@@ -51,8 +57,8 @@ void Engine::DebugCheckInvariants() const {
 
 Status Engine::CheckInvariantsLocked() const {
   uint64_t resident = 0, evicted = 0, lru = 0, cached = 0, pages = 0,
-           resident_pages = 0;
-  int64_t in_use = 0, active = 0;
+           resident_pages = 0, held = 0;
+  int64_t in_use = 0, active = 0, unclaimed_bytes = 0;
   std::string bad;
   for (ChunkId c = arena_.FirstChunk(); c != kNoChunk && bad.empty();
        c = arena_.chunk(c).next) {
@@ -76,9 +82,9 @@ Status Engine::CheckInvariantsLocked() const {
     const Residency::Record& r = residency_.record(id);
     if (r.granules != ch.size) bad = Eq("a unit's granules", r.granules, ch.size);
     if (r.pin_count >= (1u << 31)) bad = "a pin count went below zero";
-    if (r.in_lru != (!r.evicted && r.pin_count == 0)) {
-      bad = "a unit is on the LRU list iff it is resident and unpinned: not so at slot " +
-            std::to_string(ch.start);
+    if (r.in_lru != Residency::Evictable(r)) {
+      bad = "a unit is on the LRU list iff it is resident, unpinned and has nothing "
+            "unclaimed: not so at slot " + std::to_string(ch.start);
     }
     const PoolKind pool = r.evicted ? PoolKind::kHost : PoolKind::kDevice;
     for (uint64_t s = ch.start; s < ch.start + ch.size; ++s) {
@@ -89,12 +95,13 @@ Status Engine::CheckInvariantsLocked() const {
     }
     (r.evicted ? evicted : resident) += ch.size;
     if (r.in_lru) lru += ch.size;
+    if (Residency::HeldByWriter(r)) held += ch.size;
     int64_t bytes = static_cast<int64_t>(ch.size * granule_);
     if (r.segment != Residency::kNoSegment) {
       ++pages;
       resident_pages += r.evicted ? 0 : 1;
       const SmallPages::Page& page = small_.page(r.segment);
-      uint32_t objects = 0;
+      uint32_t objects = 0, unclaimed = 0;
       int64_t object_bytes = 0;
       const BestFitArena& objects_arena = small_.arena();
       const uint64_t end = (r.segment + 1) * small_.units_per_page();
@@ -102,10 +109,15 @@ Status Engine::CheckInvariantsLocked() const {
            o != kNoChunk && objects_arena.chunk(o).start < end;
            o = objects_arena.chunk(o).next) {
         if (objects_arena.chunk(o).free) continue;
+        const int64_t b = static_cast<int64_t>(objects_arena.chunk(o).size * SmallPages::kUnit);
         ++objects;
-        object_bytes +=
-            static_cast<int64_t>(objects_arena.chunk(o).size * SmallPages::kUnit);
+        object_bytes += b;
+        if (objects_arena.chunk(o).unclaimed) {
+          ++unclaimed;
+          unclaimed_bytes += b;
+        }
       }
+      if (r.unclaimed != unclaimed) bad = Eq("a page's unclaimed count", r.unclaimed, unclaimed);
       if (page.unit != id) bad = "a page's table entry names another unit";
       if (page.objects != objects) bad = Eq("a page's object count", page.objects, objects);
       if (page.bytes != object_bytes) bad = Eq("a page's bytes", page.bytes, object_bytes);
@@ -114,6 +126,9 @@ Status Engine::CheckInvariantsLocked() const {
       }
       if (objects == 0 && r.pin_count == 0) bad = "an empty unpinned page was not released";
       bytes = page.bytes;
+    } else {
+      if (r.unclaimed > 1) bad = Eq("a large unit's unclaimed count", r.unclaimed, 1);
+      if (r.unclaimed > 0) unclaimed_bytes += bytes;
     }
     in_use += bytes;
     if (r.pin_count > 0) active += bytes;
@@ -132,12 +147,16 @@ Status Engine::CheckInvariantsLocked() const {
        static_cast<int64_t>(evicted + stranded_host_granules_)},
       {"LRU granules", static_cast<int64_t>(residency_.inactive_resident_granules()),
        static_cast<int64_t>(lru)},
+      {"unclaimed resident granules",
+       static_cast<int64_t>(residency_.unclaimed_resident_granules()),
+       static_cast<int64_t>(held)},
       {"live pages", static_cast<int64_t>(small_.live_pages()), static_cast<int64_t>(pages)},
       {"resident pages", static_cast<int64_t>(small_.resident_pages()),
        static_cast<int64_t>(resident_pages)},
       {"bytes_in_use", stats_.bytes_in_use, in_use},
       {"bytes_active", stats_.bytes_active, active},
       {"bytes_inactive", stats_.bytes_inactive, in_use - active},
+      {"bytes_unclaimed", stats_.bytes_unclaimed, unclaimed_bytes},
       {"current_bytes_reclaimed", stats_.current_bytes_reclaimed,
        static_cast<int64_t>(evicted) * g},
       {"host_bytes_in_use", stats_.host_bytes_in_use,

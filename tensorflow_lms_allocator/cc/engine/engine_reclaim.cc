@@ -29,7 +29,7 @@
 
 namespace lms {
 
-Status Engine::ObtainDeviceGranules(uint64_t granules) {
+Status Engine::ObtainDeviceGranules(uint64_t granules, bool may_evict) {
   if (device_pool_.free_count() >= granules) return Status::Ok();
   if (defrag_enabled_ && backing_.cached_count() > 0) {
     const uint64_t stolen =
@@ -38,7 +38,7 @@ Status Engine::ObtainDeviceGranules(uint64_t granules) {
     stats_.bytes_defragged += static_cast<int64_t>(stolen * granule_);
     if (device_pool_.free_count() >= granules) return Status::Ok();
   }
-  if (lms_enabled_) {
+  if (lms_enabled_ && may_evict) {
     ReclaimPlan plan;
     const uint64_t needed = granules - device_pool_.free_count();
     const bool learned = learning_ && learned_.trusted();
@@ -58,6 +58,9 @@ Status Engine::Prefetch(uint64_t lookahead, uint64_t* units) {
   *units = 0;
   if (!learning_ || !lms_enabled_ || !learned_.trusted()) return Status::Ok();
   for (ChunkId c : learned_.DueSoon(residency_, lookahead)) {
+    // An unclaimed unit born evicted is being written in host memory: a
+    // page-in would lose what its writer writes after the copy.
+    if (residency_.record(c).unclaimed > 0) continue;
     const uint64_t n = residency_.record(c).granules;
     const uint64_t available =
         device_pool_.free_count() + (defrag_enabled_ ? backing_.cached_count() : 0);
@@ -90,6 +93,13 @@ Status Engine::OutOfMemory(uint64_t granules, const char* what) const {
   const uint64_t free = device_pool_.free_count();
   const uint64_t cached = backing_.cached_count();
   const uint64_t inactive = residency_.inactive_resident_granules();
+  // Pinned units holding unclaimed allocations count as pinned below.
+  uint64_t unclaimed = 0;
+  for (ChunkId c = 0; unclaimed < residency_.unclaimed_resident_granules() &&
+                      c < residency_.size(); ++c) {
+    const Residency::Record& r = residency_.record(c);
+    if (Residency::HeldByWriter(r) && r.pin_count == 0) unclaimed += r.granules;
+  }
   std::string m = "out of device memory: " + std::string(what) + " needs " +
                   FormatBytes(granules * granule_) + ", " +
                   FormatBytes((granules - std::min(granules, uint64_t{free})) * granule_) +
@@ -100,7 +110,12 @@ Status Engine::OutOfMemory(uint64_t granules, const char* what) const {
   m += defrag_enabled_ ? "" : " (defragmentation is off)";
   m += ", " + FormatBytes(inactive * granule_) + " in inactive allocations";
   m += lms_enabled_ ? "" : " (LMS is off, so nothing is evicted)";
-  m += ", " + FormatBytes((device_pool_.in_use() - cached - inactive) * granule_) +
+  if (unclaimed > 0) {
+    m += ", " + FormatBytes(unclaimed * granule_) +
+         " allocated outside kernels and not yet used by one (tf.data batches, "
+         "converted NumPy arrays: never evicted while they may be being written)";
+  }
+  m += ", " + FormatBytes((device_pool_.in_use() - cached - inactive - unclaimed) * granule_) +
        " pinned by running kernels (" +
        std::to_string(small_.resident_pages()) + " small-object pages of " +
        FormatBytes(granule_) + " resident in all)";
@@ -150,7 +165,6 @@ Status Engine::EvictChunks(const std::vector<ChunkId>& victims) {
     for (uint64_t i = 0; i < v.n; ++i) v.device[i] = backing_.at(v.first + i).granule;
     batch.push_back(std::move(v));
   }
-  const Access access = strict_ ? Access::kNone : Access::kReadWrite;
   Status s = batch.empty() ? Status::Ok() : backend_->CopiesAfterCompute();
   for (size_t i = 0; s.ok() && i < batch.size(); ++i) {
     s = backend_->CopyGranules(PoolKind::kHost, batch[i].host.data(), PoolKind::kDevice,
@@ -161,7 +175,7 @@ Status Engine::EvictChunks(const std::vector<ChunkId>& victims) {
   size_t evicted = 0;
   for (; s.ok() && evicted < batch.size(); ++evicted) {
     const Victim& v = batch[evicted];
-    s = MapSlots(v.first, v.n, PoolKind::kHost, v.host.data(), access);
+    s = MapEvicted(v.id, v.host.data(), arena_.chunk(v.id).requested_bytes);
     if (!s.ok()) {
       // A failed remap leaves the slots unmapped (backend.h): the device
       // granules still hold the bytes, so they go back to the address.
@@ -173,7 +187,7 @@ Status Engine::EvictChunks(const std::vector<ChunkId>& victims) {
     NoteResidencyChange(v.id, /*resident=*/false);
     ++stats_.num_evictions;
     stats_.bytes_reclaimed += static_cast<int64_t>(v.n * granule_);
-    NoteEvicted(v.id, arena_.chunk(v.id).requested_bytes);
+    NoteEvicted(v.id);
     Trace(TraceEvent::kEvict, SlotAddress(v.first), v.n * granule_, 0);
   }
   if (!batch.empty()) backend_->EndRemapBatch();
@@ -198,14 +212,22 @@ Status Engine::TakeHostGranules(uint64_t n, const char* what,
       " is free; raise TF_GPU_HOST_MEM_LIMIT_IN_MB");
 }
 
-void Engine::NoteEvicted(ChunkId id, uint64_t watched_bytes) {
+Status Engine::MapEvicted(ChunkId id, const GranuleId* host, uint64_t watched_bytes) {
   const BestFitArena::Chunk& chunk = arena_.chunk(id);
   const uint64_t n = residency_.record(id).granules;
+  if (!strict_) return MapSlots(chunk.start, n, PoolKind::kHost, host, Access::kReadWrite);
+  // Watched before the no-access mapping exists: a touch the moment it does
+  // must find its slot watched, or strict mode would pass it on as a crash.
+  strict_->Watch(chunk.start, n, chunk.allocation_id, SlotAddress(chunk.start),
+                 watched_bytes);
+  Status s = MapSlots(chunk.start, n, PoolKind::kHost, host, Access::kNone);
+  if (!s.ok()) strict_->Unwatch(chunk.start, n);
+  return s;
+}
+
+void Engine::NoteEvicted(ChunkId id) {
+  const uint64_t n = residency_.record(id).granules;
   residency_.MarkEvicted(id);
-  if (strict_) {
-    strict_->Watch(chunk.start, n, chunk.allocation_id, SlotAddress(chunk.start),
-                   watched_bytes);
-  }
   stats_.current_bytes_reclaimed += static_cast<int64_t>(n * granule_);
   stats_.host_bytes_in_use = static_cast<int64_t>(host_pool_.in_use() * granule_);
   stats_.UpdatePeaks();
@@ -224,9 +246,11 @@ Status Engine::PageIn(ChunkId id) {
   std::vector<GranuleId> host(n);
   device_pool_.Take(n, device.data());
   for (uint64_t i = 0; i < n; ++i) host[i] = backing_.at(first + i).granule;
-  // Strict mode first stops watching, so a touch between here and the remap
-  // is not reported as unpinned: the caller holds the pin.
-  if (strict_) strict_->Unwatch(first, n);
+  // Until the remap, strict mode makes an unpinned touch wait for it (it is
+  // reported; the pinning caller itself touches nothing before Pin returns):
+  // access granted to the host mapping now could let a write land after the
+  // copy, and be lost.
+  if (strict_) strict_->BeginPageIn(first, n);
   // The copy follows queued work too: TensorFlow's own host-to-device copies
   // write tensors nobody pinned (a born-evicted one), over the bus.
   s = backend_->CopiesAfterCompute();
@@ -240,6 +264,7 @@ Status Engine::PageIn(ChunkId id) {
   if (s.ok()) s = backend_->BeginPageInRemaps();
   if (s.ok()) {
     s = MapSlots(first, n, PoolKind::kDevice, device.data(), Access::kReadWrite);
+    if (s.ok() && strict_) strict_->Unwatch(first, n);
     if (!s.ok()) {
       s = RestoreMapping(first, n, PoolKind::kHost, host.data(),
                          strict_ ? Access::kNone : Access::kReadWrite, s);
@@ -273,18 +298,16 @@ Status Engine::PageIn(ChunkId id) {
 }
 
 Status Engine::PlaceBornEvicted(ChunkId id) {
-  const BestFitArena::Chunk& chunk = arena_.chunk(id);
   const uint64_t n = residency_.record(id).granules;
   std::vector<GranuleId> host;
   LMS_RETURN_IF_ERROR(TakeHostGranules(n, "placing", &host));
-  const Access access = strict_ ? Access::kNone : Access::kReadWrite;
-  Status s = MapSlots(chunk.start, n, PoolKind::kHost, host.data(), access);
+  Status s = MapEvicted(id, host.data(), n * granule_);
   if (!s.ok()) {
     host_pool_.Give(host.data(), n);
     return s;
   }
   ++stats_.num_born_evicted;
-  NoteEvicted(id, n * granule_);
+  NoteEvicted(id);
   return Status::Ok();
 }
 

@@ -12,14 +12,15 @@
 
 namespace lms {
 
-void* Engine::AllocateSmall(size_t bytes, bool pin, Status* status,
+void* Engine::AllocateSmall(size_t bytes, Hold hold, Status* status,
                             uint64_t* unit_id) {
+  const bool pin = hold == Hold::kPin;
   BestFitArena& arena = small_.arena();
   const uint64_t units = (bytes + SmallPages::kUnit - 1) / SmallPages::kUnit;
   ChunkId o = arena.Allocate(units);
   if (o == kNoChunk) {
     uint64_t segment = 0;
-    *status = NewSmallPage(/*may_be_born_evicted=*/!pin, &segment);
+    *status = NewSmallPage(hold, &segment);
     if (!status->ok()) return nullptr;
     // A new page is empty; when born evicted it is not available, so the
     // object is placed there directly.
@@ -31,6 +32,7 @@ void* Engine::AllocateSmall(size_t bytes, bool pin, Status* status,
   SmallPages::Page& page = small_.page(segment);
   object.requested_bytes = bytes;
   object.allocation_id = next_allocation_id_++;
+  object.unclaimed = hold == Hold::kWriter;
   const int64_t allocated = static_cast<int64_t>(units * SmallPages::kUnit);
   ++page.objects;
   page.bytes += allocated;
@@ -38,16 +40,36 @@ void* Engine::AllocateSmall(size_t bytes, bool pin, Status* status,
   (residency_.record(page.unit).pin_count > 0 ? stats_.bytes_active
                                               : stats_.bytes_inactive) += allocated;
   stats_.largest_alloc_size = std::max(stats_.largest_alloc_size, allocated);
-  // Recency is per page: a new object makes its page the most recently used,
-  // so a buffer written outside any kernel (host data, tf.data batches) is
-  // the last candidate for eviction, not the first.
-  if (pin) PinUnit(page.unit);
-  else residency_.Touch(page.unit);
+  // Recency is per page: a new object makes its page the most recently used.
+  // One written outside any kernel keeps the page off the LRU list until it
+  // is claimed (Note [Writers outside kernels]).
+  if (pin) {
+    PinUnit(page.unit);
+  } else if (object.unclaimed) {
+    residency_.AddUnclaimed(page.unit);
+    stats_.bytes_unclaimed += allocated;
+  } else {
+    residency_.Touch(page.unit);
+  }
   const BestFitArena::Chunk& unit = arena_.chunk(page.unit);
   *unit_id = unit.allocation_id;
   return reinterpret_cast<void*>(
       SlotAddress(unit.start) +
       (object.start - segment * small_.units_per_page()) * SmallPages::kUnit);
+}
+
+ChunkId Engine::SmallObjectContaining(ChunkId page, const void* ptr) const {
+  const uint64_t unit = (reinterpret_cast<uintptr_t>(ptr) -
+                         SlotAddress(arena_.chunk(page).start)) / SmallPages::kUnit;
+  const BestFitArena& objects = small_.arena();
+  const uint64_t segment = residency_.record(page).segment;
+  const uint64_t target = segment * small_.units_per_page() + unit;
+  for (ChunkId o = objects.SegmentHead(segment);
+       o != kNoChunk && objects.chunk(o).start <= target; o = objects.chunk(o).next) {
+    const BestFitArena::Chunk& object = objects.chunk(o);
+    if (!object.free && target < object.start + object.size) return o;
+  }
+  return kNoChunk;
 }
 
 ChunkId Engine::SmallObjectAt(ChunkId page, const void* ptr) const {
@@ -68,8 +90,13 @@ Status Engine::FreeSmall(ChunkId page_unit, const void* ptr) {
   }
   const Residency::Record& r = residency_.record(page_unit);
   SmallPages::Page& page = small_.page(r.segment);
-  const int64_t allocated =
-      static_cast<int64_t>(small_.arena().chunk(o).size * SmallPages::kUnit);
+  BestFitArena::Chunk& object = small_.arena().chunk(o);
+  const int64_t allocated = static_cast<int64_t>(object.size * SmallPages::kUnit);
+  if (object.unclaimed) {
+    object.unclaimed = false;
+    residency_.RemoveUnclaimed(page_unit);
+    stats_.bytes_unclaimed -= allocated;
+  }
   --page.objects;
   page.bytes -= allocated;
   stats_.bytes_in_use -= allocated;
@@ -79,14 +106,17 @@ Status Engine::FreeSmall(ChunkId page_unit, const void* ptr) {
   return Status::Ok();
 }
 
-Status Engine::NewSmallPage(bool may_be_born_evicted, uint64_t* segment) {
+Status Engine::NewSmallPage(Hold hold, uint64_t* segment) {
   if (!small_.TakeSegment(segment)) {
     return ResourceExhausted("the small-object region has no room for another "
                              "page (" + std::to_string(small_.live_pages()) +
                              " pages of " + FormatBytes(granule_) + " live)");
   }
   Status s;
-  const ChunkId c = PlaceUnit(1, /*pin=*/false, may_be_born_evicted, &s);
+  // Tracked unheld: the object placed in it next holds it as `hold` says.
+  const ChunkId c = PlaceUnit(1, Hold::kNone,
+                              /*may_evict=*/hold != Hold::kWriter || WriterMayEvict(1),
+                              /*may_be_born_evicted=*/hold != Hold::kPin, &s);
   if (c == kNoChunk) {
     small_.ReturnSegment(*segment);
     return s;

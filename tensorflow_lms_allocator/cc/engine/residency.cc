@@ -4,44 +4,52 @@
 
 namespace lms {
 
-void Residency::Track(ChunkId id, uint64_t granules, bool pinned) {
+void Residency::Track(ChunkId id, uint64_t granules, bool pinned, bool unclaimed) {
   if (id >= records_.size()) records_.resize(id + 1);
-  Record& r = records_[id];
-  r = Record();
-  r.granules = granules;
-  r.live = true;
-  r.pin_count = pinned ? 1 : 0;
-  if (!pinned) LinkAtMostRecent(id);
+  Apply(id, [&](Record& r) {
+    r = Record();
+    r.granules = granules;
+    r.live = true;
+    r.pin_count = pinned ? 1 : 0;
+    r.unclaimed = unclaimed ? 1 : 0;
+  });
 }
 
 void Residency::Untrack(ChunkId id) {
-  if (records_[id].in_lru) Unlink(id);
+  Apply(id, [](Record& r) { r.live = false; });
   records_[id] = Record();
 }
 
+void Residency::AddUnclaimed(ChunkId id) {
+  Apply(id, [](Record& r) { ++r.unclaimed; });
+}
+
+void Residency::RemoveUnclaimed(ChunkId id) {
+  Apply(id, [](Record& r) {
+    assert(r.unclaimed > 0);
+    --r.unclaimed;
+  });
+}
+
 uint32_t Residency::Pin(ChunkId id) {
-  Record& r = records_[id];
-  if (r.in_lru) Unlink(id);
-  return ++r.pin_count;
+  Apply(id, [](Record& r) { ++r.pin_count; });
+  return records_[id].pin_count;
 }
 
 uint32_t Residency::Unpin(ChunkId id) {
-  Record& r = records_[id];
-  assert(r.pin_count > 0);
-  if (--r.pin_count == 0 && !r.evicted) LinkAtMostRecent(id);
-  return r.pin_count;
+  Apply(id, [](Record& r) {
+    assert(r.pin_count > 0);
+    --r.pin_count;
+  });
+  return records_[id].pin_count;
 }
 
 void Residency::MarkEvicted(ChunkId id) {
-  Record& r = records_[id];
-  if (r.in_lru) Unlink(id);
-  r.evicted = true;
+  Apply(id, [](Record& r) { r.evicted = true; });
 }
 
 void Residency::MarkResident(ChunkId id) {
-  Record& r = records_[id];
-  r.evicted = false;
-  if (r.pin_count == 0) LinkAtMostRecent(id);
+  Apply(id, [](Record& r) { r.evicted = false; });
 }
 
 void Residency::LinkAtMostRecent(ChunkId id) {

@@ -6,10 +6,14 @@
 //     mapped at the same address;
 //   - a pin count: pinned (count > 0) allocations are *active*, a kernel is
 //     using them and they are never evicted;
-//   - the LRU list holds exactly the *inactive* allocations: resident and
-//     unpinned. Its front is the least recently unpinned; eviction takes from
-//     there. An evicted allocation is not on the list (nothing to reclaim),
-//     and a pinned one is not either (it may not be reclaimed).
+//   - an unclaimed count: allocations of the unit made outside any kernel
+//     that no pin has claimed yet (Note [Writers outside kernels] in
+//     engine.h); their writers may still be writing them;
+//   - the LRU list holds exactly the *evictable* units: resident, unpinned
+//     and with nothing unclaimed. Its front is the least recently unpinned;
+//     eviction takes from there. An evicted unit is not on the list (nothing
+//     to reclaim), and neither is a pinned or unclaimed one (it may not be
+//     reclaimed).
 //
 // A record is a residency unit (Note [Residency units] in engine.h): a large
 // allocation, or a small-object page (`segment` names it in SmallPages).
@@ -32,6 +36,7 @@ class Residency {
   struct Record {
     uint64_t granules = 0;
     uint32_t pin_count = 0;
+    uint32_t unclaimed = 0;  // unclaimed allocations in the unit
     bool live = false;
     bool evicted = false;
     ChunkId lru_prev = kNoChunk;
@@ -40,8 +45,9 @@ class Residency {
     uint64_t segment = kNoSegment;  // a small-object page's segment
   };
 
-  // Starts tracking a new resident unit, pinned once or inactive.
-  void Track(ChunkId id, uint64_t granules, bool pinned);
+  // Starts tracking a new resident unit, pinned once or not, holding one
+  // unclaimed allocation or none.
+  void Track(ChunkId id, uint64_t granules, bool pinned, bool unclaimed = false);
   void SetSegment(ChunkId id, uint64_t segment) { records_[id].segment = segment; }
   bool IsPage(ChunkId id) const { return records_[id].segment != kNoSegment; }
   void Untrack(ChunkId id);
@@ -51,6 +57,11 @@ class Residency {
   // most recently used end.
   uint32_t Pin(ChunkId id);
   uint32_t Unpin(ChunkId id);
+
+  // One more unclaimed allocation in the unit (it leaves the LRU list), or
+  // one fewer (the last one claimed or freed: it may join the list).
+  void AddUnclaimed(ChunkId id);
+  void RemoveUnclaimed(ChunkId id);
 
   // Moves an inactive unit to the most recently used end (a new object was
   // placed in it: its user is about to touch it). No-op for others.
@@ -67,6 +78,14 @@ class Residency {
   void MarkResident(ChunkId id);
 
   const Record& record(ChunkId id) const { return records_[id]; }
+  // Whether the unit belongs on the LRU list.
+  static bool Evictable(const Record& r) {
+    return r.live && !r.evicted && r.pin_count == 0 && r.unclaimed == 0;
+  }
+  // Whether the unit holds device granules for an unclaimed allocation.
+  static bool HeldByWriter(const Record& r) {
+    return r.live && !r.evicted && r.unclaimed > 0;
+  }
   size_t size() const { return records_.size(); }
   bool tracked(ChunkId id) const {
     return id < records_.size() && records_[id].live;
@@ -76,8 +95,24 @@ class Residency {
   ChunkId LeastRecentlyUsed() const { return lru_head_; }
   ChunkId NextMoreRecent(ChunkId id) const { return records_[id].lru_next; }
   uint64_t inactive_resident_granules() const { return lru_granules_; }
+  // Granules of resident units holding an unclaimed allocation.
+  uint64_t unclaimed_resident_granules() const { return unclaimed_granules_; }
 
  private:
+  // Runs `change` on the record, then brings the LRU list (at its most
+  // recently used end) and the unclaimed count in line with the result.
+  template <typename Change>
+  void Apply(ChunkId id, Change change) {
+    Record& r = records_[id];
+    const bool held = HeldByWriter(r);
+    change(r);
+    if (HeldByWriter(r) != held) {
+      unclaimed_granules_ = held ? unclaimed_granules_ - r.granules
+                                 : unclaimed_granules_ + r.granules;
+    }
+    if (r.in_lru && !Evictable(r)) Unlink(id);
+    else if (!r.in_lru && Evictable(r)) LinkAtMostRecent(id);
+  }
   void LinkAtMostRecent(ChunkId id);
   void Unlink(ChunkId id);
 
@@ -85,6 +120,7 @@ class Residency {
   ChunkId lru_head_ = kNoChunk;  // least recently used
   ChunkId lru_tail_ = kNoChunk;  // most recently used
   uint64_t lru_granules_ = 0;
+  uint64_t unclaimed_granules_ = 0;
 };
 
 }  // namespace lms

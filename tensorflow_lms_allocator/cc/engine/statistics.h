@@ -30,7 +30,12 @@
   X(bytes_inactive,                                                             \
     "live bytes in unpinned units, resident or evicted; "                       \
     "bytes_active + bytes_inactive == bytes_in_use")                            \
-  X(bytes_active, "live bytes in pinned units (a kernel uses them)")            \
+  X(bytes_active,                                                               \
+    "live bytes in pinned units (a kernel uses them; resident, except units "  \
+    "larger than the device, used in place from host memory)")                 \
+  X(bytes_unclaimed,                                                            \
+    "live bytes allocated outside any kernel and not yet pinned by one: their " \
+    "writers may still be writing them, so they are never evicted")            \
   X(peak_bytes_active, "highest bytes_active")                                  \
   X(bytes_reclaimed, "device bytes freed by evictions, cumulative")            \
   X(current_bytes_reclaimed, "bytes of units in host memory now")               \

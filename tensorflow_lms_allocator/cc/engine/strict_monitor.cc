@@ -2,6 +2,7 @@
 
 #include <signal.h>
 #include <sys/mman.h>
+#include <time.h>
 
 #include <algorithm>
 #include <mutex>
@@ -12,6 +13,15 @@ namespace {
 constexpr int kMaxMonitors = 16;
 std::atomic<StrictMonitor*> g_monitors[kMaxMonitors];
 thread_local const char* t_label = nullptr;
+// The last fault this thread retried on an unwatched slot, and when.
+thread_local uintptr_t t_retried_address = 0;
+thread_local int64_t t_retried_ns = 0;
+
+int64_t MonotonicNs() {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return static_cast<int64_t>(t.tv_sec) * 1000000000 + t.tv_nsec;
+}
 
 // Note [Keeping the strict handler first]
 // Another library may install its own SIGSEGV handler after ours; Python's
@@ -154,13 +164,22 @@ void StrictMonitor::Watch(uint64_t first_slot, uint64_t count,
   for (uint64_t s = first_slot; s < first_slot + count; ++s) {
     slots_[s].allocation_address.store(allocation_address);
     slots_[s].allocation_bytes.store(allocation_bytes);
+    slots_[s].grant.store(kNotGranted, std::memory_order_release);
     slots_[s].allocation_id.store(allocation_id, std::memory_order_release);
+    slots_[s].paging_in.store(false, std::memory_order_release);
+  }
+}
+
+void StrictMonitor::BeginPageIn(uint64_t first_slot, uint64_t count) {
+  for (uint64_t s = first_slot; s < first_slot + count; ++s) {
+    slots_[s].paging_in.store(true, std::memory_order_release);
   }
 }
 
 void StrictMonitor::Unwatch(uint64_t first_slot, uint64_t count) {
   for (uint64_t s = first_slot; s < first_slot + count; ++s) {
     slots_[s].allocation_id.store(0, std::memory_order_release);
+    slots_[s].paging_in.store(false, std::memory_order_release);
   }
 }
 
@@ -170,7 +189,53 @@ bool StrictMonitor::HandleFault(uintptr_t address) {
   }
   const uint64_t s = (address - base_) / granule_bytes_;
   const uint64_t id = slots_[s].allocation_id.load(std::memory_order_acquire);
-  if (id == 0) return false;
+  const bool paging_in = slots_[s].paging_in.load(std::memory_order_acquire);
+  // Only async-signal-safe calls below: atomics, clock_gettime, nanosleep,
+  // mprotect.
+  if (id == 0 && !paging_in) {
+    // Stale, if the slot was watched when this thread touched it and was
+    // paged in (or opened) before the handler looked: run the touch once
+    // more. Faulting again at once, it is a real crash (freed memory).
+    const int64_t now = MonotonicNs();
+    if (t_retried_address == address && now - t_retried_ns < 100 * 1000 * 1000) {
+      t_retried_address = 0;
+      return false;
+    }
+    t_retried_address = address;
+    t_retried_ns = now;
+    return true;
+  }
+  const struct timespec pause = {0, 20 * 1000};
+  const long max_waits = kPageInWaitSeconds * 50000L;
+  if (paging_in) {
+    if (id != 0) Record(s, address, id);
+    for (long waits = 0; slots_[s].paging_in.load(std::memory_order_acquire); ++waits) {
+      if (waits >= max_waits) return false;
+      nanosleep(&pause, nullptr);
+    }
+    return true;  // the instruction runs again, on the new mapping
+  }
+  uint8_t expected = kNotGranted;
+  if (!slots_[s].grant.compare_exchange_strong(expected, kGranting,
+                                               std::memory_order_acq_rel)) {
+    // Another thread's touch is opening it (or has): run again once it has.
+    for (long waits = 0; slots_[s].grant.load(std::memory_order_acquire) == kGranting;
+         ++waits) {
+      if (waits >= max_waits) return false;
+      nanosleep(&pause, nullptr);
+    }
+    return true;
+  }
+  Record(s, address, id);
+  // The slot maps the allocation's host granule, so granting access serves
+  // the right bytes; the engine remaps the slot on page-in or free.
+  void* slot_address = reinterpret_cast<void*>(base_ + s * granule_bytes_);
+  const bool opened = mprotect(slot_address, granule_bytes_, PROT_READ | PROT_WRITE) == 0;
+  slots_[s].grant.store(kGranted, std::memory_order_release);
+  return opened;
+}
+
+void StrictMonitor::Record(uint64_t s, uintptr_t address, uint64_t id) {
   const uint64_t n = next_touch_.fetch_add(1);
   if (n < kMaxTouches) {
     Touch& t = touches_[n];
@@ -189,11 +254,6 @@ bool StrictMonitor::HandleFault(uintptr_t address) {
   } else {
     dropped_.fetch_add(1);
   }
-  // The slot maps the allocation's host granule, so granting access serves
-  // the right bytes; the engine remaps the slot on page-in or free.
-  void* slot_address = reinterpret_cast<void*>(base_ + s * granule_bytes_);
-  slots_[s].allocation_id.store(0, std::memory_order_release);
-  return mprotect(slot_address, granule_bytes_, PROT_READ | PROT_WRITE) == 0;
 }
 
 bool StrictMonitor::EnsureHandlerFirst() { return InstallHandler(); }

@@ -9,8 +9,17 @@
 // Each evicted granule therefore reports its first unpinned touch, and the
 // program behaves exactly as without strict mode, only with a report.
 //
+// While a watched unit is being paged in, a touch is recorded and then waits
+// until the engine has mapped the device memory (or, if the page-in failed,
+// the no-access host mapping again, which it then touches as before): access
+// granted to the host mapping then could let a write land after the page-in
+// copied it, and be lost. The engine watches slots before it maps them with
+// no access, so no touch ever finds an inaccessible slot unwatched.
+//
 // Faults outside every watched slot go to the handler that was installed
-// before, or crash as they would have.
+// before, or crash as they would have. A fault on an unwatched slot in the
+// range runs once more first: the slot may have been paged in between the
+// touch and the handler's look (a second fault at once is passed on).
 //
 // The handler stays first even if another is installed later (Python's
 // faulthandler.enable(), which pytest calls): it is put back on top, with
@@ -57,10 +66,13 @@ class StrictMonitor {
                        std::unique_ptr<StrictMonitor>* out);
   ~StrictMonitor();
 
-  // Slots [first, first + count) now hold an evicted allocation mapped with
-  // no access.
+  // Slots [first, first + count) hold (or are about to hold) an evicted
+  // allocation mapped with no access.
   void Watch(uint64_t first_slot, uint64_t count, uint64_t allocation_id,
              uintptr_t allocation_address, uint64_t allocation_bytes);
+  // The watched slots are being paged in: touches wait for Unwatch (the
+  // device memory is mapped) or Watch (the page-in failed).
+  void BeginPageIn(uint64_t first_slot, uint64_t count);
   void Unwatch(uint64_t first_slot, uint64_t count);
 
   std::vector<UnpinnedTouch> Report() const;
@@ -84,15 +96,27 @@ class StrictMonitor {
   static const char* ThreadLabel();
 
   // Called from the signal handler: true if the fault was a watched slot and
-  // has been recorded and made accessible.
+  // has been recorded and made accessible, or waited for its page-in.
   bool HandleFault(uintptr_t address);
+  // How long a touch waits for a page-in before it is passed on as a crash.
+  static constexpr int kPageInWaitSeconds = 60;
 
  private:
   struct Slot {
     std::atomic<uint64_t> allocation_id{0};
     std::atomic<uintptr_t> allocation_address{0};
     std::atomic<uint64_t> allocation_bytes{0};
+    std::atomic<bool> paging_in{false};
+    // Access to the watched granule: kNotGranted until the first touch, whose
+    // handler takes kGranting, records it and opens the granule (kGranted).
+    // Other threads that faulted on it meanwhile wait for kGranted and run
+    // again: the granule stays watched, so none of them finds it unwatched
+    // and passes a harmless touch on as a crash.
+    std::atomic<uint8_t> grant{kNotGranted};
   };
+  static constexpr uint8_t kNotGranted = 0;
+  static constexpr uint8_t kGranting = 1;
+  static constexpr uint8_t kGranted = 2;
   struct Touch {
     std::atomic<bool> complete{false};
     uintptr_t address;
@@ -103,6 +127,8 @@ class StrictMonitor {
   };
 
   StrictMonitor(uintptr_t base, uint64_t slots, size_t granule_bytes);
+  // Adds a touch of slot `s` to the report (async-signal-safe).
+  void Record(uint64_t s, uintptr_t address, uint64_t id);
 
   const uintptr_t base_;
   const uint64_t num_slots_;

@@ -22,7 +22,10 @@
 //              u8  flags     bit 0 (allocate): born pinned (its kernel
 //                            unpins it without a pin event); bit 1 (allocate,
 //                            pin): live when the trace started, a snapshot
-//                            event at time 0 rather than a call
+//                            event at time 0 rather than a call; bit 2
+//                            (allocate): unclaimed, made outside any kernel
+//                            and not evictable until its first pin (Note
+//                            [Writers outside kernels] in engine.h)
 //   trailer  a JSON object {"ops": [...], "events": N, "dropped": D,
 //            "max_bytes": M}, then u64 its length, then 8 bytes "LMSTREND".
 // A trace whose records would pass max_bytes stops recording there and
@@ -73,6 +76,7 @@ class TraceRecorder {
               const char* op, uint8_t flags = 0);
   static constexpr uint8_t kBornPinned = 1;
   static constexpr uint8_t kLiveAtStart = 2;
+  static constexpr uint8_t kUnclaimed = 4;
 
   // Writes the trailer and closes the file. kInternal if a write failed.
   Status Finish(TraceSummary* summary);

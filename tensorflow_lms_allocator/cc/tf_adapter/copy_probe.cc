@@ -155,7 +155,14 @@ extern "C" int tf_lms_test_tensorflow_copy(const char* device_name, int kind, si
   flight.lms_dst = dst == &lms_b ? dst : nullptr;
   flight.delay = std::chrono::milliseconds(delay_ms);
   for (const Tensor* t : {flight.lms_src, flight.lms_dst}) {
-    if (t != nullptr) (void)engine.Evict(tensorflow::DMAHelper::base(t));
+    if (t == nullptr) continue;
+    // Made and written outside any kernel, the tensors are unclaimed (Note
+    // [Writers outside kernels]): a pin claims them, as their first kernel's
+    // would, so that they can be evicted.
+    const void* data = tensorflow::DMAHelper::base(t);
+    uint64_t id = 0;
+    if (engine.Pin(data, &id).ok()) (void)engine.Unpin(data, id);
+    (void)engine.Evict(data);
   }
   std::vector<void*> fillers;
   while (fill_device != 0) {

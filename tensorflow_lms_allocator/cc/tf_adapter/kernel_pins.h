@@ -107,6 +107,8 @@ class KernelPins {
   enum class Outcome {
     kDone,        // the last attempt's status is final (served, or failed)
     kDeadlocked,  // every kernel holding memory waits too: serve it otherwise
+    kNoRelease,   // no other kernel holds memory it could release: the
+                  // device cannot hold the request now, whatever the wait
   };
   // Runs `attempt` (an allocation or a pin) again each time another kernel
   // releases memory, while it fails with kResourceExhausted, LMS is on and
@@ -148,7 +150,10 @@ class KernelPins {
         // No other kernel holds memory (this thread's own cannot end before
         // the request returns: Note [Kernel context lifetime]): the request
         // does not fit the device.
-        if (live <= turn.own()) break;
+        if (live <= turn.own()) {
+          *outcome = Outcome::kNoRelease;
+          break;
+        }
         // Every kernel holding memory waits (for this one, whose turn it
         // is): no release will come. Seen twice with no release between,
         // so a thread between two kernels (freeing the last one's inputs)

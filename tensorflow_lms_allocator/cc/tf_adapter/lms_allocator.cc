@@ -61,19 +61,27 @@ void* LmsAllocator::Allocate(size_t alignment, size_t num_bytes, bool retry_on_f
   void* ptr = nullptr;
   // The engine meets the alignment by placement (small objects are 256-byte
   // aligned, large ones granule aligned) and records num_bytes as requested.
+  // Outside a kernel its writer is not pinned: unclaimed until a kernel pins
+  // it (Note [Writers outside kernels] in engine.h).
+  const Hold hold = in_kernel ? Hold::kPin : Hold::kWriter;
   auto attempt = [&] {
     Status s;
-    ptr = engine_->Allocate(num_bytes, /*pin=*/in_kernel, &s, &id, alignment);
+    ptr = engine_->Allocate(num_bytes, hold, &s, &id, alignment);
     return s;
   };
   KernelPins::Outcome outcome = KernelPins::Outcome::kDone;
-  status = pins_ != nullptr && retry_on_failure
+  // A kernel's request larger than the device is never worth a wait.
+  const bool fits_device = num_bytes <= engine_->device_granules() * engine_->granule_bytes();
+  status = pins_ != nullptr && retry_on_failure && (fits_device || !in_kernel)
                ? pins_->RetryWhileOthersRelease(attempt, &outcome)
                : attempt();
+  if (!fits_device) outcome = KernelPins::Outcome::kNoRelease;
   bool pinned = in_kernel;
   // Outside a kernel, host memory is offered below (HostFallback).
-  if (ptr == nullptr && in_kernel && outcome == KernelPins::Outcome::kDeadlocked) {
-    ptr = AllocateWhileDeadlocked(num_bytes, &status, &id, &pinned);
+  if (ptr == nullptr && in_kernel && retry_on_failure &&
+      outcome != KernelPins::Outcome::kDone &&
+      status.code() == StatusCode::kResourceExhausted && engine_->lms_enabled()) {
+    ptr = AllocateInHostMemory(num_bytes, status, &status, &id, &pinned);
   }
   if (ptr == nullptr) {
     t_last_failure = status.message();
@@ -95,14 +103,33 @@ void* LmsAllocator::Allocate(size_t alignment, size_t num_bytes, bool retry_on_f
   return ptr;
 }
 
-void* LmsAllocator::AllocateWhileDeadlocked(size_t num_bytes, Status* status,
-                                            uint64_t* id, bool* pinned) {
+void* LmsAllocator::AllocateInHostMemory(size_t num_bytes, const Status& why,
+                                         Status* status, uint64_t* id, bool* pinned) {
   // A unit of its own (granule alignment), unpinned, so the engine may place
   // it in host memory. A small object would share a page, which a kernel
-  // pinning a neighbour could page in under this kernel's writes.
-  void* ptr = engine_->Allocate(num_bytes, /*pin=*/false, status, id,
+  // pinning a neighbour could page in under this kernel's writes. Unclaimed,
+  // so nothing evicts or prefetches it under them either.
+  Status placed;
+  void* ptr = engine_->Allocate(num_bytes, Hold::kWriter, &placed, id,
                                 engine_->granule_bytes());
-  if (ptr == nullptr) return nullptr;
+  if (ptr == nullptr) {
+    *status = Status(why.code(), why.message() + "; host memory could not hold it either: " +
+                                     placed.message());
+    return nullptr;
+  }
+  static std::atomic<bool> warned{false};
+  if (!warned.exchange(true, std::memory_order_relaxed)) {
+    const char* kernel = StrictMonitor::ThreadLabel();
+    LOG(WARNING) << "tensorflow_lms_allocator: kernel "
+                 << (kernel != nullptr ? kernel : "(unnamed)") << " needs "
+                 << FormatBytes(num_bytes) << " that " << name_
+                 << " cannot hold now (" << why.message()
+                 << "). It is placed in host memory at its device address: the kernel reads "
+                    "and writes it in place, over the bus on a GPU (slow). A larger device, "
+                    "a smaller batch or fewer tensors held at once avoids this "
+                    "(said once per process; get_statistics()['num_born_evicted'] counts "
+                    "such placements)";
+  }
   AllocationInfo info;
   // Resident after all (memory came back since the last attempt): pinned as
   // usual before the kernel sees it, so no eviction runs under its writes.

@@ -12,8 +12,11 @@
 //
 // AllocationAttributes are honoured: with retry_on_failure (TensorFlow's
 // default) a request that fails while other kernels hold pinned memory waits
-// for them to release it (KernelPins::RetryWhileOthersRelease), and if they
-// all wait too, is placed in host memory at its address; without it
+// for them to release it (KernelPins::RetryWhileOthersRelease); if they all
+// wait too, or no other kernel holds memory to release, or the request is
+// larger than the device, a kernel's request is placed in host memory at its
+// address with LMS on (born evicted: the kernel reads and writes it in place,
+// over the bus on a GPU; said once per process). Without retry_on_failure
 // (optional allocations, such as scratch space a kernel can do without) it
 // fails at once. RequestedSize is always what TensorFlow asked for: an
 // alignment above 256 bytes is met by the engine's placement, never by
@@ -64,13 +67,15 @@ class LmsAllocator : public tsl::Allocator {
   // With `retry_on_failure`, waits for other kernels' releases as long as
   // KernelPins allows; without, one attempt.
   void* Allocate(size_t alignment, size_t num_bytes, bool retry_on_failure);
-  // For a kernel's request that every running kernel waits on (Note [Taking
-  // turns] in kernel_pins.h): places it where the engine can, in host memory
-  // at its address if the device is full (born evicted; the kernel reaches
-  // it in place). *pinned says whether it is resident and pinned (then the
-  // caller records it with the kernel, as any allocation).
-  void* AllocateWhileDeadlocked(size_t num_bytes, Status* status, uint64_t* id,
-                                bool* pinned);
+  // For a kernel's request that the device cannot hold and no release will
+  // make room for (every running kernel waits on it, Note [Taking turns] in
+  // kernel_pins.h; or none holds memory; or it is larger than the device):
+  // places it where the engine can, in host memory at its address if the
+  // device is full (born evicted; the kernel reaches it in place). *pinned
+  // says whether it is resident and pinned (then the caller records it with
+  // the kernel, as any allocation). `why` is the device's refusal.
+  void* AllocateInHostMemory(size_t num_bytes, const Status& why, Status* status,
+                             uint64_t* id, bool* pinned);
 
   // Immutable after construction; the engine and KernelPins are thread-safe.
   const std::string name_;
