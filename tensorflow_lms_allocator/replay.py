@@ -70,6 +70,7 @@ class Event:
     op: int  # index into the trace's op table
     born_pinned: bool = False
     live_at_start: bool = False
+    unclaimed: bool = False  # made outside kernels: not evictable until its first pin
 
 
 @dataclass
@@ -151,7 +152,8 @@ def normalize(t: trace_module.Trace) -> Events:
             bisect.insort(starts, address)
             live[address] = (index, int(r["bytes"]))
             events.append(Event(ALLOC, index, 0, time_ns, op,
-                                bool(flags & trace_module.BORN_PINNED), start_of_snapshot))
+                                bool(flags & trace_module.BORN_PINNED), start_of_snapshot,
+                                bool(flags & trace_module.UNCLAIMED)))
             continue
         if kind not in (FREE, PIN, UNPIN):
             continue  # page-ins: what the recorded policy did
@@ -244,7 +246,8 @@ def replay_engine(events: Events, device_bytes: int, granule: int, steps: int,
             set_thread_label(labels[e.op])
             try:
                 if e.kind == ALLOC:
-                    address = engine.allocate(events.sizes[e.allocation], pin=e.born_pinned)
+                    address = engine.allocate(events.sizes[e.allocation], pin=e.born_pinned,
+                                              writer=e.unclaimed)
                     addresses[e.allocation] = address
                     info = engine.inspect(address)
                     born = info["allocated_bytes"] if info["evicted"] else 0
@@ -301,6 +304,7 @@ def replay_belady(events: Events, device_bytes: int, granule: int, steps: int) -
         return u[k] if k < len(u) else math.inf
 
     resident: set[int] = set()
+    unclaimed: set[int] = set()  # Note [Writers outside kernels]: never evicted
     pins: dict[int, int] = {}
     used = live = 0
     result = Result("belady", device_bytes, True)
@@ -310,9 +314,9 @@ def replay_belady(events: Events, device_bytes: int, granule: int, steps: int) -
         nonlocal used
         moved = 0
         while device_bytes - used < need:
-            candidates = [a for a in resident if pins.get(a, 0) == 0]
+            candidates = [a for a in resident if pins.get(a, 0) == 0 and a not in unclaimed]
             if not candidates:
-                raise ReplayError("pinned memory exceeds the device")
+                raise ReplayError("pinned and unclaimed memory exceeds the device")
             victim = max(candidates, key=lambda a: (next_use(a, now), sizes[a]))
             resident.discard(victim)
             used -= sizes[victim]
@@ -329,7 +333,10 @@ def replay_belady(events: Events, device_bytes: int, granule: int, steps: int) -
                 used += sizes[a]
                 live += sizes[a]
                 pins[a] = 1 if e.born_pinned else 0
+                if e.unclaimed:
+                    unclaimed.add(a)
             elif e.kind == PIN:
+                unclaimed.discard(a)
                 if a not in resident:
                     evicted = make_room(sizes[a], i)
                     resident.add(a)
@@ -344,6 +351,7 @@ def replay_belady(events: Events, device_bytes: int, granule: int, steps: int) -
                     used -= sizes[a]
                 live -= sizes[a]
                 pins.pop(a, None)
+                unclaimed.discard(a)
         except ReplayError as error:
             result.fits = False
             result.failure = f"event {i} ({e.kind}, op {events.ops[e.op]}): {error}"

@@ -7,6 +7,7 @@ simulation (belady).
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import subprocess
 import sys
@@ -198,3 +199,35 @@ def test_bad_input_names_the_option_or_the_file(tmp_path):
     done = cli(str(tmp_path / "junk"), "--device-mb", "24")
     assert done.returncode == 2 and "junk" in done.stderr and "not an LMS access trace" in \
         done.stderr
+
+
+def test_unclaimed_allocations_are_never_victims_until_their_first_pin(tmp_path):
+    """Allocations made outside kernels (Note [Writers outside kernels]) are
+    flagged in the trace; both replays keep them resident until a pin."""
+    engine = Engine(24 * MIB, host_bytes=256 * MIB)
+    path = tmp_path / "writer.lmstrace"
+    with trace.record_engine(engine, path):
+        batch = engine.allocate(4 * MIB, writer=True)  # a tf.data batch being filled
+        kernels(engine, seed=7, count=30)  # pressure from kernels meanwhile
+        assert not engine.inspect(batch)["evicted"]
+        engine.unpin(batch, engine.pin(batch))  # its first kernel
+        kernels(engine, seed=8, count=30)
+        engine.free(batch)
+    events = replay.normalize(trace.load(path))
+    first = events.events[0]
+    assert first.kind == replay.ALLOC and first.unclaimed and not first.born_pinned
+    first_pin = next(i for i, e in enumerate(events.events)
+                     if e.kind == replay.PIN and e.allocation == first.allocation)
+    # Without the flag it would be the first victim (oldest, and used last).
+    flag_lost = dataclasses.replace(
+        events, events=[dataclasses.replace(e, unclaimed=False) for e in events.events])
+    for policy in ("lru", "belady"):
+        kept = replay.run(events, 24 * MIB, policy)
+        lost = replay.run(flag_lost, 24 * MIB, policy)
+        assert kept.fits and lost.fits, (policy, kept.failure, lost.failure)
+        assert any(i < first_pin for i in kept.evicted_at), policy  # under pressure meanwhile
+        # Evicted before its pin without the flag, it is paged in by the pin.
+        assert first_pin not in kept.paged_in_at, policy
+        assert lost.paged_in_at.get(first_pin) == 4 * MIB, policy
+    # The engine's own replay never chose it: it is resident when pinned.
+    assert engine.stats()["num_evictions"] > 0
