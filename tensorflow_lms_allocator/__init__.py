@@ -42,6 +42,9 @@ from tensorflow_lms_allocator.lms import (  # noqa: E402
 from tensorflow_lms_allocator import lms as _lms  # noqa: E402
 
 _lms.attach(_tf)
+from tensorflow_lms_allocator import _keras  # noqa: E402
+
+_keras.install(get_lms_enabled)  # jit_compile="auto" under LMS: Note [XLA under LMS]
 if get_lms_enabled():
     _lms.check_gpus(_tf)  # TF_LMS_ENABLED=1 with a GPU LMS cannot serve: say so now
 del _tf

@@ -73,10 +73,7 @@ __attribute__((noinline)) bool TouchesVariableData(const tensorflow::OpKernel& k
       op.compare(op.size() - kSuffixLen, kSuffixLen, kSuffix) == 0) {
     return op != "AssignVariableOp";
   }
-  if (op == "XlaLaunch" || op == "XlaLaunchV2" || op == "_XlaRun") return true;
-  const auto& attrs = kernel.def().attr();
-  const auto it = attrs.find("_XlaMustCompile");
-  return it != attrs.end() && it->second.b();
+  return LiveVariables::IsXlaKernel(kernel);
 }
 
 // The variable `handle` names, with a reference the caller drops, or null if
@@ -350,6 +347,11 @@ __attribute__((noinline)) Status KernelPins::PinVariables(
       // Uninitialized, or not in this device's evictable memory.
       if (data == nullptr || !engine_->InEvictableRange(data)) continue;
       s = PinOne(data, pins);
+      // XLA's error path may free it while the variable holds it.
+      if (s.ok() && LiveVariables::IsXlaKernel(context->op_kernel())) {
+        pins->back().variable = var;
+        live_variables_.Add(data, var);
+      }
     }
     if (all_or_none && s.code() == StatusCode::kResourceExhausted) return s;
   }
@@ -362,6 +364,12 @@ void KernelPins::UnpinAll(const std::vector<Pin>& pins) {
     Status s = engine_->Unpin(pin.ptr, pin.allocation_id);
     if (!s.ok() && s.code() != StatusCode::kNotFound) {
       LOG(ERROR) << "tensorflow_lms_allocator: " << s.ToString();
+    }
+    // A free the kernel made of a variable's buffer, deferred until now
+    // (Note [XLA frees live variables on its error path]).
+    if (pin.variable != nullptr && live_variables_.Remove(pin.ptr, pin.variable)) {
+      s = engine_->Free(const_cast<void*>(pin.ptr));
+      if (!s.ok()) LOG(ERROR) << "tensorflow_lms_allocator: " << s.ToString();
     }
   }
 }

@@ -80,6 +80,7 @@
 
 #include "engine/engine.h"
 #include "engine/thread_annotations.h"
+#include "tf_adapter/live_variables.h"
 
 namespace tensorflow {
 class OpKernelContext;
@@ -181,6 +182,10 @@ class KernelPins {
   // Adds an allocation made pinned on this thread to the current kernel.
   void RecordAllocation(const void* ptr, uint64_t allocation_id);
 
+  // The variable buffers running XLA kernels hold (Note [XLA frees live
+  // variables on its error path] in live_variables.h).
+  LiveVariables& live_variables() { return live_variables_; }
+
   // For tests: live contexts in the process, and those this thread created.
   int64_t LiveContexts() const { return live_contexts_.load(std::memory_order_relaxed); }
   int64_t ThreadLiveContexts() const;
@@ -250,6 +255,8 @@ class KernelPins {
   struct Pin {
     const void* ptr;
     uint64_t allocation_id;
+    // An XLA kernel's variable, registered in live_variables_ while pinned.
+    tensorflow::Var* variable = nullptr;
   };
   struct Entry {
     // Unique among the contexts `creator` ever created: with the creator, it
@@ -293,6 +300,7 @@ class KernelPins {
   void UnpinAll(const std::vector<Pin>& pins);
 
   Engine* const engine_;
+  LiveVariables live_variables_;
   Shard shards_[kShards];
   std::atomic<int64_t> live_contexts_{0};
   std::mutex turn_mu_;

@@ -142,6 +142,9 @@ void* LmsAllocator::AllocateInHostMemory(size_t num_bytes, const Status& why,
 void LmsAllocator::DeallocateRaw(void* ptr) {
   if (ptr == nullptr) return;
   if (!engine_->Owns(ptr) && HostFallback::Free(ptr)) return;
+  // A variable's buffer freed inside an XLA kernel: decided when the kernel
+  // ends (Note [XLA frees live variables on its error path]).
+  if (pins_ != nullptr && pins_->live_variables().DeferFree(ptr)) return;
   Status s = engine_->Free(ptr);
   if (!s.ok()) LOG(ERROR) << "tensorflow_lms_allocator: " << s.ToString();
 }
