@@ -262,3 +262,24 @@ def test_huge_fill_in_a_function_is_an_oom_naming_the_device(env):
         assert error is not None, describe(run)
         assert "constant of a kernel being created" in error["message"]
     assert run.result["after"] == float(1 << 20)
+
+
+@pytest.mark.parametrize("source", ["numpy", "constant"])
+@pytest.mark.parametrize("env", [LMS_OFF, LMS_ON], ids=["lms_off", "lms_on"])
+def test_a_dataset_larger_than_the_device_iterates(env, source):
+    """Dataset.from_tensor_slices over 60 MiB on a 24 MiB device died with
+    SIGSEGV in make_iterator, LMS on or off: tf.data's MakeIterator kernel runs
+    Grappler, which fills a fake input it allocated with a plain Tensor
+    constructor, unchecked (grappler::InitializeTensor dereferenced the null
+    the device returned). With LMS on the request is placed in host memory at
+    its address; off, it is served from ordinary host memory, as a request
+    outside any kernel is (Note [Allocations outside kernels])."""
+    run = run_program("robustness.py", "slices_larger_than_device", source,
+                      env={**env, "TF_LMS_CPU_DEVICE_MEMORY_MB": "24",
+                           "TF_CPP_MIN_LOG_LEVEL": "1"})
+    assert run.returncode == 0 and run.result, describe(run)  # not killed by a signal
+    assert run.result["rows"] == 15 * 1024 and run.result["first_column_ok"]
+    if env is LMS_ON:  # one warning, naming the kernel and the size
+        assert run.result["stats"]["num_born_evicted"] > 0
+        assert "kernel MakeIterator needs 60.0 MiB" in run.stderr
+        assert run.stderr.count("is placed in host memory at its device address") == 1

@@ -10,6 +10,9 @@ Usage: python robustness.py NAME
   numpy_larger_than_device  tf.constant of a 200 MiB NumPy array on 64 MiB
   fit_large_numpy       model.fit with a 192 MiB NumPy x on a 64 MiB device
   fill_in_function      a 200 MiB tf.fill inside a tf.function on 64 MiB
+  slices_larger_than_device  tf.data.Dataset.from_tensor_slices of a 60 MiB
+                        NumPy array (argv[2] "numpy") or tf.constant of it
+                        ("constant"), iterated in batches (run on 24 MiB)
 
 Run with TF_LMS_CPU_DEVICE_MEMORY_MB=64 (and TF_LMS_ENABLED as the test says).
 """
@@ -253,6 +256,22 @@ def fit_large_numpy() -> None:
     emit(result)
 
 
+def slices_larger_than_device() -> None:
+    import numpy as np
+
+    tf = _tf()
+    import tensorflow_lms_allocator as lms
+
+    x = np.arange(15 * MIB, dtype=np.float32).reshape(-1, 1024)  # 60 MiB
+    source = x if sys.argv[2] == "numpy" else tf.constant(x)
+    rows = first_column = 0.0
+    for batch in tf.data.Dataset.from_tensor_slices(source).batch(1024):
+        rows += int(batch.shape[0])
+        first_column += float(tf.reduce_sum(tf.cast(batch[:, 0], tf.float64)))
+    emit({"rows": rows, "first_column_ok": first_column == float(x[:, 0].sum(dtype=np.float64)),
+          "stats": lms.get_statistics(0)})
+
+
 def fill_in_function() -> None:
     """A 200 MiB tf.fill inside a tf.function on a 64 MiB device, returned
     (Grappler makes it a 200 MiB Const node, parsed when its kernel is
@@ -280,7 +299,8 @@ def fill_in_function() -> None:
 
 
 if __name__ == "__main__":
-    {"fork_child_writes": fork_child_writes, "fork_parent_writes": fork_parent_writes,
+    {"slices_larger_than_device": slices_larger_than_device,
+     "fork_child_writes": fork_child_writes, "fork_parent_writes": fork_parent_writes,
      "spawn": spawn, "numpy_on_full_device": numpy_on_full_device,
      "fit_large_numpy": fit_large_numpy, "numpy_larger_than_device": numpy_larger_than_device,
      "fill_in_function": fill_in_function}[sys.argv[1]]()

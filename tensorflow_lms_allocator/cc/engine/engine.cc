@@ -132,7 +132,7 @@ void* Engine::AllocateLarge(size_t bytes, Hold hold, Status* status,
     *status = ResourceExhausted(
         "a request of " + FormatBytes(bytes) + " exceeds the device memory of " +
         FormatBytes(device_pool_.capacity() * granule_) +
-        (lms_enabled_ ? ": pinned at birth, it would have to be resident"
+        (lms_enabled_ ? " (pinned at birth, it would have to be resident)"
                       : ": an allocation must fit in device memory to be used (LMS is off)"));
     return nullptr;
   }

@@ -45,15 +45,19 @@ std::string LmsAllocator::Name() {
 }
 
 void* LmsAllocator::AllocateRaw(size_t alignment, size_t num_bytes) {
-  return Allocate(alignment, num_bytes, /*retry_on_failure=*/true);
+  return Allocate(alignment, num_bytes, /*retry_on_failure=*/true, /*checked=*/false);
 }
 
 void* LmsAllocator::AllocateRaw(size_t alignment, size_t num_bytes,
                                 const tsl::AllocationAttributes& attributes) {
-  return Allocate(alignment, num_bytes, attributes.retry_on_failure);
+  // OpKernelContext's and OpKernelConstruction's allocate_* set
+  // allocation_will_be_logged, and check what they get.
+  return Allocate(alignment, num_bytes, attributes.retry_on_failure,
+                  attributes.allocation_will_be_logged);
 }
 
-void* LmsAllocator::Allocate(size_t alignment, size_t num_bytes, bool retry_on_failure) {
+void* LmsAllocator::Allocate(size_t alignment, size_t num_bytes, bool retry_on_failure,
+                             bool checked) {
   if (num_bytes == 0) return nullptr;  // as TensorFlow's BFC allocator does
   const bool in_kernel = pins_ != nullptr && pins_->InKernel();
   Status status;
@@ -85,10 +89,11 @@ void* LmsAllocator::Allocate(size_t alignment, size_t num_bytes, bool retry_on_f
   }
   if (ptr == nullptr) {
     t_last_failure = status.message();
-    // Outside a kernel nobody checks for null (Note [Allocations outside
-    // kernels] in outside_kernel.h): serve host memory instead, unless the
-    // caller needs device memory and checks.
-    if (!in_kernel) {
+    // Outside a kernel, or inside one but not through its OpKernelContext,
+    // nobody may check for null (Note [Allocations outside kernels] in
+    // outside_kernel.h): serve host memory instead, unless the caller needs
+    // device memory and checks.
+    if (!in_kernel || !checked) {
       ptr = HostFallback::Allocate(alignment, num_bytes, Name());
       if (ptr != nullptr) {
         t_last_failure.clear();  // the request was served

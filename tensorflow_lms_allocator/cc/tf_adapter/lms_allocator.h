@@ -65,8 +65,9 @@ class LmsAllocator : public tsl::Allocator {
 
  private:
   // With `retry_on_failure`, waits for other kernels' releases as long as
-  // KernelPins allows; without, one attempt.
-  void* Allocate(size_t alignment, size_t num_bytes, bool retry_on_failure);
+  // KernelPins allows; without, one attempt. `checked`: the request comes
+  // from an OpKernelContext (or OpKernelConstruction), which checks it.
+  void* Allocate(size_t alignment, size_t num_bytes, bool retry_on_failure, bool checked);
   // For a kernel's request that the device cannot hold and no release will
   // make room for (every running kernel waits on it, Note [Taking turns] in
   // kernel_pins.h; or none holds memory; or it is larger than the device):

@@ -59,8 +59,9 @@ void* HostFallback::Allocate(size_t alignment, size_t bytes, const std::string& 
   }
   if (!st.warned.exchange(true, std::memory_order_relaxed)) {
     LOG(WARNING) << "tensorflow_lms_allocator: " << FormatBytes(bytes)
-                 << " requested outside any kernel (such as converting a NumPy array) "
-                    "did not fit on the device: "
+                 << " requested where TensorFlow does not check the result (outside any "
+                    "kernel, such as converting a NumPy array, or inside one but not "
+                    "through its OpKernelContext) did not fit on the device: "
                  << reason
                  << ". It is held in ordinary host memory instead, outside the device's "
                     "cap, as a GPU system stages such data on the host (said once per "

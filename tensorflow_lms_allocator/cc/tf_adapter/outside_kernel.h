@@ -12,7 +12,14 @@
 // system those buffers are host memory (TensorFlow stages NumPy data on the
 // host and copies it to the device in a kernel, whose failure is a clean
 // OOM); on the emulated device CPU:0 is both host and device, so they come
-// from the capped allocator.
+// from the capped allocator. Inside a kernel, only what comes through its
+// OpKernelContext (allocate_output/temp/persistent, which set
+// AllocationAttributes::allocation_will_be_logged) is checked: tf.data's
+// MakeIterator runs Grappler, which makes a fake input for each placeholder
+// with a plain Tensor constructor and fills it unchecked (SIGSEGV in
+// grappler::InitializeTensor for Dataset.from_tensor_slices of 60 MiB on a
+// 24 MiB device with LMS off, measured), so such requests are served the
+// same way.
 //
 // What LMS does (LmsAllocator::AllocateRaw, when not in a kernel):
 //   1. the engine places the request if it can (with LMS on, evicting; the
