@@ -160,7 +160,6 @@ def install() -> ModuleType:
         ctypes.CDLL(str(libs / "libtf_lms_interposer.so"), mode=ctypes.RTLD_GLOBAL)
         _INTERPOSER_LOADED = True
         _config_proto.install()  # ConfigProto's lms_enabled, before TensorFlow loads it
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
     if os.environ.get("TF_LMS_CPU_DEVICE_MEMORY_MB"):
         # TensorFlow's oneDNN CPU kernels crash (MklConvOp::Compute after a
         # failed temporary allocation in mkl_util.h) instead of raising OOM;

@@ -104,3 +104,16 @@ def test_a_missing_driver_is_a_clear_error():
     assert run.result, describe(run)
     code, message = run.result["check"]
     assert code == "FAILED_PRECONDITION" and "/nonexistent/libcuda.so.1" in message
+
+
+def test_the_gpu_lms_serves_is_logged_and_tf_gpu_allocator_is_said_to_be_ignored():
+    run = run_program("gpu_wiring.py", "allocate",
+                      env=fake_gpu(TF_LMS_ENABLED="1", TF_CPP_MIN_LOG_LEVEL="0",
+                                   TF_GPU_ALLOCATOR="cuda_malloc_async"))
+    assert run.result and run.result["allocated"] == 12, describe(run)
+    served = [x for x in run.stderr.splitlines() if "LMS serves GPU:0" in x]
+    assert len(served) == 1, run.stderr
+    assert "device memory 64.0 MiB" in served[0] and "cuda backend" in served[0]
+    ignored = [x for x in run.stderr.splitlines()
+               if "TF_GPU_ALLOCATOR=cuda_malloc_async is ignored for GPU:0" in x]
+    assert len(ignored) == 1 and ignored[0].startswith("W"), run.stderr

@@ -29,13 +29,11 @@ def probe(name: str, *args: str, env: dict[str, str] | None = None):
 # --- settings refused at import ------------------------------------------------
 
 @pytest.mark.parametrize("variable,value,why", [
+    ("TF_LMS_CPU_DEVICE_MEMORY_MB", "0", "is less than one granule (2 MiB)"),
     ("TF_LMS_CPU_DEVICE_MEMORY_MB", "1", "is less than one granule (2 MiB)"),
-    ("TF_LMS_CPU_DEVICE_MEMORY_MB", "3", "would be rounded down; use 2 or 4"),
-    ("TF_LMS_CPU_DEVICE_MEMORY_MB", "65", "would be rounded down; use 64 or 66"),
     ("TF_LMS_CPU_DEVICE_MEMORY_MB", str(MAX_MIB + 2), "is more than this machine's memory"),
     ("TF_LMS_CPU_DEVICE_MEMORY_MB", "999999999999", "is more than this machine's memory"),
     ("TF_GPU_HOST_MEM_LIMIT_IN_MB", "1", "is less than one granule (2 MiB)"),
-    ("TF_GPU_HOST_MEM_LIMIT_IN_MB", "5", "would be rounded down; use 4 or 6"),
     ("TF_GPU_HOST_MEM_LIMIT_IN_MB", "99999999999", "is more than this machine's memory"),
 ])
 def test_a_value_that_cannot_give_a_working_device_is_a_value_error_at_import(
@@ -47,6 +45,39 @@ def test_a_value_that_cannot_give_a_working_device_is_a_value_error_at_import(
     assert message.startswith(f"{variable}='{value}' "), message
     assert why in message, message
     assert f"from 2 to {MAX_MIB}" in message, message  # the valid range
+
+
+def test_a_negative_value_is_said_to_be_negative():
+    run = probe("import_outcome", env={"TF_LMS_CPU_DEVICE_MEMORY_MB": "-2"})
+    kind, message = run.result["error"]
+    assert kind == "ValueError" and "TF_LMS_CPU_DEVICE_MEMORY_MB='-2' is negative" in message
+
+
+@pytest.mark.parametrize("variable,value,used", [
+    ("TF_LMS_CPU_DEVICE_MEMORY_MB", "533", 532),
+    ("TF_GPU_HOST_MEM_LIMIT_IN_MB", "65", 64),
+])
+def test_a_value_between_granules_is_rounded_down_with_a_warning(variable, value, used):
+    """As TensorFlow rounds its own limits, so that a computed cap (half of a
+    peak, say) works; one line says what is used."""
+    run = probe("import_outcome", env={"TF_LMS_CPU_DEVICE_MEMORY_MB": "64",
+                                       "TF_CPP_MIN_LOG_LEVEL": "1", variable: value})
+    assert run.result["error"] is None, describe(run)
+    if variable == "TF_LMS_CPU_DEVICE_MEMORY_MB":
+        assert run.result["bytes_limit"] == used * MIB
+    line = f"{variable}={value} is not a whole number of 2 MiB granules: using {used} MiB"
+    assert run.stderr.count(line) == 1, run.stderr
+
+
+def test_prefetching_without_the_learned_policy_is_said_to_do_nothing():
+    run = probe("import_outcome", env={"TF_LMS_CPU_DEVICE_MEMORY_MB": "64",
+                                       "TF_LMS_PREFETCH": "1", "TF_CPP_MIN_LOG_LEVEL": "1"})
+    assert run.result["error"] is None, describe(run)
+    assert "TF_LMS_PREFETCH=1 has no effect with TF_LMS_POLICY=lru" in run.stderr
+    learned = probe("import_outcome", env={"TF_LMS_CPU_DEVICE_MEMORY_MB": "64",
+                                           "TF_LMS_PREFETCH": "1", "TF_LMS_POLICY": "learned",
+                                           "TF_CPP_MIN_LOG_LEVEL": "1"})
+    assert "TF_LMS_PREFETCH" not in learned.stderr
 
 
 def test_valid_values_the_process_cannot_reserve_are_a_memory_error_at_import():
@@ -82,7 +113,7 @@ def test_tensorflows_64_gib_host_default_works_on_this_machine():
 def test_fixing_a_bad_value_and_importing_again_works():
     run = probe("retry_import", env={"TF_LMS_ENABLED": "1"})
     assert run.result["first"][0] == "ValueError"
-    assert "TF_LMS_CPU_DEVICE_MEMORY_MB='3'" in run.result["first"][1]
+    assert "TF_LMS_CPU_DEVICE_MEMORY_MB='1'" in run.result["first"][1]
     assert run.result["second"] is None, describe(run)
     assert run.result["bytes_limit"] == 64 * MIB
     assert run.result["total"] == 65536.0

@@ -9,9 +9,14 @@ TensorFlow's Eigen CPU kernels; the cap is 128 MiB.
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+
 import pytest
 
-from tf_helpers import describe, run_program
+from tf_helpers import PROGRAMS, describe, run_program
 
 CAP_MIB = 128
 LMS_ON = {"TF_LMS_CPU_DEVICE_MEMORY_MB": str(CAP_MIB), "TF_LMS_ENABLED": "1"}
@@ -188,3 +193,26 @@ def test_the_adapter_refuses_a_tensorflow_version_it_was_not_built_for():
     run = run_program("probes.py", "wrong_version")
     assert run.result and run.result["code"] == "FAILED_PRECONDITION", describe(run)
     assert "built for TensorFlow 2.21.0 but TensorFlow 2.20.0" in run.result["message"]
+
+
+def test_users_can_tell_lms_is_on():
+    """One log line per device when LMS starts serving it (as TensorFlow logs
+    the devices it creates), shown by default: the package no longer raises
+    TF_CPP_MIN_LOG_LEVEL. An out-of-memory error names LMS's device and says
+    whether anything was left to evict."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("TF_LMS_", "TF_GPU_HOST_MEM", "TF_CPP_MIN_LOG_LEVEL"))}
+    env.update({"TF_LMS_CPU_DEVICE_MEMORY_MB": "64", "TF_LMS_ENABLED": "1",
+                "TF_GPU_HOST_MEM_LIMIT_IN_MB": "16", "TF_ENABLE_ONEDNN_OPTS": "0"})
+    proc = subprocess.run([sys.executable, str(PROGRAMS / "probes.py"), "announce"], env=env,
+                          capture_output=True, text=True, timeout=300)
+    result = json.loads(proc.stdout.split("RESULT ", 1)[1])
+    assert result["level"] is None  # left as the user had it
+    lines = [x for x in proc.stderr.splitlines() if "LMS serves" in x]
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("I")  # TensorFlow's INFO
+    for part in ("CPU:0, the emulated device", "device memory 64.0 MiB",
+                 "host memory for evicted tensors 16.0 MiB", "LMS on", "policy lru"):
+        assert part in lines[0], lines[0]
+    assert "by allocator lms_emulated_device" in result["error"]
+    assert "LMS is on: too few inactive bytes are left to evict" in result["error"]

@@ -9,11 +9,13 @@ Usage: python probes.py NAME
   late_import      tensorflow_lms_allocator imported after tensorflow
   slice_pin        a kernel reading a slice of an evicted tensor
   wrong_version    the adapter asked to serve another TensorFlow version
+  announce         the device's log line, then an out-of-memory error
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 MIB = 1 << 20
@@ -49,6 +51,25 @@ def fragment() -> None:
     big = tf.fill((6 * MIB,), 7.0)  # 24 MiB: fits only in the holes' memory
     ok = all(float(tf.reduce_min(k)) == float(2 * i + 1) for i, k in enumerate(kept))
     emit({"stats": lms.get_statistics(0), "values_ok": ok, "big": float(big[0])})
+
+
+def announce() -> None:
+    """The device's log line, then a request no memory can hold."""
+    import tensorflow_lms_allocator as lms
+    import tensorflow as tf
+
+    a = tf.fill((6 * MIB,), 1.0)  # 24 MiB each
+    b = tf.fill((6 * MIB,), 2.0)
+    result = {"level": os.environ.get("TF_CPP_MIN_LOG_LEVEL")}
+    try:
+        # The kernel pins both inputs; its 24 MiB output fits neither the
+        # device beside them nor host memory (run with a 16 MiB host limit).
+        result["sum"] = float((a + b)[0])
+        result["error"] = None
+    except tf.errors.ResourceExhaustedError as error:
+        result["error"] = error.message
+    result["stats"] = lms.get_statistics(0)
+    emit(result)
 
 
 def host_exhausted() -> None:
@@ -147,5 +168,6 @@ def late_import() -> None:
 
 if __name__ == "__main__":
     {"strict_numpy": strict_numpy, "fragment": fragment, "host_exhausted": host_exhausted,
+     "announce": announce,
      "api": api, "late_import": late_import, "slice_pin": slice_pin,
      "wrong_version": wrong_version}[sys.argv[1]]()

@@ -60,7 +60,7 @@ def import_outcome() -> None:
 
 def retry_import() -> None:
     result = {}
-    os.environ["TF_LMS_CPU_DEVICE_MEMORY_MB"] = "3"
+    os.environ["TF_LMS_CPU_DEVICE_MEMORY_MB"] = "1"
     try:
         import tensorflow_lms_allocator  # noqa: F401
         result["first"] = None

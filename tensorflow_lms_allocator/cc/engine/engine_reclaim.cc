@@ -109,7 +109,11 @@ Status Engine::OutOfMemory(uint64_t granules, const char* what) const {
                   FormatBytes(cached * granule_) + " cached at free address ranges";
   m += defrag_enabled_ ? "" : " (defragmentation is off)";
   m += ", " + FormatBytes(inactive * granule_) + " in inactive allocations";
-  m += lms_enabled_ ? "" : " (LMS is off, so nothing is evicted)";
+  if (!lms_enabled_) {
+    m += " (LMS is off, so nothing is evicted)";
+  } else if (inactive < granules) {
+    m += " (LMS is on: too few inactive bytes are left to evict)";
+  }
   if (unclaimed > 0) {
     m += ", " + FormatBytes(unclaimed * granule_) +
          " allocated outside kernels and not yet used by one (tf.data batches, "

@@ -17,6 +17,11 @@ Status MegabytesFromEnv(const char* name, bool* present, size_t* bytes) {
   bool digits = true;
   for (char ch : value) digits = digits && std::isdigit(static_cast<unsigned char>(ch));
   const std::string quoted = std::string(name) + "='" + value + "'";
+  if (value.size() > 1 && value[0] == '-' &&
+      value.find_first_not_of("0123456789", 1) == std::string::npos) {
+    return InvalidArgument(quoted + " is negative; use a positive whole number of "
+                           "megabytes (MiB), e.g. " + name + "=4096");
+  }
   if (!digits) {
     return InvalidArgument(quoted + " is not a whole number of megabytes (MiB); "
                            "use e.g. " + name + "=4096");
@@ -25,9 +30,6 @@ Status MegabytesFromEnv(const char* name, bool* present, size_t* bytes) {
     return InvalidArgument(quoted + " is too large: no machine has that many MiB");
   }
   const unsigned long long mb = std::strtoull(value.c_str(), nullptr, 10);
-  if (mb == 0) {
-    return InvalidArgument(quoted + " must be at least 1 MiB");
-  }
   *bytes = static_cast<size_t>(mb) << 20;
   return Status::Ok();
 }
@@ -52,7 +54,12 @@ Status FlagFromEnv(const char* name, bool* present, bool* value) {
 Status HostLimitFromEnv(size_t* bytes) {
   bool present = false;
   *bytes = kDefaultHostLimitBytes;
-  return MegabytesFromEnv("TF_GPU_HOST_MEM_LIMIT_IN_MB", &present, bytes);
+  LMS_RETURN_IF_ERROR(MegabytesFromEnv("TF_GPU_HOST_MEM_LIMIT_IN_MB", &present, bytes));
+  if (present && *bytes == 0) {
+    return InvalidArgument("TF_GPU_HOST_MEM_LIMIT_IN_MB='0' leaves no host memory for "
+                           "evicted tensors; use a positive number of megabytes (MiB)");
+  }
+  return Status::Ok();
 }
 
 size_t MachineMemoryBytes() {
@@ -68,8 +75,9 @@ size_t MaxMemorySettingBytes(size_t granule_bytes, size_t machine_bytes) {
   return machine_bytes / granule_bytes * granule_bytes;
 }
 
-Status CheckMemorySetting(const char* name, size_t bytes, size_t granule_bytes,
-                          size_t machine_bytes) {
+Status CheckMemorySetting(const char* name, size_t* bytes_in_out, size_t granule_bytes,
+                          size_t machine_bytes, std::string* rounded) {
+  const size_t bytes = *bytes_in_out;
   const size_t mib = size_t{1} << 20;
   const size_t step = granule_bytes / mib;
   const size_t max_mb = MaxMemorySettingBytes(granule_bytes, machine_bytes) / mib;
@@ -86,13 +94,12 @@ Status CheckMemorySetting(const char* name, size_t bytes, size_t granule_bytes,
                            std::to_string(machine_bytes / mib) + " MiB); " + range);
   }
   if (bytes % granule_bytes != 0) {
-    const size_t below = bytes / granule_bytes * step;
-    const size_t above = below + step;
-    std::string nearest = std::to_string(below);
-    if (above <= max_mb) nearest += " or " + std::to_string(above);
-    return InvalidArgument(quoted + " is not a whole number of " + std::to_string(step) +
-                           " MiB granules and would be rounded down; use " + nearest +
-                           "; " + range);
+    // As TensorFlow rounds its own memory limits (and LMS a GPU's budget), so
+    // that a computed value (half a model's peak, say) works.
+    *bytes_in_out = bytes / granule_bytes * granule_bytes;
+    *rounded = std::string(name) + "=" + std::to_string(bytes / mib) +
+               " is not a whole number of " + std::to_string(step) +
+               " MiB granules: using " + std::to_string(*bytes_in_out / mib) + " MiB";
   }
   return Status::Ok();
 }

@@ -8,14 +8,15 @@
 //     (a whole number of MiB, a boolean). The engine's own Python API uses
 //     them with whatever granule size it is given.
 //   - CheckMemorySetting checks that a size gives a working device: at least
-//     one granule, a whole number of granules (a value that would be rounded
-//     is refused with the nearest valid values, never silently rounded), and
-//     no more than the machine's memory. The TensorFlow adapter applies it to
+//     one granule and no more than the machine's memory; a value that is not
+//     a whole number of granules is rounded down, and the caller says so
+//     (never silently). The TensorFlow adapter applies it to
 //     TF_LMS_CPU_DEVICE_MEMORY_MB and TF_GPU_HOST_MEM_LIMIT_IN_MB at import.
 #ifndef TENSORFLOW_LMS_ALLOCATOR_CC_ENGINE_ENV_OPTIONS_H_
 #define TENSORFLOW_LMS_ALLOCATOR_CC_ENGINE_ENV_OPTIONS_H_
 
 #include <cstddef>
+#include <string>
 
 #include "engine/status.h"
 
@@ -25,14 +26,16 @@ namespace lms {
 inline constexpr size_t kDefaultHostLimitBytes = size_t{1} << 36;
 
 // Reads a whole number of MiB from `name`. Unset or empty leaves *bytes as
-// it is and sets *present to false. Anything but digits, zero, or a value
-// that overflows is kInvalidArgument naming the variable and the value.
+// it is and sets *present to false. Anything but digits (a negative number
+// is said to be one), or a value that overflows, is kInvalidArgument naming
+// the variable and the value. Zero is read as zero: the caller's range check
+// says what is valid.
 Status MegabytesFromEnv(const char* name, bool* present, size_t* bytes);
 
 // Reads a boolean ("1", "true", "0", "false", any case) from `name`.
 Status FlagFromEnv(const char* name, bool* present, bool* value);
 
-// The host pool's size: TF_GPU_HOST_MEM_LIMIT_IN_MB, else 64 GiB.
+// The host pool's size: TF_GPU_HOST_MEM_LIMIT_IN_MB (not zero), else 64 GiB.
 Status HostLimitFromEnv(size_t* bytes);
 
 // The machine's physical memory (sysconf(_SC_PHYS_PAGES) pages). Neither the
@@ -45,14 +48,15 @@ size_t MachineMemoryBytes();
 // to whole granules.
 size_t MaxMemorySettingBytes(size_t granule_bytes, size_t machine_bytes);
 
-// Checks that `bytes`, read from the environment variable `name`, gives a
+// Checks that *bytes, read from the environment variable `name`, gives a
 // working pool of `granule_bytes` granules on a machine with `machine_bytes`
-// of memory: between one granule and MaxMemorySettingBytes, and a whole
-// number of granules. kInvalidArgument otherwise, naming the variable, its
-// value and the valid range (and the nearest valid values if it would have
-// been rounded). `granule_bytes` must be a multiple of 1 MiB.
-Status CheckMemorySetting(const char* name, size_t bytes, size_t granule_bytes,
-                          size_t machine_bytes);
+// of memory: between one granule and MaxMemorySettingBytes.
+// kInvalidArgument otherwise, naming the variable, its value and the valid
+// range. A value that is not a whole number of granules is rounded down in
+// *bytes and *rounded says so in one line (untouched otherwise), for the
+// caller to log. `granule_bytes` must be a multiple of 1 MiB.
+Status CheckMemorySetting(const char* name, size_t* bytes, size_t granule_bytes,
+                          size_t machine_bytes, std::string* rounded);
 
 // TF_GPU_HOST_MEM_LIMIT_IN_MB's default on a machine with `machine_bytes`:
 // TensorFlow's 64 GiB, or the largest valid value if that is less (so the

@@ -92,8 +92,9 @@ void* LmsAllocator::Allocate(size_t alignment, size_t num_bytes, bool retry_on_f
     // Outside a kernel, or inside one but not through its OpKernelContext,
     // nobody may check for null (Note [Allocations outside kernels] in
     // outside_kernel.h): serve host memory instead, unless the caller needs
-    // device memory and checks.
-    if (!in_kernel || !checked) {
+    // device memory and checks. An optional request (no retry_on_failure:
+    // scratch space a kernel can do without) is always checked.
+    if (!in_kernel || (!checked && retry_on_failure)) {
       ptr = HostFallback::Allocate(alignment, num_bytes, Name());
       if (ptr != nullptr) {
         t_last_failure.clear();  // the request was served

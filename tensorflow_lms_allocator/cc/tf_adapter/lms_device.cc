@@ -29,6 +29,9 @@ Status LmsDevice::Create(const LmsDeviceSpec& spec, std::unique_ptr<LmsDevice>* 
     options.policy = spec.policy;
     std::unique_ptr<LmsDevice> device(new LmsDevice());
     device->backend_ = backend.get();
+    device->spec_ = spec;
+    device->spec_.device_bytes = options.device_bytes;
+    device->spec_.host_bytes = options.host_bytes;
     std::unique_ptr<Engine> engine;
     LMS_RETURN_IF_ERROR(Engine::Create(options, std::move(backend), &engine));
     device->pins_ = std::make_unique<KernelPins>(engine.get());
@@ -44,6 +47,22 @@ Status LmsDevice::Create(const LmsDeviceSpec& spec, std::unique_ptr<LmsDevice>* 
   } catch (const std::exception& e) {
     return Internal(e.what());
   }
+}
+
+std::string LmsDevice::Describe(const std::string& device) const {
+  const Engine& engine = allocator_->engine();
+  std::string line = "tensorflow_lms_allocator: LMS serves " + device + " (" + spec_.name +
+                     ", " + backend_->Name() + " backend): device memory " +
+                     FormatBytes(spec_.device_bytes) + ", host memory for evicted tensors " +
+                     FormatBytes(spec_.host_bytes) + " (TF_GPU_HOST_MEM_LIMIT_IN_MB), LMS " +
+                     (engine.lms_enabled() ? "on" : "off");
+  if (engine.lms_enabled()) {
+    line += std::string(", policy ") + PolicyName(spec_.policy) +
+            (prefetcher_ != nullptr ? " with prefetching" : "");
+  }
+  line += engine.defrag_enabled() ? ", defragmentation on" : ", defragmentation off";
+  if (spec_.strict) line += ", strict mode (TF_LMS_STRICT)";
+  return line;
 }
 
 Status LmsDevice::AddFencedQueues(const std::vector<void*>& queues) {

@@ -53,6 +53,12 @@ class LmsDevice {
     if (prefetcher_ != nullptr) prefetcher_->Notify();
   }
 
+  // One line for the log when TensorFlow's device starts using this one, as
+  // TensorFlow logs "Created device ... with N MB memory": the device, its
+  // budget, host memory for evicted tensors and the policy. `device` is
+  // TensorFlow's name for it (CPU:0, GPU:1).
+  std::string Describe(const std::string& device) const;
+
   LmsAllocator* allocator() const { return allocator_.get(); }
   KernelPins* pins() const { return pins_.get(); }
   Engine& engine() const { return allocator_->engine(); }
@@ -62,6 +68,7 @@ class LmsDevice {
 
   // Owned by the engine, which lives as long as this device.
   Backend* backend_ = nullptr;
+  LmsDeviceSpec spec_;  // as created (whole granules), for Describe
   // Declared before the allocator so it outlives it (the allocator holds a
   // pointer to it).
   std::unique_ptr<KernelPins> pins_;

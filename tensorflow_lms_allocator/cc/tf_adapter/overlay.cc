@@ -1,5 +1,7 @@
 #include "tf_adapter/overlay.h"
 
+#include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <new>
 #include <string>
@@ -15,6 +17,21 @@ namespace {
 constexpr char kEmulatedDeviceName[] = "lms_emulated_device";
 // The budget of TensorFlow's unused allocator for a GPU LMS serves.
 constexpr size_t kUnusedTensorFlowBudgetBytes = size_t{1} << 20;
+
+// TF_GPU_ALLOCATOR picks TensorFlow's own GPU allocator (cuda_malloc_async,
+// bfc, ...); a GPU LMS serves uses LMS's instead. Said once per process, as
+// a warning rather than an error: the program runs, with LMS, as the user
+// also asked (TF_LMS_ENABLED or set_lms_enabled).
+void WarnIfAnotherAllocatorIsAsked(const std::string& gpu) {
+  static std::atomic<bool> warned{false};
+  const char* asked = std::getenv("TF_GPU_ALLOCATOR");
+  if (asked == nullptr || *asked == '\0' || warned.exchange(true)) return;
+  LOG(WARNING) << "tensorflow_lms_allocator: TF_GPU_ALLOCATOR=" << asked
+               << " is ignored for " << gpu
+               << ": LMS serves it with its own allocator (TensorFlow's is made on a "
+                  "1 MiB budget and never used). Unset TF_GPU_ALLOCATOR, or disable LMS "
+                  "(TF_LMS_ENABLED=0) to use TensorFlow's";
+}
 
 }  // namespace
 
@@ -140,6 +157,7 @@ void* Overlay::CpuAllocator(void* original) {
     return unavailable_.get();
   }
   router_.Add(device_.get(), /*emulated=*/true);
+  LOG(INFO) << device_->Describe("CPU:0, the emulated device (TF_LMS_CPU_DEVICE_MEMORY_MB)");
   return device_->allocator();
 }
 
@@ -150,6 +168,8 @@ void Overlay::CreateGpuDevice(GpuEntry* entry, const void* options, int tf_devic
   if (s.ok()) s = LmsDevice::Create(spec, &entry->device);
   if (s.ok()) {
     router_.Add(entry->device.get(), /*emulated=*/false);
+    LOG(INFO) << entry->device->Describe(GpuDeviceName(tf_device_id));
+    WarnIfAnotherAllocatorIsAsked(GpuDeviceName(tf_device_id));
     return;
   }
   const std::string name = GpuDeviceName(tf_device_id);

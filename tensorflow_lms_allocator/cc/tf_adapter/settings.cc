@@ -5,6 +5,7 @@
 #include <string>
 
 #include "engine/env_options.h"
+#include "tsl/platform/logging.h"
 
 namespace lms {
 
@@ -27,9 +28,11 @@ Status ReadSettings(Settings* out) {
   }
   LMS_RETURN_IF_ERROR(
       MegabytesFromEnv("TF_LMS_CPU_DEVICE_MEMORY_MB", &device_present, &s.device_bytes));
+  std::string rounded;
   if (device_present) {
-    LMS_RETURN_IF_ERROR(CheckMemorySetting("TF_LMS_CPU_DEVICE_MEMORY_MB", s.device_bytes,
-                                           kEmulatedGranuleBytes, machine));
+    LMS_RETURN_IF_ERROR(CheckMemorySetting("TF_LMS_CPU_DEVICE_MEMORY_MB", &s.device_bytes,
+                                           kEmulatedGranuleBytes, machine, &rounded));
+    if (!rounded.empty()) LOG(WARNING) << "tensorflow_lms_allocator: " << rounded;
   }
   // The host pool is a sparse file: TensorFlow's 64 GiB default costs nothing
   // until evicted tensors fill it, but it is capped at the machine's memory
@@ -38,8 +41,17 @@ Status ReadSettings(Settings* out) {
   LMS_RETURN_IF_ERROR(
       MegabytesFromEnv("TF_GPU_HOST_MEM_LIMIT_IN_MB", &host_present, &s.host_bytes));
   if (host_present) {
-    LMS_RETURN_IF_ERROR(CheckMemorySetting("TF_GPU_HOST_MEM_LIMIT_IN_MB", s.host_bytes,
-                                           kEmulatedGranuleBytes, machine));
+    rounded.clear();
+    LMS_RETURN_IF_ERROR(CheckMemorySetting("TF_GPU_HOST_MEM_LIMIT_IN_MB", &s.host_bytes,
+                                           kEmulatedGranuleBytes, machine, &rounded));
+    if (!rounded.empty()) LOG(WARNING) << "tensorflow_lms_allocator: " << rounded;
+  }
+  if (s.prefetch && s.policy != PolicyKind::kLearned) {
+    LOG(WARNING) << "tensorflow_lms_allocator: TF_LMS_PREFETCH=1 has no effect with "
+                    "TF_LMS_POLICY="
+                 << PolicyName(s.policy)
+                 << ": prefetching pages in what the learned policy predicts; set "
+                    "TF_LMS_POLICY=learned to use it";
   }
   *out = s;
   return Status::Ok();
