@@ -54,19 +54,16 @@ def test_a_jit_compiled_step_trains_bit_identically_while_its_variables_are_evic
     assert lms.result["weights"] == stock.result["weights"]
 
 
-@pytest.mark.parametrize("env", [
-    {"TF_LMS_CPU_DEVICE_MEMORY_MB": "50", "TF_LMS_ENABLED": "0"},
-    # With LMS on the step's 60 MiB of temporaries are placed in host memory,
-    # unless host memory for evicted tensors cannot hold them either.
-    {"TF_LMS_CPU_DEVICE_MEMORY_MB": "50", "TF_LMS_ENABLED": "1",
-     "TF_GPU_HOST_MEM_LIMIT_IN_MB": "32"},
-], ids=["lms_off", "lms_on_short_of_host_memory"])
-def test_a_failed_xla_step_leaves_the_variables_intact(env):
+def test_a_failed_xla_step_leaves_the_variables_intact():
     """TensorFlow frees the variables' buffers inside the failing XLA kernel
     while the variables still hold them: before the guard, unrelated tf.fill
     calls then changed the weights and every variable was freed twice at
-    exit (stock TensorFlow's own allocator aborts on that second free)."""
-    run = run_program("xla.py", "oom", env={**env, "TF_CPP_MIN_LOG_LEVEL": "1"})
+    exit (stock TensorFlow's own allocator aborts on that second free). The
+    step fails only with LMS off here: with LMS on, the emulated device holds
+    XLA's temporaries in host memory whatever their size (the next test), and
+    the guard is the same code either way (the kernel pins its variables)."""
+    run = run_program("xla.py", "oom", env={"TF_LMS_CPU_DEVICE_MEMORY_MB": "50",
+                                             "TF_LMS_ENABLED": "0", "TF_CPP_MIN_LOG_LEVEL": "1"})
     assert run.returncode == 0 and run.result, describe(run)
     r = run.result
     assert r["error"]["type"] == "ResourceExhaustedError", r["error"]
@@ -83,6 +80,6 @@ def test_with_lms_on_the_xla_step_that_does_not_fit_runs_from_host_memory():
                                              "TF_LMS_ENABLED": "1"})
     assert run.returncode == 0 and run.result, describe(run)
     assert run.result["error"] is None
-    assert run.result["stats"]["num_born_evicted"] > 0
+    assert run.result["stats"]["num_overflow_placements"] > 0
     assert run.result["variables_changed_by_unrelated_fills"] == 0
     assert "NOT_FOUND" not in run.stderr

@@ -56,12 +56,12 @@ def nested(in_function: bool) -> None:
     def body(pinned):
         seen["inside"] = kernel_contexts()
         start = time.monotonic()
-        born_evicted = lms.get_statistics(0)["num_born_evicted"]
+        born_evicted = lms.get_statistics(0)["num_overflow_placements"]
         try:
             seen["inner_min"] = float(tf.reduce_min(tf.fill((10 * MIB,), 1.0)))
             seen["error"] = None
             seen["placed_in_host_memory"] = (
-                lms.get_statistics(0)["num_born_evicted"] - born_evicted)
+                lms.get_statistics(0)["num_overflow_placements"] - born_evicted)
         except tf.errors.ResourceExhaustedError as error:
             seen["error"] = type(error).__name__
         seen["seconds"] = time.monotonic() - start

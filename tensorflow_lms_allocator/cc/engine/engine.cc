@@ -463,6 +463,11 @@ Status Engine::StopTrace(TraceSummary* summary) {
   return s;
 }
 
+void Engine::NoteOverflowPlacement() {
+  MutexLock lock(mu_);
+  ++stats_.num_overflow_placements;
+}
+
 Status Engine::Evict(const void* ptr) {
   MutexLock lock(mu_);
   const ChunkId c = UnitAt(ptr);

@@ -197,6 +197,10 @@ class Engine {
   // Finishes the file; kFailedPrecondition if no trace is being recorded.
   Status StopTrace(TraceSummary* summary);
 
+  // Counts a kernel's request that its user placed in host memory because
+  // the device could not hold it (statistic num_overflow_placements).
+  void NoteOverflowPlacement();
+
   // Evicts the inactive unit holding `ptr` now (tests and tools);
   // kFailedPrecondition if it is pinned, unclaimed or already evicted.
   Status Evict(const void* ptr);

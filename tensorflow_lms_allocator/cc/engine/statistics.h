@@ -54,6 +54,10 @@
   X(num_born_evicted,                                                           \
     "allocations no kernel held that were placed in host memory because the "  \
     "device was full")                                                          \
+  X(num_overflow_placements,                                                    \
+    "kernels' requests the device could not hold (nothing left to evict, or "  \
+    "larger than the device), placed in host memory for the kernel to use in " \
+    "place: slow on a GPU; the device is smaller than the largest kernel")     \
   X(num_failed_pins,                                                            \
     "pins refused because the unit could not be paged in (its user may still " \
     "read it in place, from host memory)")                                      \

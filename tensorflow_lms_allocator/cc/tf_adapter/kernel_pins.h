@@ -104,6 +104,9 @@ class KernelPins {
   // Whether this thread is inside a kernel (allocations should start pinned):
   // it has created a context that is still alive. Lock-free.
   bool InKernel() const;
+  // Whether this thread's innermost kernel runs XLA, whose allocator adapter
+  // checks every request though it sets no AllocationAttributes. Locks.
+  bool InXlaKernel() const;
   // What a request that waited for memory came to.
   enum class Outcome {
     kDone,        // the last attempt's status is final (served, or failed)

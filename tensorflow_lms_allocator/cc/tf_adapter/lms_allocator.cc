@@ -94,7 +94,11 @@ void* LmsAllocator::Allocate(size_t alignment, size_t num_bytes, bool retry_on_f
     // outside_kernel.h): serve host memory instead, unless the caller needs
     // device memory and checks. An optional request (no retry_on_failure:
     // scratch space a kernel can do without) is always checked.
-    if (!in_kernel || (!checked && retry_on_failure)) {
+    // Only where the device can use host memory (the emulated device): a
+    // GPU given a pageable host pointer as device memory faults.
+    const bool unchecked =
+        !in_kernel || (!checked && retry_on_failure && !pins_->InXlaKernel());
+    if (unchecked && engine_->backend().HostCanTouch()) {
       ptr = HostFallback::Allocate(alignment, num_bytes, Name());
       if (ptr != nullptr) {
         t_last_failure.clear();  // the request was served
@@ -133,7 +137,7 @@ void* LmsAllocator::AllocateInHostMemory(size_t num_bytes, const Status& why,
                  << "). It is placed in host memory at its device address: the kernel reads "
                     "and writes it in place, over the bus on a GPU (slow). A larger device, "
                     "a smaller batch or fewer tensors held at once avoids this "
-                    "(said once per process; get_statistics()['num_born_evicted'] counts "
+                    "(said once per process; get_statistics()['num_overflow_placements'] counts "
                     "such placements)";
   }
   AllocationInfo info;
@@ -142,6 +146,7 @@ void* LmsAllocator::AllocateInHostMemory(size_t num_bytes, const Status& why,
   // Evicted: only this kernel knows the address until it returns it, so
   // nothing pages it in under its writes; later users pin it and page it in.
   *pinned = engine_->Inspect(ptr, &info).ok() && !info.evicted && engine_->Pin(ptr, id).ok();
+  if (!*pinned) engine_->NoteOverflowPlacement();
   return ptr;
 }
 
