@@ -12,9 +12,14 @@ Models (synthetic data, SGD with momentum, keras.applications weights=None):
   densenet121   DenseNet121, 64x64x3 images, batch 32
   transformer   4 encoder blocks (width 256, 4 heads, MLP 1024), sequence 256,
                 batch 32, over a 1000-token embedding
+  rnn           Embedding(10000, 128) -> LSTM(128) over the sequence -> GRU(128),
+                sequence 121, batch 64: many kernels with small outputs (a GRU's
+                TensorListFromTensor writes 121 of 32 KiB), which live in
+                small-object pages
 
-A probe "fits" when every step completes; an OOM, a crash or a timeout does
-not (its reason is printed). Near the limit a probe is not deterministic
+A probe "fits" when every step completes from device memory; an OOM, a crash,
+a timeout, or a kernel's request placed in host memory because the device
+could not hold it (num_overflow_placements) does not (its reason is printed). Near the limit a probe is not deterministic
 (which kernels run at once, and so how much is pinned at once, varies), so the
 bisection reports what it saw. Step times are medians of the steps after the
 first (which traces the tf.function).
@@ -45,7 +50,7 @@ import probe_process  # noqa: E402
 from probe_process import run_probe_process  # noqa: E402
 
 MIB = 1 << 20
-MODELS = ("resnet50", "densenet121", "transformer")
+MODELS = ("resnet50", "densenet121", "transformer", "rnn")
 UNCAPPED_MB = 16384
 GRANULE_MB = 2
 
@@ -75,9 +80,16 @@ def build_model(name: str) -> tuple[Any, Any, Any]:
             keras.layers.GlobalAveragePooling1D()(x))
         model = keras.Model(tokens, outputs)
         inputs = tf.random.uniform((32, 256), maxval=1000, dtype=tf.int32)
+    elif name == "rnn":
+        tokens = keras.Input((121,), dtype="int32")
+        x = keras.layers.Embedding(10000, 128)(tokens)
+        x = keras.layers.LSTM(128, return_sequences=True)(x)
+        x = keras.layers.GRU(128)(x)
+        model = keras.Model(tokens, keras.layers.Dense(10, activation="softmax")(x))
+        inputs = tf.random.uniform((64, 121), maxval=10000, dtype=tf.int32)
     else:
         raise ValueError(f"unknown model {name!r}; choose from {', '.join(MODELS)}")
-    labels = tf.random.uniform((32,), maxval=10, dtype=tf.int32)
+    labels = tf.random.uniform((int(inputs.shape[0]),), maxval=10, dtype=tf.int32)
     return model, inputs, labels
 
 
@@ -117,6 +129,12 @@ def run_probe(model_name: str, cap_mb: int, steps: int, timeout: float) -> Probe
                                  f"{model_name} on {cap_mb} MiB")
         if done.returncode == 0 and result_path.exists():
             result = json.loads(result_path.read_text())
+            overflows = result["statistics"]["num_overflow_placements"]
+            if overflows:
+                # It trained, but some kernel's memory was in host memory: the
+                # device is smaller than that kernel (slow on a GPU).
+                return Probe(cap_mb, False, reason=f"{overflows} kernel requests placed in "
+                                                   "host memory (num_overflow_placements)")
             return Probe(cap_mb, True, step_seconds=result["step_seconds"],
                          stats=result["statistics"])
         return Probe(cap_mb, False, reason=failure_reason(done.returncode, done.stderr,
