@@ -78,16 +78,85 @@ def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace,
                     minimums: Sequence[tuple[str, int]]) -> None:
     """Exits with a usage error when a numeric flag is below its minimum.
 
-    Also checks ``--device-memory-mb`` (whole 2 MiB granules, at least one).
+    Also checks ``--device-memory-mb`` and ``--host-memory-mb``
+    (`check_memory_mb`) and ``--stats-csv`` (`check_output_file`).
+
+    Example:
+        support.check_arguments(parser, args, (("batch_size", 1), ("steps", 1)))
     """
-    for name, minimum in (*minimums, ("device_memory_mb", 2), ("host_memory_mb", 1)):
+    for name, minimum in minimums:
         value = getattr(args, name)
         if value is not None and value < minimum:
             parser.error(f"--{name.replace('_', '-')} must be at least {minimum}, not {value}")
-    if args.device_memory_mb % 2:
-        parser.error(f"--device-memory-mb must be an even number of MiB (whole 2 MiB "
-                     f"granules), not {args.device_memory_mb}; use "
-                     f"{args.device_memory_mb - 1} or {args.device_memory_mb + 1}")
+    check_memory_mb(parser, "--device-memory-mb", args.device_memory_mb)
+    check_memory_mb(parser, "--host-memory-mb", args.host_memory_mb)
+    check_output_file(parser, "--stats-csv", args.stats_csv)
+
+
+def machine_memory_mb() -> int:
+    """This machine's physical memory in MiB (0 when the system does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // MIB
+    except (ValueError, OSError):
+        return 0
+
+
+def check_memory_mb(parser: argparse.ArgumentParser, option: str, value: int | None) -> None:
+    """Exits with a usage error unless `value` (MiB) is whole 2 MiB granules that
+    fit this machine's memory, the rule LMS applies to its memory settings; None
+    (unset) passes. The message offers the nearest valid values.
+
+    Example:
+        check_memory_mb(parser, "--host-memory-mb", 3)
+        # error: --host-memory-mb 3: not whole 2 MiB granules (an even number of
+        # MiB); use 2 or 4 (valid values: whole 2 MiB granules, 2 to <this machine's
+        # memory> MiB, this machine's memory)
+    """
+    if value is None:
+        return
+    machine = machine_memory_mb()
+    most = machine // 2 * 2 or None  # None: no known bound
+    valid = ("valid values: whole 2 MiB granules, " + (
+        f"2 to {most} MiB, this machine's memory" if most else "at least 2 MiB"))
+    if value < 2:
+        parser.error(f"{option} {value}: less than one 2 MiB granule; use 2 ({valid})")
+    if most and value > most:
+        parser.error(f"{option} {value}: more than this machine's memory ({machine} MiB); "
+                     f"use at most {most} ({valid})")
+    if value % 2:
+        nearest = f"{value - 1} or {value + 1}" if not most or value + 1 <= most \
+            else str(value - 1)
+        parser.error(f"{option} {value}: not whole 2 MiB granules (an even number of "
+                     f"MiB); use {nearest} ({valid})")
+
+
+def check_output_file(parser: argparse.ArgumentParser, option: str,
+                      path: Path | None) -> None:
+    """Exits with a usage error unless `path` can be written as a file: not a
+    directory, in a folder that exists and is writable. None (unset) passes.
+
+    Checked with the arguments, so a bad path fails at once, not after training.
+
+    Example:
+        check_output_file(parser, "--stats-csv", Path("runs/missing/run.csv"))
+        # error: --stats-csv runs/missing/run.csv: the folder runs/missing does not
+        # exist; create it or name a file in an existing folder
+    """
+    if path is None:
+        return
+    folder = path.parent
+    if path.is_dir():
+        parser.error(f"{option} {path}: is a directory; name a file to write (in it, "
+                     "for example)")
+    if not folder.exists():
+        parser.error(f"{option} {path}: the folder {folder} does not exist; create it or "
+                     "name a file in an existing folder")
+    if not folder.is_dir():
+        parser.error(f"{option} {path}: {folder} is not a folder; name a file in an "
+                     "existing folder")
+    if not os.access(path if path.exists() else folder, os.W_OK):
+        parser.error(f"{option} {path}: cannot be written (permission denied); name a "
+                     "file you can write")
 
 
 def configure_environment(args: argparse.Namespace) -> str:
@@ -159,8 +228,7 @@ class StepReporter:
         self._before = lms.get_statistics(device)
         self._csv_file: IO[str] | None = None
         self._csv: csv.DictWriter | None = None
-        if csv_path is not None:
-            csv_path.parent.mkdir(parents=True, exist_ok=True)
+        if csv_path is not None:  # its folder exists: check_output_file
             self._csv_file = csv_path.open("w", newline="")
             self._csv = csv.DictWriter(
                 self._csv_file, fieldnames=["step", "step_seconds", *sorted(self._before)])

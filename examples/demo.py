@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -32,6 +33,8 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
+
+from _example_support import check_memory_mb  # examples/ is on sys.path
 
 EXAMPLE = Path(__file__).resolve().with_name("resnet50_lms.py")
 EXIT_OUT_OF_MEMORY = 3  # resnet50_lms.py's exit status on ResourceExhaustedError
@@ -146,6 +149,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=900,
                         help="seconds each run may take before it is killed")
     args = parser.parse_args(argv)
+    for name in ("batch_size", "steps"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1, "
+                         f"not {getattr(args, name)}")
+    check_memory_mb(parser, "--device-memory-mb", args.device_memory_mb)
+    if not (math.isfinite(args.timeout) and args.timeout > 0):
+        parser.error(f"--timeout {args.timeout:g}: must be a positive finite number of "
+                     "seconds")
 
     with tempfile.TemporaryDirectory(prefix="lms-demo-") as tmp:
         print(f"== 1/2  LMS on: ResNet-50, batch {args.batch_size}, "

@@ -78,12 +78,53 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                              "statistics, weights digest, unpinned touches) here")
     # A worker (the launcher starts them; on a cluster, start them yourself).
     parser.add_argument("--worker-index", type=int, default=None,
-                        help="run as this worker of the cluster in TF_CONFIG")
+                        help="run as this worker of the cluster in TF_CONFIG: its task "
+                             "index, 0 to the cluster's workers - 1 (0 without TF_CONFIG)")
     parser.add_argument("--result", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     support.check_arguments(parser, args, (("workers", 1), ("steps", 1), ("batch_size", 1),
                                            ("image_size", 4), ("width", 1), ("layers", 1)))
+    support.check_output_file(parser, "--results-json", args.results_json)
+    if args.weights_out is not None and args.weights_out.exists() \
+            and not args.weights_out.is_dir():
+        parser.error(f"--weights-out {args.weights_out}: is a file; name a directory")
+    if args.worker_index is not None:
+        check_worker_index(parser, args.worker_index, os.environ.get("TF_CONFIG"))
     return args
+
+
+def check_worker_index(parser: argparse.ArgumentParser, index: int,
+                       config_text: str | None) -> None:
+    """Exits with a usage error unless `index` is a worker of the cluster in TF_CONFIG
+    (`config_text`) and, when TF_CONFIG names this task's index, that index.
+
+    Without TF_CONFIG, TensorFlow runs this process alone: one worker, index 0.
+
+    Example:
+        check_worker_index(parser, 5, None)
+        # error: --worker-index 5: TF_CONFIG is not set, so this process is the
+        # cluster's only worker (1 worker, index 0); ...
+    """
+    if not config_text:
+        if index != 0:
+            parser.error(f"--worker-index {index}: TF_CONFIG is not set, so this process is "
+                         "the cluster's only worker (1 worker, index 0); set TF_CONFIG to the "
+                         "cluster and this task, or leave out --worker-index to launch "
+                         "--workers workers on this machine")
+        return
+    try:
+        config = json.loads(config_text)
+        workers = len(config["cluster"]["worker"])
+        task_type, task_index = (config.get("task", {}).get(key) for key in ("type", "index"))
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        parser.error(f"TF_CONFIG is not a cluster of workers ({type(error).__name__}: "
+                     f"{error}); it looks like {tf_config([2222, 2223], 0)}")
+    if not 0 <= index < workers:
+        parser.error(f"--worker-index {index}: TF_CONFIG's cluster has {workers} worker"
+                     f"{'s' if workers != 1 else ''}, so the index is 0 to {workers - 1}")
+    if task_type == "worker" and task_index != index:
+        parser.error(f"--worker-index {index}: TF_CONFIG's task is worker index "
+                     f"{task_index}; pass the same index")
 
 
 # --------------------------------------------------------------------------

@@ -34,7 +34,11 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from _example_support import out_of_memory_reason  # examples/ is on sys.path
+from _example_support import (  # examples/ is on sys.path
+    check_memory_mb,
+    check_output_file,
+    out_of_memory_reason,
+)
 
 EXIT_OUT_OF_MEMORY = 3
 MIB = 1 << 20
@@ -52,11 +56,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--image-size", type=int, default=96,
                         help="height and width of the synthetic images (at least 32)")
     parser.add_argument("--device-memory-mb", type=int, default=256,
-                        help="device memory of the emulated GPU, in MiB "
+                        help="device memory of the emulated GPU, in MiB, an even number "
                              "(sets TF_LMS_CPU_DEVICE_MEMORY_MB)")
     parser.add_argument("--host-memory-mb", type=int, default=None,
-                        help="host memory for evicted tensors, in MiB (sets "
-                             "TF_GPU_HOST_MEM_LIMIT_IN_MB; LMS's default is 65536)")
+                        help="host memory for evicted tensors, in MiB, an even number "
+                             "(sets TF_GPU_HOST_MEM_LIMIT_IN_MB; LMS's default is 65536)")
     parser.add_argument("--lms", action=argparse.BooleanOptionalAction, default=True,
                         help="evict inactive tensors to host memory when device "
                              "memory runs out (sets TF_LMS_ENABLED)")
@@ -65,12 +69,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help="also write the step times and LMS statistics to this "
                              "file as JSON (for scripts such as examples/demo.py)")
     args = parser.parse_args(argv)
-    for name, minimum in (("batch_size", 1), ("steps", 1), ("image_size", 32),
-                          ("device_memory_mb", 1), ("host_memory_mb", 1)):
+    for name, minimum in (("batch_size", 1), ("steps", 1), ("image_size", 32)):
         value = getattr(args, name)
         if value is not None and value < minimum:
             parser.error(f"--{name.replace('_', '-')} must be at least {minimum}, "
                          f"not {value}")
+    check_memory_mb(parser, "--device-memory-mb", args.device_memory_mb)
+    check_memory_mb(parser, "--host-memory-mb", args.host_memory_mb)
+    check_output_file(parser, "--stats-json", args.stats_json)
     return args
 
 

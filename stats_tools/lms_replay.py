@@ -20,7 +20,11 @@ the lower bound mean):
 
 Steps: the calls after the trace's starting snapshot are split into --steps
 runs of equal length (training repeats one sequence per step), so pass the
-number of steps recorded. The last line is ``NAME VALUE``:
+number of steps recorded; more steps than the trace has calls is refused.
+--device-mb is whole 2 MiB granules of any size whose bookkeeping fits in this
+machine's memory (the replay runs a real engine of that size, whose tables take
+about 26 MiB per TiB of device; the device's memory itself is never touched).
+Bad options exit 2 with the option, its value and the accepted range on stderr. The last line is ``NAME VALUE``:
 ``bytes_swapped_per_step`` (swapped out plus paged in, per step) or, with
 --find-min-device, ``min_device_mb``.
 """
@@ -28,6 +32,7 @@ number of steps recorded. The last line is ``NAME VALUE``:
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
@@ -38,20 +43,38 @@ from tensorflow_lms_allocator import replay, trace  # noqa: E402
 MIB = 1 << 20
 
 
-def parse(argv: list[str]) -> argparse.Namespace:
+def make_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("trace", help="a file written by tensorflow_lms_allocator.record_trace")
-    p.add_argument("--device-mb", type=float, help="device memory to replay at (MiB)")
+    p.add_argument("--device-mb", type=float,
+                   help="device memory to replay at (MiB): whole 2 MiB granules, larger "
+                        "than this machine if need be")
     p.add_argument("--policy", default="lru", choices=replay.POLICIES)
-    p.add_argument("--steps", type=int, default=1, help="training steps in the trace")
+    p.add_argument("--steps", type=int, default=1,
+                   help="training steps in the trace: at least 1, at most the trace's "
+                        "calls after its starting snapshot (each step needs one)")
     p.add_argument("--link-gbps", type=float,
-                   help="host<->device bandwidth in GB/s (gigabytes; PCIe 4.0 x16: about 25)")
-    p.add_argument("--gpu-step-ms", type=float, help="compute time of one step on the GPU")
+                   help="host<->device bandwidth in GB/s (gigabytes; PCIe 4.0 x16: about "
+                        "25), a positive finite number")
+    p.add_argument("--gpu-step-ms", type=float,
+                   help="compute time of one step on the GPU (ms), a positive finite number")
     p.add_argument("--find-min-device", action="store_true",
                    help="search the smallest device within --max-overhead-pct")
-    p.add_argument("--max-overhead-pct", type=float, default=10.0)
+    p.add_argument("--max-overhead-pct", type=float, default=10.0,
+                   help="a finite number, at least 0 (default 10)")
+    return p
+
+
+def parse(p: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """Parses `argv`; exits 2 (argparse's usage error) naming a bad option and its value.
+
+    Example:
+        >>> parse(make_parser(), ["t.lmstrace", "--device-mb", "nan"])  # doctest: +SKIP
+        lms_replay.py: error: --device-mb nan: must be a finite number of MiB, ...
+    """
     args = p.parse_args(argv)
+    check_numbers(p, args)
     projecting = args.link_gbps is not None or args.gpu_step_ms is not None
     if projecting and (args.link_gbps is None or args.gpu_step_ms is None):
         p.error("--link-gbps and --gpu-step-ms go together (the projection needs both)")
@@ -60,6 +83,26 @@ def parse(argv: list[str]) -> argparse.Namespace:
     if not args.find_min_device and args.device_mb is None:
         p.error("--device-mb is required (or --find-min-device)")
     return args
+
+
+def check_numbers(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Exits 2 for a number out of its option's range (NaN and infinity included).
+
+    Whole granules and a step count the trace can hold are checked once the
+    trace is read (replay.run and replay.check_steps).
+    """
+    if args.device_mb is not None:
+        if not (math.isfinite(args.device_mb) and args.device_mb >= 2):
+            p.error(f"--device-mb {args.device_mb:g}: must be a finite number of MiB, at "
+                    "least 2 (one 2 MiB granule)")
+    if args.steps < 1:
+        p.error(f"--steps {args.steps}: at least 1")
+    for option, value in (("--link-gbps", args.link_gbps), ("--gpu-step-ms", args.gpu_step_ms)):
+        if value is not None and not (math.isfinite(value) and value > 0):
+            p.error(f"{option} {value:g}: must be a positive finite number")
+    if not (math.isfinite(args.max_overhead_pct) and args.max_overhead_pct >= 0):
+        p.error(f"--max-overhead-pct {args.max_overhead_pct:g}: must be a finite number, "
+                "at least 0 (percent)")
 
 
 def mib(n: float) -> str:
@@ -81,12 +124,17 @@ def print_table(result: replay.Result) -> None:
 
 
 def main(argv: list[str]) -> int:
-    args = parse(argv)
+    p = make_parser()
+    args = parse(p, argv)
     try:
         events = replay.normalize(trace.load(args.trace))
     except (OSError, trace.TraceFormatError) as error:
         print(f"lms_replay: {args.trace}: {error}", file=sys.stderr)
         return 2
+    try:
+        replay.check_steps(events, args.steps)
+    except replay.ReplayError as error:
+        p.error(str(error))
     print(f"{args.trace}: {len(events.events):,} events, {len(events.sizes):,} allocations, "
           f"{args.steps} step(s)")
     try:
@@ -107,6 +155,9 @@ def main(argv: list[str]) -> int:
     except replay.ReplayError as error:
         print(f"lms_replay: {error}", file=sys.stderr)
         return 2
+    except MemoryError as error:
+        p.error(f"--device-mb {args.device_mb:g}: too large to replay on this machine: the "
+                f"engine's tables for a device that size do not fit in its memory ({error})")
     print_table(result)
     per_step = (result.swapped_out + result.paged_in) / max(len(result.steps), 1)
     print(f"bytes_swapped_per_step {per_step:.0f}")

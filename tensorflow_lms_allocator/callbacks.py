@@ -22,6 +22,12 @@ getter names (``get_bytes_reclaimed``) are accepted too. Cumulative counters
 levels (``bytes_in_use``, ``bytes_active``, ...) are the device's state when
 the step ended, after its kernels released their tensors.
 
+Under ``model.compile(..., steps_per_execution=N)`` Keras runs N steps per
+call of its training function and calls the callbacks once per call: the
+Keras callbacks then write one row (scalar, range entry) per execution,
+numbered by the execution's last step, since statistics cannot be read
+between the steps of one execution.
+
 Example:
     >>> import tensorflow_lms_allocator  # before tensorflow
     >>> import tensorflow as tf
@@ -52,6 +58,8 @@ from tensorflow_lms_allocator import lms
 #   batch        batch within the epoch (0-based); the run call for the hook
 #   step         steps trained before this one in this run (0-based, across epochs)
 #   step_time_s  wall time of the step in seconds (batch begin to batch end)
+# With steps_per_execution=N > 1 a row is one execution of N steps: batch and
+# step are its last step's, step_time_s is the whole execution's.
 CSV_LEADING_COLUMNS: tuple[str, ...] = ("epoch", "batch", "step", "step_time_s")
 
 # The swap statistics LMSStatsAverage reports: cumulative counters, so a
@@ -128,6 +136,47 @@ def _check_device(device: Any) -> str:
     return name
 
 
+class _StepCounter:
+    """Numbers training steps across epochs from the batch indices Keras passes.
+
+    Keras calls ``on_train_batch_begin(first)`` and ``on_train_batch_end(last)``
+    once per execution of its training function: with steps_per_execution=N
+    an execution runs the epoch's steps first..last (N of them; batch indices
+    restart at 0 every epoch), with N=1 first == last.
+
+    Example:
+        >>> steps = _StepCounter()
+        >>> steps.begin(0); steps.end(3)  # steps_per_execution=4
+        (0, 3)
+        >>> steps.begin(0); steps.end(3)  # the next epoch
+        (4, 7)
+    """
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.trained = 0  # steps that ended in this run
+        self._first: int | None = None
+
+    def begin(self, batch: int) -> None:
+        self._first = batch
+
+    def end(self, batch: int) -> tuple[int, int]:
+        """(first, last) step of the run (0-based) in the execution that ended."""
+        first_batch = self._first if self._first is not None else batch
+        count = max(batch - first_batch + 1, 1)
+        first = self.trained
+        self.trained += count
+        self._first = None
+        return first, self.trained - 1
+
+
+def _holds_multiple(first: int, last: int, every: int) -> bool:
+    """Whether a step of first..last is a multiple of `every` (what is logged)."""
+    return last // every * every >= first
+
+
 class StatsCsvWriter:
     """Writes LMS statistics rows to a CSV file: a header, then one flushed row per call.
 
@@ -177,6 +226,13 @@ class LMSStatsLogger(tf.keras.callbacks.Callback):
     only those named in `statistics`. Each row is flushed as it is written,
     so a run that crashes keeps its rows.
 
+    With ``model.compile(..., steps_per_execution=N)``, N > 1, it writes one
+    row per execution of N steps, since statistics cannot be read between
+    the steps of one execution: ``batch`` and ``step`` are the execution's
+    last step (steps 3, 7, ... for N=4) and ``step_time_s`` is the whole
+    execution's time. `every_n_batches` still counts steps: an execution is
+    logged when one of its steps is a multiple of it.
+
     Args:
         path: the CSV file, created or overwritten when training begins.
         device: the LMS device, ``0`` or a name like ``"GPU:0"`` (see
@@ -184,7 +240,8 @@ class LMSStatsLogger(tf.keras.callbacks.Callback):
         statistics: the statistics to log (engine names like
             ``"bytes_reclaimed"`` or getter names like ``"get_bytes_reclaimed"``);
             None logs all of them.
-        every_n_batches: log batches whose step is a multiple of this.
+        every_n_batches: log batches whose step is a multiple of this
+            (executions holding such a step, with steps_per_execution > 1).
 
     Example:
         >>> import tensorflow_lms_allocator  # before tensorflow
@@ -208,25 +265,26 @@ class LMSStatsLogger(tf.keras.callbacks.Callback):
         self.statistics = _select_statistics(statistics)
         self._writer: StatsCsvWriter | None = None
         self._epoch = 0
-        self._step = 0
+        self._steps = _StepCounter()
         self._batch_start = 0.0
 
     def on_train_begin(self, logs: dict | None = None) -> None:
         self._writer = StatsCsvWriter(self.path, self.statistics)
-        self._step = 0
+        self._steps.reset()
 
     def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
         self._epoch = epoch
 
     def on_train_batch_begin(self, batch: int, logs: dict | None = None) -> None:
+        self._steps.begin(batch)
         self._batch_start = time.perf_counter()
 
     def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
         step_time = time.perf_counter() - self._batch_start
-        if self._writer is not None and self._step % self.every_n_batches == 0:
-            self._writer.write_row(self._epoch, batch, self._step, step_time,
+        first, last = self._steps.end(batch)
+        if self._writer is not None and _holds_multiple(first, last, self.every_n_batches):
+            self._writer.write_row(self._epoch, batch, last, step_time,
                                    lms.get_statistics(self.device))
-        self._step += 1
 
     def on_train_end(self, logs: dict | None = None) -> None:
         if self._writer is not None:
@@ -254,12 +312,20 @@ class LMSStatsAverage(tf.keras.callbacks.Callback):
     The document::
 
         {"device": "GPU:0", "start_batch": 5, "end_batch": 14, "completed": true,
-         "batches": 10,
+         "batches": 10, "first_step": 5, "last_step": 14,
          "totals":   {"bytes_reclaimed": ..., "num_page_ins": ..., "step_time_s": ...},
          "averages": {"bytes_reclaimed": ..., "num_page_ins": ..., "step_time_s": ...}}
 
     with ``averages`` = ``totals`` / ``batches`` and ``num_reclaims`` the sum
-    of single and full reclaims.
+    of single and full reclaims. ``first_step`` and ``last_step`` are the
+    steps the numbers cover (null when none ran).
+
+    With ``model.compile(..., steps_per_execution=N)``, N > 1, statistics
+    cannot be read between the steps of one execution, so the range covers
+    whole executions: every execution holding a step of start_batch..end_batch
+    counts with all its steps (``first_step`` and ``last_step`` say which),
+    ``batches`` counts steps, and the document is written when the execution
+    holding `end_batch` ends.
 
     Example:
         >>> from tensorflow_lms_allocator.callbacks import LMSStatsAverage
@@ -287,7 +353,9 @@ class LMSStatsAverage(tf.keras.callbacks.Callback):
         self._reset()
 
     def _reset(self) -> None:
-        self._step = 0
+        self._steps = _StepCounter()
+        self._first_step: int | None = None
+        self._last_step: int | None = None
         self._batch_start = 0.0
         self._previous: dict[str, int] | None = None
         self._totals = {name: 0 for name in SWAP_COUNTERS}
@@ -301,21 +369,25 @@ class LMSStatsAverage(tf.keras.callbacks.Callback):
     def on_train_batch_begin(self, batch: int, logs: dict | None = None) -> None:
         if self._previous is None:
             self._previous = lms.get_statistics(self.device)
+        self._steps.begin(batch)
         self._batch_start = time.perf_counter()
 
     def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
         step_time = time.perf_counter() - self._batch_start
         now = lms.get_statistics(self.device)
-        if self.start_batch <= self._step <= self.end_batch and not self._written:
+        first, last = self._steps.end(batch)
+        if first <= self.end_batch and last >= self.start_batch and not self._written:
             assert self._previous is not None
             for name in SWAP_COUNTERS:
                 self._totals[name] += now[name] - self._previous[name]
             self._step_time += step_time
-            self._batches += 1
-            if self._step == self.end_batch:
+            self._batches += last - first + 1
+            if self._first_step is None:
+                self._first_step = first
+            self._last_step = last
+            if last >= self.end_batch:
                 self._write(completed=True)
         self._previous = now
-        self._step += 1
 
     def on_train_end(self, logs: dict | None = None) -> None:
         if not self._written:
@@ -333,11 +405,13 @@ class LMSStatsAverage(tf.keras.callbacks.Callback):
             "end_batch": self.end_batch,
             "completed": completed,
             "batches": self._batches,
+            "first_step": self._first_step,
+            "last_step": self._last_step,
             "totals": totals,
             "averages": averages,
         }
         if not completed:
-            document["note"] = (f"training ended after {self._step} steps, before step "
+            document["note"] = (f"training ended after {self._steps.trained} steps, before step "
                                 f"{self.end_batch}; the numbers cover the "
                                 f"{self._batches} steps of the range that ran")
         directory = os.path.dirname(self.path)
@@ -363,7 +437,8 @@ class LMSStatsTensorBoard(tf.keras.callbacks.Callback):
 
     The step of each scalar is the global step (batches trained before it in
     this run, across epochs), so the curves line up with the CSV's ``step``
-    column. Open with ``tensorboard --logdir LOG_DIR``; the event files sit
+    column; with steps_per_execution > 1, one point per execution at its last
+    step, as the CSV. Open with ``tensorboard --logdir LOG_DIR``; the event files sit
     beside those of Keras' own TensorBoard callback when both use one
     `log_dir`. Also writes ``lms/step_time_s``. Writing needs only
     TensorFlow; viewing needs ``pip install tensorboard``.
@@ -388,26 +463,27 @@ class LMSStatsTensorBoard(tf.keras.callbacks.Callback):
         self.every_n_batches = _check_every("every_n_batches", every_n_batches)
         self.device = _check_device(device)
         self._writer: Any = None
-        self._step = 0
+        self._steps = _StepCounter()
         self._batch_start = 0.0
 
     def on_train_begin(self, logs: dict | None = None) -> None:
         self._writer = tf.summary.create_file_writer(os.path.join(self.log_dir, "lms"))
-        self._step = 0
+        self._steps.reset()
 
     def on_train_batch_begin(self, batch: int, logs: dict | None = None) -> None:
+        self._steps.begin(batch)
         self._batch_start = time.perf_counter()
 
     def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
         step_time = time.perf_counter() - self._batch_start
-        if self._writer is not None and self._step % self.every_n_batches == 0:
+        first, last = self._steps.end(batch)
+        if self._writer is not None and _holds_multiple(first, last, self.every_n_batches):
             values = lms.get_statistics(self.device)
-            with self._writer.as_default(step=self._step):
+            with self._writer.as_default(step=last):
                 _write_scalar("lms/step_time_s", step_time)
                 for name, value in values.items():
                     _write_scalar(f"lms/{name}", value)
             self._writer.flush()
-        self._step += 1
 
     def on_train_end(self, logs: dict | None = None) -> None:
         if self._writer is not None:

@@ -265,13 +265,15 @@ def record_trace(path: str | Path, device: int | str = 0,
     device inside the block into `path` (read it with tensorflow_lms_allocator.trace.load).
 
     Recording stops at `max_mb` of file, with a RuntimeWarning saying how many
-    events were dropped.
+    events were dropped. A `max_mb` that is not a positive finite number is a
+    ValueError naming it, raised when the block is entered.
 
     Example:
         >>> with tensorflow_lms_allocator.record_trace("step.lmstrace"):  # doctest: +SKIP
         ...     model.fit(x, y, epochs=1, steps_per_epoch=3)
         >>> tensorflow_lms_allocator.trace.load("step.lmstrace").counts()  # doctest: +SKIP
     """
+    trace.check_max_mb(max_mb)  # before any device is touched
     name = _device_name(device)
     import tensorflow as tf
 

@@ -184,11 +184,37 @@ def _containing(starts: list[int], table: dict[int, tuple[int, int]],
     return (starts[i], index) if address < starts[i] + max(size, 1) else None
 
 
+def _first_call(events: Events) -> int:
+    """The index of the first event after the trace's starting snapshot."""
+    return next((i for i, e in enumerate(events.events) if not e.live_at_start),
+                len(events.events))
+
+
+def max_steps(events: Events) -> int:
+    """The most steps `events` can be split into: each needs one call after the snapshot.
+
+    Example:
+        >>> max_steps(replay.normalize(trace.load("step.lmstrace")))  # doctest: +SKIP
+        5310
+    """
+    return max(len(events.events) - _first_call(events), 1)
+
+
+def check_steps(events: Events, steps: int) -> None:
+    """Raises ReplayError unless 1 <= `steps` <= max_steps(events)."""
+    most = max_steps(events)
+    if steps < 1:
+        raise ReplayError(f"--steps {steps}: at least 1")
+    if steps > most:
+        raise ReplayError(f"--steps {steps}: the trace has {most:,} calls after its starting "
+                          f"snapshot, and each step needs one, so at most {most}; pass the "
+                          "number of training steps recorded")
+
+
 def step_bounds(events: Events, steps: int) -> list[int]:
     """Event indices where each step begins: the calls after the snapshot,
     split into `steps` runs of equal length (training repeats one sequence)."""
-    first = next((i for i, e in enumerate(events.events) if not e.live_at_start),
-                 len(events.events))
+    first = _first_call(events)
     calls = len(events.events) - first
     return [first + (calls * k) // steps for k in range(steps)] + [len(events.events)]
 
@@ -374,8 +400,7 @@ def run(events: Events, device_bytes: int, policy: str = "lru", steps: int = 1,
     if device_bytes < granule or device_bytes % granule:
         raise ReplayError(f"--device-mb {device_bytes / (1 << 20):g}: the device must be whole "
                           f"{granule >> 20} MiB granules (an even number of MiB, at least 2)")
-    if steps < 1:
-        raise ReplayError(f"--steps {steps}: at least 1")
+    check_steps(events, steps)
     if policy == "belady":
         result = replay_belady(events, device_bytes, granule, steps)
     else:
@@ -403,10 +428,12 @@ def kernels(events: Events) -> list[tuple[int, int]]:
 def project(events: Events, result: Result, steps: int, link_gb_per_s: float,
             step_ms: float) -> list[float]:
     """Models each step's time on a GPU with one copy stream (see the module docstring)."""
-    if link_gb_per_s <= 0:
-        raise ReplayError(f"--link-gbps {link_gb_per_s:g}: must be positive (GB/s)")
-    if step_ms <= 0:
-        raise ReplayError(f"--gpu-step-ms {step_ms:g}: must be positive")
+    if not (math.isfinite(link_gb_per_s) and link_gb_per_s > 0):
+        raise ReplayError(f"--link-gbps {link_gb_per_s:g}: must be a positive finite number "
+                          "(GB/s)")
+    if not (math.isfinite(step_ms) and step_ms > 0):
+        raise ReplayError(f"--gpu-step-ms {step_ms:g}: must be a positive finite number "
+                          "(milliseconds)")
     bytes_per_ms = link_gb_per_s * 1e9 / 1e3
     spans = kernels(events)
     bounds = step_bounds(events, steps)
@@ -445,8 +472,9 @@ def find_min_device(events: Events, policy: str, steps: int, link_gb_per_s: floa
                     progress: Callable[[str], None] = print) -> tuple[int, Result]:
     """The smallest device (whole granules) whose projected overhead stays within
     `max_overhead_pct` of `step_ms`, by bisection; returns (bytes, its Result)."""
-    if max_overhead_pct < 0:
-        raise ReplayError(f"--max-overhead-pct {max_overhead_pct:g}: must be at least 0")
+    if not (math.isfinite(max_overhead_pct) and max_overhead_pct >= 0):
+        raise ReplayError(f"--max-overhead-pct {max_overhead_pct:g}: must be a finite number, "
+                          "at least 0 (percent)")
 
     def overhead(result: Result) -> float:
         projected = project(events, result, steps, link_gb_per_s, step_ms)

@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
+import numbers
 import struct
 import warnings
 from dataclasses import dataclass
@@ -129,11 +131,33 @@ def report_dropped(summary: dict[str, Any]) -> None:
             "raise max_mb.", RuntimeWarning, stacklevel=3)
 
 
+def check_max_mb(max_mb: Any) -> int:
+    """A trace's size cap `max_mb` (MiB) in bytes; ValueError naming max_mb and its
+    value unless it is a positive finite number.
+
+    Example:
+        >>> check_max_mb(0.5)
+        524288
+        >>> check_max_mb(-1)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ValueError: max_mb=-1: the trace's size cap must be a positive finite number of MiB ...
+    """
+    if isinstance(max_mb, bool) or not isinstance(max_mb, numbers.Real) \
+            or not math.isfinite(max_mb) or max_mb <= 0:
+        raise ValueError(f"max_mb={max_mb!r}: the trace's size cap must be a positive finite "
+                         f"number of MiB (default {DEFAULT_MAX_MB}); recording stops there "
+                         "with a warning")
+    return int(max_mb * (1 << 20))
+
+
 @contextlib.contextmanager
 def record_engine(engine: Any, path: str | Path,
                   max_mb: float = DEFAULT_MAX_MB) -> Iterator[None]:
-    """Records `engine` (a tensorflow_lms_allocator.engine.Engine) inside the block."""
-    engine.start_trace(str(path), int(max_mb * (1 << 20)))
+    """Records `engine` (a tensorflow_lms_allocator.engine.Engine) inside the block.
+
+    Raises ValueError unless `max_mb` is a positive finite number (check_max_mb).
+    """
+    engine.start_trace(str(path), check_max_mb(max_mb))
     try:
         yield
     finally:

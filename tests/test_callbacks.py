@@ -183,3 +183,37 @@ def test_bad_arguments_raise_value_errors_naming_the_argument_and_value(run, cas
     assert message.startswith("ValueError: "), message
     for word in words:
         assert word in message, message
+
+
+def test_with_steps_per_execution_a_row_per_execution_whose_step_is_its_last_step(run):
+    # steps_per_execution=4, two epochs of 4 steps: one execution per epoch.
+    out, result = run
+    assert result["per_execution"]["steps"] == 8
+    header, rows = read_csv(out / "spe4.csv")
+    assert header == [*CSV_LEADING_COLUMNS, *STATISTICS]
+    assert [(r["epoch"], r["batch"], r["step"]) for r in rows] == [(0, 3, 3), (1, 3, 7)]
+    # every_n_batches counts steps: only the first execution holds a multiple of 8 (step 0).
+    _, every8 = read_csv(out / "spe4_every8.csv")
+    assert [r["step"] for r in every8] == [3]
+
+
+def test_with_steps_per_execution_averages_cover_whole_executions_per_step(run):
+    out, _ = run
+    _, rows = read_csv(out / "spe4.csv")
+    document = json.loads((out / "spe4_average.json").read_text())
+    # Steps 5..6 lie inside the second execution (steps 4..7): all four are counted.
+    assert (document["start_batch"], document["end_batch"]) == (5, 6)
+    assert document["completed"] is True and document["batches"] == 4
+    assert (document["first_step"], document["last_step"]) == (4, 7)
+    for name in SWAP_COUNTERS:
+        assert document["totals"][name] == rows[1][name] - rows[0][name], name
+        assert document["averages"][name] == pytest.approx(document["totals"][name] / 4), name
+
+
+def test_with_steps_per_execution_tensorboard_scalars_are_at_each_executions_last_step(run):
+    out, _ = run
+    files = list((out / "spe4_tensorboard").rglob("events.out.tfevents.*"))
+    assert len(files) == 1
+    steps = {event.step for event in tf.compat.v1.train.summary_iterator(str(files[0]))
+             if any(v.tag == "lms/bytes_reclaimed" for v in event.summary.value)}
+    assert steps == {3, 7}

@@ -49,14 +49,19 @@ class Run:
         return int(match.group(1).replace(",", ""))
 
 
-def run_example(name: str, *args: str, timeout: float = 240) -> Run:
-    """Runs examples/<name> with `args` in a clean LMS environment (no GPU is used)."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("TF_LMS_", "TF_GPU_HOST_MEM", "TF_CPU_"))}
-    env.update({"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"})
-    extra = ("--force-emulated-device",) if "--help" not in args else ()
+def run_example(name: str, *args: str, timeout: float = 240,
+                env: dict[str, str] | None = None, emulated: bool = True) -> Run:
+    """Runs examples/<name> with `args` in a clean LMS environment (no GPU is used).
+
+    `env` is added to the environment (which has no TF_CONFIG otherwise);
+    `emulated=False` leaves out --force-emulated-device (demo.py has no such flag).
+    """
+    child_env = {k: v for k, v in os.environ.items()
+                 if not k.startswith(("TF_LMS_", "TF_GPU_HOST_MEM", "TF_CPU_", "TF_CONFIG"))}
+    child_env.update({"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1", **(env or {})})
+    extra = ("--force-emulated-device",) if "--help" not in args and emulated else ()
     proc = subprocess.run(["nice", sys.executable, str(EXAMPLES / name), *args, *extra],
-                          env=env, capture_output=True, text=True, timeout=timeout)
+                          env=child_env, capture_output=True, text=True, timeout=timeout)
     return Run(proc.returncode, proc.stdout, proc.stderr)
 
 
@@ -134,3 +139,66 @@ def test_tf_data_fit_trains_with_lms_and_evicts() -> None:
     assert "TRAINED: tf.data from tensors" in run.stdout, run.describe()
     assert len(step_lines(run)) == 3, run.describe()
     assert run.bytes_reclaimed() > 0, run.describe()
+
+
+SUPPORTED = ["many_models.py", "custom_loop_mixed_precision.py", "session_graph.py",
+             "tf_data_fit.py", "multi_worker.py"]  # the examples using _example_support
+MACHINE_MB = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") >> 20
+
+
+def assert_usage_error(run: Run, *words: str) -> None:
+    """Exit 2 with argparse's usage error on stderr, naming every one of `words`."""
+    assert run.returncode == 2, run.describe()
+    assert "error: " in run.stderr and "Traceback" not in run.stderr, run.describe()
+    for word in words:
+        assert word in run.stderr, (word, run.describe())
+
+
+@pytest.mark.parametrize("name", [*SUPPORTED, "resnet50_lms.py"])
+@pytest.mark.parametrize("flags, words", [
+    (("--host-memory-mb", "1"), ("--host-memory-mb 1", "use 2", "whole 2 MiB granules")),
+    (("--host-memory-mb", "3"), ("--host-memory-mb 3", "use 2 or 4", "whole 2 MiB granules")),
+    (("--device-memory-mb", "4000000000"),
+     ("--device-memory-mb 4000000000", "more than this machine's memory")),
+], ids=["host-1", "host-3", "device-huge"])
+def test_memory_flags_must_be_whole_granules_within_this_machine(name, flags, words) -> None:
+    # resnet50_lms.py has its own flags (no --force-emulated-device).
+    run = run_example(name, *flags, timeout=120, emulated=name != "resnet50_lms.py")
+    assert_usage_error(run, *words, f"{MACHINE_MB // 2 * 2}")
+
+
+def test_demo_refuses_a_device_larger_than_this_machine() -> None:
+    run = run_example("demo.py", "--device-memory-mb", "4000000000", emulated=False,
+                      timeout=120)
+    assert_usage_error(run, "--device-memory-mb 4000000000", "more than this machine's memory")
+
+
+@pytest.mark.parametrize("name", SUPPORTED)
+def test_stats_csv_must_name_a_file_in_an_existing_folder(name: str, tmp_path: Path) -> None:
+    run = run_example(name, "--stats-csv", str(tmp_path), timeout=120)
+    assert_usage_error(run, f"--stats-csv {tmp_path}", "is a directory")
+    missing = tmp_path / "missing" / "run.csv"
+    run = run_example(name, "--stats-csv", str(missing), timeout=120)
+    assert_usage_error(run, f"--stats-csv {missing}", f"{missing.parent} does not exist")
+    assert not missing.parent.exists()
+
+
+def test_resnet50_stats_json_must_name_a_file_in_an_existing_folder(tmp_path: Path) -> None:
+    run = run_example("resnet50_lms.py", "--stats-json", str(tmp_path), timeout=120,
+                      emulated=False)
+    assert_usage_error(run, f"--stats-json {tmp_path}", "is a directory")
+
+
+@pytest.mark.parametrize("index, env, words", [
+    ("5", {}, ("--worker-index 5", "TF_CONFIG is not set", "1 worker")),
+    ("-1", {}, ("--worker-index -1",)),
+    ("2", {"TF_CONFIG": '{"cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:2"]}, '
+                        '"task": {"type": "worker", "index": 1}}'},
+     ("--worker-index 2", "2 workers", "TF_CONFIG")),
+    ("0", {"TF_CONFIG": '{"cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:2"]}, '
+                        '"task": {"type": "worker", "index": 1}}'},
+     ("--worker-index 0", "TF_CONFIG", "index 1")),
+], ids=["no-tf-config", "negative", "past-the-cluster", "not-its-task"])
+def test_multi_worker_refuses_a_worker_index_outside_the_cluster(index, env, words) -> None:
+    run = run_example("multi_worker.py", "--worker-index", index, env=env, timeout=120)
+    assert_usage_error(run, *words)

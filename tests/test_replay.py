@@ -8,6 +8,7 @@ simulation (belady).
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 import subprocess
 import sys
@@ -231,3 +232,66 @@ def test_unclaimed_allocations_are_never_victims_until_their_first_pin(tmp_path)
         assert lost.paged_in_at.get(first_pin) == 4 * MIB, policy
     # The engine's own replay never chose it: it is resident when pinned.
     assert engine.stats()["num_evictions"] > 0
+
+
+def calls_after_snapshot(path: Path) -> int:
+    """The events of a trace after its starting snapshot (what --steps splits)."""
+    events = replay.normalize(trace.load(path)).events
+    return sum(1 for e in events if not e.live_at_start)
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--device-mb", "nan"], ["--device-mb nan", "finite number of MiB"]),
+    (["--device-mb", "inf"], ["--device-mb inf", "finite number of MiB"]),
+    (["--device-mb", "0"], ["--device-mb 0", "at least 2"]),
+    (["--device-mb", "1e12"], ["--device-mb 1e+12", "too large to replay on this machine"]),
+    (["--device-mb", "24", "--steps", "100000000"], ["--steps 100000000", "at most"]),
+    (["--device-mb", "24", "--link-gbps", "nan", "--gpu-step-ms", "50"],
+     ["--link-gbps nan", "positive finite number"]),
+    (["--device-mb", "24", "--link-gbps", "inf", "--gpu-step-ms", "50"],
+     ["--link-gbps inf", "positive finite number"]),
+    (["--device-mb", "24", "--link-gbps", "25", "--gpu-step-ms", "-1"],
+     ["--gpu-step-ms -1", "positive finite number"]),
+    (["--device-mb", "24", "--link-gbps", "25", "--gpu-step-ms", "nan"],
+     ["--gpu-step-ms nan", "positive finite number"]),
+    (["--find-min-device", "--link-gbps", "25", "--gpu-step-ms", "50",
+      "--max-overhead-pct", "nan"], ["--max-overhead-pct nan", "finite number, at least 0"]),
+    (["--find-min-device", "--link-gbps", "25", "--gpu-step-ms", "50",
+      "--max-overhead-pct", "-5"], ["--max-overhead-pct -5", "finite number, at least 0"]),
+], ids=["device-nan", "device-inf", "device-0", "device-larger-than-machine", "steps-1e8",
+        "link-nan", "link-inf", "step-ms-negative", "step-ms-nan", "overhead-nan",
+        "overhead-negative"])
+def test_numbers_out_of_range_exit_2_naming_the_option_the_value_and_the_range(
+        tmp_path, args, words):
+    path, _ = recorded(tmp_path, 24, seed=3, count=10)
+    done = cli(str(path), *args)
+    assert done.returncode == 2, (args, done.stdout[-2000:], done.stderr)
+    assert "Traceback" not in done.stderr, done.stderr
+    for word in words:
+        assert word in done.stderr, (word, done.stderr)
+
+
+def test_more_steps_than_the_trace_has_calls_is_refused_and_as_many_is_accepted(tmp_path):
+    path, _ = recorded(tmp_path, 24, seed=3, count=10)
+    calls = calls_after_snapshot(path)
+    done = cli(str(path), "--device-mb", "24", "--steps", str(calls + 1))
+    assert done.returncode == 2, done.stdout[-2000:]
+    assert f"--steps {calls + 1}" in done.stderr and f"at most {calls}" in done.stderr, \
+        done.stderr
+    done = cli(str(path), "--device-mb", "24", "--steps", str(calls))
+    assert done.returncode == 0, done.stderr
+    events = replay.normalize(trace.load(path))
+    with pytest.raises(replay.ReplayError, match=rf"--steps {calls + 1}: .*at most {calls}"):
+        replay.run(events, 24 * MIB, "lru", steps=calls + 1)
+
+
+def test_the_library_refuses_link_speeds_and_overheads_that_are_not_finite(tmp_path):
+    path, _ = recorded(tmp_path, 24, seed=3, count=10)
+    events = replay.normalize(trace.load(path))
+    result = replay.run(events, 24 * MIB, "lru")
+    with pytest.raises(ValueError, match=r"--link-gbps nan: .*positive finite"):
+        replay.project(events, result, 1, math.nan, 50)
+    with pytest.raises(ValueError, match=r"--gpu-step-ms inf: .*positive finite"):
+        replay.project(events, result, 1, 25, math.inf)
+    with pytest.raises(ValueError, match=r"--max-overhead-pct nan: .*finite"):
+        replay.find_min_device(events, "lru", 1, 25, 50, math.nan, progress=lambda _: None)

@@ -10,6 +10,8 @@ ops' names, and as many evictions and page-ins as the statistics count.
 
 from __future__ import annotations
 
+import math
+import re
 import threading
 from pathlib import Path
 
@@ -108,6 +110,22 @@ def test_misuse_and_broken_files_give_clear_errors(tmp_path: Path) -> None:
     (tmp_path / "text").write_text("not a trace at all, just some text here")
     with pytest.raises(trace.TraceFormatError, match="not an LMS access trace"):
         trace.load(tmp_path / "text")
+
+
+@pytest.mark.parametrize("max_mb", [-1, 0, -0.5, math.nan, math.inf, "10", None])
+def test_a_size_cap_that_is_not_a_positive_finite_number_is_refused(
+        tmp_path: Path, max_mb: object) -> None:
+    import tensorflow_lms_allocator
+
+    message = re.escape(f"max_mb={max_mb!r}") + r".*positive finite number of MiB"
+    # Refused before anything is recorded (TensorFlow's devices are not touched).
+    with pytest.raises(ValueError, match=message):
+        with tensorflow_lms_allocator.record_trace(tmp_path / "t", max_mb=max_mb):
+            pass
+    with pytest.raises(ValueError, match=message):
+        with trace.record_engine(small_engine(), tmp_path / "u", max_mb=max_mb):
+            pass
+    assert not (tmp_path / "t").exists() and not (tmp_path / "u").exists()
 
 
 def test_record_trace_in_tensorflow_records_a_training_step_with_op_names(

@@ -7,7 +7,9 @@ errors.
 
 Usage: python callbacks.py OUT_DIR [--steps N] [--epochs E] [--batch B]
 Writes OUT_DIR/fit.csv, fit_every2.csv, average.json, average_unfinished.json,
-tensorboard/ and session.csv.
+tensorboard/ and session.csv; then, from a model compiled with
+steps_per_execution=4 (two epochs of 4 steps), spe4.csv, spe4_every8.csv,
+spe4_average.json and spe4_tensorboard/.
 
 Run with TF_LMS_CPU_DEVICE_MEMORY_MB (about 48) and TF_LMS_ENABLED=1: the
 model's batch needs more than that, so every step evicts and pages in.
@@ -90,6 +92,25 @@ def fit(out: str, steps: int, epochs: int, batch: int) -> dict:
     return {"probe": probe.rows, "after": lms.get_statistics(0)}
 
 
+def fit_per_execution(out: str, batch: int) -> dict:
+    """Two epochs of 4 steps with steps_per_execution=4: one execution per epoch."""
+    steps, epochs = 4, 2
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((steps * batch, FEATURES), dtype=np.float32)
+    y = rng.standard_normal((steps * batch, 1), dtype=np.float32)
+    m = model()
+    m.compile(optimizer=tf.keras.optimizers.SGD(0.01), loss="mse", steps_per_execution=4)
+    callbacks = [
+        LMSStatsLogger(os.path.join(out, "spe4.csv")),
+        LMSStatsLogger(os.path.join(out, "spe4_every8.csv"), every_n_batches=8),
+        LMSStatsAverage(os.path.join(out, "spe4_average.json"), start_batch=5, end_batch=6),
+        LMSStatsTensorBoard(os.path.join(out, "spe4_tensorboard")),
+    ]
+    m.fit(x, y, batch_size=batch, epochs=epochs, verbose=0, shuffle=False,
+          callbacks=callbacks)
+    return {"steps": steps * epochs}
+
+
 def session(out: str, steps: int, batch: int) -> dict:
     graph = tf.Graph()
     with graph.as_default():
@@ -147,6 +168,7 @@ def main() -> None:
     tf.keras.utils.set_random_seed(1)
     result = {"fit": fit(args.out, args.steps, args.epochs, args.batch),
               "session": session(args.out, args.steps, args.batch),
+              "per_execution": fit_per_execution(args.out, args.batch),
               "errors": argument_errors(args.out),
               "statistics": lms.callbacks.statistic_names()}
     print("RESULT " + json.dumps(result), flush=True)
