@@ -20,7 +20,8 @@ With LMS on, a request nobody pins never fails (it is born evicted if the
 device is full); a pinned one may fail only if it could not fit even after
 evicting every inactive unit and remapping every cached granule.
 Allocations made as a writer outside kernels would make them (Note [Writers
-outside kernels]) are *unclaimed* until a pin inside them: meanwhile they
+outside kernels]) are *unclaimed* until a pin names them (any byte of a large
+one, a small one's first byte): meanwhile they
 evict only while unclaimed memory holds at most half the device, and stay
 where they were placed (resident, or born evicted) whatever else happens,
 since their writer may still be writing.
@@ -210,13 +211,17 @@ class EngineModel(RuleBasedStateMachine):
             unit_id = self.engine.pin(address)
         except OutOfMemoryError:
             assert self._unit(live)["evicted"]
-            live.unclaimed = False  # claimed all the same: its writer handed it over
+            # Claimed all the same (its writer handed it over), if the pin
+            # names it: any byte of a large one, a small one's first byte.
+            live.unclaimed = live.unclaimed and live.small and address != live.address
             return
         info = self._unit(live)
         assert unit_id == info["unit_id"]
         assert not info["evicted"]
-        live.unclaimed = False  # a pin inside it claims it
-        assert not info["unclaimed"]
+        # A pin claims it if it names it: any byte of a large allocation, a
+        # small object's first byte (Engine::Claim).
+        live.unclaimed = live.unclaimed and live.small and address != live.address
+        assert info["unclaimed"] == live.unclaimed
         self.tokens.append(Token(address, unit_id, info["unit_address"]))
         self.unit_pins[info["unit_address"]] += 1
 

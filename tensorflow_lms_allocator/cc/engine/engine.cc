@@ -334,7 +334,12 @@ void Engine::Claim(ChunkId c, const void* ptr) {
     stats_.bytes_unclaimed -= static_cast<int64_t>(residency_.record(c).granules * granule_);
     return;
   }
-  const ChunkId o = SmallObjectContaining(c, ptr);
+  // Only a pin at an object's first byte claims it (a kernel's input is its
+  // tensor's start unless it is a slice): finding the object around an
+  // interior address walks the page, which every pin of that page would pay
+  // (measured: 5% of a step). A small object pinned only through slices
+  // stays unclaimed, holding its page, until it is freed.
+  const ChunkId o = SmallObjectAt(c, ptr);
   if (o == kNoChunk) return;
   BestFitArena::Chunk& object = small_.arena().chunk(o);
   if (!object.unclaimed) return;

@@ -292,8 +292,9 @@ class Engine {
   bool WriterMayEvict(uint64_t granules) const LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return 2 * (residency_.unclaimed_resident_granules() + granules) <= device_granules_;
   }
-  // Claims the unclaimed allocation of unit `id` that contains `ptr`, if any
-  // (Note [Writers outside kernels]).
+  // Claims the unclaimed allocation of unit `id` that contains `ptr` (a
+  // small object: that starts at `ptr`), if any (Note [Writers outside
+  // kernels]).
   void Claim(ChunkId id, const void* ptr) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint32_t UnpinUnit(ChunkId id) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uintptr_t SlotAddress(uint64_t slot) const { return base_ + slot * granule_; }
@@ -312,9 +313,7 @@ class Engine {
   // The object starting at ptr in `page`, or kNoChunk.
   ChunkId SmallObjectAt(ChunkId page, const void* ptr) const
       LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The object containing ptr in `page`, or kNoChunk. O(objects of the page).
-  ChunkId SmallObjectContaining(ChunkId page, const void* ptr) const
-      LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   // Creates an empty page (resident, or born evicted if allowed and the
   // device is full) and returns its segment. A page for `hold` kWriter
   // evicts nothing to be resident.

@@ -58,20 +58,6 @@ void* Engine::AllocateSmall(size_t bytes, Hold hold, Status* status,
       (object.start - segment * small_.units_per_page()) * SmallPages::kUnit);
 }
 
-ChunkId Engine::SmallObjectContaining(ChunkId page, const void* ptr) const {
-  const uint64_t unit = (reinterpret_cast<uintptr_t>(ptr) -
-                         SlotAddress(arena_.chunk(page).start)) / SmallPages::kUnit;
-  const BestFitArena& objects = small_.arena();
-  const uint64_t segment = residency_.record(page).segment;
-  const uint64_t target = segment * small_.units_per_page() + unit;
-  for (ChunkId o = objects.SegmentHead(segment);
-       o != kNoChunk && objects.chunk(o).start <= target; o = objects.chunk(o).next) {
-    const BestFitArena::Chunk& object = objects.chunk(o);
-    if (!object.free && target < object.start + object.size) return o;
-  }
-  return kNoChunk;
-}
-
 ChunkId Engine::SmallObjectAt(ChunkId page, const void* ptr) const {
   const uintptr_t offset = reinterpret_cast<uintptr_t>(ptr) -
                            SlotAddress(arena_.chunk(page).start);

@@ -22,7 +22,8 @@ struct ThreadContexts {
     void* context;
     uint64_t serial;
     const char* label;  // the op's name, for strict mode's report
-    bool xla;           // the kernel runs XLA (LiveVariables::IsXlaKernel)
+    // The kernel (InXlaKernel looks at it, on the failure path only).
+    const tensorflow::OpKernel* kernel;
   };
   std::mutex mu;
   // Live contexts this thread created, outermost first.
@@ -124,7 +125,6 @@ void KernelPins::OnContextCreated(void* context, void* params) {
   ThreadContexts& thread = ThisThread();
   const uint64_t serial = ++thread.last_serial;
   const char* label = p->op_kernel != nullptr ? p->op_kernel->name().c_str() : nullptr;
-  const bool xla = p->op_kernel != nullptr && LiveVariables::IsXlaKernel(*p->op_kernel);
   entry.serial = serial;
   entry.creator = t_owner;
   Entry replaced;
@@ -144,7 +144,7 @@ void KernelPins::OnContextCreated(void* context, void* params) {
   }
   {
     std::lock_guard<std::mutex> lock(thread.mu);
-    thread.frames.push_back({context, serial, label, xla});
+    thread.frames.push_back({context, serial, label, p->op_kernel});
     thread.depth.store(static_cast<int64_t>(thread.frames.size()),
                        std::memory_order_relaxed);
   }
@@ -242,12 +242,17 @@ int64_t KernelPins::ThreadLiveContexts() const {
 bool KernelPins::InXlaKernel() const {
   ThreadContexts* thread = t_contexts;
   if (thread == nullptr) return false;
-  std::lock_guard<std::mutex> lock(thread->mu);
-  return !thread->frames.empty() && thread->frames.back().xla;
+  const tensorflow::OpKernel* kernel = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(thread->mu);
+    if (!thread->frames.empty()) kernel = thread->frames.back().kernel;
+  }
+  // The innermost context lives while this thread runs inside it.
+  return kernel != nullptr && LiveVariables::IsXlaKernel(*kernel);
 }
 
 void KernelPins::RecordAllocation(const void* ptr, uint64_t id) {
-  ThreadContexts::Frame current{nullptr, 0, nullptr, false};
+  ThreadContexts::Frame current{nullptr, 0, nullptr, nullptr};
   if (ThreadContexts* thread = t_contexts) {
     std::lock_guard<std::mutex> lock(thread->mu);
     if (!thread->frames.empty()) current = thread->frames.back();
