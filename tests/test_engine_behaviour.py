@@ -165,6 +165,31 @@ def test_request_larger_than_the_device_lives_in_host_memory_and_pins_in_place(m
     assert stats["num_born_evicted"] == 1 and stats["num_page_ins"] == 0
 
 
+def test_a_pin_anywhere_in_a_born_evicted_small_object_claims_it(make_engine):
+    """A small object made outside kernels when the device is full is born
+    evicted, alone in its page. A kernel that reads it only through a slice
+    pins an interior byte: that pin pages the page in, so it must claim the
+    object (its writer handed it over); left unclaimed and resident, its page
+    could never be evicted again. Found by the model-based test."""
+    engine = make_engine(2, 16)
+    full = engine.allocate(2 * GRANULE, pin=True)
+    small = engine.allocate(GRANULE - 767, writer=True)
+    info = engine.inspect(small)
+    assert info["small"] and info["evicted"] and info["unclaimed"]
+    engine.fill_pattern(small, GRANULE - 767, 7)
+    engine.unpin(full, engine.inspect(full)["unit_id"])
+    unit = engine.pin(small + 1)
+    info = engine.inspect(small)
+    assert not info["evicted"] and not info["unclaimed"]
+    assert engine.stats()["bytes_unclaimed"] == 0
+    assert engine.verify_pattern(small, GRANULE - 767, 7) == -1
+    engine.unpin(small + 1, unit)
+    engine.allocate(2 * GRANULE, pin=True)  # evicts the page it claimed
+    assert engine.inspect(small)["evicted"]
+    assert engine.verify_pattern(small, GRANULE - 767, 7) == -1
+    engine.check_invariants()
+
+
 def test_unknown_and_double_free_are_errors(make_engine):
     engine = make_engine()
     with pytest.raises(UnknownAllocationError, match="no live allocation"):

@@ -207,20 +207,22 @@ class EngineModel(RuleBasedStateMachine):
     def pin(self, index: int, offset: int):
         live = self._pick(index)
         address = live.address + offset % live.size
+        # A pin claims it if it names it: any byte of a large allocation, a
+        # small object's first byte, any byte of the one object of an evicted
+        # page (born evicted for it) (Engine::Claim).
+        names_it = (not live.small or address == live.address
+                    or self._unit(live)["evicted"])
         try:
             unit_id = self.engine.pin(address)
         except OutOfMemoryError:
             assert self._unit(live)["evicted"]
-            # Claimed all the same (its writer handed it over), if the pin
-            # names it: any byte of a large one, a small one's first byte.
-            live.unclaimed = live.unclaimed and live.small and address != live.address
+            # Claimed all the same (its writer handed it over).
+            live.unclaimed = live.unclaimed and not names_it
             return
         info = self._unit(live)
         assert unit_id == info["unit_id"]
         assert not info["evicted"]
-        # A pin claims it if it names it: any byte of a large allocation, a
-        # small object's first byte (Engine::Claim).
-        live.unclaimed = live.unclaimed and live.small and address != live.address
+        live.unclaimed = live.unclaimed and not names_it
         assert info["unclaimed"] == live.unclaimed
         self.tokens.append(Token(address, unit_id, info["unit_address"]))
         self.unit_pins[info["unit_address"]] += 1

@@ -338,8 +338,14 @@ void Engine::Claim(ChunkId c, const void* ptr) {
   // tensor's start unless it is a slice): finding the object around an
   // interior address walks the page, which every pin of that page would pay
   // (measured: 5% of a step). A small object pinned only through slices
-  // stays unclaimed, holding its page, until it is freed.
-  const ChunkId o = SmallObjectAt(c, ptr);
+  // stays unclaimed, holding its page, until it is freed. An evicted page
+  // holding an unclaimed object was born evicted for it and holds nothing
+  // else (an evicted page takes no new object), at its start: any pin of
+  // the page is a pin of that object, and claims it before its page-in.
+  const Residency::Record& r = residency_.record(c);
+  const ChunkId o =
+      r.evicted ? small_.arena().ChunkAt(r.segment * small_.units_per_page())
+                : SmallObjectAt(c, ptr);
   if (o == kNoChunk) return;
   BestFitArena::Chunk& object = small_.arena().chunk(o);
   if (!object.unclaimed) return;
