@@ -73,20 +73,34 @@ $(VENV)/.built: $(VENV)/.bootstrapped $(PACKAGE_SRCS) CMakeLists.txt pyproject.t
 
 build: $(VENV)/.built
 
-$(BUILD)/cc/engine_test_asan: $(ENGINE_SRCS) $(ENGINE_HDRS) $(ENGINE_TEST_HDRS) tests/cc/engine_test.cc
-	@mkdir -p $(@D)
-	@echo "== Compiling $@"
-	$(CXX) $(TEST_CXXFLAGS) $(ENGINE_TEST_CXXFLAGS) $(ASAN_FLAGS) $(ENGINE_SRCS) tests/cc/engine_test.cc -ldl -o $@
+# The engine and backends are compiled once per sanitizer (one object per
+# source, so a change recompiles that source only) and linked into each test.
+ENGINE_ASAN_OBJS := $(patsubst $(CC_SRC)/%.cc,$(BUILD)/cc/asan/%.o,$(ENGINE_SRCS))
+ENGINE_TSAN_OBJS := $(patsubst $(CC_SRC)/%.cc,$(BUILD)/cc/tsan/%.o,$(ENGINE_SRCS))
 
-$(BUILD)/cc/concurrency_test_asan: $(ENGINE_SRCS) $(ENGINE_HDRS) $(ENGINE_TEST_HDRS) tests/cc/concurrency_test.cc
+$(BUILD)/cc/asan/%.o: $(CC_SRC)/%.cc $(ENGINE_HDRS)
 	@mkdir -p $(@D)
-	@echo "== Compiling $@"
-	$(CXX) $(TEST_CXXFLAGS) $(ENGINE_TEST_CXXFLAGS) $(ASAN_FLAGS) $(ENGINE_SRCS) tests/cc/concurrency_test.cc -ldl -o $@
+	$(CXX) $(TEST_CXXFLAGS) $(ASAN_FLAGS) -c $< -o $@
 
-$(BUILD)/cc/concurrency_test_tsan: $(ENGINE_SRCS) $(ENGINE_HDRS) $(ENGINE_TEST_HDRS) tests/cc/concurrency_test.cc
+$(BUILD)/cc/tsan/%.o: $(CC_SRC)/%.cc $(ENGINE_HDRS)
 	@mkdir -p $(@D)
-	@echo "== Compiling $@"
-	$(CXX) $(TEST_CXXFLAGS) $(ENGINE_TEST_CXXFLAGS) $(TSAN_FLAGS) $(ENGINE_SRCS) tests/cc/concurrency_test.cc -ldl -o $@
+	$(CXX) $(TEST_CXXFLAGS) $(TSAN_FLAGS) -c $< -o $@
+
+# $(call engine-test,SANITIZER_FLAGS,OBJECTS): links the test source (the first
+# prerequisite) with the engine's objects.
+define engine-test
+@echo "== Compiling $@"
+$(CXX) $(TEST_CXXFLAGS) $(ENGINE_TEST_CXXFLAGS) $(1) $< $(2) -ldl -o $@
+endef
+
+$(BUILD)/cc/engine_test_asan: tests/cc/engine_test.cc $(ENGINE_ASAN_OBJS) $(ENGINE_HDRS) $(ENGINE_TEST_HDRS)
+	$(call engine-test,$(ASAN_FLAGS),$(ENGINE_ASAN_OBJS))
+
+$(BUILD)/cc/concurrency_test_asan: tests/cc/concurrency_test.cc $(ENGINE_ASAN_OBJS) $(ENGINE_HDRS) $(ENGINE_TEST_HDRS)
+	$(call engine-test,$(ASAN_FLAGS),$(ENGINE_ASAN_OBJS))
+
+$(BUILD)/cc/concurrency_test_tsan: tests/cc/concurrency_test.cc $(ENGINE_TSAN_OBJS) $(ENGINE_HDRS) $(ENGINE_TEST_HDRS)
+	$(call engine-test,$(TSAN_FLAGS),$(ENGINE_TSAN_OBJS))
 
 test-asan: $(BUILD)/cc/engine_test_asan $(BUILD)/cc/concurrency_test_asan \
            $(BUILD)/cc/cuda_backend_test_asan $(FAKE_CUDA_ASAN_LIB)
@@ -221,19 +235,13 @@ test-gpu-wheel: $(GPU_VENV)/.built fake-cuda
 
 
 # The CUDA backend's own tests (contract, fault injection, stream order).
-$(BUILD)/cc/cuda_backend_test_asan: $(ENGINE_SRCS) $(ENGINE_HDRS) $(ENGINE_TEST_HDRS) \
-                                    tests/cc/cuda_backend_test.cc
-	@mkdir -p $(@D)
-	@echo "== Compiling $@"
-	$(CXX) $(TEST_CXXFLAGS) $(ENGINE_TEST_CXXFLAGS) $(ASAN_FLAGS) $(ENGINE_SRCS) \
-	  tests/cc/cuda_backend_test.cc -ldl -o $@
+$(BUILD)/cc/cuda_backend_test_asan: tests/cc/cuda_backend_test.cc $(ENGINE_ASAN_OBJS) \
+                                    $(ENGINE_HDRS) $(ENGINE_TEST_HDRS)
+	$(call engine-test,$(ASAN_FLAGS),$(ENGINE_ASAN_OBJS))
 
-$(BUILD)/cc/cuda_backend_test_tsan: $(ENGINE_SRCS) $(ENGINE_HDRS) $(ENGINE_TEST_HDRS) \
-                                    tests/cc/cuda_backend_test.cc
-	@mkdir -p $(@D)
-	@echo "== Compiling $@"
-	$(CXX) $(TEST_CXXFLAGS) $(ENGINE_TEST_CXXFLAGS) $(TSAN_FLAGS) $(ENGINE_SRCS) \
-	  tests/cc/cuda_backend_test.cc -ldl -o $@
+$(BUILD)/cc/cuda_backend_test_tsan: tests/cc/cuda_backend_test.cc $(ENGINE_TSAN_OBJS) \
+                                    $(ENGINE_HDRS) $(ENGINE_TEST_HDRS)
+	$(call engine-test,$(TSAN_FLAGS),$(ENGINE_TSAN_OBJS))
 
 # Proves the stream-ordering tests fail without the fence or the host wait
 # (tests/cc/mutation_check.py; mutated copies live in build/, never in the
@@ -283,7 +291,14 @@ test-patches: build
 patches: build
 	$(PY) build_scripts/make_patches.py
 
-test: test-thread-safety test-asan test-tsan test-fake-cuda test-patches test-python
+# The C++ suites and the patch checks build and run two at a time (each step
+# is one compiler or one test process; CI machines have two cores), each
+# target's output printed whole when it ends; pytest runs alone after them,
+# since its TensorFlow programs wait on one another's kernels.
+CHECKS := test-thread-safety test-asan test-tsan test-fake-cuda test-patches
+test:
+	$(MAKE) -j2 --output-sync=target $(CHECKS)
+	$(MAKE) test-python
 
 # ResNet-50 at batch 32 (about 900 MiB at its peak) in 256 MiB of emulated
 # device memory: trains with LMS, runs out of memory without (about a minute).

@@ -226,7 +226,7 @@ GPU_PROCESS_STATE_ALLOCATOR = """\
   // serves the GPU, and TensorFlow's below is never made (it would take the
   // GPU's memory).
   if (Allocator* lms_allocator = lms::LmsGpuAllocatorOrNull(
-          options, tf_device_id.value(), total_bytes)) {
+          options, tf_device_id.value(), total_bytes, peer_gpu_ids)) {
     return lms_allocator;
   }
 """

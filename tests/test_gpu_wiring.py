@@ -46,8 +46,15 @@ def test_a_gpu_gets_an_lms_device_from_tensorflows_budget_and_swaps_past_it():
     # 64.5 MiB from TensorFlow: the engine takes whole 2 MiB granules.
     assert r["limit_by_name"] == r["limit_by_index"] == 64 * MIB
     assert r["allocated"] == 12, r.get("allocate_error")
-    assert r["during"]["bytes_in_use"] == 96 * MIB
+    assert r["during"]["bytes_in_use"] == 96 * MIB + r["scratch_bytes"]
     assert r["during"]["host_bytes_in_use"] >= 32 * MIB
+    # A pageable host pointer is not device memory (the fake faults a copy to
+    # one): what device and host memory cannot hold is refused on a GPU, as
+    # TensorFlow's BFC allocator refuses it.
+    assert r["too_large"] == ["RESOURCE_EXHAUSTED", 0]
+    # Eigen's scratch buffer, allocated before any kernel pins and used
+    # unpinned by every reduction, stayed on the device through the evictions.
+    assert r["scratch_evicted"] == 0
     assert r["after"]["bytes_in_use"] == 0
     assert r["violations"] == ""
 

@@ -249,7 +249,8 @@ ADDED_CODE_PROGRAM = """\
 namespace tensorflow {{
 {storage}
 Allocator* GetGPUAllocator(const GPUOptions& options, tsl::TfDeviceId tf_device_id,
-                           size_t total_bytes) {{
+                           size_t total_bytes,
+                           const std::vector<tsl::TfDeviceId>& peer_gpu_ids) {{
 {allocator}
   return nullptr;
 }}

@@ -218,6 +218,7 @@ using PFN_cuMemcpyDtoH_cuda12 = ::PFN_cuMemcpyDtoH_v3020;
 using PFN_cuStreamCreate_cuda12 = ::PFN_cuStreamCreate_v2000;
 using PFN_cuStreamDestroy_cuda12 = ::PFN_cuStreamDestroy_v4000;
 using PFN_cuStreamSynchronize_cuda12 = ::PFN_cuStreamSynchronize_v2000;
+using PFN_cuStreamGetCtx_cuda12 = ::PFN_cuStreamGetCtx_v9020;
 using PFN_cuStreamWaitEvent_cuda12 = ::PFN_cuStreamWaitEvent_v3020;
 using PFN_cuLaunchHostFunc_cuda12 = ::PFN_cuLaunchHostFunc_v10000;
 using PFN_cuEventCreate_cuda12 = ::PFN_cuEventCreate_v2000;

@@ -634,6 +634,122 @@ TEST(APagedInTensorIsReadByTheKernelQueuedAfterThePinWithoutAHostWaitForTheCopy)
   ExpectNoViolationAndNothingLeaked();
 }
 
+// A copy between GPUs runs on the sending GPU's streams and writes the
+// receiving GPU's memory, so the receiver fences a stream of another context
+// (tensorflow_copies.cc). cuEventRecord takes only an event of the stream's
+// own context (CUDA_ERROR_INVALID_HANDLE otherwise): an event made in the
+// receiver's context failed every later fence, eviction and page-in.
+TEST(AStreamOfAnotherGpuIsFencedWithAnEventOfItsOwnContext) {
+  if (!FreshFake() || Fake().set_device_count(2) != 0) return;
+  std::unique_ptr<CudaBackend> backend;
+  EXPECT_OK(CudaBackend::Create(/*ordinal=*/1, kGranule, /*allow_growth=*/false, &backend));
+  if (backend == nullptr) return;
+  CudaBackend* b = backend.get();
+  const CudaDriver& d = b->driver();
+  cu::CUdevice device0 = 0;
+  cu::CUcontext context0 = nullptr;
+  cu::CUstream sender = nullptr;
+  EXPECT_OK(d.Check(d.cuDeviceGet(&device0, 0), "cuDeviceGet"));
+  EXPECT_OK(d.Check(d.cuDevicePrimaryCtxRetain(&context0, device0), "cuDevicePrimaryCtxRetain"));
+  {
+    ScopedCudaContext scope(d, context0);
+    EXPECT_OK(d.Check(d.cuStreamCreate(&sender, cu::CU_STREAM_NON_BLOCKING), "cuStreamCreate"));
+  }
+  EXPECT_OK(b->AddFencedStream(sender));
+  auto e = MakeEngine(std::move(backend), /*device=*/2, /*host=*/8);
+  const size_t size = 2 * kGranule;
+  void* t = MustAllocate(*e, size, /*pin=*/false);
+  ASSERT_TRUE(t != nullptr);
+  EXPECT_OK(FillAllocation(*e, t, size, 31));
+  EXPECT_OK(e->Evict(t));  // a fence on the sender's stream, then the remap
+  void* other = MustAllocate(*e, size, /*pin=*/false);
+  ASSERT_TRUE(other != nullptr);
+  EXPECT_OK(FillAllocation(*e, other, size, 32));
+  uint64_t id = 0;
+  EXPECT_OK(e->Pin(t, &id));  // evicts `other`, pages t in: the sender waits
+  EXPECT_EQ(VerifyAllocation(*e, t, size, 31), -1);
+  EXPECT_OK(e->Unpin(t, id));
+  EXPECT_EQ(VerifyAllocation(*e, other, size, 32), -1);
+  EXPECT_OK(e->Free(t));
+  EXPECT_OK(e->Free(other));
+  b->RemoveFencedStream(sender);
+  {
+    ScopedCudaContext scope(d, context0);
+    d.cuStreamSynchronize(sender);
+    d.cuStreamDestroy(sender);
+  }
+  d.cuDevicePrimaryCtxRelease(device0);
+  e.reset();
+  ExpectNoViolationAndNothingLeaked();
+}
+
+// A mapping is reachable only by the devices cuMemSetAccess granted, and
+// each new one starts with none (cuda.h, cuMemSetAccess; peer access does not
+// cover VMM memory, which is why TensorFlow's GpuVirtualMemAllocator grants
+// its peers). A peer GPU's kernel writes an LMS tensor resident, evicted
+// (host memory mapped at its address) and paged in again: each remap grants
+// the peer anew.
+TEST(APeerGpuReachesATensorThroughEveryRemap) {
+  if (!FreshFake() || Fake().set_device_count(2) != 0) return;
+  std::unique_ptr<CudaBackend> backend;
+  EXPECT_OK(CudaBackend::Create(/*ordinal=*/0, kGranule, /*allow_growth=*/false, &backend,
+                                /*peer_ordinals=*/{1}));
+  if (backend == nullptr) return;
+  const CudaDriver& d = backend->driver();
+  std::unique_ptr<CudaBackend> bad_peer;
+  const Status refused = CudaBackend::Create(0, kGranule, false, &bad_peer, {2});
+  EXPECT_TRUE(!refused.ok() && Contains(refused.message(), "peer GPU 2 of GPU 0 does not exist"));
+  cu::CUdevice device1 = 0;
+  cu::CUcontext context1 = nullptr;
+  cu::CUstream peer = nullptr;
+  EXPECT_OK(d.Check(d.cuDeviceGet(&device1, 1), "cuDeviceGet"));
+  EXPECT_OK(d.Check(d.cuDevicePrimaryCtxRetain(&context1, device1), "cuDevicePrimaryCtxRetain"));
+  {
+    // Fenced, as the adapter fences a copy's streams: it waits for page-ins.
+    ScopedCudaContext scope(d, context1);
+    EXPECT_OK(d.Check(d.cuStreamCreate(&peer, cu::CU_STREAM_NON_BLOCKING), "cuStreamCreate"));
+  }
+  CudaBackend* b = backend.get();
+  EXPECT_OK(b->AddFencedStream(peer));
+  auto e = MakeEngine(std::move(backend), /*device=*/2, /*host=*/8);
+  const size_t size = 2 * kGranule;
+  void* t = MustAllocate(*e, size, /*pin=*/false);
+  ASSERT_TRUE(t != nullptr);
+  // The peer's kernel writes `seed` over t; false if the fake refused it.
+  auto peer_writes = [&](uint64_t seed) {
+    ScopedCudaContext scope(d, context1);
+    LatchedWriter w;
+    w.address = Address(t);
+    w.bytes = size;
+    w.seed = seed;
+    w.released = true;
+    const fake_cuda_range range{w.address, w.bytes, 1};
+    w.launched = Fake().launch_kernel(peer, &LatchedWriter::Run, &w, &range, 1) == 0;
+    return w.launched && d.cuStreamSynchronize(peer) == cu::CUDA_SUCCESS;
+  };
+  EXPECT_TRUE(peer_writes(51));  // resident: mapped at allocation
+  EXPECT_EQ(VerifyAllocation(*e, t, size, 51), -1);
+  EXPECT_OK(e->Evict(t));
+  EXPECT_TRUE(peer_writes(52));  // evicted: host memory mapped at t
+  EXPECT_EQ(VerifyAllocation(*e, t, size, 52), -1);
+  uint64_t id = 0;
+  Fake().set_copy_delay_us(100000);  // the page-in copy lands late: the peer waits
+  EXPECT_OK(e->Pin(t, &id));         // paged in: device memory mapped again
+  EXPECT_TRUE(peer_writes(53));
+  Fake().set_copy_delay_us(0);
+  EXPECT_OK(e->Unpin(t, id));
+  EXPECT_EQ(VerifyAllocation(*e, t, size, 53), -1);
+  EXPECT_OK(e->Free(t));
+  b->RemoveFencedStream(peer);
+  {
+    ScopedCudaContext scope(d, context1);
+    d.cuStreamDestroy(peer);
+  }
+  d.cuDevicePrimaryCtxRelease(device1);
+  e.reset();
+  ExpectNoViolationAndNothingLeaked();
+}
+
 // cuMemUnmap is not stream-ordered: the host mapping of an evicted tensor
 // goes only after work queued on it (an unpinned kernel writing it over the
 // bus) is done, and the page-in copies that work's bytes.

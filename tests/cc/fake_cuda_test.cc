@@ -1136,6 +1136,39 @@ TEST(DeviceAccessIsPerDevice) {
   Unreserve(ptr, 2 * kG);
 }
 
+// cuda.h, cuEventRecord: "hStream ... and hEvent must be from the same
+// context otherwise CUDA_ERROR_INVALID_HANDLE"; cuStreamWaitEvent: the event
+// "may be from a different context or device than hStream".
+TEST(AnEventIsRecordedOnlyOnAStreamOfItsContextAndWaitedOnFromAny) {
+  Session session;  // device 0 current
+  ASSERT_TRUE(F().set_device_count(2) == 0);
+  const CUstream on_device_0 = NewStream();
+  const CUevent of_device_0 = NewEvent();
+  CUcontext other = nullptr;
+  EXPECT_EQ(D().cuDevicePrimaryCtxRetain(&other, 1), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuCtxSetCurrent(other), CUDA_SUCCESS);
+  const CUstream on_device_1 = NewStream();
+  const CUevent of_device_1 = NewEvent();
+  CUcontext of_stream = nullptr;
+  EXPECT_EQ(D().cuStreamGetCtx(on_device_0, &of_stream), CUDA_SUCCESS);
+  EXPECT_TRUE(of_stream == session.context());
+  EXPECT_EQ(D().cuStreamGetCtx(on_device_1, &of_stream), CUDA_SUCCESS);
+  EXPECT_TRUE(of_stream == other);
+  // Whatever context is current, the event's must be the stream's.
+  EXPECT_EQ(D().cuEventRecord(of_device_1, on_device_0), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(D().cuEventRecord(of_device_0, on_device_1), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(D().cuEventRecord(of_device_0, on_device_0), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuStreamWaitEvent(on_device_1, of_device_0, 0), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuEventRecord(of_device_1, on_device_1), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuStreamWaitEvent(on_device_0, of_device_1, 0), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuEventSynchronize(of_device_1), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuStreamSynchronize(on_device_0), CUDA_SUCCESS);
+  for (CUevent e : {of_device_0, of_device_1}) EXPECT_EQ(D().cuEventDestroy(e), CUDA_SUCCESS);
+  for (CUstream s : {on_device_0, on_device_1}) EXPECT_EQ(D().cuStreamDestroy(s), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuCtxSetCurrent(session.context()), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuDevicePrimaryCtxRelease(1), CUDA_SUCCESS);
+}
+
 TEST(ACopyEnqueuedOutsideAnyReservationIsRefusedAtOnce) {
   Session session;
   const CUstream s = NewStream();

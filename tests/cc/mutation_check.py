@@ -1,7 +1,8 @@
-"""Proves the stream-ordering tests of cuda_backend_test.cc can fail.
+"""Proves the stream-ordering and access tests of cuda_backend_test.cc can fail.
 
 Each mutation removes one part of the stream protocol (Note [Stream protocol]
-in backends/cuda_backend.h) from a copy of one backend source, builds the
+in backends/cuda_backend.h) or of the access rules for several GPUs (Note
+[Access to mapped memory]) from a copy of one backend source, builds the
 test against that copy and runs it over the fake driver. The check
 passes only if every named test fails under its mutation (and no other test
 does); production sources are never touched.
@@ -27,6 +28,9 @@ DEFRAG = "DefragmentationWaitsForQueuedWorkOnAFreedGranule"
 RECLAIM = "AReclaimOfSeveralVictimsWaitsOnTheHostOnce"
 PAGE_IN_READ = "APagedInTensorIsReadByTheKernelQueuedAfterThePinWithoutAHostWaitForTheCopy"
 PAGE_IN_QUEUED = "APageInWaitsForQueuedWorkOnTheEvictedTensorBeforeTheRemap"
+OTHER_GPU_STREAM = "AStreamOfAnotherGpuIsFencedWithAnEventOfItsOwnContext"
+PEER = "APeerGpuReachesATensorThroughEveryRemap"
+SETUP = SRC / "backends/cuda_backend_setup.cc"
 
 # name -> (source, text to find, replacement, tests that must fail)
 MUTATIONS = {
@@ -40,7 +44,7 @@ MUTATIONS = {
     "no-host-wait-in-drain": (
         STREAMS, "  LMS_RETURN_IF_ERROR(Fence());\n  return HostWait();\n",
         "  return Fence();  // MUTATION\n",
-        {EVICTION, COPY, FREE, DEFRAG, RECLAIM}),
+        {EVICTION, COPY, FREE, DEFRAG, RECLAIM, PEER}),
     # The batch's drain only waits for the copies, not for a second fence.
     # The copy stream already waited for the fence before the copies, so this
     # only widens the gap of Note [Stream protocol] (unpinned work enqueued
@@ -57,12 +61,24 @@ MUTATIONS = {
     # kernel reads the device granules before the bytes land.
     "page-in-without-stream-wait": (
         STREAMS, "driver_->cuStreamWaitEvent(fenced.first, copies_done_, 0)",
-        "cu::CUDA_SUCCESS /* MUTATION */", {PAGE_IN_READ}),
+        "cu::CUDA_SUCCESS /* MUTATION */", {PAGE_IN_READ, PEER}),
     # A page-in remaps without waiting for work queued on the old (host)
     # mapping: cuMemUnmap under a running kernel.
     "page-in-without-host-wait": (
         STREAMS, "driver_->cuEventSynchronize(fenced.second)",
         "cu::CUDA_SUCCESS /* MUTATION */", {PAGE_IN_QUEUED}),
+    # A fenced stream's event made in this device's context, not the
+    # stream's: cuEventRecord fails on another GPU's stream (Note [Access to
+    # mapped memory]).
+    "fence-event-in-the-backends-context": (
+        STREAMS, "ScopedCudaContext in_stream_context(*driver_, stream_context);",
+        "ScopedCudaContext in_stream_context(*driver_, context_);  // MUTATION",
+        {OTHER_GPU_STREAM, PEER}),
+    # Peers never granted: a peer GPU's copy into an LMS tensor faults. (The
+    # peer test fences the peer's stream, so the fence mutations fail it too.)
+    "peers-not-granted": (
+        SETUP, "if (!known) access_.push_back(",
+        "if (false) access_.push_back(  // MUTATION\n", {PEER}),
 }
 
 

@@ -35,6 +35,7 @@ int IntroducedIn(const char* name) {
     return 10020;  // the VMM API
   }
   if (std::strcmp(name, "cuLaunchHostFunc") == 0) return 10000;
+  if (std::strcmp(name, "cuStreamGetCtx") == 0) return 9020;
   if (std::strncmp(name, "cuDevicePrimaryCtx", 18) == 0) return 7000;
   return 2000;
 }

@@ -35,6 +35,11 @@ struct Stream {
 };
 
 struct Event {
+  // The context current at cuEventCreate: cuEventRecord takes only a stream
+  // of the same context (cuda.h, cuEventRecord: "must be from the same
+  // context ... otherwise CUDA_ERROR_INVALID_HANDLE"); cuStreamWaitEvent and
+  // the host waits take an event of any context.
+  Context* context = nullptr;  // immutable after creation
   uint64_t last_recorded LMS_GUARDED_BY(g_stream_mu) = 0;  // 0: never recorded
   // Records enqueued and not yet reached by their stream.
   std::set<uint64_t> pending LMS_GUARDED_BY(g_stream_mu);
@@ -228,6 +233,17 @@ CUresult cuStreamWaitEvent(CUstream stream, CUevent event, unsigned int flags) n
   });
 }
 
+CUresult cuStreamGetCtx(CUstream stream, CUcontext* context) noexcept {
+  if (CUresult r = RequireInitialized()) return r;
+  if (context == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  StreamState& st = State();
+  MutexLock lock(g_stream_mu);
+  std::shared_ptr<Stream> s = FindStream(st, stream);
+  if (s == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  *context = reinterpret_cast<CUcontext>(s->context);
+  return CUDA_SUCCESS;
+}
+
 CUresult cuLaunchHostFunc(CUstream stream, CUhostFn fn, void* user_data) noexcept {
   Context* context = nullptr;
   if (CUresult r = RequireContext(&context)) return r;
@@ -245,6 +261,7 @@ CUresult cuEventCreate(CUevent* event, unsigned int flags) noexcept {
     return CUDA_ERROR_INVALID_VALUE;
   }
   auto e = std::make_shared<Event>();
+  e->context = context;
   const CUevent handle = reinterpret_cast<CUevent>(e.get());
   StreamState& st = State();
   MutexLock lock(g_stream_mu);
@@ -271,7 +288,7 @@ CUresult cuEventRecord(CUevent event, CUstream stream) noexcept {
   std::shared_ptr<Event> e = FindEvent(st, event);
   if (e == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   std::shared_ptr<Stream> s = FindStream(st, stream);
-  if (s == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  if (s == nullptr || s->context != e->context) return CUDA_ERROR_INVALID_HANDLE;
   // Numbered and enqueued in one critical section, so a wait enqueued after
   // this call targets this record or a later one.
   const uint64_t record = ++e->last_recorded;

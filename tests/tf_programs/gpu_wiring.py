@@ -8,7 +8,8 @@ interposer's hook), with TF_LMS_CUDA_DRIVER_PATH naming the fake driver.
 Usage: python gpu_wiring.py NAME
   allocate   GPU:0's LMS device from a budget that is not whole granules;
              the physical memory it takes at once; allocations past the
-             budget, statistics by name and index
+             budget, statistics by name and index; a request device and
+             host memory cannot hold is refused (no pageable host pointer)
   refused    asking for the GPU allocator when LMS cannot serve it; prints
              the C API's code and message, and tf_lms_check_gpu's
 """
@@ -58,6 +59,17 @@ def allocate() -> None:
     result["limit_by_name"] = tf.config.experimental.get_bytes_limit("GPU:0")
     result["limit_by_index"] = tf.config.experimental.get_bytes_limit(0)
     message = ctypes.create_string_buffer(2048)
+    # Eigen's scratch buffer, asked for as BaseGPUDevice::InitScratchBuffers
+    # asks (kAllocatorAlignment, kGpuScratchSize + 4 bytes, default
+    # attributes) from OpKernelContext's constructor, before any kernel pins:
+    # every Eigen reduction then uses it unpinned, so it must never be evicted.
+    scratch = ctypes.c_void_p()
+    lib.tf_lms_test_allocate_raw(b"GPU:0", 64, 1024 + 4, 1, ctypes.byref(scratch),
+                                 message, len(message))
+    requested, allocated = ctypes.c_size_t(), ctypes.c_size_t()
+    lib.tf_lms_test_allocation_sizes(b"GPU:0", scratch, ctypes.byref(requested),
+                                     ctypes.byref(allocated))
+    result["scratch_bytes"] = allocated.value
     pointers = []
     for _ in range(12):  # 96 MiB of 8 MiB tensors on a 64 MiB device
         ptr = ctypes.c_void_p()
@@ -72,6 +84,16 @@ def allocate() -> None:
     result["during"] = {k: stats[k] for k in ("bytes_in_use", "host_bytes_in_use",
                                               "num_born_evicted", "num_evictions")
                         if k in stats}
+    info = (ctypes.c_int64 * 5)()
+    result["scratch_evicted"] = (info[3] if scratch.value and
+                                 lib.tf_lms_inspect(scratch, info) == 0 else None)
+    lib.tf_lms_test_deallocate_raw(b"GPU:0", scratch)
+    # More than device and host memory together, outside any kernel: the
+    # emulated device would serve pageable host memory, a GPU must refuse.
+    ptr = ctypes.c_void_p()
+    code = lib.tf_lms_test_allocate_raw(b"GPU:0", 256, 512 * MIB, 1, ctypes.byref(ptr),
+                                        message, len(message))
+    result["too_large"] = [lib.tf_lms_code_name(code).decode(), ptr.value or 0]
     for ptr in pointers:
         lib.tf_lms_test_deallocate_raw(b"GPU:0", ptr)
     stats = lms.get_statistics("GPU:0")

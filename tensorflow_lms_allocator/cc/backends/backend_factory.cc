@@ -27,7 +27,8 @@ Status CreateBackend(const BackendSpec& spec, std::unique_ptr<Backend>* out) {
     case BackendKind::kCuda: {
       std::unique_ptr<CudaBackend> cuda;
       LMS_RETURN_IF_ERROR(CudaBackend::Create(spec.device_ordinal, spec.granule_bytes,
-                                              spec.allow_growth, &cuda));
+                                              spec.allow_growth, &cuda,
+                                              spec.peer_ordinals));
       *out = std::move(cuda);
       return Status::Ok();
     }

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "engine/backend.h"
 #include "engine/status.h"
@@ -31,6 +32,10 @@ struct BackendSpec {
   // pool is created (TensorFlow's allow_growth). The host pool always grows
   // on demand: it is pinned memory, taken from the machine.
   bool allow_growth = false;
+  // kCuda: the other devices (driver ordinals) whose work may read or write
+  // this device's memory: TensorFlow's peer GPUs. Each mapping grants them
+  // access (cuMemSetAccess; peer access does not cover VMM memory).
+  std::vector<int> peer_ordinals;
 };
 
 // "posix" or "cuda" -> *kind; anything else is kInvalidArgument naming the

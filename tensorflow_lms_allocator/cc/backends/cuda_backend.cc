@@ -180,9 +180,9 @@ Status CudaBackend::Map(uintptr_t address, PoolKind pool, const GranuleId* ids,
     *SlotAt(at) = Slot{true, pool, ids[mapped]};
   }
   if (s.ok()) {
-    const cu::CUmemAccessDesc rw{{cu::CU_MEM_LOCATION_TYPE_DEVICE, device_},
-                                 cu::CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
-    s = d.Check(d.cuMemSetAccess(address, count * granule_, &rw, 1),
+    // New memory has no access, whatever the old mapping of the slot had:
+    // this device and every peer are granted again.
+    s = d.Check(d.cuMemSetAccess(address, count * granule_, access_.data(), access_.size()),
                 "cuMemSetAccess at " + Hex(address));
   }
   if (!s.ok()) {

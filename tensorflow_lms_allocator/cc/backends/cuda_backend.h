@@ -115,6 +115,17 @@
 // the remap.
 // The costs are counted (GetStatistics): fences, host waits, copies, bytes.
 //
+// Note [Access to mapped memory]. A cuMemMap mapping is reachable only by the
+// devices cuMemSetAccess granted, and every new mapping starts with none;
+// peer access (cuCtxEnablePeerAccess) does not cover VMM memory. So every
+// Map of a slot grants read/write to this device and to each peer GPU
+// TensorFlow named (a copy between GPUs runs on the sending GPU's stream and
+// touches the receiver's memory), again at every remap. Pool windows are
+// reached by this device's copy stream only. A fenced stream may belong to
+// another device's context (the sender's streams of such a copy): its event
+// is created in that context (cuEventRecord refuses an event of another
+// context; cuStreamWaitEvent takes one of any).
+//
 // Thread-safety: Map, Unmap, copies and pools are called with the engine's
 // lock held (thread-compatible, like the POSIX backend). AddFencedStream,
 // RemoveFencedStream and the fence itself share the set of fenced streams
@@ -143,9 +154,14 @@ class CudaBackend : public Backend {
   // GPU, the driver version and the requirement if it does not.
   // `allow_growth`: create device memory as granules are first used
   // (TensorFlow's allow_growth) rather than all of it in CreatePool. Host
-  // memory is always created as it is first used.
+  // memory is always created as it is first used. `peer_ordinals`: other
+  // devices whose work reads or writes this device's memory (TensorFlow's
+  // peer GPUs: a copy between GPUs runs on the sender's streams); every
+  // mapping grants them read/write as it grants this device
+  // (Note [Access to mapped memory]).
   static Status Create(int ordinal, size_t min_granule_bytes, bool allow_growth,
-                       std::unique_ptr<CudaBackend>* out);
+                       std::unique_ptr<CudaBackend>* out,
+                       const std::vector<int>& peer_ordinals = {});
   // What Create checks before it takes anything (the driver, the device,
   // VMM and host-located VMM support), without creating a CUDA context: for
   // an error when the user enables LMS rather than at the first op.
@@ -214,6 +230,8 @@ class CudaBackend : public Backend {
   // cuInit, the device by ordinal and CheckSupport: no context.
   Status InitDevice();
   Status CheckSupport();
+  // Sets access_: this device and each of `peer_ordinals`.
+  Status GrantPeers(const std::vector<int>& peer_ordinals);
   cu::CUmemAllocationProp AllocationProp(PoolKind pool) const;
   // On a driver that cannot report host-located VMM support (12.2-12.8: no
   // attribute 141), creates and releases one host granule, so that a GPU
@@ -254,6 +272,9 @@ class CudaBackend : public Backend {
   const int ordinal_;
   bool allow_growth_ = false;
   cu::CUdevice device_ = 0;
+  // This device's and the peers' read/write access, granted to every
+  // mapping of a slot (Map); set by Init.
+  std::vector<cu::CUmemAccessDesc> access_;
   cu::CUcontext context_ = nullptr;  // retained primary context
   bool context_retained_ = false;
   size_t granule_ = 0;

@@ -1,5 +1,6 @@
 // CudaBackend's creation and destruction: the driver, the device and what it
 // supports, the primary context, the granule and the copy stream.
+#include <algorithm>
 #include <string>
 #include <utility>
 
@@ -39,12 +40,14 @@ CudaBackend::CudaBackend(std::unique_ptr<CudaDriver> driver, int ordinal)
     : driver_(std::move(driver)), ordinal_(ordinal) {}
 
 Status CudaBackend::Create(int ordinal, size_t min_granule_bytes, bool allow_growth,
-                           std::unique_ptr<CudaBackend>* out) {
+                           std::unique_ptr<CudaBackend>* out,
+                           const std::vector<int>& peer_ordinals) {
   std::unique_ptr<CudaDriver> driver;
   LMS_RETURN_IF_ERROR(CudaDriver::Load(&driver));
   std::unique_ptr<CudaBackend> backend(new CudaBackend(std::move(driver), ordinal));
   backend->allow_growth_ = allow_growth;
   LMS_RETURN_IF_ERROR(backend->Init(min_granule_bytes));
+  LMS_RETURN_IF_ERROR(backend->GrantPeers(peer_ordinals));
   *out = std::move(backend);
   return Status::Ok();
 }
@@ -72,6 +75,28 @@ Status CudaBackend::InitDevice() {
   }
   LMS_RETURN_IF_ERROR(d.Check(d.cuDeviceGet(&device_, ordinal_), "cuDeviceGet"));
   return CheckSupport();
+}
+
+Status CudaBackend::GrantPeers(const std::vector<int>& peer_ordinals) {
+  const CudaDriver& d = *driver_;
+  const int rw = cu::CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  access_ = {{{cu::CU_MEM_LOCATION_TYPE_DEVICE, device_}, rw}};
+  int count = 0;
+  LMS_RETURN_IF_ERROR(d.Check(d.cuDeviceGetCount(&count), "cuDeviceGetCount"));
+  for (int peer : peer_ordinals) {
+    if (peer < 0 || peer >= count) {
+      return InvalidArgument("peer GPU " + std::to_string(peer) + " of GPU " +
+                             std::to_string(ordinal_) + " does not exist: the NVIDIA driver "
+                             "sees " + std::to_string(count) + " GPU(s)");
+    }
+    cu::CUdevice device = 0;
+    LMS_RETURN_IF_ERROR(d.Check(d.cuDeviceGet(&device, peer), "cuDeviceGet of a peer GPU"));
+    const bool known = std::any_of(access_.begin(), access_.end(), [&](const auto& a) {
+      return a.location.id == device;
+    });
+    if (!known) access_.push_back({{cu::CU_MEM_LOCATION_TYPE_DEVICE, device}, rw});
+  }
+  return Status::Ok();
 }
 
 Status CudaBackend::Init(size_t min_granule_bytes) {

@@ -14,6 +14,16 @@ Status CudaBackend::AddFencedStream(cu::CUstream stream) {
   for (const auto& fenced : fenced_) {
     if (fenced.first == stream) return Status::Ok();
   }
+  // A fenced stream may be another device's (a copy between GPUs runs on
+  // the sending GPU's streams and writes this device's memory). Its event is
+  // created in the stream's own context: cuEventRecord takes only an event
+  // of the stream's context (CUDA_ERROR_INVALID_HANDLE otherwise), while the
+  // copy stream may wait on an event of any context.
+  cu::CUcontext stream_context = nullptr;
+  LMS_RETURN_IF_ERROR(
+      driver_->Check(driver_->cuStreamGetCtx(stream, &stream_context), "cuStreamGetCtx"));
+  ScopedCudaContext in_stream_context(*driver_, stream_context);
+  LMS_RETURN_IF_ERROR(in_stream_context.status());
   cu::CUevent event = nullptr;
   LMS_RETURN_IF_ERROR(driver_->Check(
       driver_->cuEventCreate(&event, cu::CU_EVENT_DISABLE_TIMING), "cuEventCreate"));

@@ -163,6 +163,7 @@ using PFN_cuGetProcAddress = CUresult (*)(const char* symbol, void** pfn,
   X(cuStreamCreate, CUresult, (CUstream * stream, unsigned int flags))       \
   X(cuStreamDestroy, CUresult, (CUstream stream))                            \
   X(cuStreamSynchronize, CUresult, (CUstream stream))                        \
+  X(cuStreamGetCtx, CUresult, (CUstream stream, CUcontext * context))       \
   X(cuStreamWaitEvent, CUresult,                                             \
     (CUstream stream, CUevent event, unsigned int flags))                    \
   X(cuLaunchHostFunc, CUresult,                                              \

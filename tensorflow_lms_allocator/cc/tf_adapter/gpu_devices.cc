@@ -1,5 +1,8 @@
 #include "tf_adapter/gpu_devices.h"
 
+#include <utility>
+#include <vector>
+
 #include "engine/env_options.h"
 #include "tensorflow/core/common_runtime/gpu/gpu_id_manager.h"
 #include "google/protobuf/descriptor.h"
@@ -47,7 +50,7 @@ std::string GpuDeviceName(int tf_device_id) {
 }
 
 Status GpuDeviceSpec(const Settings& settings, const void* gpu_options, int tf_device_id,
-                     size_t total_bytes, LmsDeviceSpec* spec) {
+                     size_t total_bytes, const void* peer_gpu_ids, LmsDeviceSpec* spec) {
   const std::string name = GpuDeviceName(tf_device_id);
   if (settings.strict) {
     // Strict mode maps evicted memory with no access so that an unpinned
@@ -67,6 +70,20 @@ Status GpuDeviceSpec(const Settings& settings, const void* gpu_options, int tf_d
     return NotFound("TensorFlow has no CUDA device for " + name + ": " +
                     std::string(found.message()));
   }
+  std::vector<int> peer_ordinals;
+  if (peer_gpu_ids != nullptr) {
+    for (tsl::TfDeviceId peer :
+         *static_cast<const std::vector<tsl::TfDeviceId>*>(peer_gpu_ids)) {
+      tsl::PlatformDeviceId peer_platform_id;
+      const absl::Status known =
+          tensorflow::GpuIdManager::TfToPlatformDeviceId(peer, &peer_platform_id);
+      if (!known.ok()) {
+        return NotFound("TensorFlow has no CUDA device for " + name + "'s peer " +
+                        GpuDeviceName(peer.value()) + ": " + std::string(known.message()));
+      }
+      peer_ordinals.push_back(peer_platform_id.value());
+    }
+  }
   const auto* options = static_cast<const tensorflow::GPUOptions*>(gpu_options);
   bool allow_growth = options != nullptr && options->allow_growth();
   bool present = false;
@@ -80,6 +97,7 @@ Status GpuDeviceSpec(const Settings& settings, const void* gpu_options, int tf_d
   spec->backend.kind = BackendKind::kCuda;
   spec->backend.device_ordinal = platform_id.value();
   spec->backend.allow_growth = allow_growth;
+  spec->backend.peer_ordinals = std::move(peer_ordinals);
   spec->device_bytes = total_bytes;
   spec->host_bytes = settings.host_bytes;
   const LmsGpuOptions asked = ReadLmsGpuOptions(gpu_options);

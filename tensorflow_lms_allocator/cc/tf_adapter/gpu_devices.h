@@ -49,8 +49,11 @@ std::string GpuDeviceName(int tf_device_id);
 // serve a GPU with these settings (TF_LMS_STRICT=1), kNotFound if
 // TensorFlow has no platform id for the device. LMS and defragmentation are
 // on if the settings or the GPUOptions (ReadLmsGpuOptions) turn them on.
+// `peer_gpu_ids` (const std::vector<tsl::TfDeviceId>*, or null) are the GPUs
+// TensorFlow enabled peer access with: each is granted access to the
+// device's memory (Note [Access to mapped memory] in cuda_backend.h).
 Status GpuDeviceSpec(const Settings& settings, const void* gpu_options, int tf_device_id,
-                     size_t total_bytes, LmsDeviceSpec* spec);
+                     size_t total_bytes, const void* peer_gpu_ids, LmsDeviceSpec* spec);
 
 }  // namespace lms
 

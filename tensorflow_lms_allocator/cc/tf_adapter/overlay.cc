@@ -162,9 +162,10 @@ void* Overlay::CpuAllocator(void* original) {
 }
 
 void Overlay::CreateGpuDevice(GpuEntry* entry, const void* options, int tf_device_id,
-                              size_t total_bytes) {
+                              size_t total_bytes, const void* peer_gpu_ids) {
   LmsDeviceSpec spec;
-  Status s = GpuDeviceSpec(settings_, options, tf_device_id, total_bytes, &spec);
+  Status s =
+      GpuDeviceSpec(settings_, options, tf_device_id, total_bytes, peer_gpu_ids, &spec);
   if (s.ok()) s = LmsDevice::Create(spec, &entry->device);
   if (s.ok()) {
     router_.Add(entry->device.get(), /*emulated=*/false);
@@ -186,7 +187,7 @@ void* Overlay::GpuAllocator(void* get_original, void* self, const void* options,
                             int tf_device_id, size_t total_bytes, const void* peer_gpu_ids) {
   using GetGpuAllocatorFn = void* (*)(void*, const void*, int, size_t, const void*);
   auto original = reinterpret_cast<GetGpuAllocatorFn>(get_original);
-  void* lms = GpuAllocatorIfEnabled(options, tf_device_id, total_bytes);
+  void* lms = GpuAllocatorIfEnabled(options, tf_device_id, total_bytes, peer_gpu_ids);
   // Outside our lock: TensorFlow's allocator may take its time (it reserves
   // the GPU's memory) and must not wait on ours.
   if (lms == nullptr) return original(self, options, tf_device_id, total_bytes, peer_gpu_ids);
@@ -202,7 +203,7 @@ void* Overlay::GpuAllocator(void* get_original, void* self, const void* options,
 }
 
 void* Overlay::GpuAllocatorIfEnabled(const void* options, int tf_device_id,
-                                     size_t total_bytes) {
+                                     size_t total_bytes, const void* peer_gpu_ids) {
   MutexLock lock(mu_);
   settings_fixed_ = true;
   if (!configured_ || !(settings_.lms_enabled || ReadLmsGpuOptions(options).lms_enabled)) {
@@ -210,7 +211,7 @@ void* Overlay::GpuAllocatorIfEnabled(const void* options, int tf_device_id,
   }
   GpuEntry& entry = gpus_[tf_device_id];
   if (entry.device == nullptr && entry.unavailable == nullptr) {
-    CreateGpuDevice(&entry, options, tf_device_id, total_bytes);
+    CreateGpuDevice(&entry, options, tf_device_id, total_bytes, peer_gpu_ids);
   }
   if (entry.device != nullptr) return entry.device->allocator();
   return entry.unavailable.get();

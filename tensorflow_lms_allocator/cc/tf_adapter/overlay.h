@@ -70,8 +70,11 @@ class Overlay {
                      int tf_device_id, size_t total_bytes, const void* peer_gpu_ids);
   // GPU `tf_device_id`'s LMS allocator (a tsl::Allocator*) if LMS serves it
   // (settings or `options`, a const GPUOptions*), else null: TensorFlow's own
-  // allocator must serve it. Fixes the settings.
-  void* GpuAllocatorIfEnabled(const void* options, int tf_device_id, size_t total_bytes);
+  // allocator must serve it. Fixes the settings. `peer_gpu_ids` (a const
+  // std::vector<tsl::TfDeviceId>*, or null for none) are the GPUs granted
+  // access to its memory.
+  void* GpuAllocatorIfEnabled(const void* options, int tf_device_id, size_t total_bytes,
+                              const void* peer_gpu_ids);
   // An OpKernelContext was constructed (`params` is its Params*) or is about
   // to be destroyed: the kernel-pin hooks of both ways in.
   void OnContextCreated(void* context, void* params);
@@ -103,7 +106,8 @@ class Overlay {
   LmsDeviceSpec EmulatedDeviceSpec() const LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Makes GPU `tf_device_id`'s entry.
   void CreateGpuDevice(GpuEntry* entry, const void* options, int tf_device_id,
-                       size_t total_bytes) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                       size_t total_bytes, const void* peer_gpu_ids)
+      LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   Mutex mu_;
   // True once Configure succeeded; the hooks serve nothing before.

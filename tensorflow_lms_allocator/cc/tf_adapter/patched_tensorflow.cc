@@ -33,7 +33,8 @@ const Status& Configured() {
 }  // namespace
 
 tsl::Allocator* LmsGpuAllocatorOrNull(const tensorflow::GPUOptions& options,
-                                      int tf_device_id, size_t total_bytes) {
+                                      int tf_device_id, size_t total_bytes,
+                                      const std::vector<tsl::TfDeviceId>& peer_gpu_ids) {
   const Status& configured = Configured();
   if (!configured.ok()) {
     // The process set TF_LMS_* variables, so it meant to use LMS.
@@ -44,7 +45,8 @@ tsl::Allocator* LmsGpuAllocatorOrNull(const tensorflow::GPUOptions& options,
     }();
     return unavailable;
   }
-  void* lms = Overlay::Get().GpuAllocatorIfEnabled(&options, tf_device_id, total_bytes);
+  void* lms =
+      Overlay::Get().GpuAllocatorIfEnabled(&options, tf_device_id, total_bytes, &peer_gpu_ids);
   if (lms == nullptr) return nullptr;
   // Before TensorFlow runs a kernel with this allocator (it has none yet).
   tensorflow::SetOpKernelContextObserver(&kContextObserver);

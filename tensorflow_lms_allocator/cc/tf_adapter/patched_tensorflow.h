@@ -8,10 +8,12 @@
 #define TENSORFLOW_LMS_ALLOCATOR_CC_TF_ADAPTER_PATCHED_TENSORFLOW_H_
 
 #include <cstddef>
+#include <vector>
 
 #include "tensorflow/core/protobuf/config.pb.h"
 #include "tf_adapter/tensorflow_copies.h"
 #include "xla/tsl/framework/allocator.h"
+#include "xla/tsl/framework/device_id.h"
 
 namespace lms {
 
@@ -25,9 +27,11 @@ namespace lms {
 // setting (a TF_LMS_* variable was set, so the process meant to use LMS;
 // TensorFlow's allocator would run the model without it). The first LMS allocator installs the
 // OpKernelContext observer, so that kernels pin the tensors they use.
+// `peer_gpu_ids` (GetGPUAllocator's) are granted access to the GPU's memory.
 // Thread-safe.
 tsl::Allocator* LmsGpuAllocatorOrNull(const tensorflow::GPUOptions& options,
-                                      int tf_device_id, size_t total_bytes);
+                                      int tf_device_id, size_t total_bytes,
+                                      const std::vector<tsl::TfDeviceId>& peer_gpu_ids);
 
 // tensorflow::GPUUtil's copies, pinned as Note [TensorFlow's own copies]
 // (tensorflow_copies.h) says: each takes GPUUtil's own implementation as
