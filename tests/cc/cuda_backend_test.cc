@@ -18,6 +18,7 @@
 #include "backends/backend_factory.h"
 #include "backends/cuda_backend.h"
 #include "backends/cuda_context.h"
+#include "backends/pinned_host_budget.h"
 #include "engine/engine.h"
 #include "fake_cuda_access.h"
 #include "harness.h"
@@ -173,6 +174,50 @@ TEST(ADriverThatCannotReportHostVmmButHasItWorks) {
     EXPECT_OK(FillAllocation(*e, t, 2 * kGranule, 9));
     EXPECT_OK(e->Evict(t));  // host memory at HOST_NUMA (HOST on 13.0)
     EXPECT_EQ(VerifyAllocation(*e, t, 2 * kGranule, 9), -1);
+    EXPECT_OK(e->Free(t));
+    e.reset();
+    ExpectNoViolationAndNothingLeaked();
+  }
+}
+
+// Note [Where host memory is made]: the attributes may say yes while
+// cuMemCreate at that location says no (the fake's refuse_host_create knob).
+// The backend creates one host granule at each location at Create, prefers
+// the GPU's NUMA node, takes HOST only where HOST_NUMA is refused, and fails
+// at Create (not at the first eviction) where every location is refused.
+TEST(HostMemoryIsMadeAtTheGpusNumaNodeOrWhereTheDriverAcceptsIt) {
+  struct Case {
+    int version;
+    int refused;           // the fake's mask: 1 HOST_NUMA, 2 HOST
+    const char* location;  // nullptr: Create must fail
+  };
+  for (const Case& c : {Case{13000, 0, "HOST_NUMA node 0"}, Case{13000, 1, "HOST"},
+                        Case{13000, 2, "HOST_NUMA node 0"}, Case{13000, 3, nullptr},
+                        Case{12090, 1, nullptr}}) {
+    if (!FreshFake()) return;
+    Fake().set_driver_version(c.version);
+    Fake().refuse_host_create(c.refused);
+    std::unique_ptr<CudaBackend> backend;
+    const Status s = MakeCuda(&backend);
+    std::printf("  driver %d, refused %d: %s\n", c.version, c.refused,
+                s.ok() ? backend->host_location().c_str() : s.message().c_str());
+    if (c.location == nullptr) {
+      EXPECT_TRUE(s.code() == StatusCode::kFailedPrecondition);
+      EXPECT_TRUE(Contains(s.message(), "refused host memory at every location"));
+      EXPECT_TRUE(Contains(s.message(), "HOST_NUMA node 0: cuMemCreate failed with "
+                                        "CUDA_ERROR_NOT_SUPPORTED"));
+      ExpectNoViolationAndNothingLeaked();
+      continue;
+    }
+    EXPECT_OK(s);
+    if (!s.ok()) continue;
+    EXPECT_TRUE(backend->host_location() == c.location);
+    auto e = MakeEngine(std::move(backend), /*device=*/2, /*host=*/2);
+    void* t = MustAllocate(*e, 2 * kGranule, /*pin=*/false);
+    ASSERT_TRUE(t != nullptr);
+    EXPECT_OK(FillAllocation(*e, t, 2 * kGranule, 19));
+    EXPECT_OK(e->Evict(t));  // host memory at the chosen location
+    EXPECT_EQ(VerifyAllocation(*e, t, 2 * kGranule, 19), -1);
     EXPECT_OK(e->Free(t));
     e.reset();
     ExpectNoViolationAndNothingLeaked();
@@ -747,6 +792,52 @@ TEST(APeerGpuReachesATensorThroughEveryRemap) {
   }
   d.cuDevicePrimaryCtxRelease(device1);
   e.reset();
+  ExpectNoViolationAndNothingLeaked();
+}
+
+// Pinned host memory cannot be swapped: one TF_GPU_HOST_MEM_LIMIT_IN_MB per
+// GPU let N GPUs pin N times it, and the OOM killer came before any error.
+// The fake's host memory is capped at one GPU's limit, as a machine is: the
+// second GPU's eviction must be refused by LMS's budget, with bytes kept, not
+// by the driver running out; once the first GPU's pool is gone it succeeds.
+TEST(PinnedHostMemoryIsOneBudgetForEveryGpuOfTheProcess) {
+  if (!FreshFake() || Fake().set_device_count(2) != 0 ||
+      Fake().set_pool_capacity(FAKE_CUDA_POOL_HOST, 4 * kGranule) != 0) {
+    return;
+  }
+  std::unique_ptr<CudaBackend> first, second;
+  EXPECT_OK(CudaBackend::Create(0, kGranule, /*allow_growth=*/false, &first));
+  EXPECT_OK(CudaBackend::Create(1, kGranule, /*allow_growth=*/false, &second));
+  if (first == nullptr || second == nullptr) return;
+  auto a = MakeEngine(std::move(first), /*device=*/2, /*host=*/4);
+  auto b = MakeEngine(std::move(second), /*device=*/2, /*host=*/4);
+  const size_t size = 2 * kGranule;
+  void* a1 = MustAllocate(*a, size, /*pin=*/false);
+  ASSERT_TRUE(a1 != nullptr);
+  EXPECT_OK(FillAllocation(*a, a1, size, 61));
+  EXPECT_OK(a->Evict(a1));  // the first GPU makes all 4 host granules
+  void* a2 = MustAllocate(*a, size, /*pin=*/false);
+  ASSERT_TRUE(a2 != nullptr);
+  EXPECT_OK(FillAllocation(*a, a2, size, 62));
+  EXPECT_OK(a->Evict(a2));
+  void* b1 = MustAllocate(*b, size, /*pin=*/false);
+  ASSERT_TRUE(b1 != nullptr);
+  EXPECT_OK(FillAllocation(*b, b1, size, 63));
+  const Status refused = b->Evict(b1);
+  std::printf("  second GPU's eviction: %s\n", refused.ToString().c_str());
+  EXPECT_TRUE(refused.code() == StatusCode::kResourceExhausted);
+  EXPECT_TRUE(Contains(refused.message(), "one budget for every GPU of the process"));
+  EXPECT_EQ(VerifyAllocation(*b, b1, size, 63), -1);
+  EXPECT_EQ(VerifyAllocation(*a, a1, size, 61), -1);
+  EXPECT_EQ(VerifyAllocation(*a, a2, size, 62), -1);
+  EXPECT_OK(a->Free(a1));
+  EXPECT_OK(a->Free(a2));
+  a.reset();  // its host granules go back to the budget
+  EXPECT_OK(b->Evict(b1));
+  EXPECT_EQ(VerifyAllocation(*b, b1, size, 63), -1);
+  EXPECT_OK(b->Free(b1));
+  b.reset();
+  EXPECT_EQ(PinnedHostBudget::Process().used(), 0u);
   ExpectNoViolationAndNothingLeaked();
 }
 

@@ -26,6 +26,7 @@ struct FakeCuda {
   X(fail_nth_mem_create, fake_cuda_fail_nth_mem_create)                \
   X(fail_nth_mem_map, fake_cuda_fail_nth_mem_map)                      \
   X(set_host_vmm_supported, fake_cuda_set_host_vmm_supported)          \
+  X(refuse_host_create, fake_cuda_refuse_host_create)                  \
   X(set_driver_version, fake_cuda_set_driver_version)                  \
   X(set_device_count, fake_cuda_set_device_count)                      \
   X(set_granularity, fake_cuda_set_granularity)                        \

@@ -46,7 +46,8 @@ struct Driver {
 #define FAKE_CUDA_TEST_API(X)                                                    \
   X(launch_kernel) X(device_alias) X(violation_count) X(violations)             \
   X(clear_violations) X(set_copy_delay_us) X(fail_nth_mem_create)               \
-  X(fail_nth_mem_map) X(set_host_vmm_supported) X(set_driver_version)           \
+  X(fail_nth_mem_map) X(set_host_vmm_supported) X(refuse_host_create)           \
+  X(set_driver_version)                                                          \
   X(set_device_count) X(set_granularity) X(set_pool_capacity) X(live_handles)   \
   X(live_mappings) X(live_reservations) X(live_streams) X(live_events)          \
   X(pool_bytes_in_use) X(work_in_flight) X(work_running) X(check_invariants) X(destroy_all) X(reset)
@@ -446,6 +447,32 @@ TEST(HostVmmUnsupportedKnobTurnsOffAttributesAndHostLocatedCreate) {
     const CUmemAllocationProp prop = Prop(type);
     EXPECT_EQ(D().cuMemCreate(&handle, kG, &prop, 0), CUDA_ERROR_NOT_SUPPORTED);
   }
+}
+
+// The attributes say host-located VMM is supported, yet cuMemCreate at a
+// host location fails: containers without NUMA support do this, and NCCL
+// creates host memory to find out (its cuMem host allocation checks) rather
+// than trusting attributes 141/145.
+TEST(HostCreateRefusalKnobRefusesCreateButNotTheAttributes) {
+  Session session;
+  F().set_driver_version(13000);
+  F().refuse_host_create(1);  // HOST_NUMA only
+  for (int attribute : {CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
+                        CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED}) {
+    int value = -1;
+    EXPECT_EQ(D().cuDeviceGetAttribute(&value, attribute, 0), CUDA_SUCCESS);
+    EXPECT_EQ(value, 1);
+  }
+  CUmemGenericAllocationHandle handle = 0;
+  const CUmemAllocationProp numa = Prop(CU_MEM_LOCATION_TYPE_HOST_NUMA);
+  const CUmemAllocationProp host = Prop(CU_MEM_LOCATION_TYPE_HOST);
+  EXPECT_EQ(D().cuMemCreate(&handle, kG, &numa, 0), CUDA_ERROR_NOT_SUPPORTED);
+  EXPECT_EQ(D().cuMemCreate(&handle, kG, &host, 0), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuMemRelease(handle), CUDA_SUCCESS);
+  F().refuse_host_create(2);  // HOST only
+  EXPECT_EQ(D().cuMemCreate(&handle, kG, &host, 0), CUDA_ERROR_NOT_SUPPORTED);
+  EXPECT_EQ(D().cuMemCreate(&handle, kG, &numa, 0), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuMemRelease(handle), CUDA_SUCCESS);
 }
 
 TEST(DeviceCountKnobAddsDevicesAndZeroFailsCuInit) {

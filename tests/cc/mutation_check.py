@@ -31,6 +31,8 @@ PAGE_IN_QUEUED = "APageInWaitsForQueuedWorkOnTheEvictedTensorBeforeTheRemap"
 OTHER_GPU_STREAM = "AStreamOfAnotherGpuIsFencedWithAnEventOfItsOwnContext"
 PEER = "APeerGpuReachesATensorThroughEveryRemap"
 SETUP = SRC / "backends/cuda_backend_setup.cc"
+HOST_LOCATION = "HostMemoryIsMadeAtTheGpusNumaNodeOrWhereTheDriverAcceptsIt"
+NO_PROBE = {"TheHostMemoryProbeOfADriverThatCannotReportSupportFailsCleanly"}
 
 # name -> (source, text to find, replacement, tests that must fail)
 MUTATIONS = {
@@ -74,6 +76,15 @@ MUTATIONS = {
         STREAMS, "ScopedCudaContext in_stream_context(*driver_, stream_context);",
         "ScopedCudaContext in_stream_context(*driver_, context_);  // MUTATION",
         {OTHER_GPU_STREAM, PEER}),
+    # Host memory taken at the first location the attributes allow, without
+    # creating any (Note [Where host memory is made]).
+    "host-location-not-probed": (
+        SETUP, "      r = d.cuMemCreate(&h, granule, &prop, 0);\n",
+        "      r = cu::CUDA_SUCCESS;  // MUTATION\n", {HOST_LOCATION, *NO_PROBE}),
+    # Each GPU's host pool its own TF_GPU_HOST_MEM_LIMIT_IN_MB again.
+    "host-budget-per-gpu": (
+        MEMORY, "if (pool == PoolKind::kHost && !budget.TryTake(granule_)) {",
+        "if (false) {  // MUTATION", {"PinnedHostMemoryIsOneBudgetForEveryGpuOfTheProcess"}),
     # Peers never granted: a peer GPU's copy into an LMS tensor faults. (The
     # peer test fences the peer's stream, so the fence mutations fail it too.)
     "peers-not-granted": (

@@ -62,6 +62,10 @@ FAKE_CUDA_EXPORT void fake_cuda_set_host_vmm_supported(int supported) noexcept {
   fake::GetKnobs().host_vmm_supported = supported != 0;
 }
 
+FAKE_CUDA_EXPORT void fake_cuda_refuse_host_create(int mask) noexcept {
+  fake::GetKnobs().refuse_host_create = mask & 3;
+}
+
 FAKE_CUDA_EXPORT void fake_cuda_set_driver_version(int version) noexcept {
   fake::GetKnobs().driver_version = version;
 }

@@ -90,6 +90,8 @@
 //   FAKE_CUDA_DEVICE_COUNT                   default 1 (at most 8)
 //   FAKE_CUDA_COPY_DELAY_US                  default 0
 //   FAKE_CUDA_HOST_VMM                       1 (default) or 0
+//   FAKE_CUDA_REFUSE_HOST_CREATE             0 (default) to 3: the mask of
+//                                            fake_cuda_refuse_host_create
 //   FAKE_CUDA_PRINT_VIOLATIONS               1: also print each violation to
 //                                            stderr as it is recorded
 // A bad value makes cuInit fail with CUDA_ERROR_INVALID_VALUE after printing
@@ -161,6 +163,11 @@ void fake_cuda_fail_nth_mem_map(int n, int error) FAKE_CUDA_NOEXCEPT;
 // drivers before 12090 / 13000 do not know attribute 141 / 145
 // (CUDA_ERROR_INVALID_VALUE).
 void fake_cuda_set_host_vmm_supported(int supported) FAKE_CUDA_NOEXCEPT;
+// cuMemCreate refuses host memory at the locations of `mask` (bit 0:
+// HOST_NUMA, bit 1: HOST) with CUDA_ERROR_NOT_SUPPORTED while the attributes
+// still say it is supported: a container or system without NUMA support,
+// which NCCL probes for by creating host memory. 0 (the default) refuses none.
+void fake_cuda_refuse_host_create(int mask) FAKE_CUDA_NOEXCEPT;
 // What cuDriverGetVersion reports and cuGetProcAddress compares against
 // (e.g. 11080 for a driver too old for the backend).
 void fake_cuda_set_driver_version(int version) FAKE_CUDA_NOEXCEPT;

@@ -39,13 +39,14 @@ void LoadKnobsFromEnvironment() {
   Knobs& k = GetKnobs();
   k.environment_error = false;
   long long device_mb = 1024, host_mb = 1024, version = 12040, devices = 1,
-            delay_us = 0, host_vmm = 1, print = 0;
+            delay_us = 0, host_vmm = 1, refuse_host = 0, print = 0;
   ReadEnv("FAKE_CUDA_DEVICE_MB", 0, 1 << 20, &device_mb);
   ReadEnv("FAKE_CUDA_HOST_MB", 0, 1 << 20, &host_mb);
   ReadEnv("FAKE_CUDA_DRIVER_VERSION", 1000, 99999, &version);
   ReadEnv("FAKE_CUDA_DEVICE_COUNT", 0, kMaxDevices, &devices);
   ReadEnv("FAKE_CUDA_COPY_DELAY_US", 0, 10000000, &delay_us);
   ReadEnv("FAKE_CUDA_HOST_VMM", 0, 1, &host_vmm);
+  ReadEnv("FAKE_CUDA_REFUSE_HOST_CREATE", 0, 3, &refuse_host);
   ReadEnv("FAKE_CUDA_PRINT_VIOLATIONS", 0, 1, &print);
   k.device_capacity = static_cast<size_t>(device_mb) << 20;
   k.host_capacity = static_cast<size_t>(host_mb) << 20;
@@ -53,6 +54,7 @@ void LoadKnobsFromEnvironment() {
   k.device_count = static_cast<int>(devices);
   k.copy_delay_us = static_cast<unsigned>(delay_us);
   k.host_vmm_supported = host_vmm != 0;
+  k.refuse_host_create = static_cast<int>(refuse_host);
   k.print_violations = print != 0;
   k.fail_create_countdown = 0;
   k.fail_map_countdown = 0;

@@ -28,6 +28,8 @@ struct Knobs {
   std::atomic<int> device_count{1};
   // Host-located VMM (attributes 141 and 145, HOST_NUMA / HOST cuMemCreate).
   std::atomic<bool> host_vmm_supported{true};
+  // Bit 0: cuMemCreate refuses HOST_NUMA; bit 1: HOST (attributes unchanged).
+  std::atomic<int> refuse_host_create{0};
   // Sleep before each copy moves bytes, to widen race windows.
   std::atomic<unsigned> copy_delay_us{0};
   // n > 0: the n-th next call fails (see ConsumeCountdown).

@@ -157,6 +157,12 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
   }
   bool host = false;
   if (CUresult r = ValidateProp(prop, &host)) return r;
+  // fake_cuda_refuse_host_create: only creation fails, as in a container
+  // without NUMA support (the granularity query still answers).
+  const int refused_type = prop->location.type == CU_MEM_LOCATION_TYPE_HOST_NUMA ? 1
+                           : prop->location.type == CU_MEM_LOCATION_TYPE_HOST    ? 2
+                                                                                  : 0;
+  if ((k.refuse_host_create & refused_type) != 0) return CUDA_ERROR_NOT_SUPPORTED;
   if (ConsumeCountdown(GetKnobs().fail_create_countdown)) {
     return CUDA_ERROR_OUT_OF_MEMORY;
   }

@@ -15,6 +15,7 @@
 
 #include "backends/cuda_backend.h"
 #include "backends/cuda_context.h"
+#include "backends/pinned_host_budget.h"
 
 namespace lms {
 namespace {
@@ -73,7 +74,9 @@ Status CudaBackend::CreatePool(PoolKind pool, size_t granules) {
   // device pool under allow_growth; otherwise all of it now, as TensorFlow's
   // BFC allocator takes its whole budget.
   const bool eager = pool == PoolKind::kDevice && !allow_growth_;
-  return CreateWindow(pool, granules, eager, &p);
+  LMS_RETURN_IF_ERROR(CreateWindow(pool, granules, eager, &p));
+  if (pool == PoolKind::kHost) PinnedHostBudget::Process().AddPool(granules * granule_);
+  return Status::Ok();
 }
 
 Status CudaBackend::CreateWindow(PoolKind pool, size_t granules, bool eager, Pool* out) {
@@ -88,7 +91,7 @@ Status CudaBackend::CreateWindow(PoolKind pool, size_t granules, bool eager, Poo
     s = CreateGranule(pool, static_cast<GranuleId>(i), &p);
   }
   if (!s.ok()) {
-    DestroyWindow(&p);  // all or nothing: the pool does not exist
+    DestroyWindow(pool, &p);  // all or nothing: the pool does not exist
     return s;
   }
   *out = std::move(p);
@@ -97,13 +100,24 @@ Status CudaBackend::CreateWindow(PoolKind pool, size_t granules, bool eager, Poo
 
 Status CudaBackend::CreateGranule(PoolKind pool, GranuleId id, Pool* p) {
   const CudaDriver& d = *driver_;
+  PinnedHostBudget& budget = PinnedHostBudget::Process();
+  if (pool == PoolKind::kHost && !budget.TryTake(granule_)) {
+    return ResourceExhausted(
+        "no pinned host memory is left for evicted tensors of " + description_ + ": " +
+        FormatBytes(budget.used()) + " of the process's " + FormatBytes(budget.limit()) +
+        " are made; TF_GPU_HOST_MEM_LIMIT_IN_MB is one budget for every GPU of the "
+        "process (raise it if the machine has the memory)");
+  }
   const cu::CUmemAllocationProp prop = AllocationProp(pool);
   cu::CUmemGenericAllocationHandle h = 0;
-  LMS_RETURN_IF_ERROR(d.Check(d.cuMemCreate(&h, granule_, &prop, 0),
-                              "cuMemCreate of " + std::string(PoolName(pool)) +
-                                  " granule " + std::to_string(id) + " of " +
-                                  std::to_string(p->handles.size()) + " (" +
-                                  FormatBytes(granule_) + " each) on " + description_));
+  Status created = d.Check(d.cuMemCreate(&h, granule_, &prop, 0),
+                           "cuMemCreate of " + std::string(PoolName(pool)) + " granule " +
+                               std::to_string(id) + " of " + std::to_string(p->handles.size()) +
+                               " (" + FormatBytes(granule_) + " each) on " + description_);
+  if (!created.ok()) {
+    if (pool == PoolKind::kHost) budget.Give(granule_);
+    return created;
+  }
   const cu::CUdeviceptr at = p->window + size_t{id} * granule_;
   Status s = d.Check(d.cuMemMap(at, granule_, 0, h, 0),
                      "cuMemMap into the " + std::string(PoolName(pool)) + " pool window");
@@ -116,6 +130,7 @@ Status CudaBackend::CreateGranule(PoolKind pool, GranuleId id, Pool* p) {
   }
   if (!s.ok()) {
     d.cuMemRelease(h);
+    if (pool == PoolKind::kHost) budget.Give(granule_);
     return s;
   }
   p->handles[id] = h;
@@ -134,11 +149,12 @@ Status CudaBackend::EnsureGranules(PoolKind pool, const GranuleId* ids, size_t c
   return Status::Ok();
 }
 
-void CudaBackend::DestroyWindow(Pool* pool) {
+void CudaBackend::DestroyWindow(PoolKind kind, Pool* pool) {
   for (size_t i = 0; i < pool->handles.size(); ++i) {
     if (pool->handles[i] == 0) continue;
     driver_->cuMemUnmap(pool->window + i * granule_, granule_);
     driver_->cuMemRelease(pool->handles[i]);
+    if (kind == PoolKind::kHost) PinnedHostBudget::Process().Give(granule_);
   }
   if (pool->window != 0) {
     driver_->cuMemAddressFree(pool->window, pool->handles.size() * granule_);

@@ -3,8 +3,9 @@
 //
 // Physical memory: one cuMemCreate handle per granule. Device-pool granules
 // are located on the device; host-pool granules in pinned host memory
-// (CU_MEM_LOCATION_TYPE_HOST on CUDA 13 drivers, HOST_NUMA on the node closest
-// to the GPU on CUDA 12.2+ drivers), which the device reads and writes over
+// (HOST_NUMA on the GPU's own node on CUDA 12.2+ drivers, or
+// CU_MEM_LOCATION_TYPE_HOST on CUDA 13 drivers that refuse HOST_NUMA: Note
+// [Where host memory is made]), which the device reads and writes over
 // the bus, so an evicted allocation mapped from the host pool is still
 // correct at its address for an unpinned kernel. Every granule is mapped once
 // into the pool's *window* (a reserved range of its own, device read/write)
@@ -204,6 +205,8 @@ class CudaBackend : public Backend {
   cu::CUcontext context() const { return context_; }
   // "NVIDIA A100-SXM4-40GB (GPU 0), driver 12.2".
   const std::string& description() const { return description_; }
+  // Where host memory is made: "HOST_NUMA node 0" or "HOST".
+  std::string host_location() const { return LocationName(host_location_); }
 
  private:
   // Which location host-pool granules are created at.
@@ -233,12 +236,21 @@ class CudaBackend : public Backend {
   // Sets access_: this device and each of `peer_ordinals`.
   Status GrantPeers(const std::vector<int>& peer_ordinals);
   cu::CUmemAllocationProp AllocationProp(PoolKind pool) const;
-  // On a driver that cannot report host-located VMM support (12.2-12.8: no
-  // attribute 141), creates and releases one host granule, so that a GPU
-  // without it is a clear error at Create, not at the first eviction
-  // (CheckSupport only asks for the host granularity, which needs no
-  // context; whether a real driver refuses that without support is unknown).
-  Status ProbeHostPool();
+  // Note [Where host memory is made]. The device attributes can say host
+  // VMM is supported while cuMemCreate at that location still fails (a
+  // container without NUMA support; NCCL probes for exactly this). So Init
+  // always creates one host granule at each candidate location, in order of
+  // preference, and keeps the first the driver accepts: HOST_NUMA on the
+  // GPU's own node (CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID; pinned memory near the
+  // GPU), then HOST (CUDA 13). None accepted is a clear error at creation,
+  // never a failure at the first eviction. A 12.2-12.8 driver cannot report
+  // support at all (no attribute 141): the probe is what decides there.
+  // Sets host_location_ and granule_ (the largest of `device_granule` and
+  // the location's granularity).
+  Status ChooseHostLocation(size_t device_granule);
+  // Raises *granule to the driver's minimum granularity for `pool`.
+  Status Granularity(PoolKind pool, size_t* granule) const;
+  static std::string LocationName(const HostLocation& location);
   // kFailedPrecondition naming the GPU, the driver, the requirement and the
   // failed call, for a driver that could not report support.
   Status HostPoolUnsupported(const char* call, cu::CUresult r) const;
@@ -254,7 +266,8 @@ class CudaBackend : public Backend {
   // Creates whichever of ids[0..count) does not exist yet.
   Status EnsureGranules(PoolKind pool, const GranuleId* ids, size_t count);
   // Unmaps and releases a window's granules and frees its range.
-  void DestroyWindow(Pool* pool);
+  // A host window gives its granules back to the process's PinnedHostBudget.
+  void DestroyWindow(PoolKind kind, Pool* pool);
   // cuMemUnmap of every mapped slot among `count` from `address`, after a
   // drain unless `drain` is false. Slots it could not unmap stay mapped (and
   // recorded as such).
@@ -279,8 +292,10 @@ class CudaBackend : public Backend {
   bool context_retained_ = false;
   size_t granule_ = 0;
   HostLocation host_location_;
+  // Where host memory may be made, best first (CheckSupport).
+  std::vector<HostLocation> host_candidates_;
   // The driver does not know attribute 141 (before 12.9): host-located VMM
-  // support is found out by ProbeHostPool.
+  // support is found out by ChooseHostLocation.
   bool host_support_unreported_ = false;
   cu::CUstream copy_stream_ = nullptr;
   cu::CUevent copies_done_ = nullptr;

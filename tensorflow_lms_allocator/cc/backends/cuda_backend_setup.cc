@@ -6,6 +6,7 @@
 
 #include "backends/cuda_backend.h"
 #include "backends/cuda_context.h"
+#include "backends/pinned_host_budget.h"
 
 namespace lms {
 namespace {
@@ -107,25 +108,13 @@ Status CudaBackend::Init(size_t min_granule_bytes) {
   context_retained_ = true;
   ScopedCudaContext scope(d, context_);
   LMS_RETURN_IF_ERROR(scope.status());
-  size_t granule = min_granule_bytes;
-  for (PoolKind pool : {PoolKind::kDevice, PoolKind::kHost}) {
-    const cu::CUmemAllocationProp prop = AllocationProp(pool);
-    size_t g = 0;
-    LMS_RETURN_IF_ERROR(d.Check(
-        d.cuMemGetAllocationGranularity(&g, &prop, cu::CU_MEM_ALLOC_GRANULARITY_MINIMUM),
-        "cuMemGetAllocationGranularity"));
-    if (!IsPowerOfTwo(g)) {
-      return Internal("the driver's allocation granularity " + std::to_string(g) +
-                      " for " + description_ + " is not a power of two");
-    }
-    if (g > granule) granule = g;
-  }
-  if (!IsPowerOfTwo(granule)) {
-    return InvalidArgument("granule size " + std::to_string(granule) +
+  if (!IsPowerOfTwo(min_granule_bytes)) {
+    return InvalidArgument("granule size " + std::to_string(min_granule_bytes) +
                            " is not a power of two");
   }
-  granule_ = granule;
-  LMS_RETURN_IF_ERROR(ProbeHostPool());
+  size_t granule = min_granule_bytes;
+  LMS_RETURN_IF_ERROR(Granularity(PoolKind::kDevice, &granule));
+  LMS_RETURN_IF_ERROR(ChooseHostLocation(granule));
   LMS_RETURN_IF_ERROR(d.Check(d.cuStreamCreate(&copy_stream_, cu::CU_STREAM_NON_BLOCKING),
                               "cuStreamCreate (the LMS copy stream)"));
   return d.Check(d.cuEventCreate(&copies_done_, cu::CU_EVENT_DISABLE_TIMING),
@@ -151,24 +140,22 @@ Status CudaBackend::CheckSupport() {
         "keep every tensor at its address while its memory moves");
   }
   int host = 0;
-  if (version >= kHostVmmDriver &&
+  const bool host_supported =
+      version >= kHostVmmDriver &&
       d.cuDeviceGetAttribute(&host, cu::CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
                              device_) == cu::CUDA_SUCCESS &&
-      host != 0) {
-    host_location_ = HostLocation{cu::CU_MEM_LOCATION_TYPE_HOST, 0};
-    return Status::Ok();
-  }
+      host != 0;
   int numa = 0;
   const cu::CUresult numa_query = d.cuDeviceGetAttribute(
       &numa, cu::CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, device_);
   // A 12.2-12.8 driver supports HOST_NUMA but cannot say so: it does not
   // know attribute 141 and answers CUDA_ERROR_INVALID_VALUE. Init then
-  // creates one host granule to find out (ProbeHostPool).
+  // creates one host granule to find out (ChooseHostLocation).
   host_support_unreported_ = numa_query == cu::CUDA_ERROR_INVALID_VALUE;
-  const bool supported =
+  const bool numa_supported =
       version >= kHostNumaVmmDriver &&
       ((numa_query == cu::CUDA_SUCCESS && numa != 0) || host_support_unreported_);
-  if (!supported) {
+  if (!numa_supported && !host_supported) {
     std::string m = HostVmmRequirement(description_);
     m += version < kHostNumaVmmDriver
              ? "; this driver is too old: upgrade the NVIDIA driver"
@@ -183,10 +170,17 @@ Status CudaBackend::CheckSupport() {
       node < 0) {
     node = 0;  // -1: the system has no NUMA; node 0 is all of its memory
   }
-  host_location_ = HostLocation{cu::CU_MEM_LOCATION_TYPE_HOST_NUMA, node};
-  if (host_support_unreported_) {
+  // Preferred: the GPU's own NUMA node; HOST only where HOST_NUMA is refused
+  // (Note [Where host memory is made]).
+  host_candidates_.clear();
+  if (numa_supported) {
+    host_candidates_.push_back(HostLocation{cu::CU_MEM_LOCATION_TYPE_HOST_NUMA, node});
+  }
+  if (host_supported) host_candidates_.push_back(HostLocation{cu::CU_MEM_LOCATION_TYPE_HOST, 0});
+  host_location_ = host_candidates_.front();
+  if (host_support_unreported_ && !host_supported) {
     // No context needed: the cheapest question the driver may refuse when
-    // the GPU or system lacks host-located VMM. Init's ProbeHostPool asks
+    // the GPU or system lacks host-located VMM. Init's ChooseHostLocation asks
     // the decisive one (cuMemCreate).
     const cu::CUmemAllocationProp prop = AllocationProp(PoolKind::kHost);
     size_t g = 0;
@@ -197,20 +191,63 @@ Status CudaBackend::CheckSupport() {
   return Status::Ok();
 }
 
-Status CudaBackend::ProbeHostPool() {
-  if (!host_support_unreported_) return Status::Ok();
+Status CudaBackend::Granularity(PoolKind pool, size_t* granule) const {
   const CudaDriver& d = *driver_;
-  const cu::CUmemAllocationProp prop = AllocationProp(PoolKind::kHost);
-  cu::CUmemGenericAllocationHandle h = 0;
-  const cu::CUresult r = d.cuMemCreate(&h, granule_, &prop, 0);
-  // Host memory running out says nothing about support.
-  if (r == cu::CUDA_ERROR_OUT_OF_MEMORY) {
-    return d.Check(r, "cuMemCreate of one host granule (probing host-located VMM "
-                      "support on " + description_ + ")");
+  const cu::CUmemAllocationProp prop = AllocationProp(pool);
+  size_t g = 0;
+  LMS_RETURN_IF_ERROR(d.Check(
+      d.cuMemGetAllocationGranularity(&g, &prop, cu::CU_MEM_ALLOC_GRANULARITY_MINIMUM),
+      "cuMemGetAllocationGranularity"));
+  if (!IsPowerOfTwo(g)) {
+    return Internal("the driver's allocation granularity " + std::to_string(g) + " for " +
+                    description_ + " is not a power of two");
   }
-  if (r != cu::CUDA_SUCCESS) return HostPoolUnsupported("cuMemCreate", r);
-  d.cuMemRelease(h);
+  if (g > *granule) *granule = g;
   return Status::Ok();
+}
+
+Status CudaBackend::ChooseHostLocation(size_t device_granule) {
+  const CudaDriver& d = *driver_;
+  std::string refused;
+  cu::CUresult last = cu::CUDA_SUCCESS;
+  for (const HostLocation& location : host_candidates_) {
+    host_location_ = location;
+    size_t granule = device_granule;
+    const Status known = Granularity(PoolKind::kHost, &granule);
+    cu::CUresult r = cu::CUDA_ERROR_NOT_SUPPORTED;
+    if (known.ok()) {
+      const cu::CUmemAllocationProp prop = AllocationProp(PoolKind::kHost);
+      cu::CUmemGenericAllocationHandle h = 0;
+      r = d.cuMemCreate(&h, granule, &prop, 0);
+      // Host memory running out says nothing about support.
+      if (r == cu::CUDA_ERROR_OUT_OF_MEMORY) {
+        return d.Check(r, "cuMemCreate of one host granule (probing host-located VMM "
+                          "support on " + description_ + ")");
+      }
+      if (r == cu::CUDA_SUCCESS) {
+        d.cuMemRelease(h);
+        granule_ = granule;
+        return Status::Ok();
+      }
+    }
+    last = r;
+    refused += std::string(refused.empty() ? "" : ", ") + LocationName(location) + ": " +
+               (known.ok() ? "cuMemCreate failed with " + d.ErrorName(r) : known.message());
+  }
+  if (host_support_unreported_ && host_candidates_.size() == 1) {
+    return HostPoolUnsupported("cuMemCreate", last);
+  }
+  return FailedPrecondition(HostVmmRequirement(description_) +
+                            "; the device attributes say it is supported, but the driver "
+                            "refused host memory at every location (" + refused +
+                            "): a container or system without NUMA support, or an IOMMU "
+                            "setting, can cause this");
+}
+
+std::string CudaBackend::LocationName(const HostLocation& location) {
+  return location.type == cu::CU_MEM_LOCATION_TYPE_HOST_NUMA
+             ? "HOST_NUMA node " + std::to_string(location.id)
+             : std::string("HOST");
 }
 
 Status CudaBackend::HostPoolUnsupported(const char* call, cu::CUresult r) const {
@@ -246,7 +283,14 @@ CudaBackend::~CudaBackend() {
         UnmapSlots(base, slots.size());
         driver_->cuMemAddressFree(base, slots.size() * granule_);
       }
-      for (Pool& pool : pools_) DestroyWindow(&pool);
+      for (PoolKind kind : {PoolKind::kDevice, PoolKind::kHost}) {
+        Pool& pool = pools_[static_cast<int>(kind)];
+        // Only a pool CreatePool completed was added to the budget.
+        if (kind == PoolKind::kHost && pool.window != 0) {
+          PinnedHostBudget::Process().RemovePool(pool.handles.size() * granule_);
+        }
+        DestroyWindow(kind, &pool);
+      }
       {
         MutexLock lock(streams_mu_);
         for (const auto& fenced : fenced_) driver_->cuEventDestroy(fenced.second);

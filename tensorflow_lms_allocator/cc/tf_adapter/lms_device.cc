@@ -54,8 +54,11 @@ std::string LmsDevice::Describe(const std::string& device) const {
   std::string line = "tensorflow_lms_allocator: LMS serves " + device + " (" + spec_.name +
                      ", " + backend_->Name() + " backend): device memory " +
                      FormatBytes(spec_.device_bytes) + ", host memory for evicted tensors " +
-                     FormatBytes(spec_.host_bytes) + " (TF_GPU_HOST_MEM_LIMIT_IN_MB), LMS " +
-                     (engine.lms_enabled() ? "on" : "off");
+                     FormatBytes(spec_.host_bytes) +
+                     (spec_.backend.kind == BackendKind::kCuda
+                          ? " (TF_GPU_HOST_MEM_LIMIT_IN_MB, shared by every GPU)"
+                          : " (TF_GPU_HOST_MEM_LIMIT_IN_MB)") +
+                     ", LMS " + (engine.lms_enabled() ? "on" : "off");
   if (engine.lms_enabled()) {
     line += std::string(", policy ") + PolicyName(spec_.policy) +
             (prefetcher_ != nullptr ? " with prefetching" : "");
