@@ -30,7 +30,7 @@ def run_copies(device: str) -> dict:
             pytest.fail(f"{FAKE_DRIVER} is missing: run `make fake-cuda` (make test builds it)")
         env = {"TF_LMS_ENABLED": "1", "TF_LMS_CUDA_DRIVER_PATH": str(FAKE_DRIVER),
                "FAKE_CUDA_DEVICE_MB": "256", "FAKE_CUDA_HOST_MB": "512",
-               "TF_GPU_HOST_MEM_LIMIT_IN_MB": "256"}
+               "FAKE_CUDA_DEVICE_COUNT": "2", "TF_GPU_HOST_MEM_LIMIT_IN_MB": "256"}
     run = run_program("tensorflow_copies.py", device, env=env)
     assert run.result, describe(run)
     return run.result
@@ -71,3 +71,20 @@ def test_a_copy_whose_tensor_cannot_be_paged_in_fails_its_done_and_is_not_enqueu
     assert "out of device memory" in r["message"]
     assert r["pins_after"] == 0
 
+
+
+def test_a_copy_between_two_gpus_pins_both_sides_on_their_own_devices():
+    """GPUUtil::DeviceToDeviceCopy between two LMS GPUs, each way: the source
+    is paged in and pinned on its GPU, the destination on the other (each by
+    its own engine), both until `done`; every byte arrives; the fake driver
+    sees no mapping change under queued work."""
+    result = run_copies("GPU:0,GPU:1")
+    for way in ("0_to_1", "1_to_0"):
+        r = result[way]
+        assert r["enqueued"] == 1 and r["done_code"] == 0, (way, r)
+        assert (r["src_evicted"], r["src_pins"], r["dst_evicted"], r["dst_pins"]) == \
+            (0, 1, 0, 1), (way, r)
+        assert r["page_ins"] == 2, (way, r)  # one on each GPU
+        assert r["pins_in_flight"] == 1 and r["pins_after"] == 0, (way, r)
+        assert r["bytes_equal"] == 1, (way, r)
+    assert result["violations"] == ""

@@ -5,8 +5,10 @@ calls them with a stand-in for GPUUtil's function, for each kind of copy,
 and prints ``RESULT <json>``.
 
 Usage: python tensorflow_copies.py DEVICE
-  CPU:0   the emulated device (TF_LMS_CPU_DEVICE_MEMORY_MB)
-  GPU:0   a GPU's LMS device over the fake CUDA driver (TF_LMS_CUDA_DRIVER_PATH)
+  CPU:0         the emulated device (TF_LMS_CPU_DEVICE_MEMORY_MB)
+  GPU:0         a GPU's LMS device over the fake CUDA driver (TF_LMS_CUDA_DRIVER_PATH)
+  GPU:0,GPU:1   two GPUs' LMS devices (FAKE_CUDA_DEVICE_COUNT=2): a
+                device-to-device copy each way between them
 """
 
 from __future__ import annotations
@@ -22,11 +24,13 @@ FIELDS = ("enqueued", "done_code", "src_evicted", "src_pins", "dst_evicted", "ds
           "pins_in_flight", "pins_after", "bytes_equal", "page_ins")
 
 
-def probe(lib: ctypes.CDLL, device: str, kind: int, fill_device: bool) -> dict:
+def probe(lib: ctypes.CDLL, device: str, kind: int, fill_device: bool,
+          dst_device: str = "") -> dict:
     out = (ctypes.c_int64 * len(FIELDS))()
     message = ctypes.create_string_buffer(2048)
-    code = lib.tf_lms_test_tensorflow_copy(device.encode(), kind, 4 * MIB, 200,
-                                           int(fill_device), out, message, len(message))
+    code = lib.tf_lms_test_tensorflow_copy(device.encode(), dst_device.encode(), kind,
+                                           4 * MIB, 200, int(fill_device), out, message,
+                                           len(message))
     if code != 0:
         raise RuntimeError(f"{lib.tf_lms_code_name(code).decode()}: {message.value.decode()}")
     return {**dict(zip(FIELDS, out)), "message": message.value.decode()}
@@ -38,13 +42,18 @@ def main(device: str) -> None:
 
     lib = _overlay.adapter()
     float(tf.reduce_sum(tf.ones([4])))  # TensorFlow makes its devices
-    if device.startswith("GPU"):
+    gpus = 2 if device == "GPU:0,GPU:1" else 1 if device.startswith("GPU") else 0
+    for gpu in range(gpus):
         message = ctypes.create_string_buffer(2048)
-        code = lib.tf_lms_test_gpu_allocator(0, 64 * MIB, None, 0, message, len(message))
+        code = lib.tf_lms_test_gpu_allocator(gpu, 64 * MIB, None, 0, message, len(message))
         if code != 0:
             raise RuntimeError(message.value.decode())
-    result = {name: probe(lib, device, kind, False) for kind, name in enumerate(KINDS)}
-    result["device_full"] = probe(lib, device, 0, True)
+    if gpus == 2:  # a copy between the GPUs, each way, both sides evicted first
+        result = {"0_to_1": probe(lib, "GPU:0", 3, False, "GPU:1"),
+                  "1_to_0": probe(lib, "GPU:1", 3, False, "GPU:0")}
+    else:
+        result = {name: probe(lib, device, kind, False) for kind, name in enumerate(KINDS)}
+        result["device_full"] = probe(lib, device, 0, True)
     if "TF_LMS_CUDA_DRIVER_PATH" in os.environ:
         fake = ctypes.CDLL(os.environ["TF_LMS_CUDA_DRIVER_PATH"])
         fake.fake_cuda_violations.restype = ctypes.c_void_p

@@ -141,17 +141,20 @@ TF_LMS_EXPORT int tf_lms_inspect(const void* address, int64_t* out);
 // GPUUtil's function that enqueues as a stream does (it returns at once and
 // completes the copy `delay_ms` later on another thread). `kind`: 0
 // device-to-host, 1 host-to-device, 2 within the device, 3 device-to-device.
-// The copy's LMS tensors (`bytes` each, from `device`'s allocator; the source
-// holds a pattern) are evicted first; with `fill_device`, the device is then
+// The copy's LMS tensors (`bytes` each, from `device`'s allocator, the
+// destination of kind 3 from `dst_device`'s if it names another LMS device,
+// as a copy between two GPUs; the source holds a pattern) are evicted first;
+// with `fill_device`, the source's device is then
 // filled with pinned memory so that nothing can be paged in. out[0..10) =
 // {the copy was enqueued (0/1), the absl code `done` received, the source's
 // {evicted, pin count} when it was enqueued, the destination's (-1 for host
 // memory), the pin count of the first LMS tensor while the copy is in
 // flight, pins left on them after `done`, the destination holds the pattern
-// (0/1), page-ins}. `message` receives `done`'s error message.
-TF_LMS_EXPORT int tf_lms_test_tensorflow_copy(const char* device, int kind, size_t bytes,
-                                              int delay_ms, int fill_device, int64_t* out,
-                                              char* message, size_t message_len);
+// (0/1), page-ins on both devices}. `message` receives `done`'s error message.
+TF_LMS_EXPORT int tf_lms_test_tensorflow_copy(const char* device, const char* dst_device,
+                                              int kind, size_t bytes, int delay_ms,
+                                              int fill_device, int64_t* out, char* message,
+                                              size_t message_len);
 
 #ifdef __cplusplus
 }  // extern "C"

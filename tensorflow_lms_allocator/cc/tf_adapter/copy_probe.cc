@@ -30,7 +30,8 @@ using tensorflow::Tensor;
 
 // The copy in flight: what the stand-in saw, and its completion.
 struct Flight {
-  Engine* engine = nullptr;
+  Engine* src_engine = nullptr;  // the source's device (also a host source's)
+  Engine* dst_engine = nullptr;  // the destination's
   const Tensor* lms_src = nullptr;  // null when the source is host memory
   const Tensor* lms_dst = nullptr;
   std::chrono::milliseconds delay{0};
@@ -84,11 +85,11 @@ void Write(Engine* engine, Tensor* tensor, const std::vector<char>& bytes) {
 void Enqueue(const Tensor* src, Tensor* dst, StatusCallback done) {
   Flight* f = g_flight;
   f->launched = true;
-  Describe(f->engine, f->lms_src, &f->at_enqueue[0]);
-  Describe(f->engine, f->lms_dst, &f->at_enqueue[2]);
+  Describe(f->src_engine, f->lms_src, &f->at_enqueue[0]);
+  Describe(f->dst_engine, f->lms_dst, &f->at_enqueue[2]);
   f->worker = std::thread([f, src, dst, done = std::move(done)] {
     std::this_thread::sleep_for(f->delay);
-    Write(f->engine, dst, Read(f->engine, src));
+    Write(f->dst_engine, dst, Read(f->src_engine, src));
     done(absl::OkStatus());
     std::lock_guard<std::mutex> lock(f->mu);
     f->done = true;
@@ -118,9 +119,10 @@ void* Fn(F* fn) {
 }  // namespace
 }  // namespace lms
 
-extern "C" int tf_lms_test_tensorflow_copy(const char* device_name, int kind, size_t bytes,
-                                           int delay_ms, int fill_device, int64_t* out,
-                                           char* message, size_t message_len) {
+extern "C" int tf_lms_test_tensorflow_copy(const char* device_name, const char* dst_name,
+                                           int kind, size_t bytes, int delay_ms,
+                                           int fill_device, int64_t* out, char* message,
+                                           size_t message_len) {
   using namespace lms;  // NOLINT: a test entry point
   static std::mutex probe_mu;
   std::lock_guard<std::mutex> probe_lock(probe_mu);
@@ -129,14 +131,23 @@ extern "C" int tf_lms_test_tensorflow_copy(const char* device_name, int kind, si
   if (device == nullptr) {
     return FailToC(TF_LMS_NOT_FOUND, status.message(), message, message_len);
   }
-  if (kind < 0 || kind > 3 || bytes == 0) {
-    return FailToC(TF_LMS_INVALID_ARGUMENT, "kind must be 0-3 and bytes positive", message,
-                message_len);
+  LmsDevice* dst_device = device;
+  if (dst_name != nullptr && dst_name[0] != '\0') {
+    dst_device = Overlay::Get().DeviceNamed(dst_name, &status);
+    if (dst_device == nullptr) {
+      return FailToC(TF_LMS_NOT_FOUND, status.message(), message, message_len);
+    }
+  }
+  if (kind < 0 || kind > 3 || bytes == 0 || (dst_device != device && kind != 3)) {
+    return FailToC(TF_LMS_INVALID_ARGUMENT,
+                   "kind must be 0-3 (3 for another destination device) and bytes positive",
+                   message, message_len);
   }
   Engine& engine = device->engine();
+  Engine& dst_engine = dst_device->engine();
   const tensorflow::TensorShape shape({static_cast<int64_t>(bytes)});
   Tensor lms_a(device->allocator(), tensorflow::DT_UINT8, shape);
-  Tensor lms_b(device->allocator(), tensorflow::DT_UINT8, shape);
+  Tensor lms_b(dst_device->allocator(), tensorflow::DT_UINT8, shape);
   Tensor host_a(tsl::cpu_allocator_base(), tensorflow::DT_UINT8, shape);
   Tensor host_b(tsl::cpu_allocator_base(), tensorflow::DT_UINT8, shape);
   if (!lms_a.IsInitialized() || !lms_b.IsInitialized()) {
@@ -150,7 +161,8 @@ extern "C" int tf_lms_test_tensorflow_copy(const char* device_name, int kind, si
   for (size_t i = 0; i < bytes; ++i) pattern[i] = static_cast<char>((i * 131 + 7) >> 3);
   Write(&engine, src, pattern);
   Flight flight;
-  flight.engine = &engine;
+  flight.src_engine = &engine;
+  flight.dst_engine = &dst_engine;
   flight.lms_src = src == &lms_a ? src : nullptr;
   flight.lms_dst = dst == &lms_b ? dst : nullptr;
   flight.delay = std::chrono::milliseconds(delay_ms);
@@ -159,10 +171,11 @@ extern "C" int tf_lms_test_tensorflow_copy(const char* device_name, int kind, si
     // Made and written outside any kernel, the tensors are unclaimed (Note
     // [Writers outside kernels]): a pin claims them, as their first kernel's
     // would, so that they can be evicted.
+    Engine& owner = t == flight.lms_src ? engine : dst_engine;
     const void* data = tensorflow::DMAHelper::base(t);
     uint64_t id = 0;
-    if (engine.Pin(data, &id).ok()) (void)engine.Unpin(data, id);
-    (void)engine.Evict(data);
+    if (owner.Pin(data, &id).ok()) (void)owner.Unpin(data, id);
+    (void)owner.Evict(data);
   }
   std::vector<void*> fillers;
   while (fill_device != 0) {
@@ -171,7 +184,11 @@ extern "C" int tf_lms_test_tensorflow_copy(const char* device_name, int kind, si
     if (p == nullptr) break;
     fillers.push_back(p);
   }
-  const int64_t page_ins = engine.GetStatistics().num_page_ins;
+  auto page_ins_now = [&] {
+    return engine.GetStatistics().num_page_ins +
+           (&dst_engine != &engine ? dst_engine.GetStatistics().num_page_ins : 0);
+  };
+  const int64_t page_ins = page_ins_now();
   g_flight = &flight;
   StatusCallback done = [](const absl::Status& s) {
     if (!s.ok()) g_flight->status = s;  // a failed pin: called before any launch
@@ -193,7 +210,11 @@ extern "C" int tf_lms_test_tensorflow_copy(const char* device_name, int kind, si
       break;
   }
   int64_t in_flight[2] = {-1, -1};
-  Describe(&engine, flight.lms_src != nullptr ? flight.lms_src : flight.lms_dst, in_flight);
+  if (flight.lms_src != nullptr) {
+    Describe(&engine, flight.lms_src, in_flight);
+  } else {
+    Describe(&dst_engine, flight.lms_dst, in_flight);
+  }
   if (flight.launched) {
     std::unique_lock<std::mutex> lock(flight.mu);
     flight.cv.wait_for(lock, std::chrono::seconds(30), [&] { return flight.done; });
@@ -202,14 +223,14 @@ extern "C" int tf_lms_test_tensorflow_copy(const char* device_name, int kind, si
   g_flight = nullptr;
   int64_t after_src[2] = {-1, -1}, after_dst[2] = {-1, -1};
   Describe(&engine, flight.lms_src, after_src);
-  Describe(&engine, flight.lms_dst, after_dst);
+  Describe(&dst_engine, flight.lms_dst, after_dst);
   out[0] = flight.launched ? 1 : 0;
   out[1] = static_cast<int64_t>(flight.status.code());
   for (int i = 0; i < 4; ++i) out[2 + i] = flight.at_enqueue[i];
   out[6] = in_flight[1];
   out[7] = std::max<int64_t>(after_src[1], 0) + std::max<int64_t>(after_dst[1], 0);
-  out[8] = flight.launched && Read(&engine, dst) == pattern ? 1 : 0;
-  out[9] = engine.GetStatistics().num_page_ins - page_ins;
+  out[8] = flight.launched && Read(&dst_engine, dst) == pattern ? 1 : 0;
+  out[9] = page_ins_now() - page_ins;
   for (void* p : fillers) {
     (void)engine.Unpin(p, 0);
     (void)engine.Free(p);
