@@ -841,6 +841,62 @@ TEST(PinnedHostMemoryIsOneBudgetForEveryGpuOfTheProcess) {
   ExpectNoViolationAndNothingLeaked();
 }
 
+// What a device's creation and a remap cost in driver calls, counted by the
+// fake at 2 MiB granules. cuMemMap, cuMemUnmap and cuMemSetAccess are
+// synchronous (PyTorch measured their cost growing with the number of
+// chunks): each granule needs its own cuMemCreate and cuMemMap (one handle
+// per granule is what lets granules move one by one), and cuMemUnmap each
+// mapping; cuMemSetAccess covers a contiguous run of mapped granules in one
+// call: at creation (the whole window), at a first use of granules (each
+// run of consecutive ones in the window) and at every remap.
+TEST(DriverCallsPerGranuleOfACreatedDeviceAndOfARemap) {
+  constexpr size_t k2M = size_t{2} << 20;
+  constexpr size_t kGranules = 128;  // 256 MiB: per GiB below is x4
+  if (!FreshFake() || Fake().set_granularity(k2M) != 0) return;
+  auto count = [](const char* name) { return Fake().call_count(name); };
+  std::unique_ptr<CudaBackend> backend;
+  EXPECT_OK(CudaBackend::Create(0, k2M, /*allow_growth=*/false, &backend));
+  if (backend == nullptr) return;
+  Fake().reset_call_counts();
+  EngineOptions o;
+  o.device_bytes = kGranules * k2M;
+  o.host_bytes = kGranules * k2M;
+  std::unique_ptr<Engine> e;
+  EXPECT_OK(Engine::Create(o, std::move(backend), &e));
+  if (e == nullptr) return;
+  const unsigned long long create = count("cuMemCreate"), map = count("cuMemMap"),
+                           access = count("cuMemSetAccess"), all = count(nullptr);
+  std::printf("  creating a %zu MiB device: %llu driver calls (cuMemCreate %llu, cuMemMap %llu, "
+              "cuMemSetAccess %llu); an 80 GiB device: about %llu\n",
+              kGranules * 2, all, create, map, access, all * 80 * 1024 / (kGranules * 2));
+  EXPECT_EQ(create, kGranules);  // the device pool, eagerly; host granules on use
+  EXPECT_EQ(map, kGranules);
+  EXPECT_EQ(access, 1u);  // one for the whole window
+  const size_t size = kGranules * k2M;
+  void* t = MustAllocate(*e, size, /*pin=*/false);
+  ASSERT_TRUE(t != nullptr);
+  Fake().reset_call_counts();
+  EXPECT_OK(e->Evict(t));
+  const unsigned long long evict_all = count(nullptr), evict_access = count("cuMemSetAccess"),
+                           evict_unmap = count("cuMemUnmap"), evict_map = count("cuMemMap");
+  Fake().reset_call_counts();
+  uint64_t id = 0;
+  EXPECT_OK(e->Pin(t, &id));
+  const unsigned long long page_in_all = count(nullptr),
+                           page_in_access = count("cuMemSetAccess");
+  std::printf("  per GiB evicted: %llu calls (cuMemUnmap %llu, cuMemMap %llu, cuMemSetAccess "
+              "%llu; first use of the host granules included); per GiB paged in: %llu\n",
+              evict_all * 4, evict_unmap * 4, evict_map * 4, evict_access * 4,
+              page_in_all * 4);
+  EXPECT_EQ(evict_unmap, kGranules);
+  EXPECT_EQ(evict_access, 2u);  // the new host granules (one run), then the run at t
+  EXPECT_EQ(page_in_access, 1u);
+  EXPECT_OK(e->Unpin(t, id));
+  EXPECT_OK(e->Free(t));
+  e.reset();
+  ExpectNoViolationAndNothingLeaked();
+}
+
 // cuMemUnmap is not stream-ordered: the host mapping of an evicted tensor
 // goes only after work queued on it (an unpinned kernel writing it over the
 // bus) is done, and the page-in copies that work's bytes.

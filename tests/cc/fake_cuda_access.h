@@ -38,6 +38,8 @@ struct FakeCuda {
   X(live_events, fake_cuda_live_events)                                \
   X(pool_bytes_in_use, fake_cuda_pool_bytes_in_use)                    \
   X(check_invariants, fake_cuda_check_invariants)                      \
+  X(call_count, fake_cuda_call_count)                                  \
+  X(reset_call_counts, fake_cuda_reset_call_counts)                    \
   X(destroy_all, fake_cuda_destroy_all)                                \
   X(reset, fake_cuda_reset)
 #define LMS_FAKE_FIELD(field, symbol) decltype(&symbol) field = nullptr;

@@ -85,6 +85,10 @@ MUTATIONS = {
     "host-budget-per-gpu": (
         MEMORY, "if (pool == PoolKind::kHost && !budget.TryTake(granule_)) {",
         "if (false) {  // MUTATION", {"PinnedHostMemoryIsOneBudgetForEveryGpuOfTheProcess"}),
+    # New granules granted one by one again.
+    "granules-granted-one-by-one": (
+        MEMORY, "ids[i + run] == ids[i] + run) {", "run == 0) {  // MUTATION",
+        {"DriverCallsPerGranuleOfACreatedDeviceAndOfARemap"}),
     # Peers never granted: a peer GPU's copy into an LMS tensor faults. (The
     # peer test fences the peer's stream, so the fence mutations fail it too.)
     "peers-not-granted": (

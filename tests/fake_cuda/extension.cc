@@ -144,5 +144,6 @@ FAKE_CUDA_EXPORT size_t fake_cuda_reset(void) noexcept {
   fake::LoadKnobsFromEnvironment();
   fake::ClearViolations();
   fake::ResetContexts();
+  fake_cuda_reset_call_counts();
   return 0;
 }

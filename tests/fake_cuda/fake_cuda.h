@@ -193,6 +193,12 @@ size_t fake_cuda_work_running(void) FAKE_CUDA_NOEXCEPT;
 // still mapped (their memory returns when the last mapping goes).
 size_t fake_cuda_pool_bytes_in_use(int pool) FAKE_CUDA_NOEXCEPT;
 
+// Calls of driver function `name` ("cuMemMap") made through the pointers
+// cuGetProcAddress handed out since the last reset of the counts (all
+// functions together for a null name). fake_cuda_reset() zeroes them too.
+unsigned long long fake_cuda_call_count(const char* name) FAKE_CUDA_NOEXCEPT;
+void fake_cuda_reset_call_counts(void) FAKE_CUDA_NOEXCEPT;
+
 // Checks the fake's own bookkeeping (memory_state.h): pool usage against
 // handle sizes, mapping counts against mappings, mappings inside one
 // reservation and disjoint. Returns the number of broken equations (0 when

@@ -1,10 +1,15 @@
 // The bootstrap the CUDA backend looks up by name: cuGetProcAddress_v2 (and
 // the CUDA 11.3 form without the status), handing out every function of
 // LMS_CUDA_DRIVER_FUNCTIONS. The table is generated from the contract, so a
-// function added there and not implemented here fails the link.
+// function added there and not implemented here fails the link. What it
+// hands out counts its calls (fake_cuda_call_count) before it runs the fake's
+// function: what one remap or one device creation costs in driver calls.
+#include <atomic>
+#include <cstdint>
 #include <cstring>
 
 #include "entry_points.h"
+#include "fake_cuda.h"
 #include "knobs.h"
 
 namespace lms {
@@ -22,8 +27,30 @@ struct Entry {
   void* fn;
 };
 
-#define FAKE_CUDA_TABLE_ENTRY(name, ret, params) \
-  {#name, reinterpret_cast<void*>(static_cast<PFN_##name>(&name))},
+// One index per contract function, in table order.
+enum : int {
+#define FAKE_CUDA_INDEX(name, ret, params) k_##name,
+  LMS_CUDA_DRIVER_FUNCTIONS(FAKE_CUDA_INDEX)
+#undef FAKE_CUDA_INDEX
+  kFunctions
+};
+std::atomic<uint64_t> g_calls[kFunctions];
+
+// Counted<&f, i>::Call has f's signature: counts, then calls f.
+template <auto Fn, int Index>
+struct Counted;
+template <typename R, typename... Args, R (*Fn)(Args...), int Index>
+struct Counted<Fn, Index> {
+  static R Call(Args... args) noexcept {
+    g_calls[Index].fetch_add(1, std::memory_order_relaxed);
+    return Fn(args...);
+  }
+};
+
+#define FAKE_CUDA_TABLE_ENTRY(name, ret, params)                                    \
+  {#name, reinterpret_cast<void*>(                                                  \
+              static_cast<PFN_##name>(&Counted<static_cast<PFN_##name>(&name),      \
+                                               k_##name>::Call))},
 const Entry kEntries[] = {LMS_CUDA_DRIVER_FUNCTIONS(FAKE_CUDA_TABLE_ENTRY)};
 #undef FAKE_CUDA_TABLE_ENTRY
 
@@ -86,9 +113,29 @@ CUresult GetProcAddressV1(const char* symbol, void** pfn, int cuda_version,
 }
 
 }  // namespace
+
+void ResetCallCounts() {
+  for (auto& count : g_calls) count.store(0, std::memory_order_relaxed);
+}
+
 }  // namespace fake
 }  // namespace cu
 }  // namespace lms
+
+FAKE_CUDA_EXPORT unsigned long long fake_cuda_call_count(const char* name) noexcept {
+  namespace fake = lms::cu::fake;
+  unsigned long long total = 0;
+  for (int i = 0; i < fake::kFunctions; ++i) {
+    if (name == nullptr || std::strcmp(name, fake::kEntries[i].name) == 0) {
+      total += fake::g_calls[i].load(std::memory_order_relaxed);
+    }
+  }
+  return total;
+}
+
+FAKE_CUDA_EXPORT void fake_cuda_reset_call_counts(void) noexcept {
+  lms::cu::fake::ResetCallCounts();
+}
 
 // Like every real driver, cuGetProcAddress answers before cuInit.
 FAKE_CUDA_EXPORT lms::cu::CUresult cuGetProcAddress_v2(const char* symbol, void** pfn,

@@ -261,10 +261,14 @@ class CudaBackend : public Backend {
   // `eager` creates them all; all or nothing.
   Status CreateWindow(PoolKind pool, size_t granules, bool eager, Pool* out);
   // Creates granule `id` of `pool` (cuMemCreate) and maps it into the
-  // window; on failure nothing of it is left.
+  // window, with no access yet: the caller grants a run of them at once. On
+  // failure nothing of it is left.
   Status CreateGranule(PoolKind pool, GranuleId id, Pool* p);
   // Creates whichever of ids[0..count) does not exist yet.
   Status EnsureGranules(PoolKind pool, const GranuleId* ids, size_t count);
+  // Unmaps granule `id` from the window and releases it (and a host
+  // granule's share of the PinnedHostBudget).
+  void ReleaseGranule(PoolKind kind, Pool* pool, GranuleId id);
   // Unmaps and releases a window's granules and frees its range.
   // A host window gives its granules back to the process's PinnedHostBudget.
   void DestroyWindow(PoolKind kind, Pool* pool);
