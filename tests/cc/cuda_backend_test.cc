@@ -472,24 +472,38 @@ struct LatchedWriter {
   }
 };
 
-// A fenced non-blocking stream in the backend's context, as the adapter
-// registers TensorFlow's.
+// A fenced non-blocking stream, as the adapter registers TensorFlow's: in
+// the backend's context, or with `other_gpu` in that GPU's primary context
+// (the sender's stream of a copy between GPUs).
 struct FencedStream {
-  FencedStream(CudaBackend* backend) : b(backend) {
-    ScopedCudaContext scope(b->driver(), b->context());
-    if (!b->driver().Check(b->driver().cuStreamCreate(&stream, cu::CU_STREAM_NON_BLOCKING),
-                           "cuStreamCreate").ok() ||
+  explicit FencedStream(CudaBackend* backend, int other_gpu = -1) : b(backend) {
+    const CudaDriver& d = b->driver();
+    context = b->context();
+    if (other_gpu >= 0 && (d.cuDeviceGet(&other, other_gpu) != cu::CUDA_SUCCESS ||
+                           d.cuDevicePrimaryCtxRetain(&context, other) != cu::CUDA_SUCCESS)) {
+      std::abort();
+    }
+    retained = other_gpu >= 0;
+    ScopedCudaContext scope(d, context);
+    if (!d.Check(d.cuStreamCreate(&stream, cu::CU_STREAM_NON_BLOCKING), "cuStreamCreate").ok() ||
         !b->AddFencedStream(stream).ok()) {
       std::abort();
     }
   }
   ~FencedStream() {
-    ScopedCudaContext scope(b->driver(), b->context());
-    b->driver().cuStreamSynchronize(stream);
-    b->RemoveFencedStream(stream);
-    b->driver().cuStreamDestroy(stream);
+    const CudaDriver& d = b->driver();
+    {
+      ScopedCudaContext scope(d, context);
+      d.cuStreamSynchronize(stream);
+      b->RemoveFencedStream(stream);
+      d.cuStreamDestroy(stream);
+    }
+    if (retained) d.cuDevicePrimaryCtxRelease(other);
   }
   CudaBackend* b;
+  cu::CUcontext context = nullptr;  // the stream's
+  cu::CUdevice other = 0;
+  bool retained = false;
   cu::CUstream stream = nullptr;
 };
 
@@ -690,40 +704,25 @@ TEST(AStreamOfAnotherGpuIsFencedWithAnEventOfItsOwnContext) {
   EXPECT_OK(CudaBackend::Create(/*ordinal=*/1, kGranule, /*allow_growth=*/false, &backend));
   if (backend == nullptr) return;
   CudaBackend* b = backend.get();
-  const CudaDriver& d = b->driver();
-  cu::CUdevice device0 = 0;
-  cu::CUcontext context0 = nullptr;
-  cu::CUstream sender = nullptr;
-  EXPECT_OK(d.Check(d.cuDeviceGet(&device0, 0), "cuDeviceGet"));
-  EXPECT_OK(d.Check(d.cuDevicePrimaryCtxRetain(&context0, device0), "cuDevicePrimaryCtxRetain"));
-  {
-    ScopedCudaContext scope(d, context0);
-    EXPECT_OK(d.Check(d.cuStreamCreate(&sender, cu::CU_STREAM_NON_BLOCKING), "cuStreamCreate"));
-  }
-  EXPECT_OK(b->AddFencedStream(sender));
   auto e = MakeEngine(std::move(backend), /*device=*/2, /*host=*/8);
-  const size_t size = 2 * kGranule;
-  void* t = MustAllocate(*e, size, /*pin=*/false);
-  ASSERT_TRUE(t != nullptr);
-  EXPECT_OK(FillAllocation(*e, t, size, 31));
-  EXPECT_OK(e->Evict(t));  // a fence on the sender's stream, then the remap
-  void* other = MustAllocate(*e, size, /*pin=*/false);
-  ASSERT_TRUE(other != nullptr);
-  EXPECT_OK(FillAllocation(*e, other, size, 32));
-  uint64_t id = 0;
-  EXPECT_OK(e->Pin(t, &id));  // evicts `other`, pages t in: the sender waits
-  EXPECT_EQ(VerifyAllocation(*e, t, size, 31), -1);
-  EXPECT_OK(e->Unpin(t, id));
-  EXPECT_EQ(VerifyAllocation(*e, other, size, 32), -1);
-  EXPECT_OK(e->Free(t));
-  EXPECT_OK(e->Free(other));
-  b->RemoveFencedStream(sender);
   {
-    ScopedCudaContext scope(d, context0);
-    d.cuStreamSynchronize(sender);
-    d.cuStreamDestroy(sender);
+    FencedStream sender(b, /*other_gpu=*/0);
+    const size_t size = 2 * kGranule;
+    void* t = MustAllocate(*e, size, /*pin=*/false);
+    ASSERT_TRUE(t != nullptr);
+    EXPECT_OK(FillAllocation(*e, t, size, 31));
+    EXPECT_OK(e->Evict(t));  // a fence on the sender's stream, then the remap
+    void* other = MustAllocate(*e, size, /*pin=*/false);
+    ASSERT_TRUE(other != nullptr);
+    EXPECT_OK(FillAllocation(*e, other, size, 32));
+    uint64_t id = 0;
+    EXPECT_OK(e->Pin(t, &id));  // evicts `other`, pages t in: the sender waits
+    EXPECT_EQ(VerifyAllocation(*e, t, size, 31), -1);
+    EXPECT_OK(e->Unpin(t, id));
+    EXPECT_EQ(VerifyAllocation(*e, other, size, 32), -1);
+    EXPECT_OK(e->Free(t));
+    EXPECT_OK(e->Free(other));
   }
-  d.cuDevicePrimaryCtxRelease(device0);
   e.reset();
   ExpectNoViolationAndNothingLeaked();
 }
@@ -744,53 +743,40 @@ TEST(APeerGpuReachesATensorThroughEveryRemap) {
   std::unique_ptr<CudaBackend> bad_peer;
   const Status refused = CudaBackend::Create(0, kGranule, false, &bad_peer, {2});
   EXPECT_TRUE(!refused.ok() && Contains(refused.message(), "peer GPU 2 of GPU 0 does not exist"));
-  cu::CUdevice device1 = 0;
-  cu::CUcontext context1 = nullptr;
-  cu::CUstream peer = nullptr;
-  EXPECT_OK(d.Check(d.cuDeviceGet(&device1, 1), "cuDeviceGet"));
-  EXPECT_OK(d.Check(d.cuDevicePrimaryCtxRetain(&context1, device1), "cuDevicePrimaryCtxRetain"));
+  CudaBackend* b = backend.get();
+  auto e = MakeEngine(std::move(backend), /*device=*/2, /*host=*/8);
   {
     // Fenced, as the adapter fences a copy's streams: it waits for page-ins.
-    ScopedCudaContext scope(d, context1);
-    EXPECT_OK(d.Check(d.cuStreamCreate(&peer, cu::CU_STREAM_NON_BLOCKING), "cuStreamCreate"));
+    FencedStream peer(b, /*other_gpu=*/1);
+    const size_t size = 2 * kGranule;
+    void* t = MustAllocate(*e, size, /*pin=*/false);
+    ASSERT_TRUE(t != nullptr);
+    // The peer's kernel writes `seed` over t; false if the fake refused it.
+    auto peer_writes = [&](uint64_t seed) {
+      ScopedCudaContext scope(d, peer.context);
+      LatchedWriter w;
+      w.address = Address(t);
+      w.bytes = size;
+      w.seed = seed;
+      w.released = true;
+      const fake_cuda_range range{w.address, w.bytes, 1};
+      w.launched = Fake().launch_kernel(peer.stream, &LatchedWriter::Run, &w, &range, 1) == 0;
+      return w.launched && d.cuStreamSynchronize(peer.stream) == cu::CUDA_SUCCESS;
+    };
+    EXPECT_TRUE(peer_writes(51));  // resident: mapped at allocation
+    EXPECT_EQ(VerifyAllocation(*e, t, size, 51), -1);
+    EXPECT_OK(e->Evict(t));
+    EXPECT_TRUE(peer_writes(52));  // evicted: host memory mapped at t
+    EXPECT_EQ(VerifyAllocation(*e, t, size, 52), -1);
+    uint64_t id = 0;
+    Fake().set_copy_delay_us(100000);  // the page-in copy lands late: the peer waits
+    EXPECT_OK(e->Pin(t, &id));         // paged in: device memory mapped again
+    EXPECT_TRUE(peer_writes(53));
+    Fake().set_copy_delay_us(0);
+    EXPECT_OK(e->Unpin(t, id));
+    EXPECT_EQ(VerifyAllocation(*e, t, size, 53), -1);
+    EXPECT_OK(e->Free(t));
   }
-  CudaBackend* b = backend.get();
-  EXPECT_OK(b->AddFencedStream(peer));
-  auto e = MakeEngine(std::move(backend), /*device=*/2, /*host=*/8);
-  const size_t size = 2 * kGranule;
-  void* t = MustAllocate(*e, size, /*pin=*/false);
-  ASSERT_TRUE(t != nullptr);
-  // The peer's kernel writes `seed` over t; false if the fake refused it.
-  auto peer_writes = [&](uint64_t seed) {
-    ScopedCudaContext scope(d, context1);
-    LatchedWriter w;
-    w.address = Address(t);
-    w.bytes = size;
-    w.seed = seed;
-    w.released = true;
-    const fake_cuda_range range{w.address, w.bytes, 1};
-    w.launched = Fake().launch_kernel(peer, &LatchedWriter::Run, &w, &range, 1) == 0;
-    return w.launched && d.cuStreamSynchronize(peer) == cu::CUDA_SUCCESS;
-  };
-  EXPECT_TRUE(peer_writes(51));  // resident: mapped at allocation
-  EXPECT_EQ(VerifyAllocation(*e, t, size, 51), -1);
-  EXPECT_OK(e->Evict(t));
-  EXPECT_TRUE(peer_writes(52));  // evicted: host memory mapped at t
-  EXPECT_EQ(VerifyAllocation(*e, t, size, 52), -1);
-  uint64_t id = 0;
-  Fake().set_copy_delay_us(100000);  // the page-in copy lands late: the peer waits
-  EXPECT_OK(e->Pin(t, &id));         // paged in: device memory mapped again
-  EXPECT_TRUE(peer_writes(53));
-  Fake().set_copy_delay_us(0);
-  EXPECT_OK(e->Unpin(t, id));
-  EXPECT_EQ(VerifyAllocation(*e, t, size, 53), -1);
-  EXPECT_OK(e->Free(t));
-  b->RemoveFencedStream(peer);
-  {
-    ScopedCudaContext scope(d, context1);
-    d.cuStreamDestroy(peer);
-  }
-  d.cuDevicePrimaryCtxRelease(device1);
   e.reset();
   ExpectNoViolationAndNothingLeaked();
 }
