@@ -54,7 +54,7 @@ THREAD_SAFETY_FLAGS := -std=c++17 -c -Wall -Wextra -Wthread-safety -Wthread-safe
 
 .PHONY: all build test test-asan test-tsan test-thread-safety test-python demo bench-allocator \
         bench-maxbatch bench-mincap bench-trace bench-policy clean fake-cuda test-fake-cuda mutation-check-cuda \
-        test-gpu-wheel gpu-check wheel test-patches patches
+        test-gpu-wheel gpu-check gpu-check-engine wheel test-patches patches
 
 all: build
 
@@ -268,6 +268,19 @@ gpu-check:
 	@$(PYTHON) benchmarks/gpu_check.py --gpu-only
 	$(MAKE) $(GPU_CHECK_VENV)/.built
 	$(GPU_CHECK_VENV)/bin/python benchmarks/gpu_check.py
+
+# The engine and the CUDA backend on a GPU machine with no network and no
+# TensorFlow (the NVIDIA driver, g++, CMake, ninja, nanobind, CuPy): its C++
+# tests, driver call timings, real kernels under eviction, bandwidth beside
+# cudaMemcpyAsync (tests/gpu/gpu_check_engine.sh). Without a GPU it says so
+# and exits 2; DRY_RUN=1 runs its steps against the fake CUDA driver.
+ifeq ($(DRY_RUN),1)
+gpu-check-engine: $(VENV)/.bootstrapped $(FAKE_CUDA_LIB)
+	LMS_GPU_CHECK_DRY_RUN=$(FAKE_CUDA_LIB) PYTHON=$(PY) bash tests/gpu/gpu_check_engine.sh
+else
+gpu-check-engine:
+	bash tests/gpu/gpu_check_engine.sh
+endif
 
 # A wheel for installing LMS into another environment that has the same
 # TensorFlow (README, Install). It is built against the TensorFlow in .venv and

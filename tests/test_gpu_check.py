@@ -50,3 +50,46 @@ def test_the_engine_contract_part_passes_over_the_fake_driver():
     assert run.returncode == 0, run.stdout + run.stderr
     assert "12 tensors of 8 MiB on a 64 MiB device: 12 intact" in run.stdout
     assert " 0 evictions" not in run.stdout and " 0 page-ins" not in run.stdout
+
+
+ENGINE_CHECK = ROOT / "tests/gpu/gpu_check_engine.sh"
+
+
+def gpu_check_engine(**env: str) -> subprocess.CompletedProcess:
+    full_env = {k: v for k, v in os.environ.items()
+                if not k.startswith(("FAKE_CUDA_", "TF_LMS_", "LMS_TEST_"))}
+    full_env.update(PYTHON=sys.executable, BUILD_DIR=str(ROOT / "build/gpu-check-engine"),
+                    PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}", **env)
+    return subprocess.run(["bash", str(ENGINE_CHECK)], capture_output=True, text=True,
+                          env=full_env, timeout=600)
+
+
+def test_gpu_check_engine_without_a_gpu_says_so_and_exits_2():
+    run = gpu_check_engine(LMS_GPU_CHECK_DRIVER="/nonexistent/libcuda.so.1")
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert "no NVIDIA driver (/nonexistent/libcuda.so.1" in run.stderr
+    assert "no GPU here, nothing checked" in run.stderr
+    assert run.stdout == ""  # nothing built, nothing run
+
+
+def test_gpu_check_engine_dry_run_runs_its_steps_over_the_fake_driver_labelled():
+    run = gpu_check_engine(LMS_GPU_CHECK_DRY_RUN=str(FAKE_DRIVER))
+    assert run.returncode == 0, run.stdout + run.stderr
+    lines = [line for line in run.stdout.splitlines() if line.startswith("gpu-check-engine")]
+    assert lines and all("DRY RUN against the fake CUDA driver, not a GPU" in line
+                         for line in lines)
+    for step in ("engine_test on the CUDA backend", "concurrency_test on the CUDA backend",
+                 "driver_timing", "contract", "bandwidth", "create", "check_engine.py"):
+        assert f"PASS {step}" in run.stdout, step
+    assert "32 passed, 0 failed" in run.stdout and "3 passed, 0 failed" in run.stdout
+    assert "0 tensors wrong" in run.stdout and "kernels: not run in a dry run" in run.stdout
+    assert "driver_timing host  cuMemUnmap" in run.stdout
+    assert run.stdout.rstrip().endswith("every step passed")
+
+
+def test_gpu_check_engine_fails_when_a_step_fails():
+    # A granule the backend refuses: the C++ tests abort, and the run says so.
+    run = gpu_check_engine(LMS_GPU_CHECK_DRY_RUN=str(FAKE_DRIVER), LMS_TEST_GRANULE="12345")
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "FAIL engine_test on the CUDA backend" in run.stdout
+    assert "FAILED: engine_test on the CUDA backend concurrency_test" in run.stdout

@@ -23,7 +23,7 @@
 namespace lms {
 namespace {
 
-constexpr size_t kGranule = 64 << 10;
+const size_t kGranule = lms_test::TestGranule();
 
 struct Setup {
   size_t device_granules = 16;
@@ -452,28 +452,30 @@ TEST(DefragmentationRemapsCachedGranulesInsteadOfEvicting) {
 
 TEST(SmallObjectsArePackedInPagesThatAreEvictedAndPagedInWhole) {
   auto e = MakeEngine({/*device=*/4, /*host=*/16});
+  // 1024 bytes each: a page and a half of them.
+  const int per_page = static_cast<int>(kGranule / 1024);
+  const int count = per_page * 3 / 2;
   std::vector<void*> small;
-  for (int i = 0; i < 100; ++i) {
+  for (int i = 0; i < count; ++i) {
     small.push_back(MustAllocate(*e, 1000));
     ASSERT_TRUE(small.back() != nullptr);
     EXPECT_EQ(reinterpret_cast<uintptr_t>(small.back()) % 256, 0u);
     Fill(*e, small.back(), 1000, i);
   }
-  // 1024 bytes each: 64 per 64 KiB page.
   EXPECT_EQ(e->small_pages(), 2u);
   EXPECT_EQ(e->device_granules_in_use(), 2u);
   EXPECT_OK(e->CheckInvariants());
   AllocationInfo a, b;
   EXPECT_OK(e->Inspect(small[0], &a));
-  EXPECT_OK(e->Inspect(small[99], &b));
+  EXPECT_OK(e->Inspect(small[count - 1], &b));
   EXPECT_TRUE(a.small && b.small && a.unit_address != b.unit_address);
   EXPECT_EQ(a.unit_address % kGranule, 0u);
   // Evicting through one object evicts its whole page.
   EXPECT_OK(e->Evict(small[0]));
-  EXPECT_OK(e->Inspect(small[63], &a));
+  EXPECT_OK(e->Inspect(small[per_page - 1], &a));
   EXPECT_TRUE(a.evicted);
   EXPECT_EQ(e->device_granules_in_use(), 1u);
-  for (int i = 0; i < 100; ++i) EXPECT_EQ(Verify(*e, small[i], 1000, i), -1);
+  for (int i = 0; i < count; ++i) EXPECT_EQ(Verify(*e, small[i], 1000, i), -1);
   EXPECT_OK(e->CheckInvariants());
   // Pinning any object of it pages the page in; the unit id unpins it.
   uint64_t id = 0;
@@ -485,9 +487,9 @@ TEST(SmallObjectsArePackedInPagesThatAreEvictedAndPagedInWhole) {
   // 3 granules need the other page's granule: it is evicted, the pinned one not.
   void* big = MustAllocate(*e, 3 * kGranule, /*pin=*/true);
   ASSERT_TRUE(big != nullptr);
-  EXPECT_OK(e->Inspect(small[99], &b));
+  EXPECT_OK(e->Inspect(small[count - 1], &b));
   EXPECT_TRUE(b.evicted);
-  for (int i = 0; i < 100; ++i) EXPECT_EQ(Verify(*e, small[i], 1000, i), -1);
+  for (int i = 0; i < count; ++i) EXPECT_EQ(Verify(*e, small[i], 1000, i), -1);
   EXPECT_OK(e->CheckInvariants());
   EXPECT_OK(e->Unpin(small[3], id));
   EXPECT_OK(e->Free(big));
@@ -545,9 +547,9 @@ TEST(NewSmallObjectsGoToResidentPagesOnly) {
 
 TEST(ANewObjectMakesItsPageTheMostRecentlyUsed) {
   auto e = MakeEngine({/*device=*/3, /*host=*/8});
-  void* a = MustAllocate(*e, 40000);  // page P
-  void* b = MustAllocate(*e, 70000 - 40000);  // does not fit in P: page Q, newer
-  void* c = MustAllocate(*e, 20000);  // best fit is P's rest: P is now newest
+  void* a = MustAllocate(*e, kGranule * 5 / 8);  // page P
+  void* b = MustAllocate(*e, kGranule / 2);  // does not fit in P: page Q, newer
+  void* c = MustAllocate(*e, kGranule / 4);  // best fit is P's rest: P is now newest
   AllocationInfo ia, ib, ic;
   EXPECT_OK(e->Inspect(a, &ia));
   EXPECT_OK(e->Inspect(b, &ib));

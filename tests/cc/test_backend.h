@@ -3,6 +3,11 @@
 // that TF_LMS_CUDA_DRIVER_PATH names (tests/fake_cuda), with the fake's
 // granularity set to the tests' granule so both backends run the same
 // sizes. `make test` runs every engine test binary once per backend.
+//
+// With LMS_TEST_BACKEND=cuda and TF_LMS_CUDA_DRIVER_PATH unset, the tests run
+// on the real GPU 0 through libcuda.so.1 (`make gpu-check-engine`): the
+// granule is then the driver's (TestGranule), and the fake's own checks
+// (violations, leaks) are not there to make.
 #ifndef TENSORFLOW_LMS_ALLOCATOR_TESTS_CC_TEST_BACKEND_H_
 #define TENSORFLOW_LMS_ALLOCATOR_TESTS_CC_TEST_BACKEND_H_
 
@@ -22,12 +27,42 @@ inline bool UsingCuda() {
   return kind != nullptr && std::strcmp(kind, "cuda") == 0;
 }
 
+// The CUDA backend over the fake driver, not a real GPU.
+inline bool UsingFakeCuda() {
+  return UsingCuda() && std::getenv("TF_LMS_CUDA_DRIVER_PATH") != nullptr;
+}
+
+// The granule every test sizes its allocations in: LMS_TEST_GRANULE bytes,
+// by default 64 KiB (the fake's granularity is set to it), or on a real GPU
+// the larger granule its driver imposes (2 MiB on every NVIDIA GPU so far),
+// asked of a probe backend once.
+inline size_t TestGranule() {
+  static const size_t granule = [] {
+    const char* env = std::getenv("LMS_TEST_GRANULE");
+    size_t bytes = env != nullptr ? std::strtoull(env, nullptr, 10) : 64 << 10;
+    if (UsingCuda() && !UsingFakeCuda()) {
+      lms::BackendSpec spec;
+      spec.kind = lms::BackendKind::kCuda;
+      spec.granule_bytes = bytes;
+      std::unique_ptr<lms::Backend> probe;
+      const lms::Status s = lms::CreateBackend(spec, &probe);
+      if (!s.ok()) {
+        std::printf("CreateBackend(cuda) on the real driver: %s\n", s.ToString().c_str());
+        std::abort();
+      }
+      bytes = probe->granule_bytes();
+    }
+    return bytes;
+  }();
+  return granule;
+}
+
 // Aborts with the reason if the backend cannot be made: every test needs it.
 inline std::unique_ptr<lms::Backend> MakeTestBackend(size_t granule) {
   lms::BackendSpec spec;
   spec.granule_bytes = granule;
-  if (UsingCuda()) {
-    spec.kind = lms::BackendKind::kCuda;
+  if (UsingCuda()) spec.kind = lms::BackendKind::kCuda;
+  if (UsingFakeCuda()) {
     // Each test's engine is gone before the next one is made, so the fake
     // must hold nothing now: what it still holds, the last test leaked, and
     // what its checker caught, the last test did.

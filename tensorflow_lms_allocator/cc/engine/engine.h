@@ -254,6 +254,9 @@ class Engine {
   std::vector<UnpinnedTouch> UnpinnedTouches() const;
   void ClearUnpinnedTouches();
   const Backend& backend() const { return *backend_; }
+  // Outside the engine's lock: only for what the backend makes thread-safe
+  // itself (AddFencedQueue, a CUDA backend's stream registration).
+  Backend& backend() { return *backend_; }
 
   // The fork handlers (engine_fork.cc, Note [Fork] in fork_handlers.h):
   // PrepareFork takes the lock and keeps it across fork(); the After calls

@@ -16,6 +16,7 @@
 #include <string>
 
 #include "backends/backend_factory.h"
+#include "backends/cuda_backend.h"
 #include "engine/engine.h"
 #include "engine/env_options.h"
 #include "testing/engine_pattern.h"
@@ -166,6 +167,17 @@ class PyEngine {
     return bad;
   }
 
+  // A CUDA stream (its CUstream as an integer, as CuPy's Stream.ptr) whose
+  // queued kernels may touch this engine's memory: fenced before every copy
+  // out of and unmap of it (Note [Stream protocol] in cuda_backend.h).
+  void AddFencedStream(uintptr_t stream) {
+    CudaBackend* cuda = Cuda("add_fenced_stream");
+    Call([&] { return cuda->AddFencedStream(reinterpret_cast<cu::CUstream>(stream)); });
+  }
+  void RemoveFencedStream(uintptr_t stream) {
+    Cuda("remove_fenced_stream")->RemoveFencedStream(reinterpret_cast<cu::CUstream>(stream));
+  }
+
   std::vector<nb::dict> Touches() {
     std::vector<nb::dict> out;
     for (const UnpinnedTouch& t : engine_->UnpinnedTouches()) {
@@ -184,6 +196,14 @@ class PyEngine {
 
  private:
   static void* Ptr(uintptr_t a) { return reinterpret_cast<void*>(a); }
+  CudaBackend* Cuda(const char* call) {
+    auto* cuda = dynamic_cast<CudaBackend*>(&engine_->backend());
+    if (cuda == nullptr) {
+      Check(InvalidArgument(std::string(call) + ": streams exist only on backend=\"cuda\"; "
+                            "this engine runs on \"" + engine_->backend().Name() + "\""));
+    }
+    return cuda;
+  }
   std::unique_ptr<Engine> engine_;
 };
 
@@ -266,6 +286,10 @@ NB_MODULE(_engine, m) {
            nb::arg("seed"), "First differing offset, or -1 if intact.")
       .def_prop_ro("backend", [](PyEngine& e) { return std::string(e.engine().backend().Name()); },
                    "\"posix\" or \"cuda\".")
+      .def("add_fenced_stream", &PyEngine::AddFencedStream, nb::arg("stream"),
+           "Registers a CUDA stream (a CUstream as int, e.g. cupy Stream.ptr) whose\n"
+           "queued kernels may touch this engine's memory after their unpin.")
+      .def("remove_fenced_stream", &PyEngine::RemoveFencedStream, nb::arg("stream"))
       .def("unpinned_touches", &PyEngine::Touches)
       .def("clear_unpinned_touches",
            [](PyEngine& e) { e.engine().ClearUnpinnedTouches(); })

@@ -1,0 +1,445 @@
+"""The engine on a real GPU, with real kernels: `make gpu-check-engine`'s Python part.
+
+Needs only the engine's own Python module (built by tests/gpu/gpu_check_engine.sh
+into --build, no TensorFlow) and, on a GPU, CuPy. Steps, each reported
+with PASS or FAIL and its numbers:
+
+1. contract: 1.5x the device of patterned tensors (large, odd-sized and
+   small) pinned in random groups, churned and freed; every byte checked.
+2. bandwidth: evict and page-in GB/s of the engine beside cudaMemcpyAsync
+   between pinned host memory and the device, measured in the same run.
+3. kernels: CuPy kernels write and check LMS tensors on a stream registered
+   with the engine (unpinned while still queued, then evicted) and on an
+   unregistered one (synchronized before the unpin; reading and writing
+   evicted tensors over the bus), while another thread evicts and pages in.
+4. create: the time to create (and destroy) a 64 GiB device.
+
+With --dry-run the engine runs over the fake CUDA driver
+(TF_LMS_CUDA_DRIVER_PATH) at small sizes: every line says DRY RUN, the
+numbers are not a GPU's, and the CuPy steps (bandwidth baseline, kernels)
+are not run. Exit status: 0 if every step passed, 1 otherwise.
+
+Example:
+    $ python tests/gpu/check_engine.py --build build/gpu-check-engine
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import random
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any, Callable
+
+GIB = 1 << 30
+MIB = 1 << 20
+STEPS = ("contract", "bandwidth", "kernels", "create")
+
+
+@dataclass
+class Sizes:
+    """How big each step is: a real GPU's, or the dry run's."""
+
+    contract_device: int
+    throughput_device: int
+    throughput_tensor: int
+    kernel_device: int
+    kernel_tensor: int
+    created_device: int
+    rounds: int
+
+
+GPU_SIZES = Sizes(contract_device=4 * GIB, throughput_device=4 * GIB,
+                  throughput_tensor=64 * MIB, kernel_device=512 * MIB,
+                  kernel_tensor=32 * MIB, created_device=64 * GIB, rounds=200)
+DRY_SIZES = Sizes(contract_device=64 * MIB, throughput_device=64 * MIB,
+                  throughput_tensor=4 * MIB, kernel_device=0, kernel_tensor=0,
+                  created_device=1 * GIB, rounds=40)
+
+
+class Check:
+    """Prints each step's lines with the run's label and counts failures."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.failed: list[str] = []
+
+    def say(self, text: str) -> None:
+        print(f"gpu-check-engine{self.label}: {text}", flush=True)
+
+    def step(self, name: str, body: Callable[[], None]) -> None:
+        self.say(f"== {name}")
+        try:
+            body()
+        except Exception:  # one step's failure must not hide the next ones
+            self.failed.append(name)
+            self.say(f"FAIL {name}:\n{traceback.format_exc()}")
+            return
+        self.say(f"PASS {name}")
+
+    def expect(self, ok: bool, what: str) -> None:
+        if not ok:
+            raise AssertionError(what)
+
+
+def contract(check: Check, lms: ModuleType, sizes: Sizes) -> None:
+    """1.5x the device of patterned tensors: every byte survives any pins."""
+    rng = random.Random(7)
+    device = sizes.contract_device
+    engine = lms.Engine(device, host_bytes=2 * device, backend="cuda")
+    granule = engine.granule_bytes
+    tensors: dict[int, tuple[int, int]] = {}  # address -> (bytes, seed)
+    seed = 0
+
+    def make() -> None:
+        nonlocal seed
+        kind = rng.random()
+        if kind < 0.25:
+            size = rng.randrange(1, granule // 4)  # small: packed in pages
+        elif kind < 0.5:
+            size = rng.randrange(granule, 8 * granule) + rng.randrange(1, 4096)
+        else:
+            size = rng.randrange(1, 16) * granule
+        address = engine.allocate(size)
+        seed += 1
+        engine.fill_pattern(address, size, seed)
+        tensors[address] = (size, seed)
+
+    while sum(size for size, _ in tensors.values()) < device * 3 // 2:
+        make()
+    for round_ in range(sizes.rounds):
+        group = rng.sample(sorted(tensors), k=min(len(tensors), rng.randrange(1, 12)))
+        pins = []
+        held = 0
+        for address in group:
+            size = tensors[address][0]
+            if held + size > device // 3:
+                continue
+            held += size
+            pins.append((address, engine.pin(address)))
+        address, _ = rng.choice(pins) if pins else (group[0], 0)
+        size, s = tensors[address]
+        check.expect(engine.verify_pattern(address, size, s) == -1,
+                     f"round {round_}: a tensor of {size} bytes lost bytes")
+        for address, unit in pins:
+            engine.unpin(address, unit)
+        if round_ % 10 == 9:  # churn: one freed, one made
+            gone = rng.choice(sorted(tensors))
+            engine.free(gone)
+            del tensors[gone]
+            make()
+    bad = [a for a, (size, s) in tensors.items() if engine.verify_pattern(a, size, s) != -1]
+    engine.check_invariants()
+    stats = engine.stats()
+    total = sum(size for size, _ in tensors.values())
+    check.say(f"contract: {len(tensors)} tensors, {total / MIB:.0f} MiB on a "
+              f"{device / MIB:.0f} MiB device (granule {granule >> 10} KiB), "
+              f"{stats['num_evictions']} evictions, {stats['num_page_ins']} page-ins, "
+              f"{stats['bytes_copied'] / GIB:.2f} GiB copied, {len(bad)} tensors wrong")
+    check.expect(not bad, f"{len(bad)} of {len(tensors)} tensors lost bytes")
+    check.expect(stats["num_evictions"] > 0 and stats["num_page_ins"] > 0,
+                 "nothing was evicted or paged in: the check proved nothing")
+    for address in list(tensors):
+        engine.free(address)
+
+
+def engine_throughput(check: Check, lms: ModuleType, sizes: Sizes) -> tuple[float, float]:
+    """Evict and page-in GB/s of whole tensors, best of three passes."""
+    engine = lms.Engine(sizes.throughput_device, host_bytes=sizes.throughput_device,
+                        backend="cuda")
+    count = sizes.throughput_device // 4 // sizes.throughput_tensor
+    tensors = [engine.allocate(sizes.throughput_tensor) for _ in range(count)]
+    for i, address in enumerate(tensors):
+        engine.fill_pattern(address, sizes.throughput_tensor, 100 + i)
+    total = count * sizes.throughput_tensor
+    best_out = best_in = 0.0
+    for _ in range(3):
+        start = time.perf_counter()
+        for address in tensors:
+            engine.evict(address)
+        best_out = max(best_out, total / (time.perf_counter() - start) / 1e9)
+        start = time.perf_counter()
+        for address in tensors:
+            engine.unpin(address, engine.pin(address))
+        engine.verify_pattern(tensors[0], 1, 100)  # waits for every copy in flight
+        best_in = max(best_in, total / (time.perf_counter() - start) / 1e9)
+    bad = [i for i, a in enumerate(tensors)
+           if engine.verify_pattern(a, sizes.throughput_tensor, 100 + i) != -1]
+    check.expect(not bad, f"tensors {bad} lost bytes")
+    for address in tensors:
+        engine.free(address)
+    check.say(f"engine: evict {best_out:.1f} GB/s, page-in {best_in:.1f} GB/s "
+              f"({count} tensors of {sizes.throughput_tensor // MIB} MiB, best of 3)")
+    return best_out, best_in
+
+
+def pinned_bandwidth(check: Check, cupy: Any) -> tuple[float, float]:
+    """cudaMemcpyAsync between pinned host memory and the device, best of 3."""
+    import cupyx
+    import numpy
+
+    n = GIB
+    host = cupyx.empty_pinned((n,), dtype=numpy.uint8)
+    device = cupy.empty((n,), dtype=cupy.uint8)
+    stream = cupy.cuda.Stream(non_blocking=True)
+    runtime = cupy.cuda.runtime
+    result = []
+    for dst, src, kind in ((host.ctypes.data, device.data.ptr, runtime.memcpyDeviceToHost),
+                           (device.data.ptr, host.ctypes.data, runtime.memcpyHostToDevice)):
+        best = 0.0
+        for _ in range(3):
+            begin, end = cupy.cuda.Event(), cupy.cuda.Event()
+            begin.record(stream)
+            runtime.memcpyAsync(dst, src, n, kind, stream.ptr)
+            end.record(stream)
+            end.synchronize()
+            best = max(best, n / (cupy.cuda.get_elapsed_time(begin, end) / 1e3) / 1e9)
+        result.append(best)
+    del host, device
+    cupy.get_default_memory_pool().free_all_blocks()
+    check.say(f"cudaMemcpyAsync pinned: device->host {result[0]:.1f} GB/s, "
+              f"host->device {result[1]:.1f} GB/s (1 GiB, best of 3)")
+    return result[0], result[1]
+
+
+def bandwidth(check: Check, lms: ModuleType, sizes: Sizes, cupy: Any | None) -> None:
+    out, in_ = engine_throughput(check, lms, sizes)
+    if cupy is None:
+        check.say("bandwidth baseline: not measured in a dry run (no GPU for CuPy)")
+        return
+    d2h, h2d = pinned_bandwidth(check, cupy)
+    check.say(f"ratio: evict/pinned device->host {out / d2h:.2f}, "
+              f"page-in/pinned host->device {in_ / h2d:.2f}")
+
+
+KERNELS = r"""
+__device__ unsigned int Word(unsigned int seed, unsigned long long i) {
+  unsigned int x = static_cast<unsigned int>(i) * 2654435761u ^ seed ^
+                   static_cast<unsigned int>(i >> 32);
+  x ^= x >> 16; x *= 0x45d9f3bu; x ^= x >> 16;
+  return x;
+}
+// Spins `spin` clock cycles first, so that it is still queued or running
+// when the host unpins its tensor.
+extern "C" __global__ void fill(unsigned int* p, unsigned long long n, unsigned int seed,
+                                long long spin) {
+  const long long start = clock64();
+  while (clock64() - start < spin) {}
+  for (unsigned long long i = blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += gridDim.x * blockDim.x) {
+    p[i] = Word(seed, i);
+  }
+}
+extern "C" __global__ void check(const unsigned int* p, unsigned long long n,
+                                 unsigned int seed, unsigned long long* bad) {
+  for (unsigned long long i = blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += gridDim.x * blockDim.x) {
+    if (p[i] != Word(seed, i)) atomicAdd(bad, 1ull);
+  }
+}
+"""
+
+
+class Kernels:
+    """fill and check over LMS memory, launched on a given CuPy stream."""
+
+    def __init__(self, cupy: Any) -> None:
+        import numpy
+
+        self.cupy, self.numpy = cupy, numpy
+        module = cupy.RawModule(code=KERNELS)
+        self._fill = module.get_function("fill")
+        self._check = module.get_function("check")
+        self._bad = cupy.zeros(1, dtype=cupy.uint64)
+
+    def fill(self, stream: Any, address: int, size: int, seed: int, spin: int = 0) -> None:
+        np = self.numpy
+        with stream:
+            self._fill((264,), (256,), (np.uint64(address), np.uint64(size // 4),
+                                        np.uint32(seed), np.int64(spin)))
+
+    def wrong_words(self, stream: Any, address: int, size: int, seed: int) -> int:
+        """Checks on `stream` and waits for it: the number of wrong words."""
+        np = self.numpy
+        with stream:
+            self._bad.fill(0)
+            self._check((264,), (256,), (np.uint64(address), np.uint64(size // 4),
+                                         np.uint32(seed), self._bad))
+        stream.synchronize()
+        return int(self._bad.get()[0])
+
+
+def kernels(check: Check, lms: ModuleType, sizes: Sizes, cupy: Any) -> None:
+    """Real kernels on registered and unregistered streams, under eviction."""
+    kernel = Kernels(cupy)
+    device, size = sizes.kernel_device, sizes.kernel_tensor
+    engine = lms.Engine(device, host_bytes=4 * device, backend="cuda")
+    fenced = cupy.cuda.Stream(non_blocking=True)
+    unfenced = cupy.cuda.Stream(non_blocking=True)
+    engine.add_fenced_stream(fenced.ptr)
+    count = device * 3 // 2 // size
+    mine = [engine.allocate(size) for _ in range(count)]
+    seeds = {}
+    rng = random.Random(11)
+    # (a) fenced: each fill is unpinned while still queued (it spins ~1-5 ms
+    # first), and the next pins evict it: the eviction's copy must wait.
+    for step in range(4 * count):
+        address = rng.choice(mine)
+        unit = engine.pin(address)
+        seeds[address] = 1000 + step
+        kernel.fill(fenced, address, size, seeds[address], spin=rng.choice((0, 2_000_000,
+                                                                          10_000_000)))
+        engine.unpin(address, unit)
+    fenced.synchronize()
+    wrong = 0
+    for address in mine:
+        if address not in seeds:
+            continue
+        unit = engine.pin(address)
+        wrong += kernel.wrong_words(fenced, address, size, seeds[address])
+        engine.unpin(address, unit)
+    stats = engine.stats()
+    check.say(f"kernels (a) fenced stream, unpinned while queued: {4 * count} fills, "
+              f"{stats['num_evictions']} evictions, {stats['num_page_ins']} page-ins, "
+              f"{stats['num_fences']} fences, {wrong} wrong words")
+    check.expect(wrong == 0, f"{wrong} words written by queued kernels were lost")
+    check.expect(stats["num_evictions"] > 0, "nothing was evicted")
+    # (b) unfenced: evicted tensors read and written over the bus by an
+    # unpinned kernel (synchronized before the engine is called again), and
+    # pinned ones written there, synchronized before the unpin.
+    wrong = 0
+    for i, address in enumerate(mine[:8]):
+        unit = engine.pin(address)
+        engine.unpin(address, unit)
+        engine.evict(address)
+        check.expect(engine.inspect(address)["evicted"], "evict left the tensor resident")
+        if address in seeds:
+            wrong += kernel.wrong_words(unfenced, address, size, seeds[address])
+        seeds[address] = 5000 + i
+        kernel.fill(unfenced, address, size, seeds[address])
+        unfenced.synchronize()
+        unit = engine.pin(address)  # pages in what the kernel wrote over the bus
+        wrong += kernel.wrong_words(unfenced, address, size, seeds[address])
+        seeds[address] = 6000 + i
+        kernel.fill(unfenced, address, size, seeds[address])
+        unfenced.synchronize()
+        engine.unpin(address, unit)
+    for address in mine[:8]:
+        engine.evict(address)
+        wrong += kernel.wrong_words(unfenced, address, size, seeds[address])
+    check.say(f"kernels (b) unregistered stream, evicted tensors over the bus: {wrong} "
+              "wrong words")
+    check.expect(wrong == 0, f"{wrong} words wrong on the unregistered stream")
+    # (c) two threads: fenced fills unpinned while queued, and another
+    # thread pinning, checking and evicting its own tensors meanwhile.
+    theirs = [engine.allocate(size) for _ in range(count // 2)]
+    for i, address in enumerate(theirs):
+        engine.fill_pattern(address, size, 9000 + i)
+    errors: list[str] = []
+
+    def other() -> None:
+        other_rng = random.Random(13)
+        try:
+            for _ in range(6 * count):
+                i = other_rng.randrange(len(theirs))
+                unit = engine.pin(theirs[i])
+                if engine.verify_pattern(theirs[i], size, 9000 + i) != -1:
+                    errors.append(f"tensor {i} of the other thread lost bytes")
+                engine.unpin(theirs[i], unit)
+                try:
+                    engine.evict(theirs[other_rng.randrange(len(theirs))])
+                except lms.AllocationStateError:
+                    pass  # already evicted, by the other thread's pins
+        except Exception as error:  # reported by the main thread
+            errors.append(repr(error))
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    for step in range(6 * count):
+        address = rng.choice(mine)
+        unit = engine.pin(address)
+        seeds[address] = 20000 + step
+        kernel.fill(fenced, address, size, seeds[address], spin=rng.choice((0, 2_000_000)))
+        engine.unpin(address, unit)
+    thread.join()
+    fenced.synchronize()
+    wrong = 0
+    for address in mine:
+        unit = engine.pin(address)
+        wrong += kernel.wrong_words(fenced, address, size, seeds[address])
+        engine.unpin(address, unit)
+    stats = engine.stats()
+    check.say(f"kernels (c) two threads: {stats['num_evictions']} evictions, "
+              f"{stats['num_page_ins']} page-ins in all, {wrong} wrong words, "
+              f"{len(errors)} errors in the other thread")
+    check.expect(wrong == 0 and not errors, f"{wrong} wrong words; {errors[:3]}")
+    engine.remove_fenced_stream(fenced.ptr)
+    for address in mine + theirs:
+        engine.free(address)
+
+
+def create(check: Check, lms: ModuleType, sizes: Sizes, cupy: Any | None) -> None:
+    """Creating and destroying a device of sizes.created_device bytes."""
+    device = sizes.created_device
+    if cupy is not None:
+        free, _ = cupy.cuda.runtime.memGetInfo()
+        if free < device + 2 * GIB:
+            check.say(f"only {free / GIB:.1f} GiB free: creating a smaller device")
+            device = (free - 2 * GIB) // GIB * GIB
+    start = time.perf_counter()
+    engine = lms.Engine(device, host_bytes=GIB, backend="cuda")
+    made = time.perf_counter() - start
+    address = engine.allocate(engine.granule_bytes * 3)
+    engine.fill_pattern(address, engine.granule_bytes * 3, 5)
+    check.expect(engine.verify_pattern(address, engine.granule_bytes * 3, 5) == -1,
+                 "the created device lost bytes")
+    engine.free(address)
+    start = time.perf_counter()
+    del engine
+    gone = time.perf_counter() - start
+    check.say(f"create: a {device / GIB:.0f} GiB device in {made:.2f} s "
+              f"({made / (device // (2 * MIB)) * 1e6:.1f} us per 2 MiB granule), "
+              f"destroyed in {gone:.2f} s")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--build", required=True, help="the folder holding _engine*.so")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="over the fake CUDA driver (TF_LMS_CUDA_DRIVER_PATH)")
+    parser.add_argument("--steps", default=",".join(STEPS),
+                        help=f"comma-separated, of {','.join(STEPS)} (default: all)")
+    args = parser.parse_args()
+    steps = args.steps.split(",")
+    if unknown := sorted(set(steps) - set(STEPS)):
+        parser.error(f"--steps {args.steps}: no step {', '.join(unknown)}; "
+                     f"the steps are {','.join(STEPS)}")
+    if args.dry_run and not os.environ.get("TF_LMS_CUDA_DRIVER_PATH"):
+        parser.error("--dry-run needs TF_LMS_CUDA_DRIVER_PATH naming the fake driver")
+    sys.path.insert(0, args.build)
+    lms = importlib.import_module("_engine")
+    check = Check(" DRY RUN against the fake CUDA driver, not a GPU" if args.dry_run else "")
+    cupy = None if args.dry_run else importlib.import_module("cupy")
+    sizes = DRY_SIZES if args.dry_run else GPU_SIZES
+    if "contract" in steps:
+        check.step("contract", lambda: contract(check, lms, sizes))
+    if "bandwidth" in steps:
+        check.step("bandwidth", lambda: bandwidth(check, lms, sizes, cupy))
+    if "kernels" in steps and cupy is None:
+        check.say("kernels: not run in a dry run (CuPy kernels need a GPU)")
+    elif "kernels" in steps:
+        check.step("kernels", lambda: kernels(check, lms, sizes, cupy))
+    if "create" in steps:
+        check.step("create", lambda: create(check, lms, sizes, cupy))
+    check.say("FAILED: " + ", ".join(check.failed) if check.failed else "all steps passed")
+    return 1 if check.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
