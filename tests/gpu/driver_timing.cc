@@ -1,16 +1,19 @@
 // Microseconds per granule of each CUDA virtual-memory call LMS makes for a
 // remap (cuMemCreate, cuMemMap, cuMemSetAccess, cuMemUnmap, cuMemRelease),
-// on device memory and on host-located memory, through the backend's own
-// driver table (CudaDriver: libcuda.so.1, or TF_LMS_CUDA_DRIVER_PATH's fake).
+// on device memory and on host-located memory, and the bandwidth of a copy
+// between the two (what evictions and page-ins copy), through the backend's
+// own driver table (CudaDriver: libcuda.so.1, or TF_LMS_CUDA_DRIVER_PATH's fake).
 // Part of `make gpu-check-engine` (tests/gpu/gpu_check_engine.sh).
 //
 // Usage: driver_timing [granules]   (default 512: 1 GiB of 2 MiB granules)
 // Prints one line per location and call; exits 1 if a call fails.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "backends/cuda_context.h"
@@ -39,65 +42,115 @@ cu::CUmemAllocationProp Prop(cu::CUmemLocation location) {
   return prop;
 }
 
-// Times each call over `count` granules of `location`, mapped at one
-// reserved range that `device` reads and writes. False if a call failed.
-bool TimeLocation(const CudaDriver& d, const char* name, cu::CUmemLocation location,
-                  cu::CUdevice device, size_t count) {
-  const cu::CUmemAllocationProp prop = Prop(location);
+// `count` granules of one location, mapped at one reserved range.
+struct Range {
+  const char* name;
   size_t granule = 0;
-  if (!Ok(d, d.cuMemGetAllocationGranularity(&granule, &prop,
+  cu::CUdeviceptr base = 0;
+  std::vector<cu::CUmemGenericAllocationHandle> handles;
+};
+
+void Row(const Range& r, const char* call, double us_per_granule) {
+  std::printf("driver_timing %-5s %-34s %9.2f us/granule (%zu granules of %zu KiB)\n", r.name,
+              call, us_per_granule, r.handles.size(), r.granule >> 10);
+}
+
+bool MapEach(const CudaDriver& d, const Range& r) {
+  for (size_t i = 0; i < r.handles.size(); ++i) {
+    if (!Ok(d, d.cuMemMap(r.base + i * r.granule, r.granule, 0, r.handles[i], 0),
+            "cuMemMap")) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// Creates, maps and grants `device` read/write to `count` granules of
+// `location`, timing each call. False if a call failed.
+bool MapTimed(const CudaDriver& d, cu::CUmemLocation location, cu::CUdevice device,
+              size_t count, Range* r) {
+  const cu::CUmemAllocationProp prop = Prop(location);
+  if (!Ok(d, d.cuMemGetAllocationGranularity(&r->granule, &prop,
                                              cu::CU_MEM_ALLOC_GRANULARITY_MINIMUM),
           "cuMemGetAllocationGranularity")) {
     return false;
   }
-  std::vector<cu::CUmemGenericAllocationHandle> handles(count);
-  cu::CUdeviceptr base = 0;
+  r->handles.resize(count);
+  const size_t bytes = count * r->granule;
   const cu::CUmemAccessDesc rw{{cu::CU_MEM_LOCATION_TYPE_DEVICE, device},
                                cu::CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
-  auto per = [count](Clock::time_point start) { return MicrosSince(start) / count; };
-  auto row = [&](const char* call, double us) {
-    std::printf("driver_timing %-5s %-34s %9.2f us/granule (%zu granules of %zu KiB)\n", name,
-                call, us, count, granule >> 10);
-  };
   Clock::time_point t = Clock::now();
-  for (auto& h : handles) {
-    if (!Ok(d, d.cuMemCreate(&h, granule, &prop, 0), "cuMemCreate")) return false;
+  for (auto& h : r->handles) {
+    if (!Ok(d, d.cuMemCreate(&h, r->granule, &prop, 0), "cuMemCreate")) return false;
   }
-  row("cuMemCreate", per(t));
-  if (!Ok(d, d.cuMemAddressReserve(&base, count * granule, granule, 0, 0),
-          "cuMemAddressReserve")) {
+  Row(*r, "cuMemCreate", MicrosSince(t) / count);
+  if (!Ok(d, d.cuMemAddressReserve(&r->base, bytes, r->granule, 0, 0), "cuMemAddressReserve")) {
     return false;
   }
   t = Clock::now();
+  if (!MapEach(d, *r)) return false;
+  Row(*r, "cuMemMap", MicrosSince(t) / count);
+  t = Clock::now();
   for (size_t i = 0; i < count; ++i) {
-    if (!Ok(d, d.cuMemMap(base + i * granule, granule, 0, handles[i], 0), "cuMemMap")) {
+    if (!Ok(d, d.cuMemSetAccess(r->base + i * r->granule, r->granule, &rw, 1),
+            "cuMemSetAccess")) {
       return false;
     }
   }
-  row("cuMemMap", per(t));
+  Row(*r, "cuMemSetAccess, one call a granule", MicrosSince(t) / count);
   t = Clock::now();
-  for (size_t i = 0; i < count; ++i) {
-    if (!Ok(d, d.cuMemSetAccess(base + i * granule, granule, &rw, 1), "cuMemSetAccess")) {
-      return false;
-    }
-  }
-  row("cuMemSetAccess, one call a granule", per(t));
-  t = Clock::now();
-  if (!Ok(d, d.cuMemSetAccess(base, count * granule, &rw, 1), "cuMemSetAccess of the run")) {
+  if (!Ok(d, d.cuMemSetAccess(r->base, bytes, &rw, 1), "cuMemSetAccess of the run")) {
     return false;
   }
-  row("cuMemSetAccess, one call the run", per(t));
-  t = Clock::now();
+  Row(*r, "cuMemSetAccess, one call the run", MicrosSince(t) / count);
+  return true;
+}
+
+// Unmaps granule by granule, maps again and unmaps the run in one call,
+// releases: each timed. False if a call failed.
+bool UnmapTimed(const CudaDriver& d, Range& r) {
+  const size_t count = r.handles.size();
+  Clock::time_point t = Clock::now();
   for (size_t i = 0; i < count; ++i) {
-    if (!Ok(d, d.cuMemUnmap(base + i * granule, granule), "cuMemUnmap")) return false;
+    if (!Ok(d, d.cuMemUnmap(r.base + i * r.granule, r.granule), "cuMemUnmap")) return false;
   }
-  row("cuMemUnmap", per(t));
+  Row(r, "cuMemUnmap, one call a granule", MicrosSince(t) / count);
+  if (!MapEach(d, r)) return false;
   t = Clock::now();
-  for (auto h : handles) {
+  if (!Ok(d, d.cuMemUnmap(r.base, count * r.granule), "cuMemUnmap of the run")) return false;
+  Row(r, "cuMemUnmap, one call the run", MicrosSince(t) / count);
+  t = Clock::now();
+  for (auto h : r.handles) {
     if (!Ok(d, d.cuMemRelease(h), "cuMemRelease")) return false;
   }
-  row("cuMemRelease", per(t));
-  return Ok(d, d.cuMemAddressFree(base, count * granule), "cuMemAddressFree");
+  Row(r, "cuMemRelease", MicrosSince(t) / count);
+  return Ok(d, d.cuMemAddressFree(r.base, count * r.granule), "cuMemAddressFree");
+}
+
+// GB/s of one cuMemcpyAsync of the whole range each way, best of 3: the
+// copies an eviction and a page-in make, between device and host VMM memory.
+bool CopyTimed(const CudaDriver& d, const Range& device, const Range& host) {
+  const size_t bytes = std::min(device.handles.size() * device.granule,
+                                host.handles.size() * host.granule);
+  cu::CUstream stream = nullptr;
+  if (!Ok(d, d.cuStreamCreate(&stream, cu::CU_STREAM_NON_BLOCKING), "cuStreamCreate")) {
+    return false;
+  }
+  bool ok = true;
+  for (auto [what, dst, src] : {std::tuple{"device->host", host.base, device.base},
+                                std::tuple{"host->device", device.base, host.base}}) {
+    double best = 0;
+    for (int i = 0; ok && i < 3; ++i) {
+      const Clock::time_point t = Clock::now();
+      ok = Ok(d, d.cuMemcpyAsync(dst, src, bytes, stream), "cuMemcpyAsync") &&
+           Ok(d, d.cuStreamSynchronize(stream), "cuStreamSynchronize");
+      best = std::max(best, bytes / (MicrosSince(t) * 1e3));
+    }
+    std::printf("driver_timing copy  %-34s %9.1f GB/s (%zu MiB, best of 3)\n", what, best,
+                bytes >> 20);
+  }
+  d.cuStreamDestroy(stream);
+  return ok;
 }
 
 int Run(size_t count) {
@@ -120,8 +173,6 @@ int Run(size_t count) {
   bool ok;
   {
     ScopedCudaContext scope(d, context);
-    ok = scope.status().ok() &&
-         TimeLocation(d, "device", {cu::CU_MEM_LOCATION_TYPE_DEVICE, device}, device, count);
     // Host memory where LMS makes it (Note [Where host memory is made]):
     // the GPU's NUMA node if the driver takes it, else HOST.
     int node = -1;
@@ -138,10 +189,12 @@ int Run(size_t count) {
     std::printf("driver_timing host memory at %s\n",
                 host_numa ? ("HOST_NUMA node " + std::to_string(numa.location.id)).c_str()
                           : "HOST");
-    ok = ok && TimeLocation(d, "host",
-                            host_numa ? numa.location
-                                      : cu::CUmemLocation{cu::CU_MEM_LOCATION_TYPE_HOST, 0},
-                            device, count);
+    Range on_device{"device"}, on_host{"host"};
+    ok = scope.status().ok() &&
+         MapTimed(d, {cu::CU_MEM_LOCATION_TYPE_DEVICE, device}, device, count, &on_device) &&
+         MapTimed(d, host_numa ? numa.location : cu::CUmemLocation{cu::CU_MEM_LOCATION_TYPE_HOST, 0},
+                  device, count, &on_host) &&
+         CopyTimed(d, on_device, on_host) && UnmapTimed(d, on_device) && UnmapTimed(d, on_host);
   }
   d.cuDevicePrimaryCtxRelease(device);
   return ok ? 0 : 1;

@@ -255,23 +255,36 @@ Status CudaBackend::UnmapReleased(uintptr_t address, size_t count, uint64_t mark
 
 Status CudaBackend::UnmapSlots(uintptr_t address, size_t count, bool drain) {
   bool any = false;
-  for (size_t i = 0; i < count && !any; ++i) {
-    const Slot* slot = SlotAt(address + i * granule_);
-    any = slot != nullptr && slot->mapped;
-  }
+  for (size_t i = 0; i < count && !any; ++i) any = IsMapped(address + i * granule_);
   if (!any) return Status::Ok();
   if (drain && !remap_batch_drained_) LMS_RETURN_IF_ERROR(Drain());
   Status status;
-  for (size_t i = 0; i < count; ++i) {
-    const uintptr_t at = address + i * granule_;
-    Slot* slot = SlotAt(at);
-    if (slot == nullptr || !slot->mapped) continue;
-    Status s = driver_->Check(driver_->cuMemUnmap(at, granule_), "cuMemUnmap at " + Hex(at));
-    if (s.ok()) {
-      *slot = Slot();
-    } else if (status.ok()) {
-      status = s;
+  for (size_t i = 0; i < count;) {
+    if (!IsMapped(address + i * granule_)) {
+      ++i;
+      continue;
     }
+    size_t run = 1;
+    while (i + run < count && IsMapped(address + (i + run) * granule_)) ++run;
+    // One cuMemUnmap may cover several whole mappings that adjoin (the CUDA
+    // samples' multidevicealloc_memmap unmaps its stripes in one call): one
+    // call a run of mapped slots, not one a granule.
+    const uintptr_t at = address + i * granule_;
+    if (driver_->cuMemUnmap(at, run * granule_) == cu::CUDA_SUCCESS) {
+      for (size_t j = 0; j < run; ++j) *SlotAt(at + j * granule_) = Slot();
+    } else {
+      // Granule by granule, so that each slot says whether it is still mapped.
+      for (size_t j = 0; j < run; ++j) {
+        const uintptr_t g = at + j * granule_;
+        Status s = driver_->Check(driver_->cuMemUnmap(g, granule_), "cuMemUnmap at " + Hex(g));
+        if (s.ok()) {
+          *SlotAt(g) = Slot();
+        } else if (status.ok()) {
+          status = s;
+        }
+      }
+    }
+    i += run;
   }
   return status;
 }

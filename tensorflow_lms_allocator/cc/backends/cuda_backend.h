@@ -257,6 +257,10 @@ class CudaBackend : public Backend {
 
   // The slot table entry for `address`, or nullptr outside every range.
   Slot* SlotAt(uintptr_t address);
+  bool IsMapped(uintptr_t address) {
+    const Slot* slot = SlotAt(address);
+    return slot != nullptr && slot->mapped;
+  }
   // Reserves a new window for `granules` granules of `pool`, and with
   // `eager` creates them all; all or nothing.
   Status CreateWindow(PoolKind pool, size_t granules, bool eager, Pool* out);
