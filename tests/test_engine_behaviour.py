@@ -77,6 +77,41 @@ def test_statistics_add_up(make_engine):
     assert stats["peak_bytes_in_use"] == 10 * 1024 + 5 * GRANULE
 
 
+TIME_PARTS = ("time_copying_ns", "time_waiting_ns", "time_fencing_ns",
+              "time_creating_memory_ns", "time_mapping_ns", "time_unmapping_ns")
+
+
+def test_time_in_evictions_and_page_ins_is_accounted_with_its_parts(make_engine):
+    engine = make_engine(8, 64)
+    before = engine.stats()
+    assert all(before[name] == 0 for name in ("time_evicting_ns", "time_paging_in_ns",
+                                              *TIME_PARTS))
+    tensors = [engine.allocate(4 * GRANULE) for _ in range(4)]
+    for i, t in enumerate(tensors):
+        engine.fill_pattern(t, 4 * GRANULE, i)
+    start = engine.stats()
+    for t in tensors:
+        engine.unpin(t, engine.pin(t))  # each pin evicts the other resident one
+    end = engine.stats()
+    delta = {name: end[name] - start[name] for name in end}
+    assert delta["num_evictions"] >= 2 and delta["num_page_ins"] >= 2
+    assert delta["time_evicting_ns"] > 0 and delta["time_paging_in_ns"] > 0
+    assert delta["time_copying_ns"] > 0 and delta["time_mapping_ns"] > 0
+    if engine.backend == "posix":
+        # The emulated device copies with memcpy and maps with mmap; it never
+        # waits, fences or creates memory on first use.
+        assert delta["time_waiting_ns"] == delta["time_fencing_ns"] == 0
+        assert delta["time_creating_memory_ns"] == 0
+    else:
+        assert delta["time_waiting_ns"] > 0 and delta["time_unmapping_ns"] > 0
+    # Every part happened inside an eviction or a page-in.
+    assert sum(delta[name] for name in TIME_PARTS) <= (
+        delta["time_evicting_ns"] + delta["time_paging_in_ns"])
+    for i, t in enumerate(tensors):
+        assert engine.verify_pattern(t, 4 * GRANULE, i) == -1
+        engine.free(t)
+
+
 def test_repeated_allocate_free_reuses_cached_granules(make_engine):
     engine = make_engine(16, 16)
     for _ in range(100):

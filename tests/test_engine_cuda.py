@@ -146,3 +146,29 @@ def test_an_injected_driver_failure_raises_and_loses_no_byte(fake):
     engine.free(a)
     engine.free(b)
     del engine
+
+
+def test_time_in_the_drivers_calls_is_accounted_inside_evictions_and_page_ins(fake):
+    engine = cuda_engine(8, 32)
+    tensors = [engine.allocate(4 * GRANULE) for _ in range(3)]
+    for i, t in enumerate(tensors):
+        engine.fill_pattern(t, 4 * GRANULE, i)
+    start = engine.stats()
+    for t in tensors:
+        engine.unpin(t, engine.pin(t))
+    end = engine.stats()
+    delta = {name: end[name] - start[name] for name in end}
+    assert delta["num_evictions"] >= 2 and delta["num_page_ins"] >= 2
+    parts = ("time_copying_ns", "time_waiting_ns", "time_fencing_ns",
+             "time_creating_memory_ns", "time_mapping_ns", "time_unmapping_ns")
+    # Issuing copies, waiting for them, ordering the page-ins' copies,
+    # mapping and unmapping all happened; host memory was first made by these
+    # evictions (it is created as it is used).
+    for name in parts:
+        assert delta[name] > 0, name
+    assert sum(delta[name] for name in parts) <= (
+        delta["time_evicting_ns"] + delta["time_paging_in_ns"])
+    for i, t in enumerate(tensors):
+        assert engine.verify_pattern(t, 4 * GRANULE, i) == -1
+        engine.free(t)
+    del engine

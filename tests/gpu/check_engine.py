@@ -26,6 +26,7 @@ Example:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import os
 import random
@@ -53,6 +54,7 @@ class Sizes:
     kernel_tensor: int
     created_device: int
     rounds: int
+    granule: int = 2 * MIB  # asked for; the driver's wins if larger
 
 
 GPU_SIZES = Sizes(contract_device=4 * GIB, throughput_device=4 * GIB,
@@ -92,7 +94,8 @@ def contract(check: Check, lms: ModuleType, sizes: Sizes) -> None:
     """1.5x the device of patterned tensors: every byte survives any pins."""
     rng = random.Random(7)
     device = sizes.contract_device
-    engine = lms.Engine(device, host_bytes=2 * device, backend="cuda")
+    engine = lms.Engine(device, host_bytes=2 * device, granule_bytes=sizes.granule,
+                        backend="cuda")
     granule = engine.granule_bytes
     tensors: dict[int, tuple[int, int]] = {}  # address -> (bytes, seed)
     seed = 0
@@ -149,26 +152,49 @@ def contract(check: Check, lms: ModuleType, sizes: Sizes) -> None:
         engine.free(address)
 
 
+BACKEND_TIMES = ("copying", "waiting", "fencing", "creating_memory", "mapping", "unmapping")
+
+
+def breakdown(before: dict[str, int], after: dict[str, int], total: str, count: int) -> str:
+    """Microseconds per tensor of `total` (a time_*_ns statistic) and its parts."""
+    def per(name: str) -> float:
+        return (after[f"time_{name}_ns"] - before[f"time_{name}_ns"]) / count / 1e3
+
+    parts = {name: per(name) for name in BACKEND_TIMES}
+    other = per(total) - sum(parts.values())
+    return (f"{per(total):.0f} us a tensor: " +
+            ", ".join(f"{name} {us:.0f}" for name, us in parts.items()) +
+            f", the rest {other:.0f}")
+
+
 def engine_throughput(check: Check, lms: ModuleType, sizes: Sizes) -> tuple[float, float]:
     """Evict and page-in GB/s of whole tensors, best of three passes."""
     engine = lms.Engine(sizes.throughput_device, host_bytes=sizes.throughput_device,
-                        backend="cuda")
+                        granule_bytes=sizes.granule, backend="cuda")
     count = sizes.throughput_device // 4 // sizes.throughput_tensor
     tensors = [engine.allocate(sizes.throughput_tensor) for _ in range(count)]
     for i, address in enumerate(tensors):
         engine.fill_pattern(address, sizes.throughput_tensor, 100 + i)
     total = count * sizes.throughput_tensor
     best_out = best_in = 0.0
-    for _ in range(3):
+    for round_ in range(3):
+        stats = [engine.stats()]
         start = time.perf_counter()
         for address in tensors:
             engine.evict(address)
         best_out = max(best_out, total / (time.perf_counter() - start) / 1e9)
+        stats.append(engine.stats())
         start = time.perf_counter()
         for address in tensors:
             engine.unpin(address, engine.pin(address))
+        stats.append(engine.stats())
         engine.verify_pattern(tensors[0], 1, 100)  # waits for every copy in flight
         best_in = max(best_in, total / (time.perf_counter() - start) / 1e9)
+        waited = (engine.stats()["time_waiting_ns"] - stats[2]["time_waiting_ns"]) / count / 1e3
+        check.say(f"pass {round_ + 1}: evict {breakdown(stats[0], stats[1], 'evicting', count)}")
+        check.say(f"pass {round_ + 1}: page-in "
+                  f"{breakdown(stats[1], stats[2], 'paging_in', count)}; then waiting for "
+                  f"the copies {waited:.0f} us a tensor")
     bad = [i for i, a in enumerate(tensors)
            if engine.verify_pattern(a, sizes.throughput_tensor, 100 + i) != -1]
     check.expect(not bad, f"tensors {bad} lost bytes")
@@ -279,7 +305,8 @@ def kernels(check: Check, lms: ModuleType, sizes: Sizes, cupy: Any) -> None:
     """Real kernels on registered and unregistered streams, under eviction."""
     kernel = Kernels(cupy)
     device, size = sizes.kernel_device, sizes.kernel_tensor
-    engine = lms.Engine(device, host_bytes=4 * device, backend="cuda")
+    engine = lms.Engine(device, host_bytes=4 * device, granule_bytes=sizes.granule,
+                        backend="cuda")
     fenced = cupy.cuda.Stream(non_blocking=True)
     unfenced = cupy.cuda.Stream(non_blocking=True)
     engine.add_fenced_stream(fenced.ptr)
@@ -393,7 +420,7 @@ def create(check: Check, lms: ModuleType, sizes: Sizes, cupy: Any | None) -> Non
             check.say(f"only {free / GIB:.1f} GiB free: creating a smaller device")
             device = (free - 2 * GIB) // GIB * GIB
     start = time.perf_counter()
-    engine = lms.Engine(device, host_bytes=GIB, backend="cuda")
+    engine = lms.Engine(device, host_bytes=GIB, granule_bytes=sizes.granule, backend="cuda")
     made = time.perf_counter() - start
     address = engine.allocate(engine.granule_bytes * 3)
     engine.fill_pattern(address, engine.granule_bytes * 3, 5)
@@ -415,7 +442,11 @@ def main() -> int:
                         help="over the fake CUDA driver (TF_LMS_CUDA_DRIVER_PATH)")
     parser.add_argument("--steps", default=",".join(STEPS),
                         help=f"comma-separated, of {','.join(STEPS)} (default: all)")
+    parser.add_argument("--granule-mib", type=int, default=2,
+                        help="the granule every engine asks for (the driver's wins if larger)")
     args = parser.parse_args()
+    if args.granule_mib < 1 or args.granule_mib & (args.granule_mib - 1):
+        parser.error(f"--granule-mib {args.granule_mib}: a power of two, 1 or more")
     steps = args.steps.split(",")
     if unknown := sorted(set(steps) - set(STEPS)):
         parser.error(f"--steps {args.steps}: no step {', '.join(unknown)}; "
@@ -426,7 +457,8 @@ def main() -> int:
     lms = importlib.import_module("_engine")
     check = Check(" DRY RUN against the fake CUDA driver, not a GPU" if args.dry_run else "")
     cupy = None if args.dry_run else importlib.import_module("cupy")
-    sizes = DRY_SIZES if args.dry_run else GPU_SIZES
+    sizes = dataclasses.replace(DRY_SIZES if args.dry_run else GPU_SIZES,
+                                granule=args.granule_mib * MIB)
     if "contract" in steps:
         check.step("contract", lambda: contract(check, lms, sizes))
     if "bandwidth" in steps:

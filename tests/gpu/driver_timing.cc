@@ -5,8 +5,9 @@
 // own driver table (CudaDriver: libcuda.so.1, or TF_LMS_CUDA_DRIVER_PATH's fake).
 // Part of `make gpu-check-engine` (tests/gpu/gpu_check_engine.sh).
 //
-// Usage: driver_timing [granules]   (default 512: 1 GiB of 2 MiB granules)
-// Prints one line per location and call; exits 1 if a call fails.
+// Usage: driver_timing [MiB]   (default 1024, a multiple of 32)
+// Prints one line per location, handle size and call, in microseconds per
+// 2 MiB; exits 1 if a call fails.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -42,96 +43,91 @@ cu::CUmemAllocationProp Prop(cu::CUmemLocation location) {
   return prop;
 }
 
-// `count` granules of one location, mapped at one reserved range.
+// `bytes` of one location in handles of `handle` bytes, reserved at one
+// range. Every figure is per 2 MiB, whatever the handle size.
 struct Range {
   const char* name;
-  size_t granule = 0;
+  size_t handle = 0;
   cu::CUdeviceptr base = 0;
   std::vector<cu::CUmemGenericAllocationHandle> handles;
+  size_t bytes() const { return handles.size() * handle; }
 };
 
-void Row(const Range& r, const char* call, double us_per_granule) {
-  std::printf("driver_timing %-5s %-34s %9.2f us/granule (%zu granules of %zu KiB)\n", r.name,
-              call, us_per_granule, r.handles.size(), r.granule >> 10);
+void Row(const Range& r, const char* what, Clock::time_point start) {
+  const double per_2m = MicrosSince(start) / (r.bytes() >> 21);
+  std::printf("driver_timing %-6s %5zu MiB handles  %-30s %9.2f us per 2 MiB\n", r.name,
+              r.handle >> 20, what, per_2m);
 }
 
 bool MapEach(const CudaDriver& d, const Range& r) {
   for (size_t i = 0; i < r.handles.size(); ++i) {
-    if (!Ok(d, d.cuMemMap(r.base + i * r.granule, r.granule, 0, r.handles[i], 0),
-            "cuMemMap")) {
+    if (!Ok(d, d.cuMemMap(r.base + i * r.handle, r.handle, 0, r.handles[i], 0), "cuMemMap")) {
       return false;
     }
   }
   return true;
 }
 
-// Creates, maps and grants `device` read/write to `count` granules of
-// `location`, timing each call. False if a call failed.
-bool MapTimed(const CudaDriver& d, cu::CUmemLocation location, cu::CUdevice device,
-              size_t count, Range* r) {
+// Granting access is what costs: cuMemSetAccess of a range already granted
+// returns at once, so every grant below is of fresh mappings, and every
+// unmap of granted ones, as in a remap.
+bool TimeRange(const CudaDriver& d, cu::CUmemLocation location, cu::CUdevice device,
+               size_t handle, size_t bytes, Range* r) {
   const cu::CUmemAllocationProp prop = Prop(location);
-  if (!Ok(d, d.cuMemGetAllocationGranularity(&r->granule, &prop,
-                                             cu::CU_MEM_ALLOC_GRANULARITY_MINIMUM),
-          "cuMemGetAllocationGranularity")) {
-    return false;
-  }
-  r->handles.resize(count);
-  const size_t bytes = count * r->granule;
+  r->handle = handle;
+  r->handles.resize(bytes / handle);
   const cu::CUmemAccessDesc rw{{cu::CU_MEM_LOCATION_TYPE_DEVICE, device},
                                cu::CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
   Clock::time_point t = Clock::now();
   for (auto& h : r->handles) {
-    if (!Ok(d, d.cuMemCreate(&h, r->granule, &prop, 0), "cuMemCreate")) return false;
+    if (!Ok(d, d.cuMemCreate(&h, handle, &prop, 0), "cuMemCreate")) return false;
   }
-  Row(*r, "cuMemCreate", MicrosSince(t) / count);
-  if (!Ok(d, d.cuMemAddressReserve(&r->base, bytes, r->granule, 0, 0), "cuMemAddressReserve")) {
+  Row(*r, "cuMemCreate", t);
+  if (!Ok(d, d.cuMemAddressReserve(&r->base, bytes, handle, 0, 0), "cuMemAddressReserve")) {
     return false;
   }
   t = Clock::now();
-  if (!MapEach(d, *r)) return false;
-  Row(*r, "cuMemMap", MicrosSince(t) / count);
-  t = Clock::now();
-  for (size_t i = 0; i < count; ++i) {
-    if (!Ok(d, d.cuMemSetAccess(r->base + i * r->granule, r->granule, &rw, 1),
-            "cuMemSetAccess")) {
+  for (size_t i = 0; i < r->handles.size(); ++i) {
+    const cu::CUdeviceptr at = r->base + i * handle;
+    if (!Ok(d, d.cuMemMap(at, handle, 0, r->handles[i], 0), "cuMemMap") ||
+        !Ok(d, d.cuMemSetAccess(at, handle, &rw, 1), "cuMemSetAccess")) {
       return false;
     }
   }
-  Row(*r, "cuMemSetAccess, one call a granule", MicrosSince(t) / count);
+  Row(*r, "map + access, a call a handle", t);
+  t = Clock::now();
+  for (size_t i = 0; i < r->handles.size(); ++i) {
+    if (!Ok(d, d.cuMemUnmap(r->base + i * handle, handle), "cuMemUnmap")) return false;
+  }
+  Row(*r, "unmap, a call a handle", t);
+  t = Clock::now();
+  if (!MapEach(d, *r)) return false;
+  Row(*r, "map, a call a handle", t);
   t = Clock::now();
   if (!Ok(d, d.cuMemSetAccess(r->base, bytes, &rw, 1), "cuMemSetAccess of the run")) {
     return false;
   }
-  Row(*r, "cuMemSetAccess, one call the run", MicrosSince(t) / count);
+  Row(*r, "access, one call the run", t);
   return true;
 }
 
-// Unmaps granule by granule, maps again and unmaps the run in one call,
-// releases: each timed. False if a call failed.
+// Unmaps the granted run in one call and releases it.
 bool UnmapTimed(const CudaDriver& d, Range& r) {
-  const size_t count = r.handles.size();
   Clock::time_point t = Clock::now();
-  for (size_t i = 0; i < count; ++i) {
-    if (!Ok(d, d.cuMemUnmap(r.base + i * r.granule, r.granule), "cuMemUnmap")) return false;
-  }
-  Row(r, "cuMemUnmap, one call a granule", MicrosSince(t) / count);
-  if (!MapEach(d, r)) return false;
-  t = Clock::now();
-  if (!Ok(d, d.cuMemUnmap(r.base, count * r.granule), "cuMemUnmap of the run")) return false;
-  Row(r, "cuMemUnmap, one call the run", MicrosSince(t) / count);
+  if (!Ok(d, d.cuMemUnmap(r.base, r.bytes()), "cuMemUnmap of the run")) return false;
+  Row(r, "unmap, one call the run", t);
   t = Clock::now();
   for (auto h : r.handles) {
     if (!Ok(d, d.cuMemRelease(h), "cuMemRelease")) return false;
   }
-  Row(r, "cuMemRelease", MicrosSince(t) / count);
-  return Ok(d, d.cuMemAddressFree(r.base, count * r.granule), "cuMemAddressFree");
+  Row(r, "cuMemRelease", t);
+  return Ok(d, d.cuMemAddressFree(r.base, r.bytes()), "cuMemAddressFree");
 }
 
 // GB/s of one cuMemcpyAsync of the whole range each way, best of 3: the
 // copies an eviction and a page-in make, between device and host VMM memory.
 bool CopyTimed(const CudaDriver& d, const Range& device, const Range& host) {
-  const size_t bytes = std::min(device.handles.size() * device.granule,
-                                host.handles.size() * host.granule);
+  const size_t bytes = std::min(device.bytes(), host.bytes());
   cu::CUstream stream = nullptr;
   if (!Ok(d, d.cuStreamCreate(&stream, cu::CU_STREAM_NON_BLOCKING), "cuStreamCreate")) {
     return false;
@@ -146,14 +142,14 @@ bool CopyTimed(const CudaDriver& d, const Range& device, const Range& host) {
            Ok(d, d.cuStreamSynchronize(stream), "cuStreamSynchronize");
       best = std::max(best, bytes / (MicrosSince(t) * 1e3));
     }
-    std::printf("driver_timing copy  %-34s %9.1f GB/s (%zu MiB, best of 3)\n", what, best,
+    std::printf("driver_timing copy   %-46s %9.1f GB/s (%zu MiB, best of 3)\n", what, best,
                 bytes >> 20);
   }
   d.cuStreamDestroy(stream);
   return ok;
 }
 
-int Run(size_t count) {
+int Run(size_t bytes) {
   std::unique_ptr<CudaDriver> driver;
   const Status loaded = CudaDriver::Load(&driver);
   if (!loaded.ok()) {
@@ -189,12 +185,19 @@ int Run(size_t count) {
     std::printf("driver_timing host memory at %s\n",
                 host_numa ? ("HOST_NUMA node " + std::to_string(numa.location.id)).c_str()
                           : "HOST");
-    Range on_device{"device"}, on_host{"host"};
-    ok = scope.status().ok() &&
-         MapTimed(d, {cu::CU_MEM_LOCATION_TYPE_DEVICE, device}, device, count, &on_device) &&
-         MapTimed(d, host_numa ? numa.location : cu::CUmemLocation{cu::CU_MEM_LOCATION_TYPE_HOST, 0},
-                  device, count, &on_host) &&
-         CopyTimed(d, on_device, on_host) && UnmapTimed(d, on_device) && UnmapTimed(d, on_host);
+    const cu::CUmemLocation host =
+        host_numa ? numa.location : cu::CUmemLocation{cu::CU_MEM_LOCATION_TYPE_HOST, 0};
+    ok = scope.status().ok();
+    // The granule LMS maps (2 MiB), then handles 16 times larger: what a
+    // mapping costs per call, and what per byte.
+    for (size_t handle : {size_t{2} << 20, size_t{32} << 20}) {
+      Range on_device{"device"}, on_host{"host"};
+      ok = ok && TimeRange(d, {cu::CU_MEM_LOCATION_TYPE_DEVICE, device}, device, handle, bytes,
+                           &on_device) &&
+           TimeRange(d, host, device, handle, bytes, &on_host) &&
+           (handle != (size_t{2} << 20) || CopyTimed(d, on_device, on_host)) &&
+           UnmapTimed(d, on_device) && UnmapTimed(d, on_host);
+    }
   }
   d.cuDevicePrimaryCtxRelease(device);
   return ok ? 0 : 1;
@@ -204,10 +207,10 @@ int Run(size_t count) {
 }  // namespace lms
 
 int main(int argc, char** argv) {
-  const size_t count = argc > 1 ? std::strtoull(argv[1], nullptr, 10) : 512;
-  if (count == 0) {
-    std::printf("usage: driver_timing [granules > 0]\n");
+  const size_t mib = argc > 1 ? std::strtoull(argv[1], nullptr, 10) : 1024;
+  if (mib == 0 || mib % 32 != 0) {
+    std::printf("usage: driver_timing [MiB, a multiple of 32; default 1024]\n");
     return 2;
   }
-  return lms::Run(count);
+  return lms::Run(mib << 20);
 }

@@ -78,7 +78,7 @@ run() {  # run NAME COMMAND...: prints its output, records a failure
 }
 run "engine_test on the CUDA backend" env LMS_TEST_BACKEND=cuda "$BUILD_DIR/engine_test"
 run "concurrency_test on the CUDA backend" env LMS_TEST_BACKEND=cuda "$BUILD_DIR/concurrency_test"
-run "driver_timing" "$BUILD_DIR/driver_timing" $([[ -n "$FAKE" ]] && echo 64 || echo 512)
+run "driver_timing" "$BUILD_DIR/driver_timing" $([[ -n "$FAKE" ]] && echo 64 || echo 1024)
 run "check_engine.py" "$PYTHON" tests/gpu/check_engine.py --build "$BUILD_DIR" \
     $([[ -n "$FAKE" ]] && echo --dry-run)
 if ((${#failed[@]})); then

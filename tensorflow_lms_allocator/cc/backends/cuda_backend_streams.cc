@@ -5,6 +5,7 @@
 
 #include "backends/cuda_backend.h"
 #include "backends/cuda_context.h"
+#include "engine/scoped_nanos.h"
 
 namespace lms {
 
@@ -50,6 +51,7 @@ Status CudaBackend::CopiesAfterCompute() {
 Status CudaBackend::Fence() {
   MutexLock lock(streams_mu_);
   if (fenced_.empty()) return Status::Ok();
+  ScopedNanos timed(&stats_.fence_ns);
   for (const auto& [stream, event] : fenced_) {
     LMS_RETURN_IF_ERROR(driver_->Check(driver_->cuEventRecord(event, stream),
                                        "cuEventRecord on a fenced stream"));
@@ -84,14 +86,18 @@ Status CudaBackend::BeginPageInRemaps() {
     MutexLock lock(streams_mu_);
     // Every fenced stream's work queued so far (the old mapping's users),
     // not the copy stream: the page-in copies stay in flight.
-    for (const auto& [stream, event] : fenced_) {
-      LMS_RETURN_IF_ERROR(driver_->Check(driver_->cuEventRecord(event, stream),
-                                         "cuEventRecord on a fenced stream"));
+    {
+      ScopedNanos timed(&stats_.fence_ns);
+      for (const auto& [stream, event] : fenced_) {
+        LMS_RETURN_IF_ERROR(driver_->Check(driver_->cuEventRecord(event, stream),
+                                           "cuEventRecord on a fenced stream"));
+      }
     }
     if (!fenced_.empty()) {
       ++stats_.fences;  // a round of events on the fenced streams...
       ++stats_.host_waits;  // ...waited for on the host
     }
+    ScopedNanos timed(&stats_.wait_ns);
     for (const auto& fenced : fenced_) {
       LMS_RETURN_IF_ERROR(driver_->Check(driver_->cuEventSynchronize(fenced.second),
                                          "cuEventSynchronize on a fenced stream"));
@@ -105,6 +111,7 @@ Status CudaBackend::EndPageInRemaps() {
   remap_batch_drained_ = false;
   if (!copies_in_flight_) return Status::Ok();
   LMS_CUDA_SCOPE(*driver_, context_);
+  ScopedNanos timed(&stats_.fence_ns);
   // copies_in_flight_ stays set: a later HostWait still covers the copies.
   LMS_RETURN_IF_ERROR(driver_->Check(driver_->cuEventRecord(copies_done_, copy_stream_),
                                      "cuEventRecord on the LMS copy stream"));
@@ -119,6 +126,7 @@ Status CudaBackend::EndPageInRemaps() {
 
 Status CudaBackend::HostWait() {
   if (!copies_in_flight_) return Status::Ok();
+  ScopedNanos timed(&stats_.wait_ns);
   const uint64_t covered = fences_issued_;
   LMS_RETURN_IF_ERROR(driver_->Check(driver_->cuEventRecord(copies_done_, copy_stream_),
                                      "cuEventRecord on the LMS copy stream"));

@@ -14,6 +14,8 @@
 #include <cstring>
 #include <string>
 
+#include "engine/scoped_nanos.h"
+
 namespace lms {
 namespace {
 
@@ -102,6 +104,7 @@ Status PosixBackend::CreatePool(PoolKind pool, size_t granules) {
 
 Status PosixBackend::Map(uintptr_t address, PoolKind pool, const GranuleId* ids,
                          size_t count, Access access) {
+  ScopedNanos timed(&stats_.map_ns);
   const PoolFile& p = pools_[static_cast<int>(pool)];
   const int prot = access == Access::kNone ? PROT_NONE : PROT_READ | PROT_WRITE;
   // One mmap per run of consecutive granule ids: they are one file range.
@@ -127,6 +130,7 @@ Status PosixBackend::Map(uintptr_t address, PoolKind pool, const GranuleId* ids,
 }
 
 Status PosixBackend::Unmap(uintptr_t address, size_t count) {
+  ScopedNanos timed(&stats_.unmap_ns);
   void* at = reinterpret_cast<void*>(address);
   void* r = mmap(at, count * granule_, PROT_NONE,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
@@ -137,6 +141,7 @@ Status PosixBackend::Unmap(uintptr_t address, size_t count) {
 Status PosixBackend::CopyGranules(PoolKind dst_pool, const GranuleId* dst,
                                   PoolKind src_pool, const GranuleId* src,
                                   size_t bytes) {
+  ScopedNanos timed(&stats_.copy_ns);
   char* dst_window = pools_[static_cast<int>(dst_pool)].window;
   const char* src_window = pools_[static_cast<int>(src_pool)].window;
   // Consecutive ids on both sides are one memcpy.

@@ -57,6 +57,14 @@ struct BackendStatistics {
   int64_t host_waits = 0;  // times the host blocked on the device
   int64_t copies = 0;      // copy calls issued (one per run of granules)
   int64_t bytes_copied = 0;
+  // Nanoseconds spent in the backend's calls, by kind (ScopedNanos); each
+  // call counts in one kind only.
+  int64_t copy_ns = 0;    // copying (a GPU: issuing the copies)
+  int64_t wait_ns = 0;    // waiting on the host for copies and fenced work
+  int64_t fence_ns = 0;   // ordering streams with events, no host wait
+  int64_t create_ns = 0;  // making physical memory as granules are first used
+  int64_t map_ns = 0;     // mapping granules at addresses, granting access
+  int64_t unmap_ns = 0;   // unmapping granules
 };
 
 // Every call states what it assumes and what holds after it fails, because

@@ -574,6 +574,12 @@ Statistics Engine::GetStatistics() const {
   s.num_host_waits = b.host_waits;
   s.num_copies = b.copies;
   s.bytes_copied = b.bytes_copied;
+  s.time_copying_ns = b.copy_ns;
+  s.time_waiting_ns = b.wait_ns;
+  s.time_fencing_ns = b.fence_ns;
+  s.time_creating_memory_ns = b.create_ns;
+  s.time_mapping_ns = b.map_ns;
+  s.time_unmapping_ns = b.unmap_ns;
   s.num_predictions = static_cast<int64_t>(learned_.num_predictions());
   s.num_prediction_hits = static_cast<int64_t>(learned_.num_prediction_hits());
   return s;

@@ -26,6 +26,7 @@
 
 #include "engine/engine.h"
 #include "engine/reclaim_policy.h"
+#include "engine/scoped_nanos.h"
 
 namespace lms {
 
@@ -147,6 +148,7 @@ Status Engine::RestoreMapping(uint64_t first_slot, uint64_t count, PoolKind pool
 }
 
 Status Engine::EvictChunks(const std::vector<ChunkId>& victims) {
+  ScopedNanos timed(&stats_.time_evicting_ns);
   struct Victim {
     ChunkId id;
     uint64_t first;
@@ -244,6 +246,8 @@ Status Engine::PageIn(ChunkId id) {
     return ResourceExhausted("cannot page in " + FormatBytes(n * granule_) +
                              ": " + s.message());
   }
+  // Timed from here: the evictions that made room count as evictions.
+  ScopedNanos timed(&stats_.time_paging_in_ns);
   const BestFitArena::Chunk& chunk = arena_.chunk(id);
   const uint64_t first = chunk.start;
   std::vector<GranuleId> device(n);

@@ -70,6 +70,28 @@
     "emulated device)")                                                         \
   X(num_copies, "copy calls issued by evictions and page-ins")                  \
   X(bytes_copied, "bytes copied by evictions and page-ins, cumulative")         \
+  X(time_evicting_ns,                                                           \
+    "nanoseconds in evictions, everything included: copies, waits, remaps, "    \
+    "bookkeeping")                                                              \
+  X(time_paging_in_ns,                                                          \
+    "nanoseconds in page-ins, everything included (on a GPU the copy runs on "  \
+    "after the page-in, ordered before the kernel)")                            \
+  X(time_copying_ns,                                                            \
+    "nanoseconds in the backend's copies (a GPU: issuing them; the emulated "   \
+    "device: copying)")                                                         \
+  X(time_waiting_ns,                                                            \
+    "GPU: nanoseconds the host waited for copies and for work queued on the "   \
+    "fenced streams")                                                           \
+  X(time_fencing_ns,                                                            \
+    "GPU: nanoseconds ordering streams: events recorded on the fenced streams "  \
+    "and on the copy stream, waited for by another stream")                     \
+  X(time_creating_memory_ns,                                                    \
+    "GPU: nanoseconds making physical memory as granules are first used "       \
+    "(cuMemCreate, its window mapping and access)")                             \
+  X(time_mapping_ns,                                                            \
+    "nanoseconds mapping granules at addresses (a GPU: cuMemMap and "           \
+    "cuMemSetAccess)")                                                          \
+  X(time_unmapping_ns, "nanoseconds unmapping granules (a GPU: cuMemUnmap)")    \
   X(num_learned_reclaims,                                                       \
     "reclaims whose victims the learned policy chose (farthest predicted next " \
     "use; 0 with the LRU policy)")                                              \
