@@ -109,3 +109,22 @@ def test_multi_worker_collectives_make_no_unpinned_touch_in_strict_mode(uncapped
         assert f"[worker {worker}] strict mode: 0 unpinned touches" in stdout
         for a, b in zip(load_weights(weights, worker), load_weights(uncapped[1], worker)):
             np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("strict", ["0", "1"])
+def test_an_asynchronous_collective_keeps_its_tensors_pinned_until_done(strict):
+    # NcclAllReduce on a GPU is the same kind of kernel (AsyncOpKernel): NCCL
+    # runs on its own stream, never fenced, and calls done only once its
+    # kernel finished there, so what the kernel pinned must stay pinned
+    # until then, whatever the pressure meanwhile.
+    run = run_program("collectives.py", env={"TF_LMS_CPU_DEVICE_MEMORY_MB": "48",
+                                             "TF_LMS_ENABLED": "1", "TF_LMS_STRICT": strict})
+    assert run.result, describe(run)
+    r = run.result
+    assert r["active_before"] == 0 and r["a_still_waiting"]
+    # A's input and output (8 MiB each) stay pinned while A waits for B...
+    assert r["active_while_waiting"] == r["active_under_pressure"] == 16 << 20
+    assert r["evictions_while_waiting"] > 0  # ...through evictions of the rest
+    assert r["pressure_sum"] == sum(range(12))
+    assert r["a_right"] and r["b_right"]  # every element of both results
+    assert r["active_after"] == 0 and r["unpinned_touches"] == 0
