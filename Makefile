@@ -54,7 +54,7 @@ THREAD_SAFETY_FLAGS := -std=c++17 -c -Wall -Wextra -Wthread-safety -Wthread-safe
 
 .PHONY: all build test test-asan test-tsan test-thread-safety test-python demo bench-allocator \
         bench-maxbatch bench-mincap bench-trace bench-policy clean fake-cuda test-fake-cuda mutation-check-cuda \
-        test-gpu-wheel gpu-check gpu-check-engine wheel test-patches patches
+        test-gpu-wheel gpu-check gpu-check-engine bench-driver-calls wheel test-patches patches
 
 all: build
 
@@ -242,6 +242,12 @@ $(BUILD)/cc/cuda_backend_test_asan: tests/cc/cuda_backend_test.cc $(ENGINE_ASAN_
 $(BUILD)/cc/cuda_backend_test_tsan: tests/cc/cuda_backend_test.cc $(ENGINE_TSAN_OBJS) \
                                     $(ENGINE_HDRS) $(ENGINE_TEST_HDRS)
 	$(call engine-test,$(TSAN_FLAGS),$(ENGINE_TSAN_OBJS))
+
+# Driver calls per device creation and per GiB evicted and paged in, as the
+# fake driver counts them (the time they take on a GPU: driver_timing, in
+# make gpu-check-engine).
+bench-driver-calls: $(BUILD)/cc/cuda_backend_test_asan $(FAKE_CUDA_ASAN_LIB)
+	$(CUDA_TEST_ASAN) $(BUILD)/cc/cuda_backend_test_asan DriverCallsPerGranule
 
 # Proves the stream-ordering tests fail without the fence or the host wait
 # (tests/cc/mutation_check.py; mutated copies live in build/, never in the
