@@ -45,6 +45,9 @@ def test_a_gpu_gets_an_lms_device_from_tensorflows_budget_and_swaps_past_it():
     assert r["names"] == ["GPU:0"]
     # 64.5 MiB from TensorFlow: the engine takes whole 2 MiB granules.
     assert r["limit_by_name"] == r["limit_by_index"] == 64 * MIB
+    # TensorFlow sees device plus host budget as the GPU's memory, so that
+    # Grappler's memory optimizer does not swap beside LMS (test_grappler.py).
+    assert r["tensorflow_bytes_limit"] == (64 + 256) * MIB
     assert r["allocated"] == 12, r.get("allocate_error")
     assert r["during"]["bytes_in_use"] == 96 * MIB + r["scratch_bytes"]
     assert r["during"]["host_bytes_in_use"] >= 32 * MIB

@@ -58,6 +58,11 @@ def allocate() -> None:
     result["names"] = lms.device_names()
     result["limit_by_name"] = tf.config.experimental.get_bytes_limit("GPU:0")
     result["limit_by_index"] = tf.config.experimental.get_bytes_limit(0)
+    # What TensorFlow reads from the allocator and makes the GPU device's
+    # memory (Note [The limit TensorFlow sees]).
+    reported = ctypes.c_int64()
+    lib.tf_lms_test_tensorflow_bytes_limit(b"GPU:0", ctypes.byref(reported))
+    result["tensorflow_bytes_limit"] = reported.value
     message = ctypes.create_string_buffer(2048)
     # Eigen's scratch buffer, asked for as BaseGPUDevice::InitScratchBuffers
     # asks (kAllocatorAlignment, kGpuScratchSize + 4 bytes, default

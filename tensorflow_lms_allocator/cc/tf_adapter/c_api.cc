@@ -3,6 +3,7 @@
 #include "tf_adapter/c_api.h"
 
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -155,6 +156,16 @@ int tf_lms_test_deallocate_raw(const char* device, void* ptr) {
       lms::Overlay::Get().DeviceNamed(device != nullptr ? device : "", &status);
   if (lms_device == nullptr) return lms::ReportToC(status, nullptr, 0);
   lms_device->allocator()->DeallocateRaw(ptr);
+  return TF_LMS_OK;
+}
+
+int tf_lms_test_tensorflow_bytes_limit(const char* device, int64_t* bytes_limit) {
+  lms::Status status;
+  lms::LmsDevice* lms_device =
+      lms::Overlay::Get().DeviceNamed(device != nullptr ? device : "", &status);
+  if (lms_device == nullptr) return lms::ReportToC(status, nullptr, 0);
+  const std::optional<tsl::AllocatorStats> stats = lms_device->allocator()->GetStats();
+  *bytes_limit = stats && stats->bytes_limit ? *stats->bytes_limit : 0;
   return TF_LMS_OK;
 }
 

@@ -94,6 +94,11 @@ TF_LMS_EXPORT int tf_lms_test_allocate_raw(const char* device, size_t alignment,
 TF_LMS_EXPORT int tf_lms_test_allocation_sizes(const char* device, const void* ptr,
                                                size_t* requested, size_t* allocated);
 TF_LMS_EXPORT int tf_lms_test_deallocate_raw(const char* device, void* ptr);
+// The bytes_limit of the allocator statistics TensorFlow reads
+// (Allocator::GetStats), which a GPU device reports as its memory (Note [The
+// limit TensorFlow sees] in lms_allocator.cc).
+TF_LMS_EXPORT int tf_lms_test_tensorflow_bytes_limit(const char* device,
+                                                     int64_t* bytes_limit);
 // Whether CUDA device `ordinal` (as the driver numbers devices after
 // CUDA_VISIBLE_DEVICES) can run LMS: the driver, the device and its virtual
 // memory support, queried without creating a CUDA context. TF_LMS_OK, or

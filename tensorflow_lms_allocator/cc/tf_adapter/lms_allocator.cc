@@ -174,6 +174,17 @@ int64_t LmsAllocator::AllocationId(const void* ptr) const {
   return static_cast<int64_t>(engine_->AllocationId(ptr));
 }
 
+// Note [The limit TensorFlow sees]. TensorFlow makes a GPU device's memory
+// (DeviceAttributes.memory_limit, gpu_device.cc) from bytes_limit, and
+// Grappler's virtual cluster takes that as the device's memory: for a graph
+// whose estimated peak is above it, the memory optimizer's swapping pass
+// (on by default, GPU devices only, and TF2 offers no switch for it) inserts
+// _CopyFromGpuToHost/_CopyFromHostToGpu pairs through TensorFlow's pinned
+// host allocator, a second swapper fighting LMS: its copy-out kernel pins,
+// and so pages back in, what LMS evicted. With LMS on, what the device holds
+// is its memory and the host budget, and that is the limit TensorFlow sees;
+// the bytes_limit statistic stays the device's capacity. Grappler then
+// swaps only a graph LMS could not hold either.
 std::optional<tsl::AllocatorStats> LmsAllocator::GetStats() {
   const Statistics s = engine_->GetStatistics();
   tsl::AllocatorStats out;
@@ -182,6 +193,10 @@ std::optional<tsl::AllocatorStats> LmsAllocator::GetStats() {
   out.peak_bytes_in_use = s.peak_bytes_in_use;
   out.largest_alloc_size = s.largest_alloc_size;
   out.bytes_limit = s.bytes_limit;
+  if (engine_->lms_enabled()) {
+    out.bytes_limit = s.bytes_limit + static_cast<int64_t>(engine_->host_granules() *
+                                                           engine_->granule_bytes());
+  }
   out.bytes_reserved = s.bytes_reserved;
   out.peak_bytes_reserved = s.peak_bytes_reserved;
   out.bytes_reservable_limit = s.bytes_reservable_limit;
