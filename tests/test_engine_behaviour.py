@@ -319,3 +319,34 @@ def test_strict_mode_does_not_hide_real_crashes(tmp_path):
     result = subprocess.run([sys.executable, "-c", script], capture_output=True,
                             env={**os.environ, "PYTHONFAULTHANDLER": ""})
     assert result.returncode == -11
+
+
+def test_an_optional_request_takes_free_device_memory_only_and_evicts_nothing(make_engine):
+    # TensorFlow's retry_on_failure=false: cuDNN's autotuning scratch and
+    # workspaces, whose kernel can do without (it falls back to an algorithm
+    # that needs none). Evicting for it would cost a copy every step.
+    engine = make_engine(8, 64)
+    held = [engine.allocate(3 * GRANULE) for _ in range(2)]  # 6 of 8 granules, inactive
+    for i, t in enumerate(held):
+        engine.fill_pattern(t, 3 * GRANULE, i)
+    scratch = engine.allocate(2 * GRANULE, pin=True, optional=True)  # fits what is free
+    before = engine.stats()
+    with pytest.raises(OutOfMemoryError):
+        engine.allocate(2 * GRANULE, pin=True, optional=True)  # only an eviction could
+    with pytest.raises(OutOfMemoryError):
+        engine.allocate(1000, pin=True, optional=True)  # a small one needs a new page too
+    after = engine.stats()
+    assert after["num_optional_refused"] - before["num_optional_refused"] == 2
+    assert after["num_evictions"] == before["num_evictions"]
+    assert after["num_born_evicted"] == before["num_born_evicted"]
+    assert not any(engine.inspect(t)["evicted"] for t in held)
+    # The same request, not optional, evicts to be served.
+    needed = engine.allocate(2 * GRANULE, pin=True)
+    assert engine.stats()["num_evictions"] > after["num_evictions"]
+    for i, t in enumerate(held):
+        assert engine.verify_pattern(t, 3 * GRANULE, i) == -1
+    for p in (scratch, needed):
+        engine.unpin(p, engine.inspect(p)["unit_id"])
+        engine.free(p)
+    for t in held:
+        engine.free(t)

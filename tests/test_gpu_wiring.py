@@ -48,6 +48,8 @@ def test_a_gpu_gets_an_lms_device_from_tensorflows_budget_and_swaps_past_it():
     # TensorFlow sees device plus host budget as the GPU's memory, so that
     # Grappler's memory optimizer does not swap beside LMS (test_grappler.py).
     assert r["tensorflow_bytes_limit"] == (64 + 256) * MIB
+    # An optional request on the full device: refused, nothing evicted for it.
+    assert r["optional"] == ["RESOURCE_EXHAUSTED", 0, 0, 1]
     assert r["allocated"] == 12, r.get("allocate_error")
     assert r["during"]["bytes_in_use"] == 96 * MIB + r["scratch_bytes"]
     assert r["during"]["host_bytes_in_use"] >= 32 * MIB

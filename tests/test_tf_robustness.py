@@ -283,3 +283,17 @@ def test_a_dataset_larger_than_the_device_iterates(env, source):
         assert run.result["stats"]["num_overflow_placements"] > 0
         assert "kernel MakeIterator needs 60.0 MiB" in run.stderr
         assert run.stderr.count("is placed in host memory at its device address") == 1
+
+
+def test_an_optional_request_through_tensorflows_allocator_evicts_nothing():
+    # AllocateRaw with retry_on_failure=false (cuDNN's autotuning scratch and
+    # workspaces on a GPU): served from free device memory only; refused on a
+    # full device, without evicting and without host memory, and counted.
+    run = run_program("probes.py", "optional", env={"TF_LMS_CPU_DEVICE_MEMORY_MB": "64",
+                                                    "TF_LMS_ENABLED": "1"})
+    assert run.result, describe(run)
+    r = run.result
+    assert r["held"] == 8
+    assert r["optional"] == ["RESOURCE_EXHAUSTED", 0]
+    assert r["evicted_for_it"] == 0 and r["refused"] == 1
+    assert r["needed"] == ["OK", True]  # the same request, not optional, is served

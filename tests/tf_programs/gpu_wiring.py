@@ -89,6 +89,15 @@ def allocate() -> None:
     result["during"] = {k: stats[k] for k in ("bytes_in_use", "host_bytes_in_use",
                                               "num_born_evicted", "num_evictions")
                         if k in stats}
+    # An optional request (retry_on_failure off, as cuDNN's autotuning asks)
+    # on a full device: refused at once, nothing evicted for it.
+    ptr = ctypes.c_void_p()
+    code = lib.tf_lms_test_allocate_raw(b"GPU:0", 256, 16 * MIB, 0, ctypes.byref(ptr),
+                                        message, len(message))
+    after_optional = lms.get_statistics("GPU:0")
+    result["optional"] = [lib.tf_lms_code_name(code).decode(), ptr.value or 0,
+                          after_optional["num_evictions"] - stats["num_evictions"],
+                          after_optional["num_optional_refused"]]
     info = (ctypes.c_int64 * 5)()
     result["scratch_evicted"] = (info[3] if scratch.value and
                                  lib.tf_lms_inspect(scratch, info) == 0 else None)

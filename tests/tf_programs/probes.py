@@ -10,6 +10,7 @@ Usage: python probes.py NAME
   slice_pin        a kernel reading a slice of an evicted tensor
   wrong_version    the adapter asked to serve another TensorFlow version
   announce         the device's log line, then an out-of-memory error
+  optional         optional requests (retry_on_failure off) on a full device
 """
 
 from __future__ import annotations
@@ -166,8 +167,40 @@ def late_import() -> None:
         emit({"error": str(error)})
 
 
+def optional() -> None:
+    """Through TensorFlow's allocator interface (AllocateRaw with attributes)."""
+    import ctypes
+
+    import tensorflow_lms_allocator as lms
+    from tensorflow_lms_allocator import _overlay
+    import tensorflow as tf
+
+    tf.config.experimental.get_bytes_limit("CPU:0")  # makes the devices
+    lib = _overlay.adapter()
+    message = ctypes.create_string_buffer(1024)
+
+    def allocate(mib: int, retry: int) -> tuple[int, int]:
+        ptr = ctypes.c_void_p()
+        code = lib.tf_lms_test_allocate_raw(b"CPU:0", 256, mib * MIB, retry,
+                                            ctypes.byref(ptr), message, len(message))
+        return code, ptr.value or 0
+
+    held = [allocate(8, 1)[1] for _ in range(8)]  # the 64 MiB device, full
+    before = lms.get_statistics("CPU:0")
+    code, refused = allocate(16, 0)
+    after = lms.get_statistics("CPU:0")
+    code_needed, needed = allocate(16, 1)
+    emit({"held": sum(p != 0 for p in held),
+          "optional": [lib.tf_lms_code_name(code).decode(), refused],
+          "evicted_for_it": after["num_evictions"] - before["num_evictions"],
+          "refused": after["num_optional_refused"] - before["num_optional_refused"],
+          "needed": [lib.tf_lms_code_name(code_needed).decode(), needed != 0],
+          "evicted_for_needed": lms.get_statistics("CPU:0")["num_evictions"]
+          - after["num_evictions"]})
+
+
 if __name__ == "__main__":
     {"strict_numpy": strict_numpy, "fragment": fragment, "host_exhausted": host_exhausted,
-     "announce": announce,
+     "announce": announce, "optional": optional,
      "api": api, "late_import": late_import, "slice_pin": slice_pin,
      "wrong_version": wrong_version}[sys.argv[1]]()

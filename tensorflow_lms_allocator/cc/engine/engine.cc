@@ -90,7 +90,7 @@ Engine::~Engine() {
 }
 
 void* Engine::Allocate(size_t bytes, Hold hold, Status* status,
-                       uint64_t* unit_id, size_t alignment) {
+                       uint64_t* unit_id, size_t alignment, bool optional) {
   Status ignored;
   if (status == nullptr) status = &ignored;
   uint64_t unused_id;
@@ -109,8 +109,11 @@ void* Engine::Allocate(size_t bytes, Hold hold, Status* status,
   // A small object is 256-byte aligned; a stricter alignment takes a
   // granule-aligned unit of its own (requested size unchanged).
   void* ptr = bytes < small_threshold_ && alignment <= SmallPages::kUnit
-                  ? AllocateSmall(bytes, hold, status, unit_id)
-                  : AllocateLarge(bytes, hold, status, unit_id);
+                  ? AllocateSmall(bytes, hold, optional, status, unit_id)
+                  : AllocateLarge(bytes, hold, optional, status, unit_id);
+  if (ptr == nullptr && optional && status->code() == StatusCode::kResourceExhausted) {
+    ++stats_.num_optional_refused;
+  }
   if (ptr != nullptr) {
     ++stats_.num_allocs;
     Trace(TraceEvent::kAllocate, reinterpret_cast<uintptr_t>(ptr), bytes, *unit_id,
@@ -123,7 +126,7 @@ void* Engine::Allocate(size_t bytes, Hold hold, Status* status,
   return ptr;
 }
 
-void* Engine::AllocateLarge(size_t bytes, Hold hold, Status* status,
+void* Engine::AllocateLarge(size_t bytes, Hold hold, bool optional, Status* status,
                             uint64_t* unit_id) {
   const uint64_t n = (bytes + granule_ - 1) >> granule_shift_;
   // Larger than the device: only host memory can hold it (born evicted,
@@ -146,8 +149,10 @@ void* Engine::AllocateLarge(size_t bytes, Hold hold, Status* status,
         " free; raise TF_GPU_HOST_MEM_LIMIT_IN_MB");
     return nullptr;
   }
-  const ChunkId c = PlaceUnit(n, hold, /*may_evict=*/hold != Hold::kWriter || WriterMayEvict(n),
-                              /*may_be_born_evicted=*/hold != Hold::kPin, status);
+  const ChunkId c =
+      PlaceUnit(n, hold,
+                /*may_evict=*/!optional && (hold != Hold::kWriter || WriterMayEvict(n)),
+                /*may_be_born_evicted=*/!optional && hold != Hold::kPin, status);
   if (c == kNoChunk) return nullptr;
   if (learning_) learned_.SetKey(c, LearnedPolicy::Key(StrictMonitor::ThreadLabel(), bytes));
   BestFitArena::Chunk& chunk = arena_.chunk(c);

@@ -152,9 +152,12 @@ class Engine {
   // request that finds no device memory may be born evicted (LMS on), and
   // with Hold::kWriter it stays unevictable until its first pin (Note
   // [Writers outside kernels]). *unit_id (if given) receives the id Unpin
-  // takes for it (Note [Residency units]).
+  // takes for it (Note [Residency units]). An `optional` request (scratch a
+  // kernel can do without: TensorFlow's retry_on_failure off) is served from
+  // free device memory only, defragmentation allowed: it evicts nothing and
+  // is never born evicted; refused, it counts in num_optional_refused.
   void* Allocate(size_t bytes, Hold hold, Status* status,
-                 uint64_t* unit_id = nullptr, size_t alignment = 256);
+                 uint64_t* unit_id = nullptr, size_t alignment = 256, bool optional = false);
   // Hold::kPin or Hold::kNone.
   void* Allocate(size_t bytes, bool pin, Status* status,
                  uint64_t* unit_id = nullptr, size_t alignment = 256) {
@@ -270,7 +273,8 @@ class Engine {
   Status Init();
 
   // Fast paths (engine.cc).
-  void* AllocateLarge(size_t bytes, Hold hold, Status* status, uint64_t* unit_id)
+  void* AllocateLarge(size_t bytes, Hold hold, bool optional, Status* status,
+                      uint64_t* unit_id)
       LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Places a unit of `n` slots backed by device granules (mapping what the
   // cache does not cover; evicting for them if `may_evict`), tracked as
@@ -310,7 +314,8 @@ class Engine {
   void NoteRelease() LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Small objects (engine_small.cc).
-  void* AllocateSmall(size_t bytes, Hold hold, Status* status, uint64_t* unit_id)
+  void* AllocateSmall(size_t bytes, Hold hold, bool optional, Status* status,
+                      uint64_t* unit_id)
       LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Status FreeSmall(ChunkId page, const void* ptr) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The object starting at ptr in `page`, or kNoChunk.
@@ -319,8 +324,9 @@ class Engine {
 
   // Creates an empty page (resident, or born evicted if allowed and the
   // device is full) and returns its segment. A page for `hold` kWriter
-  // evicts nothing to be resident.
-  Status NewSmallPage(Hold hold, uint64_t* segment)
+  // evicts nothing to be resident, nor one for an optional request (which
+  // is never born evicted either).
+  Status NewSmallPage(Hold hold, uint64_t* segment, bool optional = false)
       LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Releases a page with no object and no pin.
   void ReleaseSmallPage(uint64_t segment) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -12,7 +12,7 @@
 
 namespace lms {
 
-void* Engine::AllocateSmall(size_t bytes, Hold hold, Status* status,
+void* Engine::AllocateSmall(size_t bytes, Hold hold, bool optional, Status* status,
                             uint64_t* unit_id) {
   const bool pin = hold == Hold::kPin;
   BestFitArena& arena = small_.arena();
@@ -20,7 +20,7 @@ void* Engine::AllocateSmall(size_t bytes, Hold hold, Status* status,
   ChunkId o = arena.Allocate(units);
   if (o == kNoChunk) {
     uint64_t segment = 0;
-    *status = NewSmallPage(hold, &segment);
+    *status = NewSmallPage(hold, &segment, optional);
     if (!status->ok()) return nullptr;
     // A new page is empty; when born evicted it is not available, so the
     // object is placed there directly.
@@ -92,7 +92,7 @@ Status Engine::FreeSmall(ChunkId page_unit, const void* ptr) {
   return Status::Ok();
 }
 
-Status Engine::NewSmallPage(Hold hold, uint64_t* segment) {
+Status Engine::NewSmallPage(Hold hold, uint64_t* segment, bool optional) {
   if (!small_.TakeSegment(segment)) {
     return ResourceExhausted("the small-object region has no room for another "
                              "page (" + std::to_string(small_.live_pages()) +
@@ -100,9 +100,10 @@ Status Engine::NewSmallPage(Hold hold, uint64_t* segment) {
   }
   Status s;
   // Tracked unheld: the object placed in it next holds it as `hold` says.
-  const ChunkId c = PlaceUnit(1, Hold::kNone,
-                              /*may_evict=*/hold != Hold::kWriter || WriterMayEvict(1),
-                              /*may_be_born_evicted=*/hold != Hold::kPin, &s);
+  const ChunkId c =
+      PlaceUnit(1, Hold::kNone,
+                /*may_evict=*/!optional && (hold != Hold::kWriter || WriterMayEvict(1)),
+                /*may_be_born_evicted=*/!optional && hold != Hold::kPin, &s);
   if (c == kNoChunk) {
     small_.ReturnSegment(*segment);
     return s;

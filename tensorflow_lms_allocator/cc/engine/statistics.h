@@ -58,6 +58,10 @@
     "kernels' requests the device could not hold (nothing left to evict, or "  \
     "larger than the device), placed in host memory for the kernel to use in " \
     "place: slow on a GPU; the device is smaller than the largest kernel")     \
+  X(num_optional_refused,                                                       \
+    "optional requests (scratch a kernel can do without: TensorFlow's "         \
+    "retry_on_failure off, as cuDNN's autotuning and workspaces ask) refused "  \
+    "because only an eviction could have served them")                         \
   X(num_failed_pins,                                                            \
     "pins refused because the unit could not be paged in (its user may still " \
     "read it in place, from host memory)")                                      \

@@ -80,14 +80,14 @@ class PyEngine {
     Check(Engine::Create(o, std::move(backend), &engine_));
   }
 
-  uintptr_t Allocate(size_t bytes, bool pin, size_t alignment, bool writer) {
+  uintptr_t Allocate(size_t bytes, bool pin, size_t alignment, bool writer, bool optional) {
     if (pin && writer) Check(InvalidArgument("allocate: pin and writer exclude each other"));
     const Hold hold = pin ? Hold::kPin : writer ? Hold::kWriter : Hold::kNone;
     Status s;
     void* p;
     {
       nb::gil_scoped_release release;
-      p = engine_->Allocate(bytes, hold, &s, nullptr, alignment);
+      p = engine_->Allocate(bytes, hold, &s, nullptr, alignment, optional);
     }
     if (p == nullptr) Raise(s);
     return reinterpret_cast<uintptr_t>(p);
@@ -244,11 +244,13 @@ NB_MODULE(_engine, m) {
            "    >>> e.free(p)")
       .def("allocate", &PyEngine::Allocate, nb::arg("bytes"), nb::arg("pin") = false,
            nb::arg("alignment") = 256, nb::arg("writer") = false,
+           nb::arg("optional") = false,
            "Returns the address of a new allocation; raises OutOfMemoryError.\n"
            "With pin, its unit (the allocation, or a small object's page) starts\n"
            "pinned: unpin it with inspect(address)['unit_id']. With writer, it\n"
            "is written outside any kernel: unclaimed, never evicted until its\n"
-           "first pin or its free (Note [Writers outside kernels]).")
+           "first pin or its free (Note [Writers outside kernels]). With optional\n"
+           "(scratch a kernel can do without), only free device memory serves it.")
       .def("free", &PyEngine::Free, nb::arg("address"))
       .def("pin", &PyEngine::Pin, nb::arg("address"),
            "Pins the unit containing `address` (an allocation, or a small "

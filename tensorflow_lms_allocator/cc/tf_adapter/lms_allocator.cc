@@ -68,9 +68,14 @@ void* LmsAllocator::Allocate(size_t alignment, size_t num_bytes, bool retry_on_f
   // Outside a kernel its writer is not pinned: unclaimed until a kernel pins
   // it (Note [Writers outside kernels] in engine.h).
   const Hold hold = in_kernel ? Hold::kPin : Hold::kWriter;
+  // An optional request (no retry_on_failure: cuDNN's autotuning scratch and
+  // workspaces, whose kernel falls back to an algorithm without) is served
+  // from free device memory only: evicting for it would cost every step a
+  // copy to save a faster algorithm.
+  const bool optional = !retry_on_failure;
   auto attempt = [&] {
     Status s;
-    ptr = engine_->Allocate(num_bytes, hold, &s, &id, alignment);
+    ptr = engine_->Allocate(num_bytes, hold, &s, &id, alignment, optional);
     return s;
   };
   KernelPins::Outcome outcome = KernelPins::Outcome::kDone;
@@ -97,7 +102,7 @@ void* LmsAllocator::Allocate(size_t alignment, size_t num_bytes, bool retry_on_f
     // Only where the device can use host memory (the emulated device): a
     // GPU given a pageable host pointer as device memory faults.
     const bool unchecked =
-        !in_kernel || (!checked && retry_on_failure && !pins_->InXlaKernel());
+        !optional && (!in_kernel || (!checked && !pins_->InXlaKernel()));
     if (unchecked && engine_->backend().HostCanTouch()) {
       ptr = HostFallback::Allocate(alignment, num_bytes, Name());
       if (ptr != nullptr) {

@@ -17,8 +17,10 @@
 // larger than the device, a kernel's request is placed in host memory at its
 // address with LMS on (born evicted: the kernel reads and writes it in place,
 // over the bus on a GPU; said once per process). Without retry_on_failure
-// (optional allocations, such as scratch space a kernel can do without) it
-// fails at once. RequestedSize is always what TensorFlow asked for: an
+// (optional allocations, such as scratch space a kernel can do without:
+// cuDNN's autotuning and workspaces) it is served from free device memory
+// only, evicting nothing, and fails at once otherwise (num_optional_refused).
+// RequestedSize is always what TensorFlow asked for: an
 // alignment above 256 bytes is met by the engine's placement, never by
 // inflating the request.
 //
