@@ -290,15 +290,60 @@ class Kernels:
             self._fill((264,), (256,), (np.uint64(address), np.uint64(size // 4),
                                         np.uint32(seed), np.int64(spin)))
 
-    def wrong_words(self, stream: Any, address: int, size: int, seed: int) -> int:
-        """Checks on `stream` and waits for it: the number of wrong words."""
+    def check(self, stream: Any, address: int, size: int, seed: int) -> None:
+        """Counts the wrong words into the counter, on `stream`, without waiting."""
         np = self.numpy
         with stream:
             self._bad.fill(0)
             self._check((264,), (256,), (np.uint64(address), np.uint64(size // 4),
                                          np.uint32(seed), self._bad))
+
+    def counted(self, stream: Any) -> int:
+        """Waits for `stream`: the wrong words its last check counted."""
         stream.synchronize()
         return int(self._bad.get()[0])
+
+    def wrong_words(self, stream: Any, address: int, size: int, seed: int) -> int:
+        """Checks on `stream` and waits for it: the number of wrong words."""
+        self.check(stream, address, size, seed)
+        return self.counted(stream)
+
+
+def cuda_graph(check: Check, engine: Any, kernel: Kernels, cupy: Any, src: int, dst: int,
+               size: int, seed: int) -> None:
+    """A CUDA graph recorded over two LMS tensors, relaunched after they were
+    evicted and after they were paged in: LMS keeps their addresses, so the
+    graph's kernels reach them wherever they are (XLA's command buffers are
+    such graphs, re-recorded only when an address changes)."""
+    stream = cupy.cuda.Stream(non_blocking=True)
+    stream.begin_capture()  # recorded, not run: no engine call meanwhile
+    kernel.fill(stream, dst, size, 777)
+    kernel.check(stream, src, size, seed)
+    graph = stream.end_capture()
+    engine.add_fenced_stream(stream.ptr)
+    results = {}
+    for state in ("resident and pinned", "evicted, unpinned", "paged in again"):
+        units = []
+        if state == "evicted, unpinned":
+            for address in (src, dst):
+                if not engine.inspect(address)["evicted"]:
+                    engine.evict(address)
+        else:
+            units = [(address, engine.pin(address)) for address in (src, dst)]
+        kernel.fill(stream, dst, size, 1)  # overwritten by the graph's fill
+        graph.launch(stream=stream)
+        wrong_src = kernel.counted(stream)
+        results[state] = (wrong_src, kernel.wrong_words(stream, dst, size, 777),
+                          engine.inspect(src)["evicted"])
+        for address, unit in units:
+            engine.unpin(address, unit)
+    engine.remove_fenced_stream(stream.ptr)
+    check.say("kernels (d) a CUDA graph over LMS tensors, wrong words read and written "
+              "(source evicted while it ran): " +
+              "; ".join(f"{k}: {r[0]} and {r[1]} ({r[2]})" for k, r in results.items()))
+    check.expect(all(r[0] == 0 and r[1] == 0 for r in results.values()),
+                 f"a graph launch lost or misread words: {results}")
+    check.expect(results["evicted, unpinned"][2], "the source was not evicted")
 
 
 def kernels(check: Check, lms: ModuleType, sizes: Sizes, cupy: Any) -> None:
@@ -406,6 +451,8 @@ def kernels(check: Check, lms: ModuleType, sizes: Sizes, cupy: Any) -> None:
               f"{stats['num_page_ins']} page-ins in all, {wrong} wrong words, "
               f"{len(errors)} errors in the other thread")
     check.expect(wrong == 0 and not errors, f"{wrong} wrong words; {errors[:3]}")
+    fenced.synchronize()
+    cuda_graph(check, engine, kernel, cupy, mine[0], mine[1], size, seeds[mine[0]])
     engine.remove_fenced_stream(fenced.ptr)
     for address in mine + theirs:
         engine.free(address)
