@@ -79,9 +79,11 @@ void* LmsAllocator::Allocate(size_t alignment, size_t num_bytes, bool retry_on_f
     return s;
   };
   KernelPins::Outcome outcome = KernelPins::Outcome::kDone;
-  // A kernel's request larger than the device is never worth a wait.
+  // A kernel's request larger than the device is never worth a wait, nor
+  // one on TensorFlow's event threads (OnTensorFlowEventThread).
   const bool fits_device = num_bytes <= engine_->device_granules() * engine_->granule_bytes();
-  status = pins_ != nullptr && retry_on_failure && (fits_device || !in_kernel)
+  const bool may_wait = in_kernel ? fits_device : !OnTensorFlowEventThread();
+  status = pins_ != nullptr && retry_on_failure && may_wait
                ? pins_->RetryWhileOthersRelease(attempt, &outcome)
                : attempt();
   if (!fits_device) outcome = KernelPins::Outcome::kNoRelease;

@@ -1,8 +1,11 @@
 #include "tf_adapter/outside_kernel.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <unordered_map>
 
@@ -39,6 +42,16 @@ Fallback& State() {
 ScopedDeviceOnly::ScopedDeviceOnly() : previous_(t_device_only) { t_device_only = this; }
 
 ScopedDeviceOnly::~ScopedDeviceOnly() { t_device_only = previous_; }
+
+bool OnTensorFlowEventThread() {
+  // A thread's name does not change once TensorFlow started it: read once.
+  static thread_local const bool on_event_thread = [] {
+    char name[16] = "";
+    return pthread_getname_np(pthread_self(), name, sizeof(name)) == 0 &&
+           std::strncmp(name, "tf_Device_Event", 15) == 0;
+  }();
+  return on_event_thread;
+}
 
 void* HostFallback::Allocate(size_t alignment, size_t bytes, const std::string& reason) {
   if (ScopedDeviceOnly* scope = t_device_only; scope != nullptr) {

@@ -66,6 +66,15 @@ class HostFallback {
   static size_t BytesInUse();
 };
 
+// Whether this thread is one of TensorFlow's device event threads (the
+// EventMgr's pool "Device_Event_Manager", two threads per GPU: Linux names
+// them "tf_Device_Event"). Some GPU kernels allocate their outputs in
+// callbacks run there (Where, segment reductions, DynamicPartition, Unique:
+// a count is copied to the host first); such a request must not wait for
+// other kernels' releases, since every later callback of the device, the
+// done callbacks that end those kernels among them, waits behind it.
+bool OnTensorFlowEventThread();
+
 // While alive on a thread, allocations on that thread must come from the
 // device: HostFallback serves none, and remembers the first refusal.
 class ScopedDeviceOnly {

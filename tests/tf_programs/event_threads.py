@@ -1,0 +1,74 @@
+"""A request on TensorFlow's event threads never waits for other kernels' releases.
+
+On a GPU, Where, segment reductions, DynamicPartition and Unique allocate
+their outputs in callbacks on the device's event threads (named
+"tf_Device_Event"); a wait there would hold up every later callback of the
+device. Here a CollectiveReduceV2 waiting for its peer holds memory pinned
+(a running kernel that will release it), and two threads outside any kernel
+ask for more than device and host memory hold: one named as an event thread,
+one not. Prints one line ``RESULT <json>``: each request's code, whether it
+was served (on the emulated device, from ordinary host memory) and how long
+it took.
+
+Usage: python event_threads.py   (TF_LMS_CPU_DEVICE_MEMORY_MB, TF_GPU_HOST_MEM_LIMIT_IN_MB)
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import threading
+import time
+
+from collectives import ELEMENTS, reduce  # noqa: F401  (imports the overlay first)
+from tensorflow_lms_allocator import _overlay
+import tensorflow as tf
+
+MIB = 1 << 20
+PR_SET_NAME = 15
+REQUEST_MIB = 48  # more than the device (32 MiB) and host memory (8 MiB) together
+
+
+def timed_request(thread_name: str | None, results: dict[str, dict]) -> None:
+    if thread_name is not None:
+        ctypes.CDLL(None).prctl(PR_SET_NAME, thread_name.encode(), 0, 0, 0)
+    lib = _overlay.adapter()
+    ptr = ctypes.c_void_p()
+    message = ctypes.create_string_buffer(1024)
+    start = time.monotonic()
+    code = lib.tf_lms_test_allocate_raw(b"CPU:0", 256, REQUEST_MIB * MIB, 1,
+                                        ctypes.byref(ptr), message, len(message))
+    results[thread_name or "other"] = {"code": lib.tf_lms_code_name(code).decode(),
+                                       "served": bool(ptr.value),
+                                       "seconds": time.monotonic() - start}
+    if ptr.value:
+        lib.tf_lms_test_deallocate_raw(b"CPU:0", ptr)
+
+
+def main() -> None:
+    (cpu,) = tf.config.list_physical_devices("CPU")
+    tf.config.set_logical_device_configuration(
+        cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+    with tf.device("CPU:0"):
+        a = tf.range(ELEMENTS, dtype=tf.int32)
+    with tf.device("CPU:1"):
+        b = tf.range(ELEMENTS, dtype=tf.int32) * 3
+    out: dict[str, tf.Tensor] = {}
+    waiting = threading.Thread(target=reduce, args=("CPU:0", a, out, "a"))
+    waiting.start()
+    time.sleep(1.0)  # A's kernel runs, holding its input and output pinned
+    results: dict[str, dict] = {}
+    requests = [threading.Thread(target=timed_request, args=(name, results))
+                for name in ("tf_Device_Event", None)]
+    for thread in requests:
+        thread.start()
+    time.sleep(2.5)
+    reduce("CPU:1", b, out, "b")  # A ends, and releases what it held
+    waiting.join()
+    for thread in requests:
+        thread.join()
+    print("RESULT " + json.dumps(results))
+
+
+if __name__ == "__main__":
+    main()
