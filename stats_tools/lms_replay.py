@@ -139,6 +139,9 @@ def main(argv: list[str]) -> int:
           f"{args.steps} step(s)")
     try:
         if args.find_min_device:
+            floor, op = replay.pinned_floor(events)
+            print(f"the floor: {floor / MIB:.1f} MiB pinned at once, the last of it by {op} "
+                  "(no smaller device runs this from device memory)")
             print(f"searching the smallest device within {args.max_overhead_pct:g}% of "
                   f"{args.gpu_step_ms:g} ms per step ({args.policy}, {args.link_gbps:g} GB/s; "
                   "projections are a model):", flush=True)

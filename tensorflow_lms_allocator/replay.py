@@ -238,6 +238,37 @@ def lower_bound(events: Events, device_bytes: int, granule: int) -> int:
     return max(worst, 0)
 
 
+def pinned_floor(events: Events, granule: int = 2 << 20) -> tuple[int, str]:
+    """The most bytes pinned at once, and the op that pinned (or allocated) the last of them.
+
+    No device smaller than that runs the trace from device memory: what kernels
+    hold pinned must be resident together (one cuDNN RNN kernel for a whole
+    sequence, a convolution's workspace). A lower bound: the engine pins a small
+    object's whole page.
+
+    Example:
+        >>> floor, op = pinned_floor(normalize(trace.load("step.lmstrace")))  # doctest: +SKIP
+    """
+    counts: dict[int, int] = {}
+    pinned = worst = 0
+    worst_op = "-"
+    for e in events.events:
+        size = modelled_size(events.sizes[e.allocation], granule)
+        if e.kind == PIN or (e.kind == ALLOC and e.born_pinned):
+            counts[e.allocation] = counts.get(e.allocation, 0) + 1
+            if counts[e.allocation] == 1:
+                pinned += size
+                if pinned > worst:
+                    worst, worst_op = pinned, events.ops[e.op]
+        elif e.kind == UNPIN and counts.get(e.allocation, 0) > 0:
+            counts[e.allocation] -= 1
+            if counts[e.allocation] == 0:
+                pinned -= size
+        elif e.kind == FREE and counts.pop(e.allocation, 0) > 0:
+            pinned -= size
+    return worst, worst_op
+
+
 def _fill_steps(result: Result, bounds: list[int], per_event: Callable[[int], tuple]) -> None:
     """Sums per-event figures into result.steps (per_event(i) gives the step deltas)."""
     for step in range(len(bounds) - 1):

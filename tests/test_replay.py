@@ -309,3 +309,31 @@ def test_the_library_refuses_link_speeds_and_overheads_that_are_not_finite(tmp_p
         replay.project(events, result, 1, 25, math.inf)
     with pytest.raises(ValueError, match=r"--max-overhead-pct nan: .*finite"):
         replay.find_min_device(events, "lru", 1, 25, 50, math.nan, progress=lambda _: None)
+
+
+def test_find_min_device_names_the_kernel_that_sets_the_floor(tmp_path):
+    # One kernel (labelled as TensorFlow labels kernels) pins three 8 MiB
+    # inputs and makes a 10 MiB output pinned: 34 MiB at once, more than any
+    # other kernel of the trace holds (at most 2 inputs and an output of 6).
+    from tensorflow_lms_allocator.engine import set_thread_label
+
+    engine = Engine(64 * MIB, host_bytes=512 * MIB)
+    path = tmp_path / "floor.lmstrace"
+    with trace.record_engine(engine, path):
+        kernels(engine, seed=5, count=20)
+        inputs = [engine.allocate(8 * MIB) for _ in range(3)]
+        set_thread_label("CudnnRNNV3")
+        for t in inputs:
+            engine.pin(t)
+        out = engine.allocate(10 * MIB, pin=True)
+        for t in inputs + [out]:
+            engine.unpin(t)
+        set_thread_label(None)
+        kernels(engine, seed=6, count=20)
+    events = replay.normalize(trace.load(path))
+    assert replay.pinned_floor(events) == (34 * MIB, "CudnnRNNV3")
+    done = cli(str(path), "--steps", "1", "--link-gbps", "5", "--gpu-step-ms", "20",
+               "--find-min-device", "--max-overhead-pct", "1000")
+    assert done.returncode == 0, done.stderr
+    assert "the floor: 34.0 MiB pinned at once, the last of it by CudnnRNNV3" in done.stdout
+    assert int(done.stdout.strip().splitlines()[-1].split()[-1]) >= 34
