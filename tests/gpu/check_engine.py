@@ -346,6 +346,17 @@ def cuda_graph(check: Check, engine: Any, kernel: Kernels, cupy: Any, src: int, 
     check.expect(results["evicted, unpinned"][2], "the source was not evicted")
 
 
+def pinned_wrong_words(engine: Any, kernel: Kernels, stream: Any, addresses: list[int],
+                       size: int, seeds: dict[int, int]) -> int:
+    """Each tensor pinned (paged in), checked on `stream` against its seed, unpinned."""
+    wrong = 0
+    for address in addresses:
+        unit = engine.pin(address)
+        wrong += kernel.wrong_words(stream, address, size, seeds[address])
+        engine.unpin(address, unit)
+    return wrong
+
+
 def kernels(check: Check, lms: ModuleType, sizes: Sizes, cupy: Any) -> None:
     """Real kernels on registered and unregistered streams, under eviction."""
     kernel = Kernels(cupy)
@@ -369,13 +380,8 @@ def kernels(check: Check, lms: ModuleType, sizes: Sizes, cupy: Any) -> None:
                                                                           10_000_000)))
         engine.unpin(address, unit)
     fenced.synchronize()
-    wrong = 0
-    for address in mine:
-        if address not in seeds:
-            continue
-        unit = engine.pin(address)
-        wrong += kernel.wrong_words(fenced, address, size, seeds[address])
-        engine.unpin(address, unit)
+    wrong = pinned_wrong_words(engine, kernel, fenced, [a for a in mine if a in seeds], size,
+                               seeds)
     stats = engine.stats()
     check.say(f"kernels (a) fenced stream, unpinned while queued: {4 * count} fills, "
               f"{stats['num_evictions']} evictions, {stats['num_page_ins']} page-ins, "
@@ -441,11 +447,7 @@ def kernels(check: Check, lms: ModuleType, sizes: Sizes, cupy: Any) -> None:
         engine.unpin(address, unit)
     thread.join()
     fenced.synchronize()
-    wrong = 0
-    for address in mine:
-        unit = engine.pin(address)
-        wrong += kernel.wrong_words(fenced, address, size, seeds[address])
-        engine.unpin(address, unit)
+    wrong = pinned_wrong_words(engine, kernel, fenced, mine, size, seeds)
     stats = engine.stats()
     check.say(f"kernels (c) two threads: {stats['num_evictions']} evictions, "
               f"{stats['num_page_ins']} page-ins in all, {wrong} wrong words, "

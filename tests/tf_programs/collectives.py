@@ -31,7 +31,8 @@ def reduce(device: str, x: tf.Tensor, out: dict[str, tf.Tensor], key: str) -> No
             instance_key=tf.constant(1), ordering_token=[], merge_op="Add", final_op="Id")
 
 
-def main() -> None:
+def two_participants() -> tuple[tf.Tensor, tf.Tensor]:
+    """CPU:0 and CPU:1 (one emulated device split in two), and each one's input."""
     (cpu,) = tf.config.list_physical_devices("CPU")
     tf.config.set_logical_device_configuration(
         cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
@@ -39,6 +40,11 @@ def main() -> None:
         a = tf.range(ELEMENTS, dtype=tf.int32)
     with tf.device("CPU:1"):
         b = tf.range(ELEMENTS, dtype=tf.int32) * 3
+    return a, b
+
+
+def main() -> None:
+    a, b = two_participants()
     out: dict[str, tf.Tensor] = {}
     result = {"active_before": lms.get_statistics("CPU:0")["bytes_active"]}
     waiting = threading.Thread(target=reduce, args=("CPU:0", a, out, "a"))

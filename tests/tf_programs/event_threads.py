@@ -20,7 +20,7 @@ import json
 import threading
 import time
 
-from collectives import ELEMENTS, reduce  # noqa: F401  (imports the overlay first)
+from collectives import reduce, two_participants  # imports the overlay first
 from tensorflow_lms_allocator import _overlay
 import tensorflow as tf
 
@@ -46,13 +46,7 @@ def timed_request(thread_name: str | None, results: dict[str, dict]) -> None:
 
 
 def main() -> None:
-    (cpu,) = tf.config.list_physical_devices("CPU")
-    tf.config.set_logical_device_configuration(
-        cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-    with tf.device("CPU:0"):
-        a = tf.range(ELEMENTS, dtype=tf.int32)
-    with tf.device("CPU:1"):
-        b = tf.range(ELEMENTS, dtype=tf.int32) * 3
+    a, b = two_participants()
     out: dict[str, tf.Tensor] = {}
     waiting = threading.Thread(target=reduce, args=("CPU:0", a, out, "a"))
     waiting.start()
