@@ -53,7 +53,7 @@ THREAD_SAFETY_FLAGS := -std=c++17 -c -Wall -Wextra -Wthread-safety -Wthread-safe
                        -Werror -I$(CC_SRC)
 
 .PHONY: all build test test-asan test-tsan test-thread-safety test-python demo bench-allocator \
-        bench-maxbatch bench-mincap bench-trace bench-policy clean fake-cuda test-fake-cuda mutation-check-cuda \
+        bench-maxbatch bench-mincap bench-overhead bench-trace bench-policy clean fake-cuda test-fake-cuda mutation-check-cuda \
         test-gpu-wheel gpu-check gpu-check-engine bench-driver-calls wheel test-patches patches
 
 all: build
@@ -339,6 +339,12 @@ bench-maxbatch: build
 # is `min_cap_fraction F` (target <= 0.25).
 bench-mincap: build
 	$(PY) benchmarks/mincap.py
+
+# Where a swapped byte's time goes: step time at 1/2 and 1/4 of the peak over
+# the uncapped step, beside the copy floor and the time LMS accounted
+# (benchmarks/overhead.py; last line overhead_vs_copy_floor).
+bench-overhead: build
+	$(PY) benchmarks/overhead.py
 
 # Eviction policies (LRU, learned, Belady) on traces and real training
 # (benchmarks/README.md).

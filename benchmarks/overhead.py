@@ -1,0 +1,179 @@
+"""Where the time of a swapped byte goes: LMS's step time over the copy floor.
+
+For ResNet-50 (96x96, b32), DenseNet121 (64x64, b32) and the Transformer
+encoder of benchmarks/mincap.py, one subprocess per case trains the model
+uncapped (LMS on, nothing evicted), then at 1/2 and at 1/4 of its peak, the
+cases of each model one after the other (interleaved, so a slow spell of the
+machine touches all three). The single-thread memcpy bandwidth of this
+machine is measured in the same run. Per case (medians of the steps after
+the first, which traces the function):
+
+  ratio      step time over the uncapped step;
+  moved      bytes copied per step (evictions and page-ins);
+  floor      the copy floor: moved / memcpy bandwidth, what copying alone costs;
+  the time LMS accounted per step (time_*_ns statistics): evicting, paging
+  in, and their parts (copying, mapping, unmapping; waiting and fencing are
+  0 on the emulated device);
+  overhead_vs_copy_floor = (LMS step - uncapped step) / copy floor.
+
+The last line is the worst case: `overhead_vs_copy_floor R`.
+
+Example:
+    make bench-overhead
+    .venv/bin/python benchmarks/overhead.py --models transformer --steps 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from maxbatch import failure_reason, probe_environment  # noqa: E402
+from mincap import GRANULE_MB, UNCAPPED_MB, build_model  # noqa: E402
+from probe_process import run_probe_process  # noqa: E402
+
+MIB = 1 << 20
+MODELS = ("resnet50", "densenet121", "transformer")
+FRACTIONS = (0.5, 0.25)
+PARTS = ("copying", "mapping", "unmapping", "waiting", "fencing")
+
+
+def run_probe_in_this_process(model_name: str, steps: int, result_path: Path) -> int:
+    """Trains `steps` steps; writes each step's seconds and the statistics after it."""
+    import tensorflow_lms_allocator as lms  # before tensorflow
+    import keras
+    import tensorflow as tf
+
+    model, inputs, labels = build_model(model_name)
+    optimizer = keras.optimizers.SGD(learning_rate=0.001, momentum=0.9)
+    loss_fn = keras.losses.SparseCategoricalCrossentropy()
+
+    @tf.function
+    def train_step() -> tf.Tensor:
+        with tf.GradientTape() as tape:
+            loss = loss_fn(labels, model(inputs, training=True))
+        gradients = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(gradients, model.trainable_variables))
+        return loss
+
+    seconds, stats = [], [lms.get_statistics(0)]
+    for _ in range(steps):
+        start = time.perf_counter()
+        float(train_step())
+        seconds.append(time.perf_counter() - start)
+        stats.append(lms.get_statistics(0))
+    result_path.write_text(json.dumps({"step_seconds": seconds, "statistics": stats}))
+    return 0
+
+
+@dataclass
+class Case:
+    """One model at one device size: per-step medians after the first step."""
+
+    model: str
+    cap_mb: int
+    step: float
+    per_step: dict[str, float]  # statistic deltas per step: bytes and nanoseconds
+    peak_mb: float
+    failed: str = ""
+
+
+def run_case(model: str, cap_mb: int, steps: int, timeout: float) -> Case:
+    with tempfile.TemporaryDirectory(prefix="overhead-") as tmp:
+        result_path = Path(tmp) / "result.json"
+        command = [sys.executable, "-X", "faulthandler", str(Path(__file__).resolve()),
+                   "--probe", model, "--steps", str(steps), "--result", str(result_path)]
+        done = run_probe_process(command, probe_environment("lms", cap_mb, None), timeout,
+                                 f"{model} on {cap_mb} MiB")
+        if done.returncode != 0 or not result_path.exists():
+            return Case(model, cap_mb, float("nan"), {}, 0,
+                        failure_reason(done.returncode, done.stderr, done.timed_out, timeout))
+        result = json.loads(result_path.read_text())
+    stats = result["statistics"]
+    later = range(2, len(stats))  # the deltas of the steps after the first
+    per_step = {name: statistics.median(stats[i][name] - stats[i - 1][name] for i in later)
+                for name in stats[-1] if name.startswith(("time_", "bytes_copied"))}
+    return Case(model, cap_mb, statistics.median(result["step_seconds"][1:]), per_step,
+                stats[-1]["peak_bytes_in_use"] / MIB)
+
+
+def memcpy_bandwidth() -> float:
+    """Bytes per second of one thread copying 256 MiB (best of 5)."""
+    import numpy as np
+
+    source = np.ones(256 * MIB, dtype=np.uint8)
+    target = np.empty_like(source)
+    best = float("inf")
+    for _ in range(5):
+        start = time.perf_counter()
+        np.copyto(target, source)
+        best = min(best, time.perf_counter() - start)
+    return source.nbytes / best
+
+
+def report(case: Case, uncapped: Case, bandwidth: float) -> float | None:
+    """Prints one case's line; returns its overhead over the copy floor (None if none)."""
+    if case.failed:
+        print(f"  {case.model:<12} {case.cap_mb:>6} MiB  FAILED: {case.failed[:120]}")
+        return None
+    moved = case.per_step.get("bytes_copied", 0)
+    floor = moved / bandwidth
+    ms = {name: case.per_step.get(f"time_{name}_ns", 0) / 1e6
+          for name in ("evicting", "paging_in", *PARTS)}
+    overhead = (case.step - uncapped.step) / floor if floor > 0 else None
+    print(f"  {case.model:<12} {case.cap_mb:>6} MiB  step {case.step:6.2f} s "
+          f"({case.step / uncapped.step:4.2f}x)  moved {moved / MIB:7.1f} MiB  "
+          f"floor {floor * 1e3:7.1f} ms  evicting {ms['evicting']:7.1f} ms  "
+          f"paging in {ms['paging_in']:7.1f} ms  (copying {ms['copying']:.1f}, mapping "
+          f"{ms['mapping']:.1f}, unmapping {ms['unmapping']:.1f}, waiting {ms['waiting']:.1f})"
+          + (f"  overhead_vs_copy_floor {overhead:.1f}" if overhead is not None else ""),
+          flush=True)
+    return overhead
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))
+    parser.add_argument("--steps", type=int, default=4, help="training steps per case (>= 3)")
+    parser.add_argument("--timeout", type=float, default=900, help="seconds per case")
+    parser.add_argument("--probe", choices=MODELS, help=argparse.SUPPRESS)
+    parser.add_argument("--result", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.probe:
+        return run_probe_in_this_process(args.probe, args.steps, args.result)
+    if args.steps < 3:
+        parser.error(f"--steps {args.steps}: at least 3 (the first traces the function, "
+                     "and a per-step figure needs two steps after it)")
+    bandwidth = memcpy_bandwidth()
+    print(f"single-thread memcpy: {bandwidth / 1e9:.1f} GB/s (256 MiB, best of 5)", flush=True)
+    worst = None
+    for model in args.models:
+        uncapped = run_case(model, UNCAPPED_MB, args.steps, args.timeout)
+        if uncapped.failed:
+            print(f"{model}: does not train uncapped: {uncapped.failed}")
+            return 1
+        print(f"{model}: peak {uncapped.peak_mb:.0f} MiB, step {uncapped.step:.2f} s uncapped",
+              flush=True)
+        for fraction in FRACTIONS:
+            cap = max(GRANULE_MB, int(uncapped.peak_mb * fraction) // GRANULE_MB * GRANULE_MB)
+            overhead = report(run_case(model, cap, args.steps, args.timeout), uncapped,
+                              bandwidth)
+            if overhead is not None:
+                worst = overhead if worst is None else max(worst, overhead)
+    if worst is None:
+        print("no case moved bytes: no overhead to compare with a copy floor")
+        return 1
+    print(f"overhead_vs_copy_floor {worst:.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
