@@ -133,15 +133,16 @@ def test_an_asynchronous_collective_keeps_its_tensors_pinned_until_done(strict):
 def test_a_request_on_tensorflows_event_threads_never_waits_for_other_kernels():
     # On a GPU, Where and the segment reductions allocate their outputs in
     # callbacks on the device's two event threads ("tf_Device_Event"); a
-    # wait there would hold up every later callback of the device. A thread
-    # with another name waits for the running kernel (a collective waiting
-    # for its peer) to release memory, as TensorFlow's own allocator retries.
-    run = run_program("event_threads.py", env={"TF_LMS_CPU_DEVICE_MEMORY_MB": "32",
+    # wait there would hold up every later callback of the device. Any other
+    # thread's request waits for the running kernel (a collective waiting for
+    # its peer) to release memory, as TensorFlow's own allocator retries: on
+    # main this one did too, until the 10 s budget ran out.
+    run = run_program("event_threads.py", env={"TF_LMS_CPU_DEVICE_MEMORY_MB": "48",
                                                "TF_GPU_HOST_MEM_LIMIT_IN_MB": "8",
                                                "TF_LMS_ENABLED": "1"})
     assert run.result, describe(run)
-    event, other = run.result["tf_Device_Event"], run.result["other"]
-    assert event["seconds"] < 1.0 and other["seconds"] > 2.0
-    # Neither fits device and host memory: the emulated device serves both
-    # from ordinary host memory (a GPU would refuse them).
-    assert event["code"] == other["code"] == "OK" and event["served"] and other["served"]
+    event = run.result["tf_Device_Event"]
+    assert event["seconds"] < 1.0 and run.result["kernel_still_running"]
+    # It fits neither device nor host memory: the emulated device serves it
+    # from ordinary host memory (a GPU would refuse it).
+    assert event["code"] == "OK" and event["served"]
