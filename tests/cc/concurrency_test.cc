@@ -272,6 +272,16 @@ void SlowWriter(Engine* engine, int thread, int buffers, Writing* writing,
 }
 
 TEST(WritersOutsideKernelsLoseNoWrite) {
+#if defined(__SANITIZE_THREAD__)
+  if (lms_test::UsingFakeCuda()) {
+    // Once in CI, TSan failed to map shadow memory for the fake driver's
+    // mappings under this test's remaps ("failed to allocate 0x1fe068c0ff000
+    // bytes", errno 12), a limit of TSan's address layout, not a race. TSan
+    // runs it over POSIX; the ASan build and a real GPU run it over CUDA.
+    std::printf("  skipped under TSan over the fake driver: it runs in the ASan build\n");
+    return;
+  }
+#endif
   std::unique_ptr<Backend> backend = lms_test::MakeTestBackend(kGranule);
   EngineOptions o;
   o.device_bytes = 24 * kGranule;
