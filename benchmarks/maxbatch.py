@@ -55,7 +55,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import probe_process
 from probe_process import run_probe_process
@@ -92,8 +92,10 @@ def probe_environment(mode: str, cap_mb: int, inter_op_threads: int | None
     return env
 
 
-def train_and_time(model: Any, inputs: Any, labels: Any, steps: int) -> list[float]:
+def train_and_time(model: Any, inputs: Any, labels: Any, steps: int,
+                   after_step: Callable[[], None] | None = None) -> list[float]:
     """Trains `steps` steps (SGD with momentum, under tf.function); their seconds.
+    `after_step`, if given, runs after each step, outside its time.
 
     Example:
         seconds = train_and_time(model, images, labels, steps=3)  # [trace, step, step]
@@ -117,6 +119,8 @@ def train_and_time(model: Any, inputs: Any, labels: Any, steps: int) -> list[flo
         start = time.perf_counter()
         float(train_step())
         step_seconds.append(time.perf_counter() - start)
+        if after_step is not None:
+            after_step()
     return step_seconds
 
 

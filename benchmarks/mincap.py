@@ -120,25 +120,32 @@ class Probe:
         return statistics.median(later)
 
 
-def run_probe(model_name: str, cap_mb: int, steps: int, timeout: float) -> Probe:
-    with tempfile.TemporaryDirectory(prefix="mincap-") as tmp:
+def run_probe_script(script: Path, model_name: str, cap_mb: int, steps: int,
+                     timeout: float) -> tuple[dict | None, str]:
+    """Runs `script --probe` in a fresh process on a device of `cap_mb` (LMS on):
+    (its JSON result, "") or (None, why it failed). Shared with overhead.py."""
+    with tempfile.TemporaryDirectory(prefix="probe-") as tmp:
         result_path = Path(tmp) / "result.json"
-        command = [sys.executable, "-X", "faulthandler", str(Path(__file__).resolve()),
+        command = [sys.executable, "-X", "faulthandler", str(script.resolve()),
                    "--probe", model_name, "--steps", str(steps), "--result", str(result_path)]
         done = run_probe_process(command, probe_environment("lms", cap_mb, None), timeout,
                                  f"{model_name} on {cap_mb} MiB")
         if done.returncode == 0 and result_path.exists():
-            result = json.loads(result_path.read_text())
-            overflows = result["statistics"]["num_overflow_placements"]
-            if overflows:
-                # It trained, but some kernel's memory was in host memory: the
-                # device is smaller than that kernel (slow on a GPU).
-                return Probe(cap_mb, False, reason=f"{overflows} kernel requests placed in "
-                                                   "host memory (num_overflow_placements)")
-            return Probe(cap_mb, True, step_seconds=result["step_seconds"],
-                         stats=result["statistics"])
-        return Probe(cap_mb, False, reason=failure_reason(done.returncode, done.stderr,
-                                                          done.timed_out, timeout))
+            return json.loads(result_path.read_text()), ""
+        return None, failure_reason(done.returncode, done.stderr, done.timed_out, timeout)
+
+
+def run_probe(model_name: str, cap_mb: int, steps: int, timeout: float) -> Probe:
+    result, failed = run_probe_script(Path(__file__), model_name, cap_mb, steps, timeout)
+    if result is None:
+        return Probe(cap_mb, False, reason=failed)
+    overflows = result["statistics"]["num_overflow_placements"]
+    if overflows:
+        # It trained, but some kernel's memory was in host memory: the device
+        # is smaller than that kernel (slow on a GPU).
+        return Probe(cap_mb, False, reason=f"{overflows} kernel requests placed in "
+                                           "host memory (num_overflow_placements)")
+    return Probe(cap_mb, True, step_seconds=result["step_seconds"], stats=result["statistics"])
 
 
 @dataclass

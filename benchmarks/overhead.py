@@ -29,16 +29,14 @@ import argparse
 import json
 import statistics
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from maxbatch import failure_reason, probe_environment  # noqa: E402
-from mincap import GRANULE_MB, UNCAPPED_MB, build_model  # noqa: E402
-from probe_process import run_probe_process  # noqa: E402
+from maxbatch import train_and_time  # noqa: E402
+from mincap import GRANULE_MB, UNCAPPED_MB, build_model, run_probe_script  # noqa: E402
 
 MIB = 1 << 20
 MODELS = ("resnet50", "densenet121", "transformer")
@@ -49,27 +47,11 @@ PARTS = ("copying", "mapping", "unmapping", "waiting", "fencing")
 def run_probe_in_this_process(model_name: str, steps: int, result_path: Path) -> int:
     """Trains `steps` steps; writes each step's seconds and the statistics after it."""
     import tensorflow_lms_allocator as lms  # before tensorflow
-    import keras
-    import tensorflow as tf
 
     model, inputs, labels = build_model(model_name)
-    optimizer = keras.optimizers.SGD(learning_rate=0.001, momentum=0.9)
-    loss_fn = keras.losses.SparseCategoricalCrossentropy()
-
-    @tf.function
-    def train_step() -> tf.Tensor:
-        with tf.GradientTape() as tape:
-            loss = loss_fn(labels, model(inputs, training=True))
-        gradients = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply_gradients(zip(gradients, model.trainable_variables))
-        return loss
-
-    seconds, stats = [], [lms.get_statistics(0)]
-    for _ in range(steps):
-        start = time.perf_counter()
-        float(train_step())
-        seconds.append(time.perf_counter() - start)
-        stats.append(lms.get_statistics(0))
+    stats = [lms.get_statistics(0)]
+    seconds = train_and_time(model, inputs, labels, steps,
+                             after_step=lambda: stats.append(lms.get_statistics(0)))
     result_path.write_text(json.dumps({"step_seconds": seconds, "statistics": stats}))
     return 0
 
@@ -87,16 +69,9 @@ class Case:
 
 
 def run_case(model: str, cap_mb: int, steps: int, timeout: float) -> Case:
-    with tempfile.TemporaryDirectory(prefix="overhead-") as tmp:
-        result_path = Path(tmp) / "result.json"
-        command = [sys.executable, "-X", "faulthandler", str(Path(__file__).resolve()),
-                   "--probe", model, "--steps", str(steps), "--result", str(result_path)]
-        done = run_probe_process(command, probe_environment("lms", cap_mb, None), timeout,
-                                 f"{model} on {cap_mb} MiB")
-        if done.returncode != 0 or not result_path.exists():
-            return Case(model, cap_mb, float("nan"), {}, 0,
-                        failure_reason(done.returncode, done.stderr, done.timed_out, timeout))
-        result = json.loads(result_path.read_text())
+    result, failed = run_probe_script(Path(__file__), model, cap_mb, steps, timeout)
+    if result is None:
+        return Case(model, cap_mb, float("nan"), {}, 0, failed)
     stats = result["statistics"]
     later = range(2, len(stats))  # the deltas of the steps after the first
     per_step = {name: statistics.median(stats[i][name] - stats[i - 1][name] for i in later)
