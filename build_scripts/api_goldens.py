@@ -1,41 +1,28 @@
-r"""TensorFlow's API golden files for the modules the LMS series extends.
+r"""TensorFlow's API golden files for the APIs the LMS series changes, as its writer prints them.
 
 TensorFlow's API compatibility test compares the public API with text protos in
 tensorflow/tools/api/golden/v{1,2}/; the tool that writes them
-(tensorflow/tools/api/lib) is not in the wheel, and the TensorFlow tree is not
-reachable here. This module writes the same format from an installed
-TensorFlow, by the rules of that tool's python_object_to_proto_visitor.py: a
-module's public members (the wheel's tensorflow/tools/common/public_api.py
-decides which) in name order, routines as `member_method` with their argspec
-and the rest as `member` with their type. The base tree's golden files are
-this module's output for the installed 2.21.0 wheel, under a comment that
-marks them APPROXIMATE (patches/README.md: the API is exact, the text a
-reconstruction).
+(tensorflow/tools/api/lib) is not in the wheel. This module prints the same
+format from an installed TensorFlow, by the rules of that tool's
+python_object_to_proto_visitor.py: a module's public members (the wheel's
+tensorflow/tools/common/public_api.py decides which) in name order, routines as
+`member_method` with their argspec and the rest as `member` with their type; a
+protocol message class as its descriptor. tests/test_patches.py compares what
+it prints for the patched API with the series' golden files, whose base texts
+are TensorFlow's own (make_patches.py).
 
-Usage (with the wheel's Python):
-  python build_scripts/api_goldens.py OUT_DIR   # writes the four base files
-
-Example:
-  $ .venv/bin/python build_scripts/api_goldens.py patches/base
-  patches/base/tensorflow/tools/api/golden/v1/tensorflow.config.experimental.pbtxt
-  ...
+Example (with the wheel's Python):
+    >>> from tensorflow.core.protobuf import config_pb2  # doctest: +SKIP
+    >>> proto_golden("tensorflow.GPUOptions", config_pb2.GPUOptions)[:30]  # doctest: +SKIP
+    'path: "tensorflow.GPUOptions"\ntf'
 """
 
 from __future__ import annotations
-
-import sys
-from pathlib import Path
 
 # The modules whose golden files the series changes: (API version, path).
 MODULES = [("v1", "tensorflow.config.experimental"), ("v1", "tensorflow.experimental"),
            ("v2", "tensorflow.config.experimental"), ("v2", "tensorflow.experimental")]
 GOLDEN_DIR = "tensorflow/tools/api/golden"
-# Text format takes "#" comments, so the base files say what they are.
-APPROXIMATE_HEADER = """\
-# APPROXIMATE, not TensorFlow v2.21.0's file (patches/README.md): written by
-# build_scripts/api_goldens.py from the API of the installed tensorflow 2.21.0
-# wheel, with the rules of tensorflow/tools/api/lib/python_object_to_proto_visitor.py.
-"""
 
 # The writer's normalisation of Python 3 type names to its Python 2 names.
 _NORMALIZE_TYPE = {f"<class '{t}'>": f"<type '{t}'>" for t in (
@@ -128,32 +115,12 @@ def module_golden(module_path: str, module) -> str:
             + "".join(methods) + "}\n")
 
 
-def installed_goldens() -> dict[str, str]:
-    """Every golden file of MODULES for the installed TensorFlow: path -> text."""
+def proto_golden(api_path: str, message_class) -> str:
+    """The golden file of a protocol message class: its descriptor in text format."""
+    from google.protobuf import descriptor_pb2, text_format
 
-    import tensorflow as tf
-
-    goldens = {}
-    for version, module_path in MODULES:
-        root = tf.compat.v1 if version == "v1" else tf.compat.v2
-        module = root
-        for part in module_path.split(".")[1:]:
-            module = getattr(module, part)
-        goldens[golden_path(version, module_path)] = module_golden(module_path, module)
-    return goldens
-
-
-def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print(__doc__.split("\n\n")[2], file=sys.stderr)
-        return 2
-    for rel, text in installed_goldens().items():
-        path = Path(argv[0]) / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(APPROXIMATE_HEADER + text)
-        print(path)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    descriptor = descriptor_pb2.DescriptorProto()
+    message_class.DESCRIPTOR.CopyToProto(descriptor)
+    body = "".join(f"    {line}\n" if line else "\n"
+                   for line in text_format.MessageToString(descriptor).splitlines())
+    return f"path: {quote(api_path)}\ntf_proto {{\n  descriptor {{\n{body}  }}\n}}\n"

@@ -1,14 +1,19 @@
 """Generates the LMS patch series for TensorFlow v2.21.0, deterministically.
 
-The series is made from this project's own sources and the base tree in
-patches/base/ (the pre-images of the TensorFlow files the series changes;
-patches/README.md says which are exact and how they were obtained):
+The series is made from this project's own sources and a base tree built at
+run time from TensorFlow's own files, none of which this repository holds:
+
+  - the installed 2.21.0 wheel's exact files (config.py, context.py with the
+    one line the wheel build rewrites put back, the op_kernel.h header);
+  - every other file from a TensorFlow source directory, TF_SOURCE_DIR, by
+    default ../shared/tensorflow-source/pre-v2.21.0 next to this project
+    (patches/README.md says which tree each file was checked against).
 
   0001  the engine, backends and TensorFlow adapter sources, byte for byte the
         files the overlay builds and tests, under tensorflow/core/common_runtime/lms/
         with their BUILD file;
   0002  config.proto: GPUOptions.Experimental.lms_enabled = 20 and
-        lms_defrag_enabled = 21;
+        lms_defrag_enabled = 21, and the v1 API golden file of GPUOptions;
   0003  the Python API (patch_python_api.py): set_lms_enabled / get_lms_enabled /
         set_lms_defrag_enabled / get_lms_defrag_enabled in tf.config.experimental
         (and tf.experimental, IBM's names), kept by the eager context and written
@@ -21,23 +26,27 @@ patches/README.md says which are exact and how they were obtained):
         pinned (gpu_util.cc).
 
 Each part is a commit with a fixed author and date on top of the base tree;
-`git format-patch --zero-commit --no-signature` writes them, so regenerating
-gives byte-identical files (`make test-patches` checks it).
+`git format-patch --zero-commit --no-signature` writes them into one mbox,
+patches/tensorflow_v2.21.0_large_model_support.patch, which `git am` applies
+as four commits; regenerating gives the same bytes (`make test-patches`).
+Each edit is anchored on lines that read the same in the trees bracketing the
+tag (pre-v2.21.0 and the post-v2.21.0 excerpts), so that the hunks apply to both.
 
 Usage:
-  python build_scripts/make_patches.py            # rewrite patches/v2.21.0/ and
-                                                  # patches/tensorflow_v2.21.0_large_model_support.patch
-  python build_scripts/make_patches.py --check    # exit 1 if they are stale
-  python build_scripts/make_patches.py --out DIR  # write the series elsewhere
+  python build_scripts/make_patches.py              # rewrite the series
+  python build_scripts/make_patches.py --check      # exit 1 if it is stale
+  python build_scripts/make_patches.py --out FILE   # write it elsewhere
+  python build_scripts/make_patches.py --split DIR  # also one file per patch
 
 Example:
-  $ python build_scripts/make_patches.py --check
-  patches/v2.21.0: 4 patches, up to date
+  $ TF_SOURCE_DIR=~/src/tensorflow python build_scripts/make_patches.py --check
+  patches/tensorflow_v2.21.0_large_model_support.patch: 4 patches, up to date
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -52,12 +61,40 @@ from patch_text import insert_after, insert_before, replace_once
 
 ROOT = Path(__file__).resolve().parent.parent
 CC = ROOT / "tensorflow_lms_allocator" / "cc"
-BASE = ROOT / "patches" / "base"
-SERIES = ROOT / "patches" / "v2.21.0"
 # The whole series as one mbox (DESIGN.md's name): `git am` takes it as it is.
-COMBINED = "tensorflow_v2.21.0_large_model_support.patch"
+SERIES = ROOT / "patches" / "tensorflow_v2.21.0_large_model_support.patch"
 TF_COMMIT = "a481b10260dfdf833a1b16007eead49c1d7febf3"  # v2.21.0
 LMS_DIR = "tensorflow/core/common_runtime/lms"
+# The real TensorFlow texts that bracket the tag (its README says what they are).
+SHARED_SOURCES = ROOT.parent / "shared" / "tensorflow-source"
+POST_EXCERPTS = SHARED_SOURCES / "post-v2.21.0-excerpts"
+
+# Files the series changes whose exact v2.21.0 text the wheel holds: path in
+# the tree -> path in the installed `tensorflow` package.
+FROM_WHEEL = {
+    "tensorflow/python/framework/config.py": "python/framework/config.py",
+    "tensorflow/python/eager/context.py": "python/eager/context.py",
+    "tensorflow/core/framework/op_kernel.h": "include/tensorflow/core/framework/op_kernel.h",
+}
+# Lines the wheel build rewrites (DESIGN.md, "Facts about the source patch"):
+# path -> {line number: (wheel text, source text)}.
+REWRITTEN = {
+    "tensorflow/python/eager/context.py": {
+        29: ("from tensorflow.compiler.xla.tsl.protobuf import coordination_config_pb2",
+             "from xla.tsl.protobuf import coordination_config_pb2"),
+    },
+}
+GPU_OPTIONS_GOLDEN = "tensorflow/tools/api/golden/v1/tensorflow.-g-p-u-options.pbtxt"
+# Files the series changes that only a TensorFlow source tree has.
+FROM_SOURCE = [
+    "tensorflow/core/protobuf/config.proto",
+    "tensorflow/core/framework/op_kernel.cc",
+    "tensorflow/core/common_runtime/gpu/gpu_process_state.cc",
+    "tensorflow/core/common_runtime/gpu/gpu_util.cc",
+    "tensorflow/core/common_runtime/gpu/BUILD",
+    GPU_OPTIONS_GOLDEN,
+    *golden_files(),
+]
 IDENTITY = {"GIT_AUTHOR_NAME": "TensorFlow LMS", "GIT_AUTHOR_EMAIL": "lms@invalid",
             "GIT_COMMITTER_NAME": "TensorFlow LMS", "GIT_COMMITTER_EMAIL": "lms@invalid",
             "GIT_AUTHOR_DATE": "2026-01-01T00:00:00+0000",
@@ -91,11 +128,13 @@ package(
 )
 
 # The engine and its backends: C++17 and the OS (libdl: the CUDA backend
-# loads the driver at run time, so nothing here links CUDA).
+# loads the driver at run time, so nothing here links CUDA). Like the
+# adapter, it throws no exceptions (tf_copts: -fno-exceptions).
 cc_library(
     name = "engine",
     srcs = glob(["engine/*.cc", "backends/*.cc"]),
     hdrs = glob(["engine/*.h", "backends/*.h"]),
+    copts = tf_copts(),
     includes = ["."],
     linkopts = ["-ldl"],
 )
@@ -117,12 +156,17 @@ cc_library(
         ":engine",
         "//tensorflow/core:framework",
         "//tensorflow/core:protos_all_cc",
-        "//tensorflow/core/common_runtime:core_cpu_base",
+        "//tensorflow/core/common_runtime:dma_helper",
+        "//tensorflow/core/common_runtime:gpu_device_context",
+        "//tensorflow/core/common_runtime:threadpool_device",
         "//tensorflow/core/common_runtime/gpu:gpu_id",
         "@com_google_absl//absl/status",
         "@com_google_absl//absl/strings",
+        "@com_google_protobuf//:protobuf",
+        "@tsl//tsl/platform:logging",
         "@xla//xla/stream_executor:stream",
         "@xla//xla/tsl/framework:allocator",
+        "@xla//xla/tsl/framework:device_id",
     ],
 )
 '''
@@ -153,8 +197,29 @@ def patch_config_proto(text: str) -> str:
                         "tensorflow/core/protobuf/config.proto")
 
 
+# The v1 API golden file of GPUOptions prints its descriptor, nested messages
+# included (TensorFlow's api_compatibility_test compares it with the
+# generated config_pb2): the two fields follow stream_merge_options.
+GPU_OPTIONS_GOLDEN_ANCHOR = """\
+        type_name: ".tensorflow.GPUOptions.Experimental.StreamMergeOptions"
+      }
+"""
+
+
+def golden_field(name: str, number: int) -> str:
+    """A bool field of GPUOptions.Experimental as the golden file prints it."""
+    return (f"      field {{\n        name: \"{name}\"\n        number: {number}\n"
+            "        label: LABEL_OPTIONAL\n        type: TYPE_BOOL\n      }\n")
+
+
+def patch_gpu_options_golden(text: str) -> str:
+    fields = golden_field("lms_enabled", 20) + golden_field("lms_defrag_enabled", 21)
+    return insert_after(text, GPU_OPTIONS_GOLDEN_ANCHOR, fields, GPU_OPTIONS_GOLDEN)
+
+
 def add_config_fields(tree: Path) -> None:
     edit(tree, "tensorflow/core/protobuf/config.proto", patch_config_proto)
+    edit(tree, GPU_OPTIONS_GOLDEN, patch_gpu_options_golden)
 
 
 # --------------------------------------------------------------------------
@@ -217,9 +282,11 @@ OP_KERNEL_CC_DESTROYED = """\
 
 GPU_PROCESS_STATE_INCLUDE_ANCHOR = '#include "tensorflow/core/common_runtime/gpu/gpu_id_manager.h"\n'
 GPU_PROCESS_STATE_INCLUDE = '#include "tensorflow/core/common_runtime/lms/tf_adapter/patched_tensorflow.h"\n'
+# Before CHECK(process_state_): the lines after it differ across the tag
+# (`const string& allocator_type` became `const std::string&`), so a hunk
+# there would apply to one side only.
 GPU_PROCESS_STATE_ALLOCATOR_ANCHOR = """\
     const std::vector<tsl::TfDeviceId>& peer_gpu_ids) {
-  CHECK(process_state_);
 """
 GPU_PROCESS_STATE_ALLOCATOR = """\
   // Large Model Support: when it is enabled for this GPU, its allocator
@@ -415,7 +482,7 @@ PARTS = [
          "bool lms_enabled = 20 and bool lms_defrag_enabled = 21 in\n"
          "GPUOptions.Experimental (fields 1-5 and 7-19 are taken, 6 is reserved),\n"
          "which the Python API of the next patch sets and the LMS GPU allocator\n"
-         "reads.",
+         "reads. The v1 API golden file of GPUOptions lists them.",
          add_config_fields),
     Part("Add tf.config.experimental.set_lms_enabled and friends",
          "set_lms_enabled, get_lms_enabled, set_lms_defrag_enabled and\n"
@@ -450,16 +517,58 @@ def git(tree: Path, *args: str) -> str:
     return done.stdout
 
 
+def source_dir() -> Path:
+    """The TensorFlow source tree the non-wheel base files come from."""
+    return Path(os.environ.get("TF_SOURCE_DIR") or SHARED_SOURCES / "pre-v2.21.0")
+
+
+def wheel_dir() -> Path:
+    """The installed `tensorflow` package, found without importing it."""
+    spec = importlib.util.find_spec("tensorflow")
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit("error: no tensorflow package in this Python: run me with the "
+                         "project's .venv/bin/python (make patches)")
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def wheel_text_as_source(rel: str) -> bytes:
+    """The wheel's file with the lines its build rewrote put back as in the source."""
+    path = wheel_dir() / FROM_WHEEL[rel]
+    lines = path.read_text().split("\n")
+    for number, (in_wheel, in_source) in REWRITTEN.get(rel, {}).items():
+        if lines[number - 1] != in_wheel:
+            raise SystemExit(f"error: {path}:{number} reads {lines[number - 1]!r}, not "
+                             f"{in_wheel!r}: is this the tensorflow 2.21.0 wheel?")
+        lines[number - 1] = in_source
+    return "\n".join(lines).encode()
+
+
+def base_files() -> dict[str, bytes]:
+    """Every file the series changes, as v2.21.0 has it: path -> bytes."""
+    source = source_dir()
+    missing = [rel for rel in FROM_SOURCE if not (source / rel).is_file()]
+    if missing:
+        raise SystemExit(
+            f"error: TF_SOURCE_DIR={source} lacks {', '.join(missing[:3])}"
+            f"{' and more' if len(missing) > 3 else ''}: point TF_SOURCE_DIR at a "
+            "TensorFlow v2.21.0 checkout (git clone --branch v2.21.0 "
+            "https://github.com/tensorflow/tensorflow)")
+    return {**{rel: (source / rel).read_bytes() for rel in FROM_SOURCE},
+            **{rel: wheel_text_as_source(rel) for rel in FROM_WHEEL}}
+
+
 def base_checkout(tree: Path) -> None:
     """A git repository holding the base tree as one commit."""
-    shutil.copytree(BASE, tree, dirs_exist_ok=True)
+    for rel, data in base_files().items():
+        (tree / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tree / rel).write_bytes(data)
     git(tree, "init", "-q", "-b", "v2.21.0")
     git(tree, "add", "-A")
     git(tree, "commit", "-q", "-m", f"TensorFlow v2.21.0 ({TF_COMMIT}): the files LMS patches")
 
 
-def generate(out: Path) -> list[Path]:
-    """Writes the series into `out` (emptied first); returns the patch files."""
+def generate(out: Path, split: Path | None = None) -> bytes:
+    """The series as one mbox, written to `out`; one file per patch in `split`."""
     with tempfile.TemporaryDirectory(prefix="lms-patches-") as tmp:
         tree = Path(tmp) / "tensorflow"
         base_checkout(tree)
@@ -467,45 +576,41 @@ def generate(out: Path) -> list[Path]:
             part.apply(tree)
             git(tree, "add", "-A")
             git(tree, "commit", "-q", "-m", f"{part.subject}\n\n{part.body}")
-        if out.exists():
-            shutil.rmtree(out)
-        out.mkdir(parents=True)
+        patches = Path(tmp) / "series"
         git(tree, "format-patch", "-q", "--zero-commit", "--no-signature",
-                    "--no-numbered", "--full-index", "--stat=80", "-o", str(out.resolve()),
-                    f"HEAD~{len(PARTS)}")
-    written = sorted(out.glob("*.patch"))
-    (out.parent / COMBINED).write_bytes(b"".join(p.read_bytes() for p in written))
-    return written + [out.parent / COMBINED]
-
-
-def same_files(a: Path, b: Path) -> bool:
-    names = sorted(p.name for p in a.iterdir())
-    return names == sorted(p.name for p in b.iterdir()) and all(
-        (a / n).read_bytes() == (b / n).read_bytes() for n in names)
+            "--no-numbered", "--full-index", "--stat=80", "-o", str(patches),
+            f"HEAD~{len(PARTS)}")
+        written = sorted(patches.glob("*.patch"))
+        series = b"".join(p.read_bytes() for p in written)
+        if split is not None:
+            split.mkdir(parents=True, exist_ok=True)
+            for path in written:
+                shutil.copyfile(path, split / path.name)
+    out.write_bytes(series)
+    return series
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true",
-                        help="regenerate into a temporary directory and exit 1 if "
+                        help="regenerate into a temporary file and exit 1 if "
                              f"{SERIES.relative_to(ROOT)} differs")
     parser.add_argument("--out", type=Path, default=SERIES, help="where to write the series")
+    parser.add_argument("--split", type=Path, metavar="DIR",
+                        help="also write each patch as its own file into DIR")
     args = parser.parse_args(argv)
+    shown = SERIES.relative_to(ROOT)
     if args.check:
         with tempfile.TemporaryDirectory(prefix="lms-series-") as tmp:
-            fresh = Path(tmp) / "series"
-            generate(fresh)
-            combined = SERIES.parent / COMBINED
-            if (not SERIES.is_dir() or not same_files(fresh, SERIES) or not combined.exists()
-                    or combined.read_bytes() != (fresh.parent / COMBINED).read_bytes()):
-                print(f"error: {SERIES.relative_to(ROOT)} is stale: run `python "
-                      "build_scripts/make_patches.py` and commit the result", file=sys.stderr)
-                return 1
-        print(f"{SERIES.relative_to(ROOT)}: {len(PARTS)} patches, up to date")
+            fresh = generate(Path(tmp) / SERIES.name)
+        if not SERIES.exists() or SERIES.read_bytes() != fresh:
+            print(f"error: {shown} is stale: run `make patches` and commit the result",
+                  file=sys.stderr)
+            return 1
+        print(f"{shown}: {len(PARTS)} patches, up to date")
         return 0
-    written = generate(args.out)
-    for path in written:
-        print(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path)
+    generate(args.out, args.split)
+    print(args.out.relative_to(ROOT) if args.out.resolve().is_relative_to(ROOT) else args.out)
     return 0
 
 

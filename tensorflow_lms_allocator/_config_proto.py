@@ -34,8 +34,11 @@ from pathlib import Path
 from types import ModuleType
 
 MODULE = "tensorflow.core.protobuf.config_pb2"
-# (name, JSON name, number), as the patch's config.proto declares them.
-LMS_FIELDS = (("lms_enabled", "lmsEnabled", 20), ("lms_defrag_enabled", "lmsDefragEnabled", 21))
+# (name, number), as the patch's config.proto declares them. No json_name:
+# protoc leaves it out of the descriptors it serializes into *_pb2.py (the
+# wheel's other fields have none), and the GPUOptions API golden file prints
+# the descriptor as generated.
+LMS_FIELDS = (("lms_enabled", 20), ("lms_defrag_enabled", 21))
 _SERIALIZED = re.compile(r"AddSerializedFile\((b'.*?')\)\n")
 
 
@@ -61,10 +64,10 @@ def with_lms_fields(source: str) -> str:
     if len(experimental) != 1:
         raise ValueError("config.proto has no GPUOptions.Experimental")
     taken = {field.number for field in experimental[0].field}
-    if taken & {number for _, _, number in LMS_FIELDS}:
+    if taken & {number for _, number in LMS_FIELDS}:
         raise ValueError(f"GPUOptions.Experimental already uses field numbers {sorted(taken)}")
-    for name, json_name, number in LMS_FIELDS:
-        experimental[0].field.add(name=name, number=number, json_name=json_name,
+    for name, number in LMS_FIELDS:
+        experimental[0].field.add(name=name, number=number,
                                   type=descriptor_pb2.FieldDescriptorProto.TYPE_BOOL,
                                   label=descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL)
     return source.replace(match.group(1), repr(proto.SerializeToString()), 1)

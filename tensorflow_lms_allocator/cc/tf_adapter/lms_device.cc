@@ -1,52 +1,47 @@
 #include "tf_adapter/lms_device.h"
 
-#include <exception>
-#include <new>
 #include <string>
 #include <utility>
 
 namespace lms {
 
+// No try/catch: TensorFlow builds this with -fno-exceptions (tf_copts()), and the
+// overlay the same way (CMakeLists.txt), so an allocation failure here aborts as
+// it would in any of TensorFlow's own code.
 Status LmsDevice::Create(const LmsDeviceSpec& spec, std::unique_ptr<LmsDevice>* out) {
-  try {
-    std::unique_ptr<Backend> backend;
-    LMS_RETURN_IF_ERROR(CreateBackend(spec.backend, &backend));
-    // A budget from TensorFlow (a GPU's memory_limit) is rarely whole
-    // granules; the engine takes only whole ones.
-    const size_t granule = backend->granule_bytes();
-    EngineOptions options;
-    options.device_bytes = spec.device_bytes - spec.device_bytes % granule;
-    options.host_bytes = spec.host_bytes - spec.host_bytes % granule;
-    if (options.device_bytes == 0) {
-      return InvalidArgument(spec.name + ": a budget of " +
-                             std::to_string(spec.device_bytes) +
-                             " bytes holds no whole granule of " +
-                             std::to_string(granule) + " bytes");
-    }
-    options.lms_enabled = spec.lms_enabled;
-    options.defrag_enabled = spec.defrag_enabled;
-    options.strict = spec.strict;
-    options.policy = spec.policy;
-    std::unique_ptr<LmsDevice> device(new LmsDevice());
-    device->backend_ = backend.get();
-    device->spec_ = spec;
-    device->spec_.device_bytes = options.device_bytes;
-    device->spec_.host_bytes = options.host_bytes;
-    std::unique_ptr<Engine> engine;
-    LMS_RETURN_IF_ERROR(Engine::Create(options, std::move(backend), &engine));
-    device->pins_ = std::make_unique<KernelPins>(engine.get());
-    device->allocator_ =
-        std::make_unique<LmsAllocator>(spec.name, std::move(engine), device->pins_.get());
-    if (spec.policy == PolicyKind::kLearned && spec.prefetch && spec.lms_enabled) {
-      device->prefetcher_ = std::make_unique<Prefetcher>(&device->engine());
-    }
-    *out = std::move(device);
-    return Status::Ok();
-  } catch (const std::bad_alloc&) {
-    return ResourceExhausted("out of memory for the LMS device's tables");
-  } catch (const std::exception& e) {
-    return Internal(e.what());
+  std::unique_ptr<Backend> backend;
+  LMS_RETURN_IF_ERROR(CreateBackend(spec.backend, &backend));
+  // A budget from TensorFlow (a GPU's memory_limit) is rarely whole
+  // granules; the engine takes only whole ones.
+  const size_t granule = backend->granule_bytes();
+  EngineOptions options;
+  options.device_bytes = spec.device_bytes - spec.device_bytes % granule;
+  options.host_bytes = spec.host_bytes - spec.host_bytes % granule;
+  if (options.device_bytes == 0) {
+    return InvalidArgument(spec.name + ": a budget of " +
+                           std::to_string(spec.device_bytes) +
+                           " bytes holds no whole granule of " +
+                           std::to_string(granule) + " bytes");
   }
+  options.lms_enabled = spec.lms_enabled;
+  options.defrag_enabled = spec.defrag_enabled;
+  options.strict = spec.strict;
+  options.policy = spec.policy;
+  std::unique_ptr<LmsDevice> device(new LmsDevice());
+  device->backend_ = backend.get();
+  device->spec_ = spec;
+  device->spec_.device_bytes = options.device_bytes;
+  device->spec_.host_bytes = options.host_bytes;
+  std::unique_ptr<Engine> engine;
+  LMS_RETURN_IF_ERROR(Engine::Create(options, std::move(backend), &engine));
+  device->pins_ = std::make_unique<KernelPins>(engine.get());
+  device->allocator_ =
+      std::make_unique<LmsAllocator>(spec.name, std::move(engine), device->pins_.get());
+  if (spec.policy == PolicyKind::kLearned && spec.prefetch && spec.lms_enabled) {
+    device->prefetcher_ = std::make_unique<Prefetcher>(&device->engine());
+  }
+  *out = std::move(device);
+  return Status::Ok();
 }
 
 std::string LmsDevice::Describe(const std::string& device) const {

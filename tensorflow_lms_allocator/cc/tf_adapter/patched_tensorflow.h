@@ -1,9 +1,10 @@
 // The entry points of a TensorFlow built with the LMS patch series
-// (patches/v2.21.0/): the patched GPUProcessState::GetGPUAllocator asks here
-// first, and the patched GPUUtil copies run through here. Built only there (the series adds it to TensorFlow's tree; the
-// runtime overlay reaches the same Overlay through the interposer instead,
-// hooks.h), because it uses the OpKernelContext observer the series adds to
-// tensorflow/core/framework/op_kernel.h.
+// (patches/tensorflow_v2.21.0_large_model_support.patch): the patched
+// GPUProcessState::GetGPUAllocator asks here first, and the patched GPUUtil
+// copies run through here. Built only there (the series adds it to
+// TensorFlow's tree; the runtime overlay reaches the same Overlay through the
+// interposer instead, hooks.h), because it uses the OpKernelContext observer
+// the series adds to tensorflow/core/framework/op_kernel.h.
 #ifndef TENSORFLOW_LMS_ALLOCATOR_CC_TF_ADAPTER_PATCHED_TENSORFLOW_H_
 #define TENSORFLOW_LMS_ALLOCATOR_CC_TF_ADAPTER_PATCHED_TENSORFLOW_H_
 
