@@ -39,9 +39,12 @@ FAKE_CUDA_CXXFLAGS := -std=c++17 -g -Wall -Wextra -fPIC -shared -fvisibility=hid
 FAKE_CUDA_LIB := $(BUILD)/fake_cuda/libfakecuda.so
 FAKE_CUDA_ASAN_LIB := $(BUILD)/fake_cuda/libfakecuda_asan.so
 FAKE_CUDA_TSAN_LIB := $(BUILD)/fake_cuda/libfakecuda_tsan.so
-# The toolkit's cuda.h, against which tests/cc/cuda_abi_test.cc checks
-# cuda_driver_api.h (only that test needs it).
-CUDA_INCLUDE ?= /usr/local/cuda/include
+# The CUDA driver API's cuda.h, against which tests/cc/cuda_abi_test.cc checks
+# cuda_driver_api.h (only that test needs it): by default the one NVIDIA's
+# nvidia-cuda-runtime 13.0 wheel installs into .venv (requirements-dev.txt), so
+# no CUDA toolkit is needed; CUDA_INCLUDE=/usr/local/cuda/include checks a toolkit's.
+VENV_CUDA_INCLUDE := $(VENV)/cuda_include
+CUDA_INCLUDE ?= $(VENV_CUDA_INCLUDE)
 # The engine's C++ tests run over both backends (tests/cc/test_backend.h):
 # POSIX, then CUDA over the fake driver built with the same sanitizer.
 ENGINE_TEST_HDRS := tests/cc/test_backend.h tests/cc/fake_cuda_access.h \
@@ -54,7 +57,8 @@ THREAD_SAFETY_FLAGS := -std=c++17 -c -Wall -Wextra -Wthread-safety -Wthread-safe
 
 .PHONY: all build test test-asan test-tsan test-thread-safety test-python demo bench-allocator \
         bench-maxbatch bench-mincap bench-overhead bench-trace bench-policy clean fake-cuda test-fake-cuda mutation-check-cuda \
-        test-gpu-wheel gpu-check gpu-check-engine bench-driver-calls wheel test-patches patches
+        test-gpu-wheel gpu-check gpu-check-engine bench-driver-calls wheel test-patches patches \
+        test-quick help
 
 all: build
 
@@ -77,6 +81,11 @@ build: $(VENV)/.built
 # source, so a change recompiles that source only) and linked into each test.
 ENGINE_ASAN_OBJS := $(patsubst $(CC_SRC)/%.cc,$(BUILD)/cc/asan/%.o,$(ENGINE_SRCS))
 ENGINE_TSAN_OBJS := $(patsubst $(CC_SRC)/%.cc,$(BUILD)/cc/tsan/%.o,$(ENGINE_SRCS))
+ENGINE_PLAIN_OBJS := $(patsubst $(CC_SRC)/%.cc,$(BUILD)/cc/plain/%.o,$(ENGINE_SRCS))
+
+$(BUILD)/cc/plain/%.o: $(CC_SRC)/%.cc $(ENGINE_HDRS)
+	@mkdir -p $(@D)
+	$(CXX) $(TEST_CXXFLAGS) -O1 -c $< -o $@
 
 $(BUILD)/cc/asan/%.o: $(CC_SRC)/%.cc $(ENGINE_HDRS)
 	@mkdir -p $(@D)
@@ -101,6 +110,12 @@ $(BUILD)/cc/concurrency_test_asan: tests/cc/concurrency_test.cc $(ENGINE_ASAN_OB
 
 $(BUILD)/cc/concurrency_test_tsan: tests/cc/concurrency_test.cc $(ENGINE_TSAN_OBJS) $(ENGINE_HDRS) $(ENGINE_TEST_HDRS)
 	$(call engine-test,$(TSAN_FLAGS),$(ENGINE_TSAN_OBJS))
+
+$(BUILD)/cc/engine_test_plain: tests/cc/engine_test.cc $(ENGINE_PLAIN_OBJS) $(ENGINE_HDRS) $(ENGINE_TEST_HDRS)
+	$(call engine-test,-O1,$(ENGINE_PLAIN_OBJS))
+
+$(BUILD)/cc/concurrency_test_plain: tests/cc/concurrency_test.cc $(ENGINE_PLAIN_OBJS) $(ENGINE_HDRS) $(ENGINE_TEST_HDRS)
+	$(call engine-test,-O1,$(ENGINE_PLAIN_OBJS))
 
 test-asan: $(BUILD)/cc/engine_test_asan $(BUILD)/cc/concurrency_test_asan \
            $(BUILD)/cc/cuda_backend_test_asan $(FAKE_CUDA_ASAN_LIB)
@@ -148,12 +163,20 @@ $(BUILD)/cc/fake_cuda_test_tsan: tests/cc/fake_cuda_test.cc tests/cc/harness.h $
 	@echo "== Compiling $@"
 	$(CXX) $(TEST_CXXFLAGS) -I$(FAKE_CUDA_DIR) $(TSAN_FLAGS) tests/cc/fake_cuda_test.cc -ldl -o $@
 
+ifeq ($(CUDA_INCLUDE),$(VENV_CUDA_INCLUDE))
+# A link to the wheel's include folder, wherever pip put it.
+$(VENV_CUDA_INCLUDE)/cuda.h: $(VENV)/.bootstrapped
+	ln -sfn "$$($(PY) -c 'import importlib.util as u, pathlib as p; \
+	  print(p.Path(u.find_spec("nvidia.cu13").submodule_search_locations[0]) / "include")')" \
+	  $(VENV_CUDA_INCLUDE)
+	test -f $@
+else
 $(CUDA_INCLUDE)/cuda.h:
 	@echo "error: $@ is missing. tests/cc/cuda_abi_test.cc checks cuda_driver_api.h" \
-	      "against the CUDA toolkit's cuda.h: install the CUDA toolkit headers" \
-	      "(NVIDIA's cuda-cudart-dev / cuda-toolkit package, any version >= 12.0)" \
-	      "or point CUDA_INCLUDE at the directory holding cuda.h." >&2
+	      "against cuda.h: point CUDA_INCLUDE at the directory holding it, or leave" \
+	      "CUDA_INCLUDE unset to use the one in .venv (nvidia-cuda-runtime)." >&2
 	@exit 1
+endif
 
 $(BUILD)/cc/cuda_abi_test: tests/cc/cuda_abi_test.cc $(CC_SRC)/backends/cuda_driver_api.h $(CUDA_INCLUDE)/cuda.h
 	@mkdir -p $(@D)
@@ -325,6 +348,55 @@ CHECKS := test-thread-safety test-asan test-tsan test-fake-cuda test-patches
 test:
 	$(MAKE) -j2 --output-sync=target $(CHECKS)
 	$(MAKE) test-python
+
+# For iterating (about 2 minutes, not a substitute for `make test`): the
+# engine's C++ tests over POSIX without sanitizers, and the pytest files that
+# run no TensorFlow training (the engine, its model-based test, traces,
+# replay, statistics tools, settings parsing in-process).
+QUICK_TESTS := tests/test_engine_behaviour.py tests/test_engine_model.py \
+               tests/test_engine_threads.py tests/test_c_api.py tests/test_progress.py \
+               tests/test_stats_tools.py tests/test_trace.py tests/test_replay.py \
+               tests/test_config_proto.py
+test-quick: build $(BUILD)/cc/engine_test_plain $(BUILD)/cc/concurrency_test_plain
+	@echo "== Engine tests (POSIX backend, no sanitizer)"
+	$(BUILD)/cc/engine_test_plain
+	$(BUILD)/cc/concurrency_test_plain
+	@echo "== Quick Python tests"
+	$(PY) -m pytest -q $(QUICK_TESTS)
+
+# Every target with one line; tests/test_makefile.py checks that none is missing.
+define HELP
+make demo                the README's main job: ResNet-50 trained in 256 MiB of emulated device memory
+make test                the whole suite (what CI runs): C++ under sanitizers, patch checks, pytest
+make test-quick          about 2 minutes: engine C++ tests without sanitizers, the quick pytest files
+make test-python         the pytest suite without the patch checks
+make test-asan           engine unit and concurrency tests under ASan/UBSan (POSIX and the fake CUDA driver)
+make test-tsan           the concurrency tests under ThreadSanitizer
+make test-thread-safety  clang -Wthread-safety -Werror over the engine, the fake driver and the adapter
+make test-fake-cuda      the fake CUDA driver's own tests, and cuda_driver_api.h against cuda.h
+make test-patches        the source patch series and the wheel build script, against TensorFlow's files
+make test-gpu-wheel      the package against tensorflow==2.21.0 (GPU wheel): symbols and TF tests
+make mutation-check-cuda proves the stream-ordering tests fail without the fence or the waits
+make gpu-check           the acceptance run on a real GPU (exits 2 without one)
+make gpu-check-engine    the engine and CUDA backend on a real GPU, no TensorFlow (DRY_RUN=1: the fake)
+make build               (re)build the package into .venv
+make all                 the same as make build
+make wheel               a wheel for your own environment (dist/)
+make patches             regenerate the TensorFlow patch series (TF_SOURCE_DIR: TensorFlow's files)
+make fake-cuda           the fake CUDA driver of the tests (build/fake_cuda/)
+make bench-allocator     a CNN-shaped trace through TensorFlow's BFC allocator and the engine
+make bench-maxbatch      largest ResNet-50 batch under a cap: TensorFlow's BFC allocator vs LMS
+make bench-mincap        smallest device on which the benchmark models train, / their peak
+make bench-overhead      step time under LMS vs the copy floor, by category
+make bench-policy        LRU, learned and Belady eviction on recorded traces and real training
+make bench-trace         what recording an access trace costs a training step
+make bench-driver-calls  CUDA driver calls per GiB evicted and paged in (fake driver)
+make clean               remove build/ and the package build stamp
+make help                this list
+endef
+export HELP
+help:
+	@echo "$$HELP"
 
 # ResNet-50 at batch 32 (about 900 MiB at its peak) in 256 MiB of emulated
 # device memory: trains with LMS, runs out of memory without (about a minute).
