@@ -61,7 +61,7 @@ from patch_text import insert_after, insert_before, replace_once
 
 ROOT = Path(__file__).resolve().parent.parent
 CC = ROOT / "tensorflow_lms_allocator" / "cc"
-# The whole series as one mbox (DESIGN.md's name): `git am` takes it as it is.
+# The whole series as one mbox (docs/design.md's name): `git am` takes it as it is.
 SERIES = ROOT / "patches" / "tensorflow_v2.21.0_large_model_support.patch"
 TF_COMMIT = "a481b10260dfdf833a1b16007eead49c1d7febf3"  # v2.21.0
 LMS_DIR = "tensorflow/core/common_runtime/lms"
@@ -76,7 +76,7 @@ FROM_WHEEL = {
     "tensorflow/python/eager/context.py": "python/eager/context.py",
     "tensorflow/core/framework/op_kernel.h": "include/tensorflow/core/framework/op_kernel.h",
 }
-# Lines the wheel build rewrites (DESIGN.md, "Facts about the source patch"):
+# Lines the wheel build rewrites (docs/design.md, "Facts about the source patch"):
 # path -> {line number: (wheel text, source text)}.
 REWRITTEN = {
     "tensorflow/python/eager/context.py": {

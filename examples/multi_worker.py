@@ -17,7 +17,7 @@ host as the launcher does here (``print_tf_config`` below shows it) and run
 
 ``--strict`` runs every worker with ``TF_LMS_STRICT=1``: each lists the
 unpinned touches of evicted memory (the collectives' gRPC transfers read
-tensors outside kernels; see the README, "LMS under tf.distribute").
+tensors outside kernels; see docs/distribute.md).
 
 Example:
     .venv/bin/python examples/multi_worker.py

@@ -7,7 +7,9 @@ move to host memory when the device runs out and come back when a kernel needs
 them.
 
 Import this package before TensorFlow; it adds the LMS API to
-``tf.config.experimental``:
+``tf.config.experimental``. Imported after TensorFlow (or without it), the
+package gives its tools (``engine``, ``trace``, ``replay``) and its API
+raises RuntimeError saying why LMS is not active:
 
 Example:
     >>> import tensorflow_lms_allocator  # first
@@ -25,7 +27,9 @@ from tensorflow_lms_allocator import _overlay
 
 __version__ = "0.1.0"
 
-_tf = _overlay.install()
+# None without TensorFlow; imported after TensorFlow, the package is its tools
+# only and the API raises why (_overlay.install_or_explain).
+_tf = _overlay.install_or_explain()
 
 from tensorflow_lms_allocator.lms import (  # noqa: E402
     UnpinnedTouch,
@@ -41,12 +45,14 @@ from tensorflow_lms_allocator.lms import (  # noqa: E402
 )
 from tensorflow_lms_allocator import lms as _lms  # noqa: E402
 
-_lms.attach(_tf)
-from tensorflow_lms_allocator import _keras  # noqa: E402
+if _tf is not None:
+    _lms.attach(_tf)
+if _overlay.active():
+    from tensorflow_lms_allocator import _keras
 
-_keras.install(get_lms_enabled)  # jit_compile="auto" under LMS: Note [XLA under LMS]
-if get_lms_enabled():
-    _lms.check_gpus(_tf)  # TF_LMS_ENABLED=1 with a GPU LMS cannot serve: say so now
+    _keras.install(get_lms_enabled)  # jit_compile="auto" under LMS: Note [XLA under LMS]
+    if get_lms_enabled():
+        _lms.check_gpus(_tf)  # TF_LMS_ENABLED=1 with a GPU LMS cannot serve: say so now
 del _tf
 
 __all__ = [

@@ -1,6 +1,6 @@
 """Wiring LMS into a stock TensorFlow wheel at import time.
 
-Order matters (DESIGN.md, "Two ways in"): the interposer must be in the
+Order matters (docs/design.md, "Two ways in"): the interposer must be in the
 process's global symbol scope before TensorFlow's libraries load, so that the
 dynamic linker binds TensorFlow's calls to it; the adapter links TensorFlow and
 loads after it.
@@ -40,6 +40,8 @@ _EXCEPTIONS: dict[str, type[Exception]] = {
 }
 
 _MESSAGE_BYTES = 2048
+# Why this process has no overlay (install_or_explain), for adapter()'s error.
+_UNAVAILABLE: str | None = None
 
 
 def _library_dir() -> Path:
@@ -77,13 +79,64 @@ def _check_not_patched(framework: Path) -> None:
             "gpu_options.experimental.lms_enabled in the ConfigProto")
 
 
+LATE_IMPORT = (
+    "tensorflow_lms_allocator must be imported before TensorFlow: LMS "
+    "replaces TensorFlow's allocator when TensorFlow's libraries load, "
+    "and they are already loaded. Put `import tensorflow_lms_allocator` "
+    "first, before `import tensorflow` and `import keras`.")
+
+
+def _tensorflow_loaded_first() -> bool:
+    return not _INTERPOSER_LOADED and ("tensorflow" in sys.modules or "keras" in sys.modules)
+
+
 def _check_tensorflow_not_loaded() -> None:
-    if "tensorflow" in sys.modules or "keras" in sys.modules:
-        raise ImportError(
-            "tensorflow_lms_allocator must be imported before TensorFlow: LMS "
-            "replaces TensorFlow's allocator when TensorFlow's libraries load, "
-            "and they are already loaded. Put `import tensorflow_lms_allocator` "
-            "first, before `import tensorflow` and `import keras`.")
+    if _tensorflow_loaded_first():
+        raise ImportError(LATE_IMPORT)
+
+
+def _tensorflow_installed() -> bool:
+    try:
+        return importlib.util.find_spec("tensorflow") is not None
+    except ValueError:  # sys.modules["tensorflow"] is None: imports of it fail
+        return False
+
+
+def install_or_explain() -> ModuleType | None:
+    """install() where LMS can serve this process; else the reason it cannot, kept.
+
+    The package's tools (the engine, traces, replay, the statistics files of
+    the callbacks and stats_tools) need no TensorFlow, so the package imports
+    without it, and after it: then every function that needs the overlay
+    raises RuntimeError with the reason (Python's tf.config.experimental
+    functions included). Settings for LMS in the environment (TF_LMS_*) ask
+    for LMS: with TensorFlow loaded first they are an ImportError, as LMS
+    cannot give what they ask. Returns the tensorflow module, or None
+    without TensorFlow.
+
+    Example:
+        >>> import tensorflow as tf
+        >>> from tensorflow_lms_allocator import replay  # works: a tool
+        >>> tf.config.experimental.get_lms_enabled()  # doctest: +SKIP
+        RuntimeError: LMS is not active in this process: tensorflow_lms_allocator must be imported before TensorFlow: ...
+    """
+    global _UNAVAILABLE
+    if not _tensorflow_installed():
+        _UNAVAILABLE = ("TensorFlow is not installed: LMS serves tensorflow or "
+                        "tensorflow-cpu 2.21.0 (pip install tensorflow==2.21.0); the tools "
+                        "(engine, trace, replay) work without it.")
+        return None
+    if _tensorflow_loaded_first():
+        requested = sorted(name for name, value in os.environ.items()
+                           if name.startswith("TF_LMS_") and value)
+        if requested:
+            raise ImportError(f"{LATE_IMPORT} (The environment sets {', '.join(requested)}, "
+                              "asking for LMS, which this process cannot have now.)")
+        _UNAVAILABLE = f"LMS is not active in this process: {LATE_IMPORT}"
+        import tensorflow as tf
+
+        return tf
+    return install()
 
 
 def installed_tensorflow() -> list[tuple[str, str]]:
@@ -278,8 +331,14 @@ def _check_device_at_first_use(tf: ModuleType) -> None:
     session.BaseSession.__init__ = session_init
 
 
+def active() -> bool:
+    """Whether the overlay serves this process (install() succeeded)."""
+    return _ADAPTER is not None
+
+
 def adapter() -> ctypes.CDLL:
     """The loaded adapter library (install() must have run)."""
     if _ADAPTER is None:
-        raise RuntimeError("tensorflow_lms_allocator's TensorFlow overlay is not installed")
+        raise RuntimeError(_UNAVAILABLE or
+                           "tensorflow_lms_allocator's TensorFlow overlay is not installed")
     return _ADAPTER

@@ -617,7 +617,7 @@ def test_the_patched_statistics_functions_read_an_lms_device(applied, tmp_path):
     # The stock wheel's framework and _pywrap_tensorflow_internal lack them.
     assert "built without Large Model Support" in result["stock"]
     assert "patches/README.md" in result["stock"]
-    # Every DESIGN.md statistic, read by the patched function, is the engine's.
+    # Every docs/design.md statistic, read by the patched function, is the engine's.
     assert len(result["patched"]) == 20
     assert result["unchanged"]
     assert result["patched"] == result["overlay"]

@@ -11,6 +11,7 @@ import dataclasses
 import importlib.util
 import math
 import random
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -337,3 +338,16 @@ def test_find_min_device_names_the_kernel_that_sets_the_floor(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "the floor: 34.0 MiB pinned at once, the last of it by CudnnRNNV3" in done.stdout
     assert int(done.stdout.strip().splitlines()[-1].split()[-1]) >= 34
+
+
+def test_the_replay_tool_runs_in_a_process_that_imported_tensorflow_first(tmp_path):
+    """A notebook that trained with TensorFlow can replay and plot afterwards: the
+    tools import after TensorFlow (LMS itself is not active there)."""
+    path, _ = recorded(tmp_path, 24, seed=2, count=20)
+    program = ("import sys, runpy\nimport tensorflow\n"
+               f"sys.argv = ['lms_replay.py', {str(path)!r}, '--device-mb', '24', '--steps', '2']\n"
+               f"runpy.run_path({str(TOOL)!r}, run_name='__main__')\n")
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "lru" in done.stdout and "MiB" in done.stdout, done.stdout

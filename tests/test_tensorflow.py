@@ -159,10 +159,42 @@ def test_every_statistic_of_the_design_is_exposed():
         assert callable(getattr(tf.config.experimental, name)), name
 
 
-def test_importing_after_tensorflow_is_an_import_error_that_says_what_to_do():
+def test_imported_after_tensorflow_the_tools_work_and_the_api_says_what_to_do():
+    """The engine, traces and replay need no TensorFlow (issue 21): after it they
+    import; LMS itself cannot be had, and every API function says why."""
     run = run_program("probes.py", "late_import")
+    assert run.result and run.result["error"] is None, describe(run)
+    assert run.result["engine_allocates"] is True
+    assert run.result["tools"] == ["tensorflow_lms_allocator.trace",
+                                   "tensorflow_lms_allocator.replay"]
+    for name in ("package", "tf_config", "statistics"):
+        message = run.result[name]
+        assert message and message.startswith("LMS is not active in this process"), name
+        assert "must be imported before TensorFlow" in message, message
+        assert "Put `import tensorflow_lms_allocator` first" in message, message
+
+
+def test_importing_after_tensorflow_with_lms_settings_is_an_import_error_naming_them():
+    run = run_program("probes.py", "late_import", env={"TF_LMS_ENABLED": "1"})
     assert run.result, describe(run)
     assert "must be imported before TensorFlow" in run.result["error"]
+    assert "The environment sets TF_LMS_ENABLED" in run.result["error"]
+
+
+def test_without_tensorflow_the_tools_import_and_the_api_says_it_is_missing(tmp_path):
+    """A machine with no TensorFlow (sys.modules["tensorflow"] = None makes every
+    import of it fail, as if it were not installed) can still replay and plot."""
+    program = ("import sys\nsys.modules['tensorflow'] = None\n"
+               "from tensorflow_lms_allocator import replay, trace\n"
+               "from tensorflow_lms_allocator.engine import Engine\n"
+               "import tensorflow_lms_allocator as lms\n"
+               "assert sys.modules['tensorflow'] is None and 'keras' not in sys.modules\n"
+               "try:\n    lms.get_lms_enabled()\nexcept RuntimeError as error:\n"
+               "    print('RESULT', error)\n")
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "RESULT TensorFlow is not installed" in done.stdout, done.stdout
 
 
 @pytest.mark.parametrize("variable,value", [("TF_LMS_CPU_DEVICE_MEMORY_MB", "12x"),

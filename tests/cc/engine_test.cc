@@ -146,6 +146,18 @@ TEST(ArenaGrowMergesWithAFreeTail) {
   EXPECT_TRUE(arena.Allocate(31) == kNoChunk);
 }
 
+TEST(ArenaWhoseTableCannotBeReservedFailsToGrowInsteadOfAborting) {
+  // 2^46 units need a 256 TiB table, more than x86-64's 128 TiB of user
+  // address space: mmap fails, as it does for any size under `ulimit -v`.
+  BestFitArena arena(uint64_t{1} << 46, /*index_interior=*/true);
+  EXPECT_TRUE(!arena.reserved());
+  EXPECT_EQ(arena.table_bytes(), (size_t{1} << 46) * sizeof(ChunkId));
+  EXPECT_TRUE(!arena.Grow(1));
+  EXPECT_EQ(arena.num_units(), 0u);
+  BestFitArena small(16, /*index_interior=*/false);
+  EXPECT_TRUE(small.reserved());
+}
+
 // ------------------------------------------------------- pools, residency
 
 TEST(GranulePoolHandsOutConsecutiveIdsAndNeverMoreThanCapacity) {

@@ -158,13 +158,29 @@ def wrong_version() -> None:
 
 
 def late_import() -> None:
-    import tensorflow  # noqa: F401
+    import tensorflow as tf
 
+    result = {}
     try:
-        import tensorflow_lms_allocator  # noqa: F401
-        emit({"error": None})
+        import tensorflow_lms_allocator
+        from tensorflow_lms_allocator import engine, replay, trace
     except ImportError as error:
         emit({"error": str(error)})
+        return
+    result["error"] = None
+    # The tools work: the engine over POSIX memory, and a trace of it replayed.
+    tool = engine.Engine(device_bytes=4 * MIB, host_bytes=16 * MIB)
+    result["engine_allocates"] = tool.allocate(MIB) > 0
+    result["tools"] = [module.__name__ for module in (trace, replay)]
+    for name, call in (("package", tensorflow_lms_allocator.get_lms_enabled),
+                       ("tf_config", tf.config.experimental.set_lms_enabled),
+                       ("statistics", tf.config.experimental.get_bytes_in_use)):
+        try:
+            call(*([True] if name == "tf_config" else ["CPU:0"] if name == "statistics" else []))
+            result[name] = None
+        except RuntimeError as error:
+            result[name] = str(error)
+    emit(result)
 
 
 def optional() -> None:

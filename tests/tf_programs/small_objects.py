@@ -34,7 +34,7 @@ def freed_small_then_large() -> None:
 
 
 def mlp() -> None:
-    # One thread each: CPU kernels are deterministic only so (DESIGN.md), and
+    # One thread each: CPU kernels are deterministic only so (docs/design.md), and
     # the test compares losses bit for bit.
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(1)

@@ -9,7 +9,7 @@ Usage: python tf_data.py NAME [--runs N]
              the expected values computed on the device). Runs N times in the
              process (a fresh pipeline each time).
   fit        a Keras model trained on a tf.data pipeline (map + batch + prefetch),
-             one thread each (bit-exact comparisons need it, DESIGN.md); prints
+             one thread each (bit-exact comparisons need it, docs/design.md); prints
              its losses and final weights' checksum
 Each prints ``RESULT <json>`` with the outcome and the LMS statistics.
 The tf.data batch is allocated on a tf.data thread, outside any kernel, and

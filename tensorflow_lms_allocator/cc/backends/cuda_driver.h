@@ -1,6 +1,6 @@
 // CudaDriver: the CUDA driver API reached through the backend's own dlopen
-// handle, never through global symbol lookup (DESIGN.md, "Facts about the GPU
-// path": TensorFlow's GPU wheel exports ~600 cu* stubs of its own).
+// handle, never through global symbol lookup (docs/design.md, "Facts about the
+// GPU path": TensorFlow's GPU wheel exports ~600 cu* stubs of its own).
 //
 // Loading: dlopen(RTLD_NOW | RTLD_LOCAL) of TF_LMS_CUDA_DRIVER_PATH if set,
 // else of "libcuda.so.1"; dlsym on that handle of cuGetProcAddress_v2 (CUDA

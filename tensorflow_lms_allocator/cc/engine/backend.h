@@ -68,7 +68,7 @@ struct BackendStatistics {
 };
 
 // Every call states what it assumes and what holds after it fails, because
-// the CUDA driver enforces what POSIX tolerates (DESIGN.md, "CUDA VMM rules").
+// the CUDA driver enforces what POSIX tolerates (docs/design.md, "CUDA VMM rules").
 // A failing call never leaves a granule mapped at a slot the engine does not
 // know about: that is what lets the engine give granules back to a pool
 // after a failure.

@@ -3,7 +3,6 @@
 #include <sys/mman.h>
 
 #include <cassert>
-#include <cstdlib>
 
 namespace lms {
 
@@ -21,11 +20,14 @@ BestFitArena::BestFitArena(uint64_t max_units, bool index_interior,
   table_bytes_ = (max_units_ == 0 ? 1 : max_units_) * sizeof(ChunkId);
   void* p = mmap(nullptr, table_bytes_, PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (p == MAP_FAILED) std::abort();  // host address space is gone: no way on
-  table_ = static_cast<ChunkId*>(p);
+  // Without a table the arena cannot grow (Grow fails); its owner reports
+  // reserved() == false as an error instead of the process aborting.
+  table_ = p == MAP_FAILED ? nullptr : static_cast<ChunkId*>(p);
 }
 
-BestFitArena::~BestFitArena() { munmap(table_, table_bytes_); }
+BestFitArena::~BestFitArena() {
+  if (table_ != nullptr) munmap(table_, table_bytes_);
+}
 
 int BestFitArena::BinFor(uint64_t units) {
   if (units < 16) return static_cast<int>(units);
@@ -117,7 +119,7 @@ void BestFitArena::SetTable(const Chunk& c, ChunkId value) {
 
 bool BestFitArena::Grow(uint64_t units) {
   if (units == 0) return true;
-  if (units > max_units_ - num_units_) return false;
+  if (table_ == nullptr || units > max_units_ - num_units_) return false;
   if (segment_units_ != 0) {
     assert(units % segment_units_ == 0);
     // One chunk per segment, each unavailable until the owner says so.

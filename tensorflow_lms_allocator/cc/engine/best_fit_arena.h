@@ -72,7 +72,13 @@ class BestFitArena {
   BestFitArena(const BestFitArena&) = delete;
   BestFitArena& operator=(const BestFitArena&) = delete;
 
-  // Extends the arena by `units` at its end. Returns false past max_units.
+  // Whether the unit table's address range was reserved; if not (the host's
+  // address space is exhausted, e.g. under `ulimit -v`), Grow() always fails.
+  bool reserved() const { return table_ != nullptr; }
+  size_t table_bytes() const { return table_bytes_; }
+
+  // Extends the arena by `units` at its end. Returns false past max_units
+  // or when the table is not reserved().
   // With segments, `units` must be a multiple of the segment size.
   bool Grow(uint64_t units);
 

@@ -74,6 +74,13 @@ Status Engine::Init() {
     LMS_RETURN_IF_ERROR(
         backend_->CreatePool(PoolKind::kHost, host_pool_.capacity()));
   }
+  for (const BestFitArena* arena : {&arena_, &small_.arena()}) {
+    if (!arena->reserved()) {
+      return ResourceExhausted("cannot reserve " + FormatBytes(arena->table_bytes()) +
+                               " of host address space for the allocator's tables "
+                               "(mmap failed: is `ulimit -v` set?)");
+    }
+  }
   arena_.Grow(slots_);
   if (options_.strict) {
     LMS_RETURN_IF_ERROR(StrictMonitor::Create(base_, slots_, granule_, &strict_));

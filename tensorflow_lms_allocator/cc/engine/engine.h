@@ -1,7 +1,7 @@
 // Engine: the address-stable swapping allocator.
 //
 // Every allocation keeps the same virtual address for its whole life; what
-// moves is the physical memory behind it (see DESIGN.md, "tensors never
+// moves is the physical memory behind it (see docs/design.md, "tensors never
 // move"). The engine reserves one address range from its backend and runs
 // best-fit with coalescing over its granule-sized slots (BestFitArena). Each
 // slot is mapped to one device granule while resident, one host granule while

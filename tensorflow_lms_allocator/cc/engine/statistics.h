@@ -1,5 +1,5 @@
-// Statistics: the figures DESIGN.md's "Public surface" lists, in one struct
-// generated from one list (LMS_FOR_EACH_STATISTIC), so the struct, the C API,
+// Statistics: the figures docs/design.md's "Public surface" lists, in one
+// struct generated from one list (LMS_FOR_EACH_STATISTIC), so the struct, the C API,
 // the Python bindings and the docs never disagree on a name.
 //
 // Bytes are allocated sizes: a large allocation counts whole granules, a

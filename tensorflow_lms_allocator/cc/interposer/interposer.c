@@ -1,6 +1,7 @@
 /* The interposer: definitions of the few TensorFlow functions LMS needs,
  * loaded into the global symbol scope before TensorFlow, so that the dynamic
- * linker binds TensorFlow's own calls to them (DESIGN.md, "Facts measured").
+ * linker binds TensorFlow's own calls to them (docs/design.md, "Facts
+ * measured on tensorflow-cpu 2.21.0").
  * Each resolves the original in libtensorflow_framework.so.2, calls it, and
  * forwards to the adapter's hooks. No logic lives here: everything that needs
  * thinking is in the adapter, where tests reach it.

@@ -38,7 +38,7 @@
 // for, though another thread may complete it: the request may fail where a
 // wait could have saved it), and an outer kernel whose inner kernels run on
 // another thread (a function call on the inter-op pool) still counts as
-// another kernel for them (they wait out the timeout, as before).
+// another kernel for them (they wait out the timeout).
 // Precondition (TensorFlow keeps it): a context is destroyed only after its
 // constructor returned, and only once.
 //
@@ -228,11 +228,9 @@ class KernelPins {
   // live_contexts_ whenever it holds a pin, from before its first pin to
   // after its last unpin. A waiter that sees no other live context knows
   // that no kernel will release memory, and fails at once (the request does
-  // not fit the device). Before this held, a kernel pinning its inputs was
-  // counted only once all were pinned, and could wait for one with the
-  // others pinned: two models training in 80 MiB failed with the failing
-  // request's kernel the only live context while another kernel, still
-  // pinning its inputs, held 16-34 MiB of the 66-68 MiB pinned.
+  // not fit the device). So a kernel still pinning its inputs already
+  // counts: it holds the ones it pinned, and a waiter that did not see it
+  // would fail a request that its release could serve.
   // Waits stay bounded: a waiter that cannot be served gives up after
   // kRetryBudget, newcomers go ahead after kTurnWait, and a deadlock is
   // broken within two kTurnSlice.

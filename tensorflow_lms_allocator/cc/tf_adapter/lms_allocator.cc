@@ -1,6 +1,8 @@
 #include "tf_adapter/lms_allocator.h"
 
 #include <atomic>
+#include <string>
+#include <utility>
 
 #include "tf_adapter/kernel_pins.h"
 #include "tf_adapter/outside_kernel.h"
@@ -9,8 +11,23 @@
 namespace lms {
 namespace {
 
-// The reason of this thread's last failed allocation, until its next success.
-thread_local std::string t_last_failure;
+// The reason of this thread's last failed allocation and the allocator that
+// failed it, until that allocator's next success on this thread. TensorFlow
+// reads it through that allocator's Name() right after the failure, on the
+// same thread; another allocator (another GPU) never shows it.
+struct LastFailure {
+  const LmsAllocator* allocator = nullptr;
+  std::string reason;
+
+  void Set(const LmsAllocator* failed, std::string why) {
+    allocator = failed;
+    reason = std::move(why);
+  }
+  void ClearFor(const LmsAllocator* served) {
+    if (allocator == served) Set(nullptr, std::string());
+  }
+};
+thread_local LastFailure t_last_failure;
 
 // One out-of-memory error fails many allocations at once; report the first
 // few and then every power of two, so the reason is seen but not repeated.
@@ -40,8 +57,8 @@ LmsAllocator::LmsAllocator(std::string name, std::unique_ptr<Engine> engine,
 LmsAllocator::~LmsAllocator() = default;
 
 std::string LmsAllocator::Name() {
-  if (t_last_failure.empty()) return name_;
-  return name_ + " (" + t_last_failure + ")";
+  if (t_last_failure.allocator != this) return name_;
+  return name_ + " (" + t_last_failure.reason + ")";
 }
 
 void* LmsAllocator::AllocateRaw(size_t alignment, size_t num_bytes) {
@@ -95,7 +112,7 @@ void* LmsAllocator::Allocate(size_t alignment, size_t num_bytes, bool retry_on_f
     ptr = AllocateInHostMemory(num_bytes, status, &status, &id, &pinned);
   }
   if (ptr == nullptr) {
-    t_last_failure = status.message();
+    t_last_failure.Set(this, std::string(status.message()));
     // Outside a kernel, or inside one but not through its OpKernelContext,
     // nobody may check for null (Note [Allocations outside kernels] in
     // outside_kernel.h): serve host memory instead, unless the caller needs
@@ -108,14 +125,14 @@ void* LmsAllocator::Allocate(size_t alignment, size_t num_bytes, bool retry_on_f
     if (unchecked && engine_->backend().HostCanTouch()) {
       ptr = HostFallback::Allocate(alignment, num_bytes, Name());
       if (ptr != nullptr) {
-        t_last_failure.clear();  // the request was served
+        t_last_failure.ClearFor(this);  // the request was served
         return ptr;
       }
     }
     ReportFailure(num_bytes, status);
     return nullptr;
   }
-  if (!t_last_failure.empty()) t_last_failure.clear();
+  t_last_failure.ClearFor(this);
   if (pinned && engine_->InEvictableRange(ptr)) pins_->RecordAllocation(ptr, id);
   return ptr;
 }

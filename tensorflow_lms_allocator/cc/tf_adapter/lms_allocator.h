@@ -5,7 +5,8 @@
 //     is recorded with that kernel (KernelPins), so nothing evicts a tensor
 //     between its allocation and the end of the kernel that produced it;
 //   - after a failed allocation, Name() carries the engine's reason until the
-//     thread's next successful allocation. TensorFlow puts the allocator's
+//     thread's next successful allocation from the same allocator (each
+//     allocator shows only its own failures). TensorFlow puts the allocator's
 //     name into its OOM error ("... by allocator <name>"), so the user's
 //     ResourceExhaustedError says what was short (device memory, host swap
 //     space and TF_GPU_HOST_MEM_LIMIT_IN_MB, ...).

@@ -5,9 +5,6 @@
 
 namespace lms {
 
-// No try/catch: TensorFlow builds this with -fno-exceptions (tf_copts()), and the
-// overlay the same way (CMakeLists.txt), so an allocation failure here aborts as
-// it would in any of TensorFlow's own code.
 Status LmsDevice::Create(const LmsDeviceSpec& spec, std::unique_ptr<LmsDevice>* out) {
   std::unique_ptr<Backend> backend;
   LMS_RETURN_IF_ERROR(CreateBackend(spec.backend, &backend));

@@ -38,9 +38,9 @@ struct LmsDeviceSpec {
 
 class LmsDevice {
  public:
-  // Never throws: running out of memory for the engine's or the adapter's
-  // tables is kResourceExhausted, so nothing unwinds through TensorFlow's
-  // device creation. On failure *out is untouched.
+  // Errors are Status, never exceptions (built with -fno-exceptions, as
+  // TensorFlow builds it): address space the engine cannot reserve, for its
+  // memory or its tables, is kResourceExhausted. On failure *out is untouched.
   static Status Create(const LmsDeviceSpec& spec, std::unique_ptr<LmsDevice>* out);
 
   // Hands `queues` (TensorFlow's CUstreams of this device, as void*) to the

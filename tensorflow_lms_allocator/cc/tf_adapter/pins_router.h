@@ -1,9 +1,9 @@
 // PinsRouter: which LMS device's KernelPins a kernel context belongs to.
 //
-// With one LMS device (the emulated CPU device) every context goes to it, as
-// before GPUs existed: a kernel on any TensorFlow device object of this
-// process may read its tensors. With LMS devices on GPUs, a context goes to
-// the LMS device whose allocator its TensorFlow device allocates from
+// With one LMS device (the emulated CPU device) every context goes to it: a
+// kernel on any TensorFlow device object of this process may read its
+// tensors. With LMS devices on GPUs, a context goes to the LMS device whose
+// allocator its TensorFlow device allocates from
 // (DeviceBase::GetAllocator), found once per TensorFlow device and cached;
 // contexts on other devices go to the emulated device if there is one, else
 // nowhere.

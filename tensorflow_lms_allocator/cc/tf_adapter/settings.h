@@ -29,7 +29,7 @@ struct Settings {
   PolicyKind policy = PolicyKind::kLru;
   // TF_LMS_PREFETCH: with the learned policy, page in ahead of use. Off by
   // default: on the 2-core emulated device it moved more bytes and gained no
-  // step time (README, make bench-policy).
+  // step time (benchmarks/README.md, make bench-policy).
   bool prefetch = false;
   size_t device_bytes = 0;  // the emulated device; 0: none
   size_t host_bytes = 0;    // the host pool (swap space) of every LMS device
