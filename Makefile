@@ -9,6 +9,9 @@
 SHELL := /bin/bash
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
+# The builds the tests use carry the adapter's test-only C entry points
+# (cc/tf_testing/c_api_testing.h); `make wheel` and `pip install` do not.
+TEST_ENTRY_POINTS := -C cmake.define.LMS_TEST_ENTRY_POINTS=ON
 PY := $(VENV)/bin/python
 BUILD := build
 CXX ?= g++
@@ -72,7 +75,7 @@ $(VENV)/.bootstrapped: requirements-dev.txt
 # The package, built in place (build/ is reused, so a rebuild compiles only what changed).
 $(VENV)/.built: $(VENV)/.bootstrapped $(PACKAGE_SRCS) CMakeLists.txt pyproject.toml
 	@echo "== Building tensorflow_lms_allocator"
-	$(PY) -m pip install --quiet --no-build-isolation --no-deps -e .
+	$(PY) -m pip install --quiet --no-build-isolation --no-deps $(TEST_ENTRY_POINTS) -e .
 	touch $@
 
 build: $(VENV)/.built
@@ -247,7 +250,7 @@ $(GPU_VENV)/.bootstrapped: requirements-dev.txt
 $(GPU_VENV)/.built: $(GPU_VENV)/.bootstrapped $(PACKAGE_SRCS) CMakeLists.txt pyproject.toml
 	@echo "== Building tensorflow_lms_allocator against the GPU wheel"
 	$(GPU_PY) -m pip install --quiet --no-build-isolation --no-deps \
-	    -C build-dir=$(BUILD)/gpu-wheel -e .
+	    -C build-dir=$(BUILD)/gpu-wheel $(TEST_ENTRY_POINTS) -e .
 	touch $@
 
 test-gpu-wheel: $(GPU_VENV)/.built fake-cuda
@@ -290,7 +293,7 @@ $(GPU_CHECK_VENV)/.built: requirements-dev.txt $(PACKAGE_SRCS) CMakeLists.txt py
 	    > $(GPU_CHECK_VENV)/requirements.txt
 	$(GPU_CHECK_VENV)/bin/python -m pip install --progress-bar off -r $(GPU_CHECK_VENV)/requirements.txt
 	$(GPU_CHECK_VENV)/bin/python -m pip install --quiet --no-build-isolation --no-deps \
-	    -C build-dir=$(BUILD)/gpu-check -e .
+	    -C build-dir=$(BUILD)/gpu-check $(TEST_ENTRY_POINTS) -e .
 	touch $@
 
 gpu-check:
@@ -315,7 +318,8 @@ endif
 # TensorFlow (README, Install). It is built against the TensorFlow in .venv and
 # refuses, at import, to load into another TensorFlow version.
 wheel: build
-	$(PY) -m pip wheel --quiet --no-build-isolation --no-deps -w dist .
+	$(PY) -m pip wheel --quiet --no-build-isolation --no-deps \
+	    -C cmake.define.LMS_TEST_ENTRY_POINTS=OFF -w dist .
 	@$(PY) build_scripts/wheel_info.py dist
 
 # The 15 slowest tests are listed at the end: the suite must stay under 20

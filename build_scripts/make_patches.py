@@ -100,10 +100,11 @@ IDENTITY = {"GIT_AUTHOR_NAME": "TensorFlow LMS", "GIT_AUTHOR_EMAIL": "lms@invali
             "GIT_AUTHOR_DATE": "2026-01-01T00:00:00+0000",
             "GIT_COMMITTER_DATE": "2026-01-01T00:00:00+0000"}
 # Files of the adapter that only the runtime overlay uses: the interposer's
-# glue (hooks) and the C API for Python (with its probe of TensorFlow's
-# copies). patched_tensorflow.* is the other way round: only a patched
-# TensorFlow builds it (it uses the observer 0004 adds to op_kernel.h).
-OVERLAY_ONLY = {"hooks.h", "hooks.cc", "c_api.h", "c_api.cc", "copy_probe.cc"}
+# glue (hooks) and the C API for Python. (The tests' own entry points are in
+# cc/tf_testing/, which the series never ships.) patched_tensorflow.* is the
+# other way round: only a patched TensorFlow builds it (it uses the observer
+# 0004 adds to op_kernel.h).
+OVERLAY_ONLY = {"hooks.h", "hooks.cc", "c_api.h", "c_api.cc"}
 PATCH_ONLY = {"patched_tensorflow.h", "patched_tensorflow.cc"}
 
 

@@ -224,6 +224,8 @@ def install() -> ModuleType:
     _check_not_patched(Path(tf.sysconfig.get_lib()) / "libtensorflow_framework.so.2")
     lib = ctypes.CDLL(str(libs / "libtf_lms_adapter.so"))
     _c_api.declare(lib, libs / "c_api.h")
+    if hasattr(lib, "tf_lms_test_allocate_raw"):  # a build for the tests (make build)
+        _c_api.declare(lib, libs / "c_api_testing.h")
     message = message_buffer()
     code = lib.tf_lms_configure(tf.__version__.encode(), message, len(message))
     if code != 0:

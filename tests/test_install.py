@@ -13,6 +13,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import venv
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -55,6 +56,33 @@ def test_the_wheel_says_which_tensorflow_it_was_built_for(wheel):
     assert proc.returncode == 0, proc.stderr
     assert f"Built {wheel}" in proc.stdout
     assert "for TensorFlow 2.21.0" in proc.stdout
+
+
+TEST_ENTRY_POINTS = ("tf_lms_test_", "tf_lms_kernel_contexts", "tf_lms_turns")
+
+
+def exported(library: Path) -> set[str]:
+    """The functions a shared library exports (nm -D --defined-only)."""
+    done = subprocess.run(["nm", "-D", "--defined-only", str(library)], capture_output=True,
+                          text=True, check=True)
+    return {line.split()[-1] for line in done.stdout.splitlines() if " T " in line}
+
+
+def test_the_wheel_ships_no_test_entry_point_and_the_test_build_has_them(wheel, tmp_path):
+    """cc/tf_testing/ is built only for the tests (make build); a user's wheel
+    exports the C API and nothing of the tests'."""
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        (adapter,) = [n for n in names if n.endswith("libtf_lms_adapter.so")]
+        archive.extract(adapter, tmp_path)
+    assert not any(n.endswith("c_api_testing.h") for n in names)
+    shipped = exported(tmp_path / adapter)
+    assert {"tf_lms_configure", "tf_lms_get_statistics", "tf_lms_inspect"} <= shipped
+    assert not [name for name in shipped if name.startswith(TEST_ENTRY_POINTS)]
+    import tensorflow_lms_allocator._engine as engine_module
+
+    built = exported(Path(engine_module.__file__).parent / "libtf_lms_adapter.so")
+    assert len([name for name in built if name.startswith(TEST_ENTRY_POINTS)]) == 9
 
 
 def test_the_installed_wheel_trains_over_the_cap_in_a_fresh_environment(user_env):

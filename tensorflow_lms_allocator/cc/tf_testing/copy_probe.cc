@@ -1,4 +1,4 @@
-// tf_lms_test_tensorflow_copy (c_api.h): Note [TensorFlow's own copies]
+// tf_lms_test_tensorflow_copy (c_api_testing.h): Note [TensorFlow's own copies]
 // (tensorflow_copies.h) exercised without a GPU. The copy hooks run exactly
 // as the interposer calls them on a GPU wheel; only GPUUtil's function,
 // which needs a GPU, is replaced by a stand-in that behaves as an enqueue
@@ -16,7 +16,7 @@
 #include "tensorflow/core/common_runtime/dma_helper.h"
 #include "tensorflow/core/framework/device.h"
 #include "tensorflow/core/framework/tensor.h"
-#include "tf_adapter/c_api.h"
+#include "tf_testing/c_api_testing.h"
 #include "tf_adapter/overlay.h"
 #include "tf_adapter/tensorflow_copies.h"
 
