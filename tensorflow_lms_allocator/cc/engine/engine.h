@@ -209,13 +209,12 @@ class Engine {
   Status Evict(const void* ptr);
 
   // True if `ptr` lies in the engine's address range: all of its memory,
-  // every byte of which may be evicted. Lock-free, so callers skip pinning
-  // foreign memory cheaply.
-  bool InEvictableRange(const void* ptr) const {
+  // every byte of which may be evicted (host-memory fallbacks lie outside).
+  // Lock-free, so callers skip pinning foreign memory cheaply.
+  bool Owns(const void* ptr) const {
     const uintptr_t a = reinterpret_cast<uintptr_t>(ptr);
     return a >= base_ && a < base_ + slots_ * granule_;
   }
-  bool Owns(const void* ptr) const { return InEvictableRange(ptr); }
 
   // Checks every accounting invariant (engine_invariants.cc): granule counts
   // per pool, the cache, the LRU, pages and the statistics. O(slots); for

@@ -49,10 +49,20 @@ std::string GpuDeviceName(int tf_device_id) {
   return "GPU:" + std::to_string(tf_device_id);
 }
 
-Status GpuDeviceSpec(const Settings& settings, const void* gpu_options, int tf_device_id,
-                     size_t total_bytes, const void* peer_gpu_ids, LmsDeviceSpec* spec) {
+EngineOptions GpuEngineOptions(const Settings& settings, const void* gpu_options) {
+  EngineOptions engine = settings.engine;
+  const LmsGpuOptions asked = ReadLmsGpuOptions(gpu_options);
+  engine.lms_enabled = engine.lms_enabled || asked.lms_enabled;
+  engine.defrag_enabled = engine.defrag_enabled || asked.lms_defrag_enabled;
+  engine.device_bytes = 0;  // the emulated device's size is not a GPU's
+  return engine;
+}
+
+Status GpuDeviceSpec(const EngineOptions& engine, bool prefetch, const void* gpu_options,
+                     int tf_device_id, size_t total_bytes, const void* peer_gpu_ids,
+                     LmsDeviceSpec* spec) {
   const std::string name = GpuDeviceName(tf_device_id);
-  if (settings.strict) {
+  if (engine.strict) {
     // Strict mode maps evicted memory with no access so that an unpinned
     // touch faults; on a GPU that fault is an illegal address that kills the
     // CUDA context, and every later call of the process fails.
@@ -98,14 +108,9 @@ Status GpuDeviceSpec(const Settings& settings, const void* gpu_options, int tf_d
   spec->backend.device_ordinal = platform_id.value();
   spec->backend.allow_growth = allow_growth;
   spec->backend.peer_ordinals = std::move(peer_ordinals);
-  spec->device_bytes = total_bytes;
-  spec->host_bytes = settings.host_bytes;
-  const LmsGpuOptions asked = ReadLmsGpuOptions(gpu_options);
-  spec->lms_enabled = settings.lms_enabled || asked.lms_enabled;
-  spec->defrag_enabled = settings.defrag_enabled || asked.lms_defrag_enabled;
-  spec->strict = false;
-  spec->policy = settings.policy;
-  spec->prefetch = settings.prefetch;
+  spec->engine = engine;
+  spec->engine.device_bytes = total_bytes;
+  spec->prefetch = prefetch;
   return Status::Ok();
 }
 

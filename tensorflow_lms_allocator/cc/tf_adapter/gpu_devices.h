@@ -44,16 +44,23 @@ LmsGpuOptions ReadLmsGpuOptions(const void* gpu_options);
 // "GPU:<tf_device_id>", the name statistics and messages use.
 std::string GpuDeviceName(int tf_device_id);
 
-// The spec of GPU `tf_device_id`'s LMS device. `gpu_options` is TensorFlow's
-// const GPUOptions* for the device. kFailedPrecondition where LMS cannot
-// serve a GPU with these settings (TF_LMS_STRICT=1), kNotFound if
-// TensorFlow has no platform id for the device. LMS and defragmentation are
-// on if the settings or the GPUOptions (ReadLmsGpuOptions) turn them on.
+// The engine options of a GPU's LMS device: the settings', with LMS and
+// defragmentation also on where its GPUOptions turn them on
+// (ReadLmsGpuOptions, read here and nowhere else). device_bytes is left to
+// GpuDeviceSpec (TensorFlow's budget for the GPU).
+EngineOptions GpuEngineOptions(const Settings& settings, const void* gpu_options);
+
+// The spec of GPU `tf_device_id`'s LMS device with `engine`
+// (GpuEngineOptions) and a budget of `total_bytes`. `gpu_options` is
+// TensorFlow's const GPUOptions* for the device (for allow_growth).
+// kFailedPrecondition where LMS cannot serve a GPU with these options
+// (strict mode), kNotFound if TensorFlow has no platform id for the device.
 // `peer_gpu_ids` (const std::vector<tsl::TfDeviceId>*, or null) are the GPUs
 // TensorFlow enabled peer access with: each is granted access to the
 // device's memory (Note [Access to mapped memory] in cuda_backend.h).
-Status GpuDeviceSpec(const Settings& settings, const void* gpu_options, int tf_device_id,
-                     size_t total_bytes, const void* peer_gpu_ids, LmsDeviceSpec* spec);
+Status GpuDeviceSpec(const EngineOptions& engine, bool prefetch, const void* gpu_options,
+                     int tf_device_id, size_t total_bytes, const void* peer_gpu_ids,
+                     LmsDeviceSpec* spec);
 
 }  // namespace lms
 

@@ -280,7 +280,7 @@ Status KernelPins::PinInputs(tensorflow::OpKernelContext* ctx, void* params,
     const tensorflow::Tensor* tensor = value.tensor;
     if (tensor == nullptr) continue;
     const void* data = tensorflow::DMAHelper::base(tensor);
-    if (data != nullptr && engine_->InEvictableRange(data)) {
+    if (data != nullptr && engine_->Owns(data)) {
       Status s = PinOne(data, pins);
       if (__builtin_expect(s.code() == StatusCode::kResourceExhausted, 0) && all_or_none) {
         return s;
@@ -359,7 +359,7 @@ __attribute__((noinline)) Status KernelPins::PinVariables(
       tensorflow::tf_shared_lock lock(*var->mu());
       const void* data = tensorflow::DMAHelper::base(var->tensor());
       // Uninitialized, or not in this device's evictable memory.
-      if (data == nullptr || !engine_->InEvictableRange(data)) continue;
+      if (data == nullptr || !engine_->Owns(data)) continue;
       s = PinOne(data, pins);
       // XLA's error path may free it while the variable holds it.
       if (s.ok() && LiveVariables::IsXlaKernel(context->op_kernel())) {

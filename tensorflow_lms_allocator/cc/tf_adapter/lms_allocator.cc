@@ -133,7 +133,7 @@ void* LmsAllocator::Allocate(size_t alignment, size_t num_bytes, bool retry_on_f
     return nullptr;
   }
   t_last_failure.ClearFor(this);
-  if (pinned && engine_->InEvictableRange(ptr)) pins_->RecordAllocation(ptr, id);
+  if (pinned && engine_->Owns(ptr)) pins_->RecordAllocation(ptr, id);
   return ptr;
 }
 

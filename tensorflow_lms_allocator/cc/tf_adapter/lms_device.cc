@@ -11,30 +11,25 @@ Status LmsDevice::Create(const LmsDeviceSpec& spec, std::unique_ptr<LmsDevice>* 
   // A budget from TensorFlow (a GPU's memory_limit) is rarely whole
   // granules; the engine takes only whole ones.
   const size_t granule = backend->granule_bytes();
-  EngineOptions options;
-  options.device_bytes = spec.device_bytes - spec.device_bytes % granule;
-  options.host_bytes = spec.host_bytes - spec.host_bytes % granule;
+  EngineOptions options = spec.engine;
+  options.device_bytes -= options.device_bytes % granule;
+  options.host_bytes -= options.host_bytes % granule;
   if (options.device_bytes == 0) {
     return InvalidArgument(spec.name + ": a budget of " +
-                           std::to_string(spec.device_bytes) +
+                           std::to_string(spec.engine.device_bytes) +
                            " bytes holds no whole granule of " +
                            std::to_string(granule) + " bytes");
   }
-  options.lms_enabled = spec.lms_enabled;
-  options.defrag_enabled = spec.defrag_enabled;
-  options.strict = spec.strict;
-  options.policy = spec.policy;
   std::unique_ptr<LmsDevice> device(new LmsDevice());
   device->backend_ = backend.get();
   device->spec_ = spec;
-  device->spec_.device_bytes = options.device_bytes;
-  device->spec_.host_bytes = options.host_bytes;
+  device->spec_.engine = options;
   std::unique_ptr<Engine> engine;
   LMS_RETURN_IF_ERROR(Engine::Create(options, std::move(backend), &engine));
   device->pins_ = std::make_unique<KernelPins>(engine.get());
   device->allocator_ =
       std::make_unique<LmsAllocator>(spec.name, std::move(engine), device->pins_.get());
-  if (spec.policy == PolicyKind::kLearned && spec.prefetch && spec.lms_enabled) {
+  if (options.policy == PolicyKind::kLearned && spec.prefetch && options.lms_enabled) {
     device->prefetcher_ = std::make_unique<Prefetcher>(&device->engine());
   }
   *out = std::move(device);
@@ -43,20 +38,21 @@ Status LmsDevice::Create(const LmsDeviceSpec& spec, std::unique_ptr<LmsDevice>* 
 
 std::string LmsDevice::Describe(const std::string& device) const {
   const Engine& engine = allocator_->engine();
+  const EngineOptions& options = spec_.engine;
   std::string line = "tensorflow_lms_allocator: LMS serves " + device + " (" + spec_.name +
                      ", " + backend_->Name() + " backend): device memory " +
-                     FormatBytes(spec_.device_bytes) + ", host memory for evicted tensors " +
-                     FormatBytes(spec_.host_bytes) +
+                     FormatBytes(options.device_bytes) + ", host memory for evicted tensors " +
+                     FormatBytes(options.host_bytes) +
                      (spec_.backend.kind == BackendKind::kCuda
                           ? " (TF_GPU_HOST_MEM_LIMIT_IN_MB, shared by every GPU)"
                           : " (TF_GPU_HOST_MEM_LIMIT_IN_MB)") +
                      ", LMS " + (engine.lms_enabled() ? "on" : "off");
   if (engine.lms_enabled()) {
-    line += std::string(", policy ") + PolicyName(spec_.policy) +
+    line += std::string(", policy ") + PolicyName(options.policy) +
             (prefetcher_ != nullptr ? " with prefetching" : "");
   }
   line += engine.defrag_enabled() ? ", defragmentation on" : ", defragmentation off";
-  if (spec_.strict) line += ", strict mode (TF_LMS_STRICT)";
+  if (options.strict) line += ", strict mode (TF_LMS_STRICT)";
   return line;
 }
 

@@ -27,12 +27,10 @@ struct LmsDeviceSpec {
   // The allocator's name, which TensorFlow puts in its OOM messages.
   std::string name;
   BackendSpec backend;
-  size_t device_bytes = 0;  // whole granules of the backend
-  size_t host_bytes = 0;
-  bool lms_enabled = false;
-  bool defrag_enabled = true;
-  bool strict = false;
-  PolicyKind policy = PolicyKind::kLru;
+  // As the settings give them (Settings::engine), with the device's size;
+  // Create rounds device_bytes and host_bytes down to whole granules of the
+  // backend and hands the rest to the engine unchanged.
+  EngineOptions engine;
   bool prefetch = false;  // with the learned policy (prefetcher.h)
 };
 

@@ -54,12 +54,7 @@ LmsDeviceSpec Overlay::EmulatedDeviceSpec() const {
   spec.name = kEmulatedDeviceName;
   spec.backend.kind = BackendKind::kPosix;
   spec.backend.granule_bytes = kEmulatedGranuleBytes;
-  spec.device_bytes = settings_.device_bytes;
-  spec.host_bytes = settings_.host_bytes;
-  spec.lms_enabled = settings_.lms_enabled;
-  spec.defrag_enabled = settings_.defrag_enabled;
-  spec.strict = settings_.strict;
-  spec.policy = settings_.policy;
+  spec.engine = settings_.engine;
   spec.prefetch = settings_.prefetch;
   return spec;
 }
@@ -84,7 +79,7 @@ Status Overlay::Configure() {
   Settings settings;
   LMS_RETURN_IF_ERROR(ReadSettings(&settings));
   settings_ = settings;
-  if (settings.device_bytes != 0) {
+  if (settings.engine.device_bytes != 0) {
     // Create the device once and discard it: the pools are sparse files and
     // the address ranges are only reserved, so this costs a few system calls,
     // and whatever would make the device fail at TensorFlow's first op fails
@@ -135,7 +130,7 @@ Status Overlay::GetFlag(const char* name, bool* enabled) {
 
 bool Overlay::StrictConfigured() {
   MutexLock lock(mu_);
-  return configured_ && settings_.strict;
+  return configured_ && settings_.engine.strict;
 }
 
 void* Overlay::CpuAllocator(void* original) {
@@ -145,7 +140,7 @@ void* Overlay::CpuAllocator(void* original) {
   const bool first = !cpu_asked_;
   cpu_asked_ = true;
   settings_fixed_ = true;
-  if (!configured_ || settings_.device_bytes == 0 || !first) return original;
+  if (!configured_ || settings_.engine.device_bytes == 0 || !first) return original;
   Status s = LmsDevice::Create(EmulatedDeviceSpec(), &device_);
   if (!s.ok()) {
     device_error_ = DeviceCreationError(s).message();
@@ -161,11 +156,12 @@ void* Overlay::CpuAllocator(void* original) {
   return device_->allocator();
 }
 
-void Overlay::CreateGpuDevice(GpuEntry* entry, const void* options, int tf_device_id,
-                              size_t total_bytes, const void* peer_gpu_ids) {
+void Overlay::CreateGpuDevice(GpuEntry* entry, const EngineOptions& engine,
+                              const void* options, int tf_device_id, size_t total_bytes,
+                              const void* peer_gpu_ids) {
   LmsDeviceSpec spec;
-  Status s =
-      GpuDeviceSpec(settings_, options, tf_device_id, total_bytes, peer_gpu_ids, &spec);
+  Status s = GpuDeviceSpec(engine, settings_.prefetch, options, tf_device_id, total_bytes,
+                           peer_gpu_ids, &spec);
   if (s.ok()) s = LmsDevice::Create(spec, &entry->device);
   if (s.ok()) {
     router_.Add(entry->device.get(), /*emulated=*/false);
@@ -206,12 +202,12 @@ void* Overlay::GpuAllocatorIfEnabled(const void* options, int tf_device_id,
                                      size_t total_bytes, const void* peer_gpu_ids) {
   MutexLock lock(mu_);
   settings_fixed_ = true;
-  if (!configured_ || !(settings_.lms_enabled || ReadLmsGpuOptions(options).lms_enabled)) {
-    return nullptr;
-  }
+  if (!configured_) return nullptr;
+  const EngineOptions engine = GpuEngineOptions(settings_, options);
+  if (!engine.lms_enabled) return nullptr;
   GpuEntry& entry = gpus_[tf_device_id];
   if (entry.device == nullptr && entry.unavailable == nullptr) {
-    CreateGpuDevice(&entry, options, tf_device_id, total_bytes, peer_gpu_ids);
+    CreateGpuDevice(&entry, engine, options, tf_device_id, total_bytes, peer_gpu_ids);
   }
   if (entry.device != nullptr) return entry.device->allocator();
   return entry.unavailable.get();
@@ -247,7 +243,7 @@ LmsDevice* Overlay::DeviceNamed(const std::string& name, Status* status) {
   }
   *status = NotFound(
       name + " has no LMS allocator" +
-      (settings_.lms_enabled ? std::string(": TensorFlow has not created it (or it is "
+      (settings_.engine.lms_enabled ? std::string(": TensorFlow has not created it (or it is "
                                            "not a GPU TensorFlow sees)")
                              : std::string(": LMS is not enabled (set TF_LMS_ENABLED=1 "
                                            "or call tf.config.experimental."
@@ -270,7 +266,7 @@ LmsAllocator* Overlay::DeviceAllocator(Status* status) {
   if (device_ != nullptr) return device_->allocator();
   if (!device_error_.empty()) {
     *status = FailedPrecondition(device_error_);
-  } else if (configured_ && settings_.device_bytes != 0) {
+  } else if (configured_ && settings_.engine.device_bytes != 0) {
     *status = FailedPrecondition("TensorFlow has not created its devices yet");
   } else {
     *status = NotFound(

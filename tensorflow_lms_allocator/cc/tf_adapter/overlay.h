@@ -104,9 +104,10 @@ class Overlay {
 
   Status DeviceCreationError(const Status& cause) const LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   LmsDeviceSpec EmulatedDeviceSpec() const LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Makes GPU `tf_device_id`'s entry.
-  void CreateGpuDevice(GpuEntry* entry, const void* options, int tf_device_id,
-                       size_t total_bytes, const void* peer_gpu_ids)
+  // Makes GPU `tf_device_id`'s entry, its engine with `engine`
+  // (GpuEngineOptions of its GPUOptions `options`).
+  void CreateGpuDevice(GpuEntry* entry, const EngineOptions& engine, const void* options,
+                       int tf_device_id, size_t total_bytes, const void* peer_gpu_ids)
       LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   Mutex mu_;

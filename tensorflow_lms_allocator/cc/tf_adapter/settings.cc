@@ -11,45 +11,46 @@ namespace lms {
 
 Status ReadSettings(Settings* out) {
   Settings s;
+  EngineOptions& engine = s.engine;
   const size_t machine = MachineMemoryBytes();
   bool device_present = false;
   bool host_present = false;
   bool present = false;
-  LMS_RETURN_IF_ERROR(FlagFromEnv("TF_LMS_ENABLED", &present, &s.lms_enabled));
-  LMS_RETURN_IF_ERROR(FlagFromEnv("TF_LMS_DEFRAG_ENABLED", &present, &s.defrag_enabled));
-  LMS_RETURN_IF_ERROR(FlagFromEnv("TF_LMS_STRICT", &present, &s.strict));
+  LMS_RETURN_IF_ERROR(FlagFromEnv("TF_LMS_ENABLED", &present, &engine.lms_enabled));
+  LMS_RETURN_IF_ERROR(FlagFromEnv("TF_LMS_DEFRAG_ENABLED", &present, &engine.defrag_enabled));
+  LMS_RETURN_IF_ERROR(FlagFromEnv("TF_LMS_STRICT", &present, &engine.strict));
   LMS_RETURN_IF_ERROR(FlagFromEnv("TF_LMS_PREFETCH", &present, &s.prefetch));
   if (const char* policy = std::getenv("TF_LMS_POLICY"); policy != nullptr && *policy != '\0') {
-    if (!PolicyFromName(policy, &s.policy)) {
+    if (!PolicyFromName(policy, &engine.policy)) {
       return InvalidArgument(std::string("TF_LMS_POLICY='") + policy +
                              "' is not a policy: use lru (the default: least recently "
                              "used first) or learned (farthest predicted next use)");
     }
   }
   LMS_RETURN_IF_ERROR(
-      MegabytesFromEnv("TF_LMS_CPU_DEVICE_MEMORY_MB", &device_present, &s.device_bytes));
+      MegabytesFromEnv("TF_LMS_CPU_DEVICE_MEMORY_MB", &device_present, &engine.device_bytes));
   std::string rounded;
   if (device_present) {
-    LMS_RETURN_IF_ERROR(CheckMemorySetting("TF_LMS_CPU_DEVICE_MEMORY_MB", &s.device_bytes,
+    LMS_RETURN_IF_ERROR(CheckMemorySetting("TF_LMS_CPU_DEVICE_MEMORY_MB", &engine.device_bytes,
                                            kEmulatedGranuleBytes, machine, &rounded));
     if (!rounded.empty()) LOG(WARNING) << "tensorflow_lms_allocator: " << rounded;
   }
   // The host pool is a sparse file: TensorFlow's 64 GiB default costs nothing
   // until evicted tensors fill it, but it is capped at the machine's memory
   // so that the default is itself a valid value.
-  s.host_bytes = DefaultHostLimitBytes(kEmulatedGranuleBytes, machine);
+  engine.host_bytes = DefaultHostLimitBytes(kEmulatedGranuleBytes, machine);
   LMS_RETURN_IF_ERROR(
-      MegabytesFromEnv("TF_GPU_HOST_MEM_LIMIT_IN_MB", &host_present, &s.host_bytes));
+      MegabytesFromEnv("TF_GPU_HOST_MEM_LIMIT_IN_MB", &host_present, &engine.host_bytes));
   if (host_present) {
     rounded.clear();
-    LMS_RETURN_IF_ERROR(CheckMemorySetting("TF_GPU_HOST_MEM_LIMIT_IN_MB", &s.host_bytes,
+    LMS_RETURN_IF_ERROR(CheckMemorySetting("TF_GPU_HOST_MEM_LIMIT_IN_MB", &engine.host_bytes,
                                            kEmulatedGranuleBytes, machine, &rounded));
     if (!rounded.empty()) LOG(WARNING) << "tensorflow_lms_allocator: " << rounded;
   }
-  if (s.prefetch && s.policy != PolicyKind::kLearned) {
+  if (s.prefetch && engine.policy != PolicyKind::kLearned) {
     LOG(WARNING) << "tensorflow_lms_allocator: TF_LMS_PREFETCH=1 has no effect with "
                     "TF_LMS_POLICY="
-                 << PolicyName(s.policy)
+                 << PolicyName(engine.policy)
                  << ": prefetching pages in what the learned policy predicts; set "
                     "TF_LMS_POLICY=learned to use it";
   }
@@ -58,16 +59,16 @@ Status ReadSettings(Settings* out) {
 }
 
 std::string DescribeEmulatedDevice(const Settings& s) {
-  return "TF_LMS_CPU_DEVICE_MEMORY_MB=" + std::to_string(s.device_bytes >> 20) +
-         ", TF_GPU_HOST_MEM_LIMIT_IN_MB=" + std::to_string(s.host_bytes >> 20) +
-         (s.strict ? ", TF_LMS_STRICT=1" : "");
+  return "TF_LMS_CPU_DEVICE_MEMORY_MB=" + std::to_string(s.engine.device_bytes >> 20) +
+         ", TF_GPU_HOST_MEM_LIMIT_IN_MB=" + std::to_string(s.engine.host_bytes >> 20) +
+         (s.engine.strict ? ", TF_LMS_STRICT=1" : "");
 }
 
 bool* FlagNamed(Settings& s, const char* name, bool readable_only) {
   if (name == nullptr) return nullptr;
-  if (std::strcmp(name, "lms_enabled") == 0) return &s.lms_enabled;
-  if (std::strcmp(name, "lms_defrag_enabled") == 0) return &s.defrag_enabled;
-  if (readable_only && std::strcmp(name, "strict") == 0) return &s.strict;
+  if (std::strcmp(name, "lms_enabled") == 0) return &s.engine.lms_enabled;
+  if (std::strcmp(name, "lms_defrag_enabled") == 0) return &s.engine.defrag_enabled;
+  if (readable_only && std::strcmp(name, "strict") == 0) return &s.engine.strict;
   return nullptr;
 }
 

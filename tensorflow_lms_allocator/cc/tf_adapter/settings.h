@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <string>
 
+#include "engine/engine.h"
 #include "engine/reclaim_policy.h"
 #include "engine/status.h"
 
@@ -18,21 +19,23 @@ namespace lms {
 // The emulated device's granule: 2 MiB, as on current NVIDIA GPUs.
 inline constexpr size_t kEmulatedGranuleBytes = size_t{2} << 20;
 
+// The engine options every LMS device starts from (one struct from the
+// environment to the engine: LmsDeviceSpec carries it, a GPU's GPUOptions may
+// turn more on, gpu_devices.h): device_bytes is the emulated device's (0:
+// none), host_bytes the host pool (swap space) of every LMS device. LMS is
+// off until asked for; defragmentation on (engine.h says why).
+inline EngineOptions DefaultSettingsEngineOptions() {
+  EngineOptions options;
+  options.lms_enabled = false;
+  return options;
+}
+
 struct Settings {
-  bool lms_enabled = false;
-  // On by default: remapping free granules moves no data, so it costs only
-  // mapping calls and spares evictions (IBM's was off because its
-  // defragmentation moved tensors).
-  bool defrag_enabled = true;
-  bool strict = false;
-  // TF_LMS_POLICY: which inactive tensors a reclaim evicts first.
-  PolicyKind policy = PolicyKind::kLru;
+  EngineOptions engine = DefaultSettingsEngineOptions();
   // TF_LMS_PREFETCH: with the learned policy, page in ahead of use. Off by
   // default: on the 2-core emulated device it moved more bytes and gained no
   // step time (benchmarks/README.md, make bench-policy).
   bool prefetch = false;
-  size_t device_bytes = 0;  // the emulated device; 0: none
-  size_t host_bytes = 0;    // the host pool (swap space) of every LMS device
 };
 
 // Reads TF_LMS_ENABLED, TF_LMS_DEFRAG_ENABLED, TF_LMS_STRICT, TF_LMS_POLICY,
