@@ -74,7 +74,7 @@
 //         what that work wrote;
 //       * the pinning kernel is enqueued after Pin returns, on its device
 //         context's compute stream, which the adapter registered as fenced
-//         before it pinned (PinsRouter); so are TensorFlow's copy streams:
+//         before it pinned (DeviceRegistry); so are TensorFlow's copy streams:
 //         every one of them waits for the copy event, so neither the kernel
 //         nor a later TensorFlow copy of the tensor reads the device granules
 //         before the bytes land;

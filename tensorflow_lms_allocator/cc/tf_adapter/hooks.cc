@@ -2,6 +2,8 @@
 
 #include <dlfcn.h>
 
+#include <utility>
+
 #include "interposer/lms_hooks.h"
 #include "tf_adapter/outside_kernel.h"
 #include "tf_adapter/overlay.h"
@@ -26,22 +28,43 @@ void ContextCreatedHook(void* context, void* params) {
 
 void ContextDestroyedHook(void* context) { Overlay::Get().OnContextDestroyed(context); }
 
+// The interposer passes GPUUtil's arguments as void* (it is C) and `done`,
+// a StatusCallback passed by invisible reference, as its address: the copies
+// take it from there.
+using tensorflow::Device;
+using tensorflow::DeviceContext;
+using tensorflow::StatusCallback;
+using tensorflow::Tensor;
+
+StatusCallback TakeCallback(void* done) {
+  return std::move(*static_cast<StatusCallback*>(done));
+}
+
 void CopyGpuToCpuHook(void* original, void* gpu_device, const void* device_context,
                       const void* gpu_tensor, void* cpu_tensor, void* done) {
-  CopyGpuTensorToCpu(Overlay::Get().router(), original, gpu_device, device_context,
-                     gpu_tensor, cpu_tensor, done);
+  CopyGpuTensorToCpu(Overlay::Get().devices(), reinterpret_cast<GpuToCpuFn>(original),
+                     static_cast<Device*>(gpu_device),
+                     static_cast<const DeviceContext*>(device_context),
+                     static_cast<const Tensor*>(gpu_tensor), static_cast<Tensor*>(cpu_tensor),
+                     TakeCallback(done));
 }
 
 void CopyCpuToGpuHook(void* original, const void* cpu_tensor, const void* device_context,
                       void* gpu_device, void* gpu_tensor, void* done, int sync_dst_compute) {
-  CopyCpuTensorToGpu(Overlay::Get().router(), original, cpu_tensor, device_context,
-                     gpu_device, gpu_tensor, done, sync_dst_compute != 0);
+  CopyCpuTensorToGpu(Overlay::Get().devices(), reinterpret_cast<CpuToGpuFn>(original),
+                     static_cast<const Tensor*>(cpu_tensor),
+                     static_cast<const DeviceContext*>(device_context),
+                     static_cast<Device*>(gpu_device), static_cast<Tensor*>(gpu_tensor),
+                     TakeCallback(done), sync_dst_compute != 0);
 }
 
 void CopyGpuToSameGpuHook(void* original, void* gpu_device, const void* device_context,
                           const void* src_tensor, void* dst_tensor, void* done) {
-  CopyGpuTensorToSameGpu(Overlay::Get().router(), original, gpu_device, device_context,
-                         src_tensor, dst_tensor, done);
+  CopyGpuTensorToSameGpu(Overlay::Get().devices(), reinterpret_cast<SameGpuFn>(original),
+                         static_cast<Device*>(gpu_device),
+                         static_cast<const DeviceContext*>(device_context),
+                         static_cast<const Tensor*>(src_tensor),
+                         static_cast<Tensor*>(dst_tensor), TakeCallback(done));
 }
 
 void CopyDeviceToDeviceHook(void* original, void* send_device_context,
@@ -49,9 +72,14 @@ void CopyDeviceToDeviceHook(void* original, void* send_device_context,
                             unsigned long long src_attributes,
                             unsigned long long dst_attributes, const void* input,
                             void* output, int stream_index, void* done) {
-  DeviceToDeviceCopy(Overlay::Get().router(), original, send_device_context,
-                     recv_device_context, src_device, dst_device, src_attributes,
-                     dst_attributes, input, output, stream_index, done);
+  DeviceToDeviceCopy(Overlay::Get().devices(), reinterpret_cast<DeviceToDeviceFn>(original),
+                     static_cast<DeviceContext*>(send_device_context),
+                     static_cast<DeviceContext*>(recv_device_context),
+                     static_cast<Device*>(src_device), static_cast<Device*>(dst_device),
+                     AllocatorAttributesFromBits(src_attributes),
+                     AllocatorAttributesFromBits(dst_attributes),
+                     static_cast<const Tensor*>(input), static_cast<Tensor*>(output),
+                     stream_index, TakeCallback(done));
 }
 
 const TfLmsHooks kHooks = {ContextCreatedHook,     ContextDestroyedHook,

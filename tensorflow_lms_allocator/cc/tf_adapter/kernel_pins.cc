@@ -251,7 +251,7 @@ bool KernelPins::InXlaKernel() const {
   return kernel != nullptr && LiveVariables::IsXlaKernel(*kernel);
 }
 
-void KernelPins::RecordAllocation(const void* ptr, uint64_t id) {
+void KernelPins::RecordAllocation(const void* ptr, uint64_t unit_id) {
   ThreadContexts::Frame current{nullptr, 0, nullptr, nullptr};
   if (ThreadContexts* thread = t_contexts) {
     std::lock_guard<std::mutex> lock(thread->mu);
@@ -265,12 +265,12 @@ void KernelPins::RecordAllocation(const void* ptr, uint64_t id) {
     // thread) since it was read above and TensorFlow reused its address.
     if (it != shard.entries.end() && it->second.creator.get() == t_contexts &&
         it->second.serial == current.serial) {
-      it->second.pins.push_back({ptr, id});
+      it->second.pins.push_back({ptr, unit_id});
       return;
     }
   }
   // The kernel is gone (destroyed on another thread): nobody holds this.
-  engine_->Unpin(ptr, id);
+  engine_->Unpin(ptr, unit_id);
 }
 
 Status KernelPins::PinInputs(tensorflow::OpKernelContext* ctx, void* params,
@@ -375,7 +375,7 @@ __attribute__((noinline)) Status KernelPins::PinVariables(
 void KernelPins::UnpinAll(const std::vector<Pin>& pins) {
   for (const Pin& pin : pins) {
     // kNotFound means the kernel freed what it allocated: nothing to unpin.
-    Status s = engine_->Unpin(pin.ptr, pin.allocation_id);
+    Status s = engine_->Unpin(pin.ptr, pin.unit_id);
     if (!s.ok() && s.code() != StatusCode::kNotFound) {
       LOG(ERROR) << "tensorflow_lms_allocator: " << s.ToString();
     }

@@ -183,7 +183,7 @@ class KernelPins {
   static constexpr std::chrono::seconds kTurnWait{1};
 
   // Adds an allocation made pinned on this thread to the current kernel.
-  void RecordAllocation(const void* ptr, uint64_t allocation_id);
+  void RecordAllocation(const void* ptr, uint64_t unit_id);
 
   // The variable buffers running XLA kernels hold (Note [XLA frees live
   // variables on its error path] in live_variables.h).
@@ -255,7 +255,7 @@ class KernelPins {
 
   struct Pin {
     const void* ptr;
-    uint64_t allocation_id;
+    uint64_t unit_id;  // the engine's (Pin returns it, Unpin checks it)
     // An XLA kernel's variable, registered in live_variables_ while pinned.
     tensorflow::Var* variable = nullptr;
   };

@@ -36,7 +36,7 @@ void WarnIfAnotherAllocatorIsAsked(const std::string& gpu) {
 }  // namespace
 
 Overlay::Overlay()
-    : router_([](LmsDevice* device, void* device_context) {
+    : devices_([](LmsDevice* device, void* device_context) {
         const Status s = device->AddFencedQueues(GpuDeviceContextStreams(device_context));
         if (!s.ok()) {
           LOG(ERROR) << "tensorflow_lms_allocator: " << device->allocator()->Name()
@@ -151,7 +151,7 @@ void* Overlay::CpuAllocator(void* original) {
         std::make_unique<UnavailableDeviceAllocator>(kEmulatedDeviceName, device_error_);
     return unavailable_.get();
   }
-  router_.Add(device_.get(), /*emulated=*/true);
+  devices_.Add(device_.get(), /*emulated=*/true);
   LOG(INFO) << device_->Describe("CPU:0, the emulated device (TF_LMS_CPU_DEVICE_MEMORY_MB)");
   return device_->allocator();
 }
@@ -164,7 +164,7 @@ void Overlay::CreateGpuDevice(GpuEntry* entry, const EngineOptions& engine,
                            peer_gpu_ids, &spec);
   if (s.ok()) s = LmsDevice::Create(spec, &entry->device);
   if (s.ok()) {
-    router_.Add(entry->device.get(), /*emulated=*/false);
+    devices_.Add(entry->device.get(), /*emulated=*/false);
     LOG(INFO) << entry->device->Describe(GpuDeviceName(tf_device_id));
     WarnIfAnotherAllocatorIsAsked(GpuDeviceName(tf_device_id));
     return;
@@ -214,7 +214,7 @@ void* Overlay::GpuAllocatorIfEnabled(const void* options, int tf_device_id,
 }
 
 void Overlay::OnContextCreated(void* context, void* params) {
-  LmsDevice* device = router_.ForParams(params);
+  LmsDevice* device = devices_.ForParams(params);
   if (device != nullptr) {
     device->pins()->OnContextCreated(context, params);
     device->NoteKernelStarted();
@@ -223,7 +223,7 @@ void Overlay::OnContextCreated(void* context, void* params) {
 
 void Overlay::OnContextDestroyed(void* context) {
   // Only the pins that recorded the context act on it.
-  router_.ForEach(
+  devices_.ForEach(
       [context](LmsDevice* device) { device->pins()->OnContextDestroyed(context); });
 }
 

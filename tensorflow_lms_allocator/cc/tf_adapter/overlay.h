@@ -35,7 +35,7 @@
 #include "tf_adapter/kernel_pins.h"
 #include "tf_adapter/lms_allocator.h"
 #include "tf_adapter/lms_device.h"
-#include "tf_adapter/pins_router.h"
+#include "tf_adapter/device_registry.h"
 #include "tf_adapter/settings.h"
 
 namespace lms {
@@ -80,7 +80,7 @@ class Overlay {
   void OnContextCreated(void* context, void* params);
   void OnContextDestroyed(void* context);
   // Routes kernel contexts to their LMS device (lock-free).
-  PinsRouter& router() { return router_; }
+  DeviceRegistry& devices() { return devices_; }
 
   // The LMS device named `name` ("CPU:0" for the emulated device, "GPU:<n>"),
   // or null with *status saying why there is none.
@@ -126,7 +126,7 @@ class Overlay {
   std::string device_error_ LMS_GUARDED_BY(mu_);
   // GPUs with LMS, by TensorFlow device id.
   std::map<int, GpuEntry> gpus_ LMS_GUARDED_BY(mu_);
-  PinsRouter router_;
+  DeviceRegistry devices_;
 };
 
 }  // namespace lms

@@ -57,16 +57,16 @@ void PinnedCopyGpuTensorToCpu(GpuToCpuFn unpinned, tensorflow::Device* gpu_devic
                               const tensorflow::DeviceContext* device_context,
                               const tensorflow::Tensor* gpu_tensor,
                               tensorflow::Tensor* cpu_tensor, tensorflow::StatusCallback done) {
-  CopyGpuTensorToCpu(Overlay::Get().router(), reinterpret_cast<void*>(unpinned), gpu_device,
-                     device_context, gpu_tensor, cpu_tensor, &done);
+  CopyGpuTensorToCpu(Overlay::Get().devices(), unpinned, gpu_device, device_context,
+                     gpu_tensor, cpu_tensor, std::move(done));
 }
 
 void PinnedCopyCpuTensorToGpu(CpuToGpuFn unpinned, const tensorflow::Tensor* cpu_tensor,
                               const tensorflow::DeviceContext* device_context,
                               tensorflow::Device* gpu_device, tensorflow::Tensor* gpu_tensor,
                               tensorflow::StatusCallback done, bool sync_dst_compute) {
-  CopyCpuTensorToGpu(Overlay::Get().router(), reinterpret_cast<void*>(unpinned), cpu_tensor,
-                     device_context, gpu_device, gpu_tensor, &done, sync_dst_compute);
+  CopyCpuTensorToGpu(Overlay::Get().devices(), unpinned, cpu_tensor, device_context,
+                     gpu_device, gpu_tensor, std::move(done), sync_dst_compute);
 }
 
 void PinnedCopyGpuTensorToSameGpu(SameGpuFn unpinned, tensorflow::Device* gpu_device,
@@ -74,8 +74,8 @@ void PinnedCopyGpuTensorToSameGpu(SameGpuFn unpinned, tensorflow::Device* gpu_de
                                   const tensorflow::Tensor* src_gpu_tensor,
                                   tensorflow::Tensor* dst_gpu_tensor,
                                   tensorflow::StatusCallback done) {
-  CopyGpuTensorToSameGpu(Overlay::Get().router(), reinterpret_cast<void*>(unpinned),
-                         gpu_device, device_context, src_gpu_tensor, dst_gpu_tensor, &done);
+  CopyGpuTensorToSameGpu(Overlay::Get().devices(), unpinned, gpu_device, device_context,
+                         src_gpu_tensor, dst_gpu_tensor, std::move(done));
 }
 
 void PinnedDeviceToDeviceCopy(DeviceToDeviceFn unpinned,
@@ -86,11 +86,9 @@ void PinnedDeviceToDeviceCopy(DeviceToDeviceFn unpinned,
                               tsl::AllocatorAttributes dst_alloc_attr,
                               const tensorflow::Tensor* input, tensorflow::Tensor* output,
                               int dev_to_dev_stream_index, tensorflow::StatusCallback done) {
-  DeviceToDeviceCopy(Overlay::Get().router(), reinterpret_cast<void*>(unpinned),
-                     send_dev_context, recv_dev_context, src, dst,
-                     AllocatorAttributeBits(src_alloc_attr),
-                     AllocatorAttributeBits(dst_alloc_attr), input, output,
-                     dev_to_dev_stream_index, &done);
+  DeviceToDeviceCopy(Overlay::Get().devices(), unpinned, send_dev_context, recv_dev_context,
+                     src, dst, src_alloc_attr, dst_alloc_attr, input, output,
+                     dev_to_dev_stream_index, std::move(done));
 }
 
 }  // namespace lms

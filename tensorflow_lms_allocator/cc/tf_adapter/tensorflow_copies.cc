@@ -30,11 +30,6 @@ using tensorflow::Tensor;
 static_assert(std::is_trivially_copyable_v<tsl::AllocatorAttributes> &&
                   sizeof(tsl::AllocatorAttributes) == sizeof(unsigned long long),
               "AllocatorAttributes no longer travels in one register");
-tsl::AllocatorAttributes Attributes(unsigned long long bits) {
-  tsl::AllocatorAttributes attributes;
-  std::memcpy(&attributes, &bits, sizeof(attributes));
-  return attributes;
-}
 
 // The pins one copy holds, released once: by its `done`, or when the last
 // copy of that callback is destroyed without running (TensorFlow dropped the
@@ -46,15 +41,15 @@ class CopyPins {
   CopyPins& operator=(const CopyPins&) = delete;
   ~CopyPins() { Release(); }
 
-  // Pins the unit holding `tensor`'s buffer if an LMS device of `router`
+  // Pins the unit holding `tensor`'s buffer if an LMS device of `devices`
   // owns it, after handing `device_context`'s streams to that device.
-  Status Take(PinsRouter& router, const DeviceContext* device_context, const Tensor* tensor,
-              const char* what) {
+  Status Take(DeviceRegistry& devices, const DeviceContext* device_context,
+              const Tensor* tensor, const char* what) {
     if (tensor == nullptr || tensor->TotalBytes() == 0) return Status::Ok();
     const void* data = tensorflow::DMAHelper::base(tensor);
-    LmsDevice* device = router.Owner(data);
+    LmsDevice* device = devices.Owner(data);
     if (device == nullptr) return Status::Ok();
-    router.NoteDeviceContext(device, const_cast<DeviceContext*>(device_context));
+    devices.NoteDeviceContext(device, const_cast<DeviceContext*>(device_context));
     uint64_t unit_id = 0;
     KernelPins::Outcome outcome;
     const Status status = device->pins()->RetryWhileOthersRelease(
@@ -98,13 +93,12 @@ absl::Status ToAbsl(const Status& status) {
 // it runs TensorFlow's `done`. If a buffer cannot be pinned, the copy is not
 // launched and `done` receives the error.
 template <typename Launch>
-void PinnedCopy(PinsRouter& router, const DeviceContext* device_context,
-                std::initializer_list<const Tensor*> tensors, const char* what, void* done,
-                Launch launch) {
-  StatusCallback callback = std::move(*static_cast<StatusCallback*>(done));
+void PinnedCopy(DeviceRegistry& devices, const DeviceContext* device_context,
+                std::initializer_list<const Tensor*> tensors, const char* what,
+                StatusCallback callback, Launch launch) {
   auto pins = std::make_shared<CopyPins>();
   for (const Tensor* tensor : tensors) {
-    const Status status = pins->Take(router, device_context, tensor, what);
+    const Status status = pins->Take(devices, device_context, tensor, what);
     if (!status.ok()) {
       pins->Release();
       callback(ToAbsl(status));
@@ -123,70 +117,55 @@ void PinnedCopy(PinsRouter& router, const DeviceContext* device_context,
 
 }  // namespace
 
-unsigned long long AllocatorAttributeBits(tsl::AllocatorAttributes attributes) {
-  unsigned long long bits = 0;
-  std::memcpy(&bits, &attributes, sizeof(bits));
-  return bits;
+tsl::AllocatorAttributes AllocatorAttributesFromBits(unsigned long long bits) {
+  tsl::AllocatorAttributes attributes;
+  std::memcpy(&attributes, &bits, sizeof(attributes));
+  return attributes;
 }
 
-void CopyGpuTensorToCpu(PinsRouter& router, void* original, void* gpu_device,
-                        const void* device_context, const void* gpu_tensor,
-                        void* cpu_tensor, void* done) {
-  auto* context = static_cast<const DeviceContext*>(device_context);
-  auto* src = static_cast<const Tensor*>(gpu_tensor);
-  PinnedCopy(router, context, {src}, "device-to-host copy", done,
+void CopyGpuTensorToCpu(DeviceRegistry& devices, GpuToCpuFn original, Device* gpu_device,
+                        const DeviceContext* device_context, const Tensor* gpu_tensor,
+                        Tensor* cpu_tensor, StatusCallback done) {
+  PinnedCopy(devices, device_context, {gpu_tensor}, "device-to-host copy", std::move(done),
              [&](StatusCallback callback) {
-               reinterpret_cast<GpuToCpuFn>(original)(static_cast<Device*>(gpu_device),
-                                                      context, src,
-                                                      static_cast<Tensor*>(cpu_tensor),
-                                                      std::move(callback));
+               original(gpu_device, device_context, gpu_tensor, cpu_tensor,
+                        std::move(callback));
              });
 }
 
-void CopyCpuTensorToGpu(PinsRouter& router, void* original, const void* cpu_tensor,
-                        const void* device_context, void* gpu_device, void* gpu_tensor,
-                        void* done, bool sync_dst_compute) {
-  auto* context = static_cast<const DeviceContext*>(device_context);
-  auto* dst = static_cast<Tensor*>(gpu_tensor);
-  PinnedCopy(router, context, {dst}, "host-to-device copy", done,
+void CopyCpuTensorToGpu(DeviceRegistry& devices, CpuToGpuFn original, const Tensor* cpu_tensor,
+                        const DeviceContext* device_context, Device* gpu_device,
+                        Tensor* gpu_tensor, StatusCallback done, bool sync_dst_compute) {
+  PinnedCopy(devices, device_context, {gpu_tensor}, "host-to-device copy", std::move(done),
              [&](StatusCallback callback) {
-               reinterpret_cast<CpuToGpuFn>(original)(static_cast<const Tensor*>(cpu_tensor),
-                                                      context,
-                                                      static_cast<Device*>(gpu_device), dst,
-                                                      std::move(callback), sync_dst_compute);
+               original(cpu_tensor, device_context, gpu_device, gpu_tensor,
+                        std::move(callback), sync_dst_compute);
              });
 }
 
-void CopyGpuTensorToSameGpu(PinsRouter& router, void* original, void* gpu_device,
-                            const void* device_context, const void* src_tensor,
-                            void* dst_tensor, void* done) {
-  auto* context = static_cast<const DeviceContext*>(device_context);
-  auto* src = static_cast<const Tensor*>(src_tensor);
-  auto* dst = static_cast<Tensor*>(dst_tensor);
-  PinnedCopy(router, context, {src, dst}, "copy within the device", done,
-             [&](StatusCallback callback) {
-               reinterpret_cast<SameGpuFn>(original)(static_cast<Device*>(gpu_device),
-                                                     context, src, dst, std::move(callback));
+void CopyGpuTensorToSameGpu(DeviceRegistry& devices, SameGpuFn original, Device* gpu_device,
+                            const DeviceContext* device_context, const Tensor* src_tensor,
+                            Tensor* dst_tensor, StatusCallback done) {
+  PinnedCopy(devices, device_context, {src_tensor, dst_tensor}, "copy within the device",
+             std::move(done), [&](StatusCallback callback) {
+               original(gpu_device, device_context, src_tensor, dst_tensor,
+                        std::move(callback));
              });
 }
 
-void DeviceToDeviceCopy(PinsRouter& router, void* original, void* send_device_context,
-                        void* recv_device_context, void* src_device, void* dst_device,
-                        unsigned long long src_attributes,
-                        unsigned long long dst_attributes, const void* input,
-                        void* output, int stream_index, void* done) {
+void DeviceToDeviceCopy(DeviceRegistry& devices, DeviceToDeviceFn original,
+                        DeviceContext* send_device_context,
+                        DeviceContext* recv_device_context, Device* src_device,
+                        Device* dst_device, tsl::AllocatorAttributes src_attributes,
+                        tsl::AllocatorAttributes dst_attributes, const Tensor* input,
+                        Tensor* output, int stream_index, StatusCallback done) {
   // The copy runs on the sending device's streams (the approximation of
   // Note [TensorFlow's own copies] for a destination on another device).
-  auto* send = static_cast<DeviceContext*>(send_device_context);
-  auto* src = static_cast<const Tensor*>(input);
-  auto* dst = static_cast<Tensor*>(output);
-  PinnedCopy(router, send, {src, dst}, "device-to-device copy", done,
-             [&](StatusCallback callback) {
-               reinterpret_cast<DeviceToDeviceFn>(original)(
-                   send, static_cast<DeviceContext*>(recv_device_context),
-                   static_cast<Device*>(src_device), static_cast<Device*>(dst_device),
-                   Attributes(src_attributes), Attributes(dst_attributes), src, dst,
-                   stream_index, std::move(callback));
+  PinnedCopy(devices, send_device_context, {input, output}, "device-to-device copy",
+             std::move(done), [&](StatusCallback callback) {
+               original(send_device_context, recv_device_context, src_device, dst_device,
+                        src_attributes, dst_attributes, input, output, stream_index,
+                        std::move(callback));
              });
 }
 

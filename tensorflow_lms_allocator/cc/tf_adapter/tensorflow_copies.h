@@ -16,7 +16,7 @@
 //
 // So each of these copies runs pinned (PinnedCopy):
 //   1. the device context's streams are handed to the LMS device of each
-//      buffer first (PinsRouter::NoteDeviceContext), so that the page-in
+//      buffer first (DeviceRegistry::NoteDeviceContext), so that the page-in
 //      in step 2 makes them wait for its copy, as for a kernel's streams;
 //   2. the LMS buffers of the copy are pinned, paging an evicted one in, as
 //      a kernel pins its inputs (waiting for other kernels to release memory
@@ -45,7 +45,7 @@
 #include "tensorflow/core/framework/device.h"
 #include "tensorflow/core/framework/device_base.h"
 #include "tensorflow/core/framework/tensor.h"
-#include "tf_adapter/pins_router.h"
+#include "tf_adapter/device_registry.h"
 #include "xla/tsl/framework/allocator.h"
 
 namespace lms {
@@ -65,29 +65,37 @@ using DeviceToDeviceFn = void (*)(tensorflow::DeviceContext*, tensorflow::Device
                                   const tensorflow::Tensor*, tensorflow::Tensor*, int,
                                   tensorflow::StatusCallback);
 
-// AllocatorAttributes as the 64-bit integer that carries them in one
-// register, as the interposer passes them to DeviceToDeviceCopy.
-unsigned long long AllocatorAttributeBits(tsl::AllocatorAttributes attributes);
+// The AllocatorAttributes the interposer passes as the 64-bit integer that
+// carries them in one register (DeviceToDeviceCopy's hook).
+tsl::AllocatorAttributes AllocatorAttributesFromBits(unsigned long long bits);
 
-// The copies of tensorflow::GPUUtil, each called as the interposer's hook
-// (interposer/lms_hooks.h) is: `original` is GPUUtil's function, the other
-// arguments are its own (`done` is the StatusCallback* the caller passed by
-// invisible reference; it is moved from). Each runs `original` as PinnedCopy
-// says, with the buffers that `router`'s LMS devices own.
-void CopyGpuTensorToCpu(PinsRouter& router, void* original, void* gpu_device,
-                        const void* device_context, const void* gpu_tensor,
-                        void* cpu_tensor, void* done);
-void CopyCpuTensorToGpu(PinsRouter& router, void* original, const void* cpu_tensor,
-                        const void* device_context, void* gpu_device, void* gpu_tensor,
-                        void* done, bool sync_dst_compute);
-void CopyGpuTensorToSameGpu(PinsRouter& router, void* original, void* gpu_device,
-                            const void* device_context, const void* src_tensor,
-                            void* dst_tensor, void* done);
-void DeviceToDeviceCopy(PinsRouter& router, void* original, void* send_device_context,
-                        void* recv_device_context, void* src_device, void* dst_device,
-                        unsigned long long src_attributes,
-                        unsigned long long dst_attributes, const void* input,
-                        void* output, int stream_index, void* done);
+// The copies of tensorflow::GPUUtil, with GPUUtil's own arguments:
+// `original` is GPUUtil's function (or, in a patched TensorFlow, its body
+// kept under another name). Each runs `original` as PinnedCopy says, with the
+// buffers that `devices`'s LMS devices own, and hands `done` the copy's status.
+void CopyGpuTensorToCpu(DeviceRegistry& devices, GpuToCpuFn original,
+                        tensorflow::Device* gpu_device,
+                        const tensorflow::DeviceContext* device_context,
+                        const tensorflow::Tensor* gpu_tensor, tensorflow::Tensor* cpu_tensor,
+                        tensorflow::StatusCallback done);
+void CopyCpuTensorToGpu(DeviceRegistry& devices, CpuToGpuFn original,
+                        const tensorflow::Tensor* cpu_tensor,
+                        const tensorflow::DeviceContext* device_context,
+                        tensorflow::Device* gpu_device, tensorflow::Tensor* gpu_tensor,
+                        tensorflow::StatusCallback done, bool sync_dst_compute);
+void CopyGpuTensorToSameGpu(DeviceRegistry& devices, SameGpuFn original,
+                            tensorflow::Device* gpu_device,
+                            const tensorflow::DeviceContext* device_context,
+                            const tensorflow::Tensor* src_tensor, tensorflow::Tensor* dst_tensor,
+                            tensorflow::StatusCallback done);
+void DeviceToDeviceCopy(DeviceRegistry& devices, DeviceToDeviceFn original,
+                        tensorflow::DeviceContext* send_device_context,
+                        tensorflow::DeviceContext* recv_device_context,
+                        tensorflow::Device* src_device, tensorflow::Device* dst_device,
+                        tsl::AllocatorAttributes src_attributes,
+                        tsl::AllocatorAttributes dst_attributes,
+                        const tensorflow::Tensor* input, tensorflow::Tensor* output,
+                        int stream_index, tensorflow::StatusCallback done);
 
 }  // namespace lms
 

@@ -111,11 +111,6 @@ void DeviceToDevice(DeviceContext*, DeviceContext*, Device*, Device*, tsl::Alloc
   Enqueue(src, dst, std::move(done));
 }
 
-template <typename F>
-void* Fn(F* fn) {
-  return reinterpret_cast<void*>(fn);
-}
-
 }  // namespace
 }  // namespace lms
 
@@ -193,20 +188,21 @@ extern "C" int tf_lms_test_tensorflow_copy(const char* device_name, const char* 
   StatusCallback done = [](const absl::Status& s) {
     if (!s.ok()) g_flight->status = s;  // a failed pin: called before any launch
   };
-  PinsRouter& router = Overlay::Get().router();
+  DeviceRegistry& devices = Overlay::Get().devices();
   switch (kind) {
     case 0:
-      CopyGpuTensorToCpu(router, Fn(&GpuToCpu), nullptr, nullptr, src, dst, &done);
+      CopyGpuTensorToCpu(devices, &GpuToCpu, nullptr, nullptr, src, dst, std::move(done));
       break;
     case 1:
-      CopyCpuTensorToGpu(router, Fn(&CpuToGpu), src, nullptr, nullptr, dst, &done, false);
+      CopyCpuTensorToGpu(devices, &CpuToGpu, src, nullptr, nullptr, dst, std::move(done),
+                         false);
       break;
     case 2:
-      CopyGpuTensorToSameGpu(router, Fn(&GpuToCpu), nullptr, nullptr, src, dst, &done);
+      CopyGpuTensorToSameGpu(devices, &GpuToCpu, nullptr, nullptr, src, dst, std::move(done));
       break;
     case 3:
-      DeviceToDeviceCopy(router, Fn(&DeviceToDevice), nullptr, nullptr, nullptr, nullptr, 0,
-                         0, src, dst, 0, &done);
+      DeviceToDeviceCopy(devices, &DeviceToDevice, nullptr, nullptr, nullptr, nullptr, {}, {},
+                         src, dst, 0, std::move(done));
       break;
   }
   int64_t in_flight[2] = {-1, -1};

@@ -1,4 +1,6 @@
-// PinsRouter: which LMS device's KernelPins a kernel context belongs to.
+// DeviceRegistry: the process's LMS devices, and which one a kernel context (its
+// KernelPins) or a buffer belongs to; it also registers TensorFlow's streams
+// with the device their contexts run on.
 //
 // With one LMS device (the emulated CPU device) every context goes to it: a
 // kernel on any TensorFlow device object of this process may read its
@@ -12,8 +14,8 @@
 // stream group) also hands that context's streams to `on_new_device_context`,
 // which registers them with the device's backend: their queued work may
 // touch LMS memory.
-#ifndef TENSORFLOW_LMS_ALLOCATOR_CC_TF_ADAPTER_PINS_ROUTER_H_
-#define TENSORFLOW_LMS_ALLOCATOR_CC_TF_ADAPTER_PINS_ROUTER_H_
+#ifndef TENSORFLOW_LMS_ALLOCATOR_CC_TF_ADAPTER_DEVICE_REGISTRY_H_
+#define TENSORFLOW_LMS_ALLOCATOR_CC_TF_ADAPTER_DEVICE_REGISTRY_H_
 
 #include <atomic>
 #include <functional>
@@ -26,12 +28,12 @@
 
 namespace lms {
 
-class PinsRouter {
+class DeviceRegistry {
  public:
   // Called once per new (LMS device, TensorFlow device context) pair, with
   // the DeviceContext* of a context on that device.
   using NewDeviceContextFn = std::function<void(LmsDevice* device, void* device_context)>;
-  explicit PinsRouter(NewDeviceContextFn on_new_device_context)
+  explicit DeviceRegistry(NewDeviceContextFn on_new_device_context)
       : on_new_device_context_(std::move(on_new_device_context)) {}
 
   // Routes to `device` from now on. `emulated`: the CPU device's, which also
@@ -97,4 +99,4 @@ class PinsRouter {
 
 }  // namespace lms
 
-#endif  // TENSORFLOW_LMS_ALLOCATOR_CC_TF_ADAPTER_PINS_ROUTER_H_
+#endif  // TENSORFLOW_LMS_ALLOCATOR_CC_TF_ADAPTER_DEVICE_REGISTRY_H_

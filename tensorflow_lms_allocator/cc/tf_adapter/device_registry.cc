@@ -1,11 +1,11 @@
-#include "tf_adapter/pins_router.h"
+#include "tf_adapter/device_registry.h"
 
 #include "tensorflow/core/framework/device_base.h"
 #include "tensorflow/core/framework/op_kernel.h"
 
 namespace lms {
 
-void PinsRouter::Add(LmsDevice* device, bool emulated) {
+void DeviceRegistry::Add(LmsDevice* device, bool emulated) {
   MutexLock lock(mu_);
   const int n = num_devices_.load(std::memory_order_relaxed);
   if (n == kMaxDevices) return;  // more LMS devices than TensorFlow can make
@@ -18,7 +18,7 @@ void PinsRouter::Add(LmsDevice* device, bool emulated) {
   }
 }
 
-LmsDevice* PinsRouter::Resolve(const void* tf_device) {
+LmsDevice* DeviceRegistry::Resolve(const void* tf_device) {
   tsl::Allocator* allocator =
       static_cast<tensorflow::DeviceBase*>(const_cast<void*>(tf_device))
           ->GetAllocator(tsl::AllocatorAttributes());
@@ -30,7 +30,7 @@ LmsDevice* PinsRouter::Resolve(const void* tf_device) {
   return nullptr;
 }
 
-void PinsRouter::NoteDeviceContext(LmsDevice* device, void* device_context) {
+void DeviceRegistry::NoteDeviceContext(LmsDevice* device, void* device_context) {
   if (device_context == nullptr) return;
   MutexLock lock(mu_);
   if (device_contexts_.insert({device, device_context}).second) {
@@ -38,7 +38,7 @@ void PinsRouter::NoteDeviceContext(LmsDevice* device, void* device_context) {
   }
 }
 
-LmsDevice* PinsRouter::ForParams(void* params) {
+LmsDevice* DeviceRegistry::ForParams(void* params) {
   LmsDevice* emulated = emulated_.load(std::memory_order_acquire);
   if (!routing_.load(std::memory_order_acquire)) return emulated;
   const auto* p = static_cast<const tensorflow::OpKernelContext::Params*>(params);
