@@ -99,20 +99,18 @@ IDENTITY = {"GIT_AUTHOR_NAME": "TensorFlow LMS", "GIT_AUTHOR_EMAIL": "lms@invali
             "GIT_COMMITTER_NAME": "TensorFlow LMS", "GIT_COMMITTER_EMAIL": "lms@invalid",
             "GIT_AUTHOR_DATE": "2026-01-01T00:00:00+0000",
             "GIT_COMMITTER_DATE": "2026-01-01T00:00:00+0000"}
-# Files of the adapter that only the runtime overlay uses: the interposer's
-# glue (hooks) and the C API for Python. (The tests' own entry points are in
-# cc/tf_testing/, which the series never ships.) patched_tensorflow.* is the
-# other way round: only a patched TensorFlow builds it (it uses the observer
-# 0004 adds to op_kernel.h).
-OVERLAY_ONLY = {"hooks.h", "hooks.cc", "c_api.h", "c_api.cc"}
-PATCH_ONLY = {"patched_tensorflow.h", "patched_tensorflow.cc"}
+# The folders the series ships, whole: the engine, its backends, the
+# TensorFlow-facing runtime both ways in share, and the entry points only a
+# patched TensorFlow builds (patch/: they use the observer 0004 adds to
+# op_kernel.h). The overlay's own glue (cc/overlay/, cc/interposer/) and the
+# tests' entry points (cc/tf_testing/) stay out.
+SHIPPED_DIRS = ("engine", "backends", "tf_adapter", "patch")
 
 
 def new_sources() -> list[Path]:
     """The project's files that the series adds to TensorFlow, relative to cc/."""
-    files = [p for d in ("engine", "backends", "tf_adapter")
-             for p in sorted((CC / d).iterdir())
-             if p.suffix in (".h", ".cc") and p.name not in OVERLAY_ONLY]
+    files = [p for d in SHIPPED_DIRS for p in sorted((CC / d).iterdir())
+             if p.suffix in (".h", ".cc")]
     return [p.relative_to(CC) for p in files]
 
 
@@ -142,14 +140,14 @@ cc_library(
 
 # The TensorFlow adapter: tsl::Allocator over the engine, kernel pins, GPU
 # device wiring, the entry point GPUProcessState calls
-# (tf_adapter/patched_tensorflow.h), and the C entry points Python reads the
+# (patch/patched_tensorflow.h), and the C entry points Python reads the
 # statistics from (tf_adapter/statistics_c_api.h). Nothing in TensorFlow's
 # C++ calls those (tf.config.experimental finds them with ctypes), hence
 # alwayslink: the linker keeps them where the GPU runtime is linked.
 cc_library(
     name = "tf_adapter",
-    srcs = glob(["tf_adapter/*.cc"]),
-    hdrs = glob(["tf_adapter/*.h"]),
+    srcs = glob(["tf_adapter/*.cc", "patch/*.cc"]),
+    hdrs = glob(["tf_adapter/*.h", "patch/*.h"]),
     copts = tf_copts(),
     includes = ["."],
     alwayslink = True,
@@ -282,7 +280,7 @@ OP_KERNEL_CC_DESTROYED = """\
 """
 
 GPU_PROCESS_STATE_INCLUDE_ANCHOR = '#include "tensorflow/core/common_runtime/gpu/gpu_id_manager.h"\n'
-GPU_PROCESS_STATE_INCLUDE = '#include "tensorflow/core/common_runtime/lms/tf_adapter/patched_tensorflow.h"\n'
+GPU_PROCESS_STATE_INCLUDE = '#include "tensorflow/core/common_runtime/lms/patch/patched_tensorflow.h"\n'
 # Before CHECK(process_state_): the lines after it differ across the tag
 # (`const string& allocator_type` became `const std::string&`), so a hunk
 # there would apply to one side only.
@@ -311,7 +309,7 @@ GPU_PROCESS_STATE_HOST = """
 # gpu_util.cc: each of GPUUtil's four copies keeps its body under another
 # name (the unpinned copy) and becomes a call to LMS's pinned copy with it.
 GPU_UTIL_INCLUDE_ANCHOR = '#include "tensorflow/core/common_runtime/gpu_device_context.h"\n'
-GPU_UTIL_INCLUDE = '#include "tensorflow/core/common_runtime/lms/tf_adapter/patched_tensorflow.h"\n'
+GPU_UTIL_INCLUDE = '#include "tensorflow/core/common_runtime/lms/patch/patched_tensorflow.h"\n'
 PINS_COMMENT = """\
 // Large Model Support pins the copy's LMS tensors until `done` (Note
 // [TensorFlow's own copies] in lms/tf_adapter/tensorflow_copies.h).

@@ -1,6 +1,6 @@
 """ctypes signatures of the adapter's C API, read from its header.
 
-The C API is declared once, in ``cc/tf_adapter/c_api.h`` and the
+The C API is declared once, in ``cc/overlay/c_api.h`` and the
 ``statistics_c_api.h`` it includes (both installed next to the adapter
 library). This module reads every ``TF_LMS_EXPORT`` prototype from those headers and gives ctypes the matching ``argtypes``/``restype``, so Python
 never keeps a second copy of the signatures that could drift from the C side.
@@ -34,8 +34,9 @@ _C_TYPES: dict[str, Any] = {
     "uint64_t*": ctypes.POINTER(ctypes.c_uint64),
 }
 
-# An adapter header including another, installed next to it.
-_INCLUDE = re.compile(r'^#include "tf_adapter/(\w+\.h)"$', re.M)
+# A C API header including another: installed, they sit side by side; in the
+# sources, under cc/ in the folder the #include names.
+_INCLUDE = re.compile(r'^#include "(tf_adapter/(\w+\.h))"$', re.M)
 _PROTOTYPE = re.compile(r"TF_LMS_EXPORT\s+([^;{]*?)\b(tf_lms_\w+)\s*\(([^)]*)\)\s*;", re.S)
 
 
@@ -80,7 +81,13 @@ def read_header(header_path: Path) -> str:
         True
     """
     text = header_path.read_text()
-    return _INCLUDE.sub(lambda m: read_header(header_path.parent / m.group(1)), text)
+
+    def included(match: re.Match) -> str:
+        beside = header_path.parent / match.group(2)
+        return read_header(beside if beside.exists()
+                           else header_path.parent.parent / match.group(1))
+
+    return _INCLUDE.sub(included, text)
 
 
 def declare(lib: ctypes.CDLL, header_path: Path) -> None:

@@ -26,7 +26,7 @@ _ADAPTER: ctypes.CDLL | None = None
 # environment value knows TensorFlow was imported by us, not before us.
 _INTERPOSER_LOADED = False
 
-# The exception each error code of the adapter's C API (cc/tf_adapter/c_api.h)
+# The exception each error code of the adapter's C API (cc/overlay/c_api.h)
 # raises, by the code's name (tf_lms_code_name), so the type never depends on
 # the message text. An error while importing raises ImportError instead when
 # it is FAILED_PRECONDITION (another TensorFlow version, no interposer,

@@ -12,8 +12,10 @@ import pytest
 
 from tensorflow_lms_allocator import _c_api, _overlay
 
-HEADERS = Path(__file__).parents[1] / "tensorflow_lms_allocator/cc/tf_adapter"
-HEADER = HEADERS / "c_api.h"
+CC = Path(__file__).parents[1] / "tensorflow_lms_allocator/cc"
+HEADER = CC / "overlay" / "c_api.h"
+# Each header of the C API Python reads, where it lives in the sources.
+HEADERS = {"c_api.h": HEADER, "statistics_c_api.h": CC / "tf_adapter" / "statistics_c_api.h"}
 
 
 def test_every_exported_function_of_the_header_is_read_with_its_types() -> None:
@@ -23,15 +25,14 @@ def test_every_exported_function_of_the_header_is_read_with_its_types() -> None:
     # From statistics_c_api.h, which c_api.h includes.
     assert prototypes["tf_lms_num_statistics"] == ("int", [])
     assert prototypes["tf_lms_free_string"] == ("void", ["char*"])
-    declared = sum((HEADERS / name).read_text().count("TF_LMS_EXPORT ")
-                   for name in ("c_api.h", "statistics_c_api.h"))
+    declared = sum(path.read_text().count("TF_LMS_EXPORT ") for path in HEADERS.values())
     assert len(prototypes) == declared - 1  # minus the #define
 
 
 def test_the_installed_headers_are_the_source_headers() -> None:
-    for name in ("c_api.h", "statistics_c_api.h"):
+    for name, source in HEADERS.items():
         installed = _overlay._library_dir() / name
-        assert installed.read_bytes() == (HEADERS / name).read_bytes(), name
+        assert installed.read_bytes() == source.read_bytes(), name
 
 
 def test_the_built_adapter_exports_every_declared_function(tmp_path: Path) -> None:

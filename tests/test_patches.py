@@ -133,12 +133,17 @@ def test_git_am_applies_the_series_and_adds_the_overlay_sources_byte_for_byte(ap
         added = applied / make_patches.LMS_DIR / rel
         assert added.read_bytes() == (make_patches.CC / rel).read_bytes(), rel
     assert (applied / make_patches.LMS_DIR / "BUILD").is_file()
-    # The overlay-only files stay out of the TensorFlow tree; the entry point
-    # only a patched TensorFlow builds is in it.
-    adapter = applied / make_patches.LMS_DIR / "tf_adapter"
-    assert not (adapter / "hooks.cc").exists() and not (adapter / "c_api.cc").exists()
-    assert (adapter / "overlay.cc").exists() and (adapter / "patched_tensorflow.cc").exists()
-    assert "patched_tensorflow" not in (ROOT / "CMakeLists.txt").read_text()
+    # The series ships the runtime and the patch-only folder whole, and nothing
+    # of the overlay's own folders or the tests'; the overlay never builds patch/.
+    lms = applied / make_patches.LMS_DIR
+    assert sorted(p.name for p in lms.iterdir()) == ["BUILD", "backends", "engine", "patch",
+                                                     "tf_adapter"]
+    shipped = {str(rel) for rel in sources}
+    for folder in make_patches.SHIPPED_DIRS:
+        assert {f"{folder}/{p.name}" for p in (make_patches.CC / folder).iterdir()
+                if p.suffix in (".h", ".cc")} <= shipped, folder
+    assert (lms / "tf_adapter/overlay.cc").exists() and (lms / "patch/patched_tensorflow.cc").exists()
+    assert "patch/" not in (ROOT / "CMakeLists.txt").read_text()
 
 
 def test_every_pre_image_is_the_wheels_file_or_the_source_trees():
@@ -253,7 +258,7 @@ ADDED_CODE_PROGRAM = """\
 #include "tensorflow/core/common_runtime/device_id_utils.h"
 #include "tensorflow/core/common_runtime/gpu/gpu_process_state.h"
 #include "tensorflow/core/framework/op_kernel.h"
-#include "tf_adapter/patched_tensorflow.h"
+#include "patch/patched_tensorflow.h"
 #include "xla/stream_executor/gpu/gpu_init.h"
 
 namespace tensorflow {{
@@ -292,9 +297,9 @@ def test_the_code_added_to_tensorflows_cc_files_compiles_against_the_wheels_head
     storage, created, destroyed = added_lines("tensorflow/core/framework/op_kernel.cc")
     include, allocator, host = added_lines(
         "tensorflow/core/common_runtime/gpu/gpu_process_state.cc")
-    assert include == ['#include "tensorflow/core/common_runtime/lms/tf_adapter/'
+    assert include == ['#include "tensorflow/core/common_runtime/lms/patch/'
                        'patched_tensorflow.h"']
-    assert (applied / make_patches.LMS_DIR / "tf_adapter/patched_tensorflow.h").is_file()
+    assert (applied / make_patches.LMS_DIR / "patch/patched_tensorflow.h").is_file()
     in_member = lambda lines: "\n".join(lines).replace("(this,", "(self,").replace(
         "(this)", "(self)")
     source = tmp_path / "added_code.cc"
@@ -309,7 +314,7 @@ PINNED_COPIES_PROGRAM = """\
 #include <utility>
 
 #include "tensorflow/core/common_runtime/gpu/gpu_util.h"
-#include "tf_adapter/patched_tensorflow.h"
+#include "patch/patched_tensorflow.h"
 
 namespace tensorflow {{
 {code}

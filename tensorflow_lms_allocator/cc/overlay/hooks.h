@@ -1,8 +1,8 @@
 // The glue between the interposer (interposer/lms_hooks.h: C, no
 // TensorFlow) and the overlay: the functions the interposer calls after
 // TensorFlow's own, forwarding to Overlay and KernelPins.
-#ifndef TENSORFLOW_LMS_ALLOCATOR_CC_TF_ADAPTER_HOOKS_H_
-#define TENSORFLOW_LMS_ALLOCATOR_CC_TF_ADAPTER_HOOKS_H_
+#ifndef TENSORFLOW_LMS_ALLOCATOR_CC_OVERLAY_HOOKS_H_
+#define TENSORFLOW_LMS_ALLOCATOR_CC_OVERLAY_HOOKS_H_
 
 #include "engine/status.h"
 
@@ -15,4 +15,4 @@ Status RegisterOverlayHooks();
 
 }  // namespace lms
 
-#endif  // TENSORFLOW_LMS_ALLOCATOR_CC_TF_ADAPTER_HOOKS_H_
+#endif  // TENSORFLOW_LMS_ALLOCATOR_CC_OVERLAY_HOOKS_H_

@@ -5,8 +5,8 @@
 // TensorFlow's tree; the runtime overlay reaches the same Overlay through the
 // interposer instead, hooks.h), because it uses the OpKernelContext observer
 // the series adds to tensorflow/core/framework/op_kernel.h.
-#ifndef TENSORFLOW_LMS_ALLOCATOR_CC_TF_ADAPTER_PATCHED_TENSORFLOW_H_
-#define TENSORFLOW_LMS_ALLOCATOR_CC_TF_ADAPTER_PATCHED_TENSORFLOW_H_
+#ifndef TENSORFLOW_LMS_ALLOCATOR_CC_PATCH_PATCHED_TENSORFLOW_H_
+#define TENSORFLOW_LMS_ALLOCATOR_CC_PATCH_PATCHED_TENSORFLOW_H_
 
 #include <cstddef>
 #include <vector>
@@ -62,4 +62,4 @@ void PinnedDeviceToDeviceCopy(DeviceToDeviceFn unpinned,
 
 }  // namespace lms
 
-#endif  // TENSORFLOW_LMS_ALLOCATOR_CC_TF_ADAPTER_PATCHED_TENSORFLOW_H_
+#endif  // TENSORFLOW_LMS_ALLOCATOR_CC_PATCH_PATCHED_TENSORFLOW_H_

@@ -1,4 +1,4 @@
-#include "tf_adapter/patched_tensorflow.h"
+#include "patch/patched_tensorflow.h"
 
 #include <string>
 

@@ -10,8 +10,8 @@
 // tf_lms_configure(). The emulated device's engine is created on
 // TensorFlow's first GetCPUAllocator call, when TensorFlow creates its
 // devices; from then on the settings are fixed.
-#ifndef TENSORFLOW_LMS_ALLOCATOR_CC_TF_ADAPTER_C_API_H_
-#define TENSORFLOW_LMS_ALLOCATOR_CC_TF_ADAPTER_C_API_H_
+#ifndef TENSORFLOW_LMS_ALLOCATOR_CC_OVERLAY_C_API_H_
+#define TENSORFLOW_LMS_ALLOCATOR_CC_OVERLAY_C_API_H_
 
 #include <stddef.h>
 #include <stdint.h>
@@ -98,4 +98,4 @@ TF_LMS_EXPORT int tf_lms_inspect(const void* address, int64_t* out);
 }  // extern "C"
 #endif
 
-#endif  // TENSORFLOW_LMS_ALLOCATOR_CC_TF_ADAPTER_C_API_H_
+#endif  // TENSORFLOW_LMS_ALLOCATOR_CC_OVERLAY_C_API_H_

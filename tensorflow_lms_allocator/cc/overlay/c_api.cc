@@ -1,12 +1,12 @@
 // The C API (c_api.h): thin wrappers that turn Overlay's Status results into
 // a TfLmsCode and a message. The test-only entry points are in
 // tf_testing/c_api_testing.cc.
-#include "tf_adapter/c_api.h"
+#include "overlay/c_api.h"
 
 #include <cstring>
 #include <string>
 
-#include "tf_adapter/hooks.h"
+#include "overlay/hooks.h"
 #include "tf_adapter/overlay.h"
 #include "tf_adapter/strict_report.h"
 

@@ -1,4 +1,4 @@
-#include "tf_adapter/hooks.h"
+#include "overlay/hooks.h"
 
 #include <dlfcn.h>
 

@@ -1,0 +1,51 @@
+"""The C++ tree shows the two ways in: includes run only downward.
+
+tensorflow_lms_allocator/cc/ holds, bottom up: the engine (C++17 and the OS),
+its backends, the TensorFlow-facing runtime both ways in share (tf_adapter/),
+and above it the runtime overlay's glue (overlay/, interposer/), the entry
+points of a patched TensorFlow (patch/), the tests' probes (tf_testing/) and
+the Python binding (python/). A lower folder never includes a higher one, so
+the source patch can ship engine/, backends/, tf_adapter/ and patch/ alone.
+
+Example:
+    $ .venv/bin/python -m pytest -q tests/test_layout.py
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+CC = Path(__file__).resolve().parents[1] / "tensorflow_lms_allocator" / "cc"
+# Each folder and the folders its files may include (besides itself).
+MAY_INCLUDE = {
+    "engine": set(),
+    "testing": {"engine"},
+    "backends": {"engine"},
+    "tf_adapter": {"engine", "backends"},
+    "patch": {"engine", "backends", "tf_adapter"},
+    "overlay": {"engine", "backends", "tf_adapter", "interposer"},
+    "interposer": set(),
+    "tf_testing": {"engine", "backends", "tf_adapter"},
+    "python": {"engine", "backends", "testing"},
+}
+INCLUDE = re.compile(r'^#include "(\w+)/[\w./]+"', re.M)
+
+
+def test_every_folder_is_placed_in_the_layering():
+    folders = {p.name for p in CC.iterdir() if p.is_dir()}
+    assert folders == set(MAY_INCLUDE), folders ^ set(MAY_INCLUDE)
+
+
+def test_includes_run_only_downward():
+    wrong, across = [], 0
+    for folder, allowed in MAY_INCLUDE.items():
+        for source in sorted((CC / folder).glob("*.[ch]*")):
+            for included in INCLUDE.findall(source.read_text()):
+                if included not in MAY_INCLUDE or included == folder:
+                    continue
+                across += 1
+                if included not in allowed:
+                    wrong.append(f"{source.relative_to(CC)} includes {included}/")
+    assert not wrong, wrong
+    assert across > 50  # the check saw the tree's includes between folders
