@@ -42,29 +42,29 @@ StatusCallback TakeCallback(void* done) {
 
 void CopyGpuToCpuHook(void* original, void* gpu_device, const void* device_context,
                       const void* gpu_tensor, void* cpu_tensor, void* done) {
-  CopyGpuTensorToCpu(Overlay::Get().devices(), reinterpret_cast<GpuToCpuFn>(original),
-                     static_cast<Device*>(gpu_device),
-                     static_cast<const DeviceContext*>(device_context),
-                     static_cast<const Tensor*>(gpu_tensor), static_cast<Tensor*>(cpu_tensor),
-                     TakeCallback(done));
+  PinnedCopyGpuTensorToCpu(reinterpret_cast<GpuToCpuFn>(original),
+                           static_cast<Device*>(gpu_device),
+                           static_cast<const DeviceContext*>(device_context),
+                           static_cast<const Tensor*>(gpu_tensor),
+                           static_cast<Tensor*>(cpu_tensor), TakeCallback(done));
 }
 
 void CopyCpuToGpuHook(void* original, const void* cpu_tensor, const void* device_context,
                       void* gpu_device, void* gpu_tensor, void* done, int sync_dst_compute) {
-  CopyCpuTensorToGpu(Overlay::Get().devices(), reinterpret_cast<CpuToGpuFn>(original),
-                     static_cast<const Tensor*>(cpu_tensor),
-                     static_cast<const DeviceContext*>(device_context),
-                     static_cast<Device*>(gpu_device), static_cast<Tensor*>(gpu_tensor),
-                     TakeCallback(done), sync_dst_compute != 0);
+  PinnedCopyCpuTensorToGpu(reinterpret_cast<CpuToGpuFn>(original),
+                           static_cast<const Tensor*>(cpu_tensor),
+                           static_cast<const DeviceContext*>(device_context),
+                           static_cast<Device*>(gpu_device), static_cast<Tensor*>(gpu_tensor),
+                           TakeCallback(done), sync_dst_compute != 0);
 }
 
 void CopyGpuToSameGpuHook(void* original, void* gpu_device, const void* device_context,
                           const void* src_tensor, void* dst_tensor, void* done) {
-  CopyGpuTensorToSameGpu(Overlay::Get().devices(), reinterpret_cast<SameGpuFn>(original),
-                         static_cast<Device*>(gpu_device),
-                         static_cast<const DeviceContext*>(device_context),
-                         static_cast<const Tensor*>(src_tensor),
-                         static_cast<Tensor*>(dst_tensor), TakeCallback(done));
+  PinnedCopyGpuTensorToSameGpu(reinterpret_cast<SameGpuFn>(original),
+                               static_cast<Device*>(gpu_device),
+                               static_cast<const DeviceContext*>(device_context),
+                               static_cast<const Tensor*>(src_tensor),
+                               static_cast<Tensor*>(dst_tensor), TakeCallback(done));
 }
 
 void CopyDeviceToDeviceHook(void* original, void* send_device_context,
@@ -72,14 +72,14 @@ void CopyDeviceToDeviceHook(void* original, void* send_device_context,
                             unsigned long long src_attributes,
                             unsigned long long dst_attributes, const void* input,
                             void* output, int stream_index, void* done) {
-  DeviceToDeviceCopy(Overlay::Get().devices(), reinterpret_cast<DeviceToDeviceFn>(original),
-                     static_cast<DeviceContext*>(send_device_context),
-                     static_cast<DeviceContext*>(recv_device_context),
-                     static_cast<Device*>(src_device), static_cast<Device*>(dst_device),
-                     AllocatorAttributesFromBits(src_attributes),
-                     AllocatorAttributesFromBits(dst_attributes),
-                     static_cast<const Tensor*>(input), static_cast<Tensor*>(output),
-                     stream_index, TakeCallback(done));
+  PinnedDeviceToDeviceCopy(reinterpret_cast<DeviceToDeviceFn>(original),
+                           static_cast<DeviceContext*>(send_device_context),
+                           static_cast<DeviceContext*>(recv_device_context),
+                           static_cast<Device*>(src_device), static_cast<Device*>(dst_device),
+                           AllocatorAttributesFromBits(src_attributes),
+                           AllocatorAttributesFromBits(dst_attributes),
+                           static_cast<const Tensor*>(input), static_cast<Tensor*>(output),
+                           stream_index, TakeCallback(done));
 }
 
 const TfLmsHooks kHooks = {ContextCreatedHook,     ContextDestroyedHook,

@@ -53,42 +53,4 @@ tsl::Allocator* LmsGpuAllocatorOrNull(const tensorflow::GPUOptions& options,
   return static_cast<tsl::Allocator*>(lms);
 }
 
-void PinnedCopyGpuTensorToCpu(GpuToCpuFn unpinned, tensorflow::Device* gpu_device,
-                              const tensorflow::DeviceContext* device_context,
-                              const tensorflow::Tensor* gpu_tensor,
-                              tensorflow::Tensor* cpu_tensor, tensorflow::StatusCallback done) {
-  CopyGpuTensorToCpu(Overlay::Get().devices(), unpinned, gpu_device, device_context,
-                     gpu_tensor, cpu_tensor, std::move(done));
-}
-
-void PinnedCopyCpuTensorToGpu(CpuToGpuFn unpinned, const tensorflow::Tensor* cpu_tensor,
-                              const tensorflow::DeviceContext* device_context,
-                              tensorflow::Device* gpu_device, tensorflow::Tensor* gpu_tensor,
-                              tensorflow::StatusCallback done, bool sync_dst_compute) {
-  CopyCpuTensorToGpu(Overlay::Get().devices(), unpinned, cpu_tensor, device_context,
-                     gpu_device, gpu_tensor, std::move(done), sync_dst_compute);
-}
-
-void PinnedCopyGpuTensorToSameGpu(SameGpuFn unpinned, tensorflow::Device* gpu_device,
-                                  const tensorflow::DeviceContext* device_context,
-                                  const tensorflow::Tensor* src_gpu_tensor,
-                                  tensorflow::Tensor* dst_gpu_tensor,
-                                  tensorflow::StatusCallback done) {
-  CopyGpuTensorToSameGpu(Overlay::Get().devices(), unpinned, gpu_device, device_context,
-                         src_gpu_tensor, dst_gpu_tensor, std::move(done));
-}
-
-void PinnedDeviceToDeviceCopy(DeviceToDeviceFn unpinned,
-                              tensorflow::DeviceContext* send_dev_context,
-                              tensorflow::DeviceContext* recv_dev_context,
-                              tensorflow::Device* src, tensorflow::Device* dst,
-                              tsl::AllocatorAttributes src_alloc_attr,
-                              tsl::AllocatorAttributes dst_alloc_attr,
-                              const tensorflow::Tensor* input, tensorflow::Tensor* output,
-                              int dev_to_dev_stream_index, tensorflow::StatusCallback done) {
-  DeviceToDeviceCopy(Overlay::Get().devices(), unpinned, send_dev_context, recv_dev_context,
-                     src, dst, src_alloc_attr, dst_alloc_attr, input, output,
-                     dev_to_dev_stream_index, std::move(done));
-}
-
 }  // namespace lms

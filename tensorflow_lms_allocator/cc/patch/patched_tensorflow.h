@@ -34,31 +34,8 @@ tsl::Allocator* LmsGpuAllocatorOrNull(const tensorflow::GPUOptions& options,
                                       int tf_device_id, size_t total_bytes,
                                       const std::vector<tsl::TfDeviceId>& peer_gpu_ids);
 
-// tensorflow::GPUUtil's copies, pinned as Note [TensorFlow's own copies]
-// (tensorflow_copies.h) says: each takes GPUUtil's own implementation as
-// `unpinned` and the function's arguments, and runs `unpinned` with the
-// copy's LMS tensors pinned until `done`.
-void PinnedCopyGpuTensorToCpu(GpuToCpuFn unpinned, tensorflow::Device* gpu_device,
-                              const tensorflow::DeviceContext* device_context,
-                              const tensorflow::Tensor* gpu_tensor,
-                              tensorflow::Tensor* cpu_tensor, tensorflow::StatusCallback done);
-void PinnedCopyCpuTensorToGpu(CpuToGpuFn unpinned, const tensorflow::Tensor* cpu_tensor,
-                              const tensorflow::DeviceContext* device_context,
-                              tensorflow::Device* gpu_device, tensorflow::Tensor* gpu_tensor,
-                              tensorflow::StatusCallback done, bool sync_dst_compute);
-void PinnedCopyGpuTensorToSameGpu(SameGpuFn unpinned, tensorflow::Device* gpu_device,
-                                  const tensorflow::DeviceContext* device_context,
-                                  const tensorflow::Tensor* src_gpu_tensor,
-                                  tensorflow::Tensor* dst_gpu_tensor,
-                                  tensorflow::StatusCallback done);
-void PinnedDeviceToDeviceCopy(DeviceToDeviceFn unpinned,
-                              tensorflow::DeviceContext* send_dev_context,
-                              tensorflow::DeviceContext* recv_dev_context,
-                              tensorflow::Device* src, tensorflow::Device* dst,
-                              tsl::AllocatorAttributes src_alloc_attr,
-                              tsl::AllocatorAttributes dst_alloc_attr,
-                              const tensorflow::Tensor* input, tensorflow::Tensor* output,
-                              int dev_to_dev_stream_index, tensorflow::StatusCallback done);
+// The patched GPUUtil copies call lms::PinnedCopyGpuTensorToCpu and the
+// other three (tensorflow_copies.h) with their renamed bodies.
 
 }  // namespace lms
 

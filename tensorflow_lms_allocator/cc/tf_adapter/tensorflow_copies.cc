@@ -16,6 +16,7 @@
 #include "tensorflow/core/framework/device.h"
 #include "tensorflow/core/framework/device_base.h"
 #include "tensorflow/core/framework/tensor.h"
+#include "tf_adapter/overlay.h"
 
 namespace lms {
 namespace {
@@ -93,9 +94,10 @@ absl::Status ToAbsl(const Status& status) {
 // it runs TensorFlow's `done`. If a buffer cannot be pinned, the copy is not
 // launched and `done` receives the error.
 template <typename Launch>
-void PinnedCopy(DeviceRegistry& devices, const DeviceContext* device_context,
+void PinnedCopy(const DeviceContext* device_context,
                 std::initializer_list<const Tensor*> tensors, const char* what,
                 StatusCallback callback, Launch launch) {
+  DeviceRegistry& devices = Overlay::Get().devices();
   auto pins = std::make_shared<CopyPins>();
   for (const Tensor* tensor : tensors) {
     const Status status = pins->Take(devices, device_context, tensor, what);
@@ -123,48 +125,49 @@ tsl::AllocatorAttributes AllocatorAttributesFromBits(unsigned long long bits) {
   return attributes;
 }
 
-void CopyGpuTensorToCpu(DeviceRegistry& devices, GpuToCpuFn original, Device* gpu_device,
-                        const DeviceContext* device_context, const Tensor* gpu_tensor,
-                        Tensor* cpu_tensor, StatusCallback done) {
-  PinnedCopy(devices, device_context, {gpu_tensor}, "device-to-host copy", std::move(done),
+void PinnedCopyGpuTensorToCpu(GpuToCpuFn unpinned, Device* gpu_device,
+                              const DeviceContext* device_context, const Tensor* gpu_tensor,
+                              Tensor* cpu_tensor, StatusCallback done) {
+  PinnedCopy(device_context, {gpu_tensor}, "device-to-host copy", std::move(done),
              [&](StatusCallback callback) {
-               original(gpu_device, device_context, gpu_tensor, cpu_tensor,
+               unpinned(gpu_device, device_context, gpu_tensor, cpu_tensor,
                         std::move(callback));
              });
 }
 
-void CopyCpuTensorToGpu(DeviceRegistry& devices, CpuToGpuFn original, const Tensor* cpu_tensor,
-                        const DeviceContext* device_context, Device* gpu_device,
-                        Tensor* gpu_tensor, StatusCallback done, bool sync_dst_compute) {
-  PinnedCopy(devices, device_context, {gpu_tensor}, "host-to-device copy", std::move(done),
+void PinnedCopyCpuTensorToGpu(CpuToGpuFn unpinned, const Tensor* cpu_tensor,
+                              const DeviceContext* device_context, Device* gpu_device,
+                              Tensor* gpu_tensor, StatusCallback done, bool sync_dst_compute) {
+  PinnedCopy(device_context, {gpu_tensor}, "host-to-device copy", std::move(done),
              [&](StatusCallback callback) {
-               original(cpu_tensor, device_context, gpu_device, gpu_tensor,
+               unpinned(cpu_tensor, device_context, gpu_device, gpu_tensor,
                         std::move(callback), sync_dst_compute);
              });
 }
 
-void CopyGpuTensorToSameGpu(DeviceRegistry& devices, SameGpuFn original, Device* gpu_device,
-                            const DeviceContext* device_context, const Tensor* src_tensor,
-                            Tensor* dst_tensor, StatusCallback done) {
-  PinnedCopy(devices, device_context, {src_tensor, dst_tensor}, "copy within the device",
+void PinnedCopyGpuTensorToSameGpu(SameGpuFn unpinned, Device* gpu_device,
+                                  const DeviceContext* device_context,
+                                  const Tensor* src_gpu_tensor, Tensor* dst_gpu_tensor,
+                                  StatusCallback done) {
+  PinnedCopy(device_context, {src_gpu_tensor, dst_gpu_tensor}, "copy within the device",
              std::move(done), [&](StatusCallback callback) {
-               original(gpu_device, device_context, src_tensor, dst_tensor,
+               unpinned(gpu_device, device_context, src_gpu_tensor, dst_gpu_tensor,
                         std::move(callback));
              });
 }
 
-void DeviceToDeviceCopy(DeviceRegistry& devices, DeviceToDeviceFn original,
-                        DeviceContext* send_device_context,
-                        DeviceContext* recv_device_context, Device* src_device,
-                        Device* dst_device, tsl::AllocatorAttributes src_attributes,
-                        tsl::AllocatorAttributes dst_attributes, const Tensor* input,
-                        Tensor* output, int stream_index, StatusCallback done) {
+void PinnedDeviceToDeviceCopy(DeviceToDeviceFn unpinned, DeviceContext* send_dev_context,
+                              DeviceContext* recv_dev_context, Device* src, Device* dst,
+                              tsl::AllocatorAttributes src_alloc_attr,
+                              tsl::AllocatorAttributes dst_alloc_attr, const Tensor* input,
+                              Tensor* output, int dev_to_dev_stream_index,
+                              StatusCallback done) {
   // The copy runs on the sending device's streams (the approximation of
   // Note [TensorFlow's own copies] for a destination on another device).
-  PinnedCopy(devices, send_device_context, {input, output}, "device-to-device copy",
-             std::move(done), [&](StatusCallback callback) {
-               original(send_device_context, recv_device_context, src_device, dst_device,
-                        src_attributes, dst_attributes, input, output, stream_index,
+  PinnedCopy(send_dev_context, {input, output}, "device-to-device copy", std::move(done),
+             [&](StatusCallback callback) {
+               unpinned(send_dev_context, recv_dev_context, src, dst, src_alloc_attr,
+                        dst_alloc_attr, input, output, dev_to_dev_stream_index,
                         std::move(callback));
              });
 }

@@ -45,7 +45,6 @@
 #include "tensorflow/core/framework/device.h"
 #include "tensorflow/core/framework/device_base.h"
 #include "tensorflow/core/framework/tensor.h"
-#include "tf_adapter/device_registry.h"
 #include "xla/tsl/framework/allocator.h"
 
 namespace lms {
@@ -69,33 +68,32 @@ using DeviceToDeviceFn = void (*)(tensorflow::DeviceContext*, tensorflow::Device
 // carries them in one register (DeviceToDeviceCopy's hook).
 tsl::AllocatorAttributes AllocatorAttributesFromBits(unsigned long long bits);
 
-// The copies of tensorflow::GPUUtil, with GPUUtil's own arguments:
-// `original` is GPUUtil's function (or, in a patched TensorFlow, its body
-// kept under another name). Each runs `original` as PinnedCopy says, with the
-// buffers that `devices`'s LMS devices own, and hands `done` the copy's status.
-void CopyGpuTensorToCpu(DeviceRegistry& devices, GpuToCpuFn original,
-                        tensorflow::Device* gpu_device,
-                        const tensorflow::DeviceContext* device_context,
-                        const tensorflow::Tensor* gpu_tensor, tensorflow::Tensor* cpu_tensor,
-                        tensorflow::StatusCallback done);
-void CopyCpuTensorToGpu(DeviceRegistry& devices, CpuToGpuFn original,
-                        const tensorflow::Tensor* cpu_tensor,
-                        const tensorflow::DeviceContext* device_context,
-                        tensorflow::Device* gpu_device, tensorflow::Tensor* gpu_tensor,
-                        tensorflow::StatusCallback done, bool sync_dst_compute);
-void CopyGpuTensorToSameGpu(DeviceRegistry& devices, SameGpuFn original,
-                            tensorflow::Device* gpu_device,
-                            const tensorflow::DeviceContext* device_context,
-                            const tensorflow::Tensor* src_tensor, tensorflow::Tensor* dst_tensor,
-                            tensorflow::StatusCallback done);
-void DeviceToDeviceCopy(DeviceRegistry& devices, DeviceToDeviceFn original,
-                        tensorflow::DeviceContext* send_device_context,
-                        tensorflow::DeviceContext* recv_device_context,
-                        tensorflow::Device* src_device, tensorflow::Device* dst_device,
-                        tsl::AllocatorAttributes src_attributes,
-                        tsl::AllocatorAttributes dst_attributes,
-                        const tensorflow::Tensor* input, tensorflow::Tensor* output,
-                        int stream_index, tensorflow::StatusCallback done);
+// tensorflow::GPUUtil's copies, pinned: each takes GPUUtil's own arguments
+// and, as `unpinned`, GPUUtil's function (the interposer's original, or in a
+// patched TensorFlow its body kept under another name), and runs it as
+// PinnedCopy says, with the buffers the process's LMS devices own
+// (Overlay's DeviceRegistry), handing `done` the copy's status.
+void PinnedCopyGpuTensorToCpu(GpuToCpuFn unpinned, tensorflow::Device* gpu_device,
+                              const tensorflow::DeviceContext* device_context,
+                              const tensorflow::Tensor* gpu_tensor,
+                              tensorflow::Tensor* cpu_tensor, tensorflow::StatusCallback done);
+void PinnedCopyCpuTensorToGpu(CpuToGpuFn unpinned, const tensorflow::Tensor* cpu_tensor,
+                              const tensorflow::DeviceContext* device_context,
+                              tensorflow::Device* gpu_device, tensorflow::Tensor* gpu_tensor,
+                              tensorflow::StatusCallback done, bool sync_dst_compute);
+void PinnedCopyGpuTensorToSameGpu(SameGpuFn unpinned, tensorflow::Device* gpu_device,
+                                  const tensorflow::DeviceContext* device_context,
+                                  const tensorflow::Tensor* src_gpu_tensor,
+                                  tensorflow::Tensor* dst_gpu_tensor,
+                                  tensorflow::StatusCallback done);
+void PinnedDeviceToDeviceCopy(DeviceToDeviceFn unpinned,
+                              tensorflow::DeviceContext* send_dev_context,
+                              tensorflow::DeviceContext* recv_dev_context,
+                              tensorflow::Device* src, tensorflow::Device* dst,
+                              tsl::AllocatorAttributes src_alloc_attr,
+                              tsl::AllocatorAttributes dst_alloc_attr,
+                              const tensorflow::Tensor* input, tensorflow::Tensor* output,
+                              int dev_to_dev_stream_index, tensorflow::StatusCallback done);
 
 }  // namespace lms
 

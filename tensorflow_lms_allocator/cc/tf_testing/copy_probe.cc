@@ -188,21 +188,19 @@ extern "C" int tf_lms_test_tensorflow_copy(const char* device_name, const char* 
   StatusCallback done = [](const absl::Status& s) {
     if (!s.ok()) g_flight->status = s;  // a failed pin: called before any launch
   };
-  DeviceRegistry& devices = Overlay::Get().devices();
   switch (kind) {
     case 0:
-      CopyGpuTensorToCpu(devices, &GpuToCpu, nullptr, nullptr, src, dst, std::move(done));
+      PinnedCopyGpuTensorToCpu(&GpuToCpu, nullptr, nullptr, src, dst, std::move(done));
       break;
     case 1:
-      CopyCpuTensorToGpu(devices, &CpuToGpu, src, nullptr, nullptr, dst, std::move(done),
-                         false);
+      PinnedCopyCpuTensorToGpu(&CpuToGpu, src, nullptr, nullptr, dst, std::move(done), false);
       break;
     case 2:
-      CopyGpuTensorToSameGpu(devices, &GpuToCpu, nullptr, nullptr, src, dst, std::move(done));
+      PinnedCopyGpuTensorToSameGpu(&GpuToCpu, nullptr, nullptr, src, dst, std::move(done));
       break;
     case 3:
-      DeviceToDeviceCopy(devices, &DeviceToDevice, nullptr, nullptr, nullptr, nullptr, {}, {},
-                         src, dst, 0, std::move(done));
+      PinnedDeviceToDeviceCopy(&DeviceToDevice, nullptr, nullptr, nullptr, nullptr, {}, {}, src,
+                               dst, 0, std::move(done));
       break;
   }
   int64_t in_flight[2] = {-1, -1};
