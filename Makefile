@@ -59,7 +59,7 @@ THREAD_SAFETY_FLAGS := -std=c++17 -c -Wall -Wextra -Wthread-safety -Wthread-safe
                        -Werror -I$(CC_SRC)
 
 .PHONY: all build test test-asan test-tsan test-thread-safety test-python demo bench-allocator \
-        bench-maxbatch bench-mincap bench-overhead bench-trace bench-policy clean fake-cuda test-fake-cuda mutation-check-cuda \
+        bench-maxbatch bench-mincap bench-overhead bench-trace bench-policy bench-small-pages clean fake-cuda test-fake-cuda mutation-check-cuda \
         test-gpu-wheel gpu-check gpu-check-engine bench-driver-calls wheel test-patches patches \
         test-quick help
 
@@ -393,6 +393,7 @@ make bench-maxbatch      largest ResNet-50 batch under a cap: TensorFlow's BFC a
 make bench-mincap        smallest device on which the benchmark models train, / their peak
 make bench-overhead      step time under LMS vs the copy floor, by category
 make bench-policy        LRU, learned and Belady eviction on recorded traces and real training
+make bench-small-pages   swap bytes with small-object size classes vs one class, on replayed traces
 make bench-trace         what recording an access trace costs a training step
 make bench-driver-calls  CUDA driver calls per GiB evicted and paged in (fake driver)
 make clean               remove build/ and the package build stamp
@@ -433,6 +434,10 @@ bench-overhead: build
 # (benchmarks/README.md).
 bench-policy: build
 	$(PY) benchmarks/policy.py
+
+# Small-object size classes vs one class, on replayed traces (benchmarks/README.md).
+bench-small-pages: build
+	$(PY) benchmarks/small_pages.py
 
 # What recording an access trace costs a training step (benchmarks/README.md).
 bench-trace: build

@@ -71,6 +71,9 @@ class Event:
     born_pinned: bool = False
     live_at_start: bool = False
     unclaimed: bool = False  # made outside kernels: not evictable until its first pin
+    # A pin (or born-pinned allocation) and the unpin that ends it share a
+    # number (-1: none, an unpin the trace shows no pin for).
+    pin: int = -1
 
 
 @dataclass
@@ -135,6 +138,10 @@ def normalize(t: trace_module.Trace) -> Events:
     dead_starts: list[int] = []
     dead: dict[int, tuple[int, int]] = {}
     sizes: list[int] = []
+    # (address, unit id) -> the pins at it not yet unpinned: an unpin ends the
+    # pin its kernel made, at the same address of the same unit, even if the
+    # object it pinned was freed since and another now starts there.
+    open_pins: dict[tuple[int, int], list[Event]] = {}
     events: list[Event] = []
     skipped = recorded_evicted = 0
     names = trace_module.EVENT_NAMES
@@ -151,12 +158,21 @@ def normalize(t: trace_module.Trace) -> Events:
             sizes.append(int(r["bytes"]))
             bisect.insort(starts, address)
             live[address] = (index, int(r["bytes"]))
-            events.append(Event(ALLOC, index, 0, time_ns, op,
-                                bool(flags & trace_module.BORN_PINNED), start_of_snapshot,
-                                bool(flags & trace_module.UNCLAIMED)))
+            born_pinned = bool(flags & trace_module.BORN_PINNED)
+            events.append(Event(ALLOC, index, 0, time_ns, op, born_pinned, start_of_snapshot,
+                                bool(flags & trace_module.UNCLAIMED),
+                                pin=len(events) if born_pinned else -1))
+            if born_pinned:
+                open_pins.setdefault((address, int(r["unit_id"])), []).append(events[-1])
             continue
         if kind not in (FREE, PIN, UNPIN):
             continue  # page-ins: what the recorded policy did
+        key = (address, int(r["unit_id"]))
+        if kind == UNPIN and open_pins.get(key):
+            pinned = open_pins[key].pop()
+            events.append(Event(UNPIN, pinned.allocation, pinned.offset, time_ns, op,
+                                live_at_start=start_of_snapshot, pin=pinned.pin))
+            continue
         found = _containing(starts, live, address)
         if found is None and kind == UNPIN:
             found = _containing(dead_starts, dead, address)
@@ -165,7 +181,10 @@ def normalize(t: trace_module.Trace) -> Events:
             continue
         start, index = found
         events.append(Event(kind, index, address - start, time_ns, op,
-                            live_at_start=start_of_snapshot))
+                            live_at_start=start_of_snapshot,
+                            pin=len(events) if kind == PIN else -1))
+        if kind == PIN:
+            open_pins.setdefault(key, []).append(events[-1])
         if kind == FREE:
             if start not in dead:
                 bisect.insort(dead_starts, start)
@@ -284,14 +303,17 @@ def _fill_steps(result: Result, bounds: list[int], per_event: Callable[[int], tu
 
 
 def replay_engine(events: Events, device_bytes: int, granule: int, steps: int,
-                  policy: str = "lru") -> Result:
+                  policy: str = "lru", tiny_object_threshold: int | None = None) -> Result:
     """Drives the real engine through `events`; every figure is its statistics."""
     from tensorflow_lms_allocator.engine import Engine, OutOfMemoryError, set_thread_label
 
     total = sum(modelled_size(s, granule) for s in events.sizes)
+    options = {} if tiny_object_threshold is None else {
+        "tiny_object_threshold": tiny_object_threshold}
     engine = Engine(device_bytes, host_bytes=-(-max(total, granule) // granule) * granule,
-                    granule_bytes=granule, policy=policy)
+                    granule_bytes=granule, policy=policy, **options)
     addresses: dict[int, int] = {}  # freed ones stay: a later unpin names its page
+    pinned: dict[int, tuple[int, int]] = {}  # open pin -> (address, unit id) it pinned
     freed: set[int] = set()
     rows: list[tuple] = []
     result = Result(policy, device_bytes, True)
@@ -308,8 +330,13 @@ def replay_engine(events: Events, device_bytes: int, granule: int, steps: int,
                     addresses[e.allocation] = address
                     info = engine.inspect(address)
                     born = info["allocated_bytes"] if info["evicted"] else 0
+                    if e.pin >= 0:
+                        pinned[e.pin] = (address, info["unit_id"])
                 elif e.kind == PIN:
-                    engine.pin(addresses[e.allocation] + e.offset)
+                    address = addresses[e.allocation] + e.offset
+                    pinned[e.pin] = (address, engine.pin(address))
+                elif e.kind == UNPIN and e.pin in pinned:
+                    engine.unpin(*pinned.pop(e.pin))
                 elif e.kind == UNPIN:
                     try:
                         engine.unpin(addresses[e.allocation] + e.offset)
@@ -424,8 +451,12 @@ def replay_belady(events: Events, device_bytes: int, granule: int, steps: int) -
 
 
 def run(events: Events, device_bytes: int, policy: str = "lru", steps: int = 1,
-        granule: int = 2 << 20) -> Result:
-    """Replays `events` on a device of `device_bytes` (whole granules) under `policy`."""
+        granule: int = 2 << 20, tiny_object_threshold: int | None = None) -> Result:
+    """Replays `events` on a device of `device_bytes` (whole granules) under `policy`.
+
+    `tiny_object_threshold` overrides the engine's (Engine's argument of that
+    name: 0 packs tiny and larger small objects into the same pages).
+    """
     if policy not in POLICIES:
         raise ReplayError(f"--policy {policy!r}: use one of {', '.join(POLICIES)}")
     if device_bytes < granule or device_bytes % granule:
@@ -435,7 +466,8 @@ def run(events: Events, device_bytes: int, policy: str = "lru", steps: int = 1,
     if policy == "belady":
         result = replay_belady(events, device_bytes, granule, steps)
     else:
-        result = replay_engine(events, device_bytes, granule, steps, policy)
+        result = replay_engine(events, device_bytes, granule, steps, policy,
+                               tiny_object_threshold)
     result.lower_bound = lower_bound(events, device_bytes, granule)
     return result
 

@@ -249,6 +249,32 @@ def test_unclaimed_allocations_are_never_victims_until_their_first_pin(tmp_path)
     assert engine.stats()["num_evictions"] > 0
 
 
+def test_an_unpin_pairs_with_its_pin_when_a_freed_objects_address_was_reused(tmp_path):
+    """A kernel frees a small object it pinned (its page stays pinned), a new
+    object takes the address, then the kernel ends. The trace names addresses:
+    the unpin belongs to the first object's pin, not to the newcomer (which no
+    one pinned: at another device size, where pages are packed differently,
+    the replay unpinned a page nothing had pinned and stopped)."""
+    engine = Engine(8 * MIB, host_bytes=64 * MIB)
+    path = tmp_path / "reuse.lmstrace"
+    with trace.record_engine(engine, path):
+        first = engine.allocate(1024, pin=True)  # a kernel's temporary
+        unit = engine.inspect(first)["unit_id"]
+        engine.free(first)
+        second = engine.allocate(1024)
+        assert second == first
+        engine.unpin(first, unit)  # the kernel ends
+        engine.unpin(second, engine.pin(second))  # a later kernel reads the newcomer
+        engine.free(second)
+    events = replay.normalize(trace.load(path))
+    opened = {e.pin: e for e in events.events if e.kind != replay.UNPIN and e.pin >= 0}
+    unpins = [e for e in events.events if e.kind == replay.UNPIN]
+    assert [u.allocation for u in unpins] == [0, 1]
+    assert [opened[u.pin].allocation for u in unpins] == [0, 1]
+    result = replay.run(events, 8 * MIB, "lru")
+    assert result.fits and result.unmatched == 0, result.failure
+
+
 def calls_after_snapshot(path: Path) -> int:
     """The events of a trace after its starting snapshot (what --steps splits)."""
     events = replay.normalize(trace.load(path)).events

@@ -512,6 +512,50 @@ TEST(SmallObjectsArePackedInPagesThatAreEvictedAndPagedInWhole) {
   EXPECT_OK(e->CheckInvariants());
 }
 
+TEST(TinyObjectsShareNoPageWithLargerOnesSoPinningACounterPinsNoActivation) {
+  // Note [Size classes] in small_pages.h: a loop counter, activations made
+  // after it, a shape vector.
+  auto e = MakeEngine({/*device=*/4, /*host=*/16});
+  const size_t activation = std::max<size_t>(4096, kGranule / 32);
+  void* counter = MustAllocate(*e, 8);
+  std::vector<void*> activations;
+  for (int i = 0; i < 8; ++i) {
+    activations.push_back(MustAllocate(*e, activation));
+    Fill(*e, activations.back(), activation, i);
+  }
+  void* shape = MustAllocate(*e, 16);
+  AllocationInfo c, a, s;
+  EXPECT_OK(e->Inspect(counter, &c));
+  EXPECT_OK(e->Inspect(activations[0], &a));
+  EXPECT_OK(e->Inspect(shape, &s));
+  EXPECT_TRUE(c.unit_address == s.unit_address && c.unit_address != a.unit_address);
+  EXPECT_EQ(e->small_pages(), 2u);
+  // A kernel reading the counter pins the counter's page only.
+  uint64_t id = 0;
+  EXPECT_OK(e->Pin(counter, &id));
+  EXPECT_OK(e->Evict(activations[0]));
+  EXPECT_OK(e->Inspect(activations[7], &a));
+  EXPECT_TRUE(a.evicted && a.pin_count == 0);
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(Verify(*e, activations[i], activation, i), -1);
+  EXPECT_OK(e->Unpin(counter, id));
+  // 4 KiB is not tiny: a new page, though the counter's has room; 4095 is.
+  void* larger = MustAllocate(*e, 4096, /*pin=*/true);
+  void* tiny = MustAllocate(*e, 4095, /*pin=*/true);
+  AllocationInfo l, t;
+  EXPECT_OK(e->Inspect(larger, &l));
+  EXPECT_OK(e->Inspect(tiny, &t));
+  EXPECT_TRUE(l.unit_address != c.unit_address && t.unit_address == c.unit_address);
+  EXPECT_EQ(e->small_pages(), 3u);
+  EXPECT_OK(e->CheckInvariants());
+  EXPECT_OK(e->Unpin(larger, l.unit_id));
+  EXPECT_OK(e->Unpin(tiny, t.unit_id));
+  for (void* p : activations) EXPECT_OK(e->Free(p));
+  for (void* p : {counter, shape, larger, tiny}) EXPECT_OK(e->Free(p));
+  EXPECT_EQ(e->small_pages(), 0u);
+  EXPECT_EQ(e->GetStatistics().bytes_in_use, 0);
+  EXPECT_OK(e->CheckInvariants());
+}
+
 TEST(FreedSmallObjectsGiveTheirPagesBackSoLargeRequestsFit) {
   // The case, scaled: half-granule objects created and freed, then a
   // request of most of the device, with LMS off.

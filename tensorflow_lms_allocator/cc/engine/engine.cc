@@ -33,8 +33,8 @@ Engine::Engine(const EngineOptions& options, std::unique_ptr<Backend> backend)
       arena_(slots_, /*index_interior=*/true),
       backing_(slots_),
       learning_(options.policy == PolicyKind::kLearned),
-      small_(granule_, options.device_bytes / granule_ +
-                           options.host_bytes / granule_),
+      small_(granule_, options.device_bytes / granule_ + options.host_bytes / granule_,
+             options.tiny_object_threshold),
       lms_enabled_(options.lms_enabled),
       defrag_enabled_(options.defrag_enabled) {}
 
@@ -74,7 +74,9 @@ Status Engine::Init() {
     LMS_RETURN_IF_ERROR(
         backend_->CreatePool(PoolKind::kHost, host_pool_.capacity()));
   }
-  for (const BestFitArena* arena : {&arena_, &small_.arena()}) {
+  std::vector<const BestFitArena*> tables = {&arena_};
+  for (int k = 0; k < SmallPages::kNumClasses; ++k) tables.push_back(&small_.arena(k));
+  for (const BestFitArena* arena : tables) {
     if (!arena->reserved()) {
       return ResourceExhausted("cannot reserve " + FormatBytes(arena->table_bytes()) +
                                " of host address space for the allocator's tables "
@@ -356,10 +358,10 @@ void Engine::Claim(ChunkId c, const void* ptr) {
   // the page is a pin of that object, and claims it before its page-in.
   const Residency::Record& r = residency_.record(c);
   const ChunkId o =
-      r.evicted ? small_.arena().ChunkAt(r.segment * small_.units_per_page())
+      r.evicted ? small_.arena_of(r.segment).ChunkAt(r.segment * small_.units_per_page())
                 : SmallObjectAt(c, ptr);
   if (o == kNoChunk) return;
-  BestFitArena::Chunk& object = small_.arena().chunk(o);
+  BestFitArena::Chunk& object = small_.arena_of(r.segment).chunk(o);
   if (!object.unclaimed) return;
   object.unclaimed = false;
   residency_.RemoveUnclaimed(c);
@@ -459,7 +461,7 @@ void Engine::TraceLiveAllocations() {
             kLive | (r.unclaimed > 0 ? kUnclaimed : 0));
       pin_address = unit_address;
     } else {
-      const BestFitArena& objects = small_.arena();
+      const BestFitArena& objects = small_.arena_of(r.segment);
       const uint64_t first = r.segment * small_.units_per_page();
       const uint64_t end = first + small_.units_per_page();
       for (ChunkId o = objects.SegmentHead(r.segment);
@@ -523,7 +525,7 @@ Status Engine::Inspect(const void* ptr, AllocationInfo* info) const {
     if (o == kNoChunk) {
       return NotFound("no small-object allocation starts at " + FormatAddress(ptr));
     }
-    const BestFitArena::Chunk& object = small_.arena().chunk(o);
+    const BestFitArena::Chunk& object = small_.arena_of(r.segment).chunk(o);
     *info = AllocationInfo{object.allocation_id, reinterpret_cast<uintptr_t>(ptr),
                            object.requested_bytes, object.size * SmallPages::kUnit,
                            true, r.evicted, r.pin_count, object.unclaimed,

@@ -99,6 +99,9 @@ struct EngineOptions {
   // Requests below this many bytes are packed into small-object pages
   // (evicted a page at a time). Zero means one granule.
   size_t small_object_threshold = 0;
+  // Small objects below this many bytes share pages only with each other
+  // (Note [Size classes] in small_pages.h). Zero: one class for all.
+  size_t tiny_object_threshold = SmallPages::kTinyBytes;
   // Evict inactive allocations when the device pool runs out. Off, the engine
   // is a plain capped allocator.
   bool lms_enabled = true;
@@ -321,11 +324,11 @@ class Engine {
   ChunkId SmallObjectAt(ChunkId page, const void* ptr) const
       LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  // Creates an empty page (resident, or born evicted if allowed and the
-  // device is full) and returns its segment. A page for `hold` kWriter
-  // evicts nothing to be resident, nor one for an optional request (which
-  // is never born evicted either).
-  Status NewSmallPage(Hold hold, uint64_t* segment, bool optional = false)
+  // Creates an empty page for objects of `size_class` (resident, or born
+  // evicted if allowed and the device is full) and returns its segment. A
+  // page for `hold` kWriter evicts nothing to be resident, nor one for an
+  // optional request (which is never born evicted either).
+  Status NewSmallPage(Hold hold, int size_class, uint64_t* segment, bool optional = false)
       LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Releases a page with no object and no pin.
   void ReleaseSmallPage(uint64_t segment) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -103,7 +103,7 @@ Status Engine::CheckInvariantsLocked() const {
       const SmallPages::Page& page = small_.page(r.segment);
       uint32_t objects = 0, unclaimed = 0;
       int64_t object_bytes = 0;
-      const BestFitArena& objects_arena = small_.arena();
+      const BestFitArena& objects_arena = small_.arena_of(r.segment);
       const uint64_t end = (r.segment + 1) * small_.units_per_page();
       for (ChunkId o = objects_arena.SegmentHead(r.segment);
            o != kNoChunk && objects_arena.chunk(o).start < end;
@@ -121,7 +121,13 @@ Status Engine::CheckInvariantsLocked() const {
       if (page.unit != id) bad = "a page's table entry names another unit";
       if (page.objects != objects) bad = Eq("a page's object count", page.objects, objects);
       if (page.bytes != object_bytes) bad = Eq("a page's bytes", page.bytes, object_bytes);
-      if (small_.arena().segment_available(r.segment) == r.evicted) {
+      for (int k = 0; k < SmallPages::kNumClasses; ++k) {
+        if (k != page.size_class && (!small_.arena(k).SegmentEmpty(r.segment) ||
+                                     small_.arena(k).segment_available(r.segment))) {
+          bad = "a page's segment is used in another size class's arena";
+        }
+      }
+      if (small_.arena_of(r.segment).segment_available(r.segment) == r.evicted) {
         bad = "a page is available to new objects iff resident: not so";
       }
       if (objects == 0 && r.pin_count == 0) bad = "an empty unpinned page was not released";

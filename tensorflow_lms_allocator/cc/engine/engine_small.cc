@@ -15,12 +15,13 @@ namespace lms {
 void* Engine::AllocateSmall(size_t bytes, Hold hold, bool optional, Status* status,
                             uint64_t* unit_id) {
   const bool pin = hold == Hold::kPin;
-  BestFitArena& arena = small_.arena();
+  const int size_class = small_.ClassOf(bytes);
+  BestFitArena& arena = small_.arena(size_class);
   const uint64_t units = (bytes + SmallPages::kUnit - 1) / SmallPages::kUnit;
   ChunkId o = arena.Allocate(units);
   if (o == kNoChunk) {
     uint64_t segment = 0;
-    *status = NewSmallPage(hold, &segment, optional);
+    *status = NewSmallPage(hold, size_class, &segment, optional);
     if (!status->ok()) return nullptr;
     // A new page is empty; when born evicted it is not available, so the
     // object is placed there directly.
@@ -62,9 +63,9 @@ ChunkId Engine::SmallObjectAt(ChunkId page, const void* ptr) const {
   const uintptr_t offset = reinterpret_cast<uintptr_t>(ptr) -
                            SlotAddress(arena_.chunk(page).start);
   if (offset % SmallPages::kUnit != 0) return kNoChunk;
-  return small_.arena().ChunkAt(residency_.record(page).segment *
-                                    small_.units_per_page() +
-                                offset / SmallPages::kUnit);
+  const uint64_t segment = residency_.record(page).segment;
+  return small_.arena_of(segment).ChunkAt(segment * small_.units_per_page() +
+                                          offset / SmallPages::kUnit);
 }
 
 Status Engine::FreeSmall(ChunkId page_unit, const void* ptr) {
@@ -76,7 +77,7 @@ Status Engine::FreeSmall(ChunkId page_unit, const void* ptr) {
   }
   const Residency::Record& r = residency_.record(page_unit);
   SmallPages::Page& page = small_.page(r.segment);
-  BestFitArena::Chunk& object = small_.arena().chunk(o);
+  BestFitArena::Chunk& object = small_.arena_of(r.segment).chunk(o);
   const int64_t allocated = static_cast<int64_t>(object.size * SmallPages::kUnit);
   if (object.unclaimed) {
     object.unclaimed = false;
@@ -87,12 +88,13 @@ Status Engine::FreeSmall(ChunkId page_unit, const void* ptr) {
   page.bytes -= allocated;
   stats_.bytes_in_use -= allocated;
   (r.pin_count > 0 ? stats_.bytes_active : stats_.bytes_inactive) -= allocated;
-  small_.arena().Free(o);
+  small_.arena_of(r.segment).Free(o);
   if (page.objects == 0 && r.pin_count == 0) ReleaseSmallPage(r.segment);
   return Status::Ok();
 }
 
-Status Engine::NewSmallPage(Hold hold, uint64_t* segment, bool optional) {
+Status Engine::NewSmallPage(Hold hold, int size_class, uint64_t* segment,
+                            bool optional) {
   if (!small_.TakeSegment(segment)) {
     return ResourceExhausted("the small-object region has no room for another "
                              "page (" + std::to_string(small_.live_pages()) +
@@ -112,6 +114,7 @@ Status Engine::NewSmallPage(Hold hold, uint64_t* segment, bool optional) {
   unit.requested_bytes = granule_;  // an eviction copies the whole page
   residency_.SetSegment(c, *segment);
   small_.page(*segment).unit = c;
+  small_.page(*segment).size_class = size_class;
   if (!residency_.record(c).evicted) NoteResidencyChange(c, /*resident=*/true);
   return Status::Ok();
 }
@@ -126,7 +129,7 @@ void Engine::ReleaseSmallPage(uint64_t segment) {
 void Engine::NoteResidencyChange(ChunkId c, bool resident) {
   const uint64_t segment = residency_.record(c).segment;
   if (segment == Residency::kNoSegment) return;
-  small_.arena().SetSegmentAvailable(segment, resident);
+  small_.arena_of(segment).SetSegmentAvailable(segment, resident);
   small_.AddResident(resident ? 1 : -1);
 }
 

@@ -2,11 +2,14 @@
 
 namespace lms {
 
-SmallPages::SmallPages(size_t granule, uint64_t max_pages)
-    : units_per_page_(granule / kUnit),
-      max_pages_(max_pages),
-      arena_(max_pages * (granule / kUnit), /*index_interior=*/false,
-             /*segment_units=*/granule / kUnit) {}
+SmallPages::SmallPages(size_t granule, uint64_t max_pages, size_t tiny_bytes)
+    : units_per_page_(granule / kUnit), max_pages_(max_pages), tiny_bytes_(tiny_bytes) {
+  for (auto& arena : arenas_) {
+    arena = std::make_unique<BestFitArena>(max_pages * units_per_page_,
+                                           /*index_interior=*/false,
+                                           /*segment_units=*/units_per_page_);
+  }
+}
 
 bool SmallPages::TakeSegment(uint64_t* segment) {
   if (!free_segments_.empty()) {
@@ -14,7 +17,10 @@ bool SmallPages::TakeSegment(uint64_t* segment) {
     free_segments_.pop_back();
     return true;
   }
-  if (pages_.size() >= max_pages_ || !arena_.Grow(units_per_page_)) return false;
+  if (pages_.size() >= max_pages_) return false;
+  for (auto& arena : arenas_) {
+    if (!arena->Grow(units_per_page_)) return false;
+  }
   *segment = pages_.size();
   pages_.emplace_back();
   return true;

@@ -4,18 +4,34 @@
 // Objects below the small-object threshold are packed into *pages*: one-
 // granule residency units of the engine's address range, pinned, evicted and
 // paged in like any allocation. What is specific to pages lives here:
-//   - the sub-allocator: a BestFitArena over 256-byte units whose segments
-//     are the pages (segment s covers units [s*U, (s+1)*U), U = granule /
-//     256), so an object never straddles two pages;
+//   - the sub-allocators: one BestFitArena over 256-byte units per size
+//     class, whose segments are the pages (segment s covers units
+//     [s*U, (s+1)*U), U = granule / 256), so an object never straddles two
+//     pages; a page's segment is used in its class's arena only;
 //   - the page table: segment -> the page's unit (a chunk of the engine's
-//     arena), its live objects and their bytes;
+//     arena), its size class, its live objects and their bytes;
 //   - the segments with no page, reused before the arena grows.
 //
 // The engine keeps a segment available in the sub-allocator exactly while
 // its page is resident, so new objects land only in device memory.
 //
+// Note [Size classes]. Objects below kTinyBytes (scalars, shapes, loop
+// counters and conditions: TensorFlow makes thousands per step, and nearly
+// every kernel reads some) share pages only with each other; larger ones
+// (activations, gradients) only with larger ones. Mixed, a page of
+// activations that a loop counter sits in is pinned by every kernel reading
+// the counter and stays recently used, so pages of cold activations could
+// not be evicted and hot ones were paged in a granule at a time for a few
+// bytes. Measured by replaying a trace of an Embedding+LSTM+GRU model
+// (benchmarks/mincap.py's rnn) at 16, 20 and 24 MiB: 3.3x, 2.3x and 1.2x
+// fewer bytes swapped than one mixed class; more classes (cut at 32 KiB or
+// 128 KiB as well) leave more half-empty pages and no longer fit at 16 MiB;
+// filling one "open page" with pinned outputs until it is full (so that a
+// kernel's outputs share pages) swapped 1.5-2x more from 18 MiB up.
+//
 // Invariants (Engine::CheckInvariants):
-//   - a page's objects and bytes are the allocated chunks of its segment;
+//   - a page's objects and bytes are the allocated chunks of its segment in
+//     its class's arena; every other class's arena holds none there;
 //   - a live page with no object is pinned (an unpinned empty page is
 //     released at once, so the region shrinks);
 //   - a segment is free (on the list) iff it has no page.
@@ -26,6 +42,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "engine/best_fit_arena.h"
@@ -36,18 +53,31 @@ class SmallPages {
  public:
   static constexpr size_t kUnit = 256;
 
+  // Size classes (Note [Size classes]): 0 below the tiny threshold, else 1.
+  static constexpr size_t kTinyBytes = 4096;
+  static constexpr int kNumClasses = 2;
+  int ClassOf(size_t bytes) const { return bytes < tiny_bytes_ ? 0 : 1; }
+
   struct Page {
     ChunkId unit = kNoChunk;  // the page's chunk in the engine's arena
+    int size_class = 0;
     uint32_t objects = 0;
     int64_t bytes = 0;        // allocated bytes of its objects
   };
 
   // `max_pages` bounds the region: every page holds a device or a host
   // granule, so device plus host granules is enough.
-  SmallPages(size_t granule, uint64_t max_pages);
+  SmallPages(size_t granule, uint64_t max_pages, size_t tiny_bytes = kTinyBytes);
 
-  BestFitArena& arena() { return arena_; }
-  const BestFitArena& arena() const { return arena_; }
+  // Every class's arena spans every segment (unavailable where the class
+  // has no page), so they grow together.
+  BestFitArena& arena(int size_class) { return *arenas_[size_class]; }
+  const BestFitArena& arena(int size_class) const { return *arenas_[size_class]; }
+  // The arena holding `segment`'s objects (the class of its page).
+  BestFitArena& arena_of(uint64_t segment) { return arena(pages_[segment].size_class); }
+  const BestFitArena& arena_of(uint64_t segment) const {
+    return arena(pages_[segment].size_class);
+  }
   uint64_t units_per_page() const { return units_per_page_; }
 
   // A segment with no page (growing the sub-allocator if needed), or false
@@ -67,7 +97,8 @@ class SmallPages {
  private:
   const uint64_t units_per_page_;
   const uint64_t max_pages_;
-  BestFitArena arena_;
+  const size_t tiny_bytes_;
+  std::unique_ptr<BestFitArena> arenas_[kNumClasses];
   std::vector<Page> pages_;              // by segment
   std::vector<uint64_t> free_segments_;  // a stack
   uint64_t resident_pages_ = 0;

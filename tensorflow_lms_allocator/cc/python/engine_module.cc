@@ -50,7 +50,7 @@ class PyEngine {
   PyEngine(size_t device_bytes, std::optional<size_t> host_bytes,
            size_t granule_bytes, size_t small_object_threshold, bool lms_enabled,
            bool defrag_enabled, bool strict, const std::string& backend_name,
-           int device_ordinal, const std::string& policy) {
+           int device_ordinal, const std::string& policy, size_t tiny_object_threshold) {
     std::unique_ptr<Backend> backend;
     BackendSpec spec;
     spec.granule_bytes = granule_bytes;
@@ -71,6 +71,7 @@ class PyEngine {
       Check(HostLimitFromEnv(&o.host_bytes));
     }
     o.small_object_threshold = small_object_threshold;
+    o.tiny_object_threshold = tiny_object_threshold;
     o.lms_enabled = lms_enabled;
     o.defrag_enabled = defrag_enabled;
     o.strict = strict;
@@ -220,13 +221,14 @@ NB_MODULE(_engine, m) {
 
   nb::class_<PyEngine>(m, "Engine")
       .def(nb::init<size_t, std::optional<size_t>, size_t, size_t, bool, bool, bool,
-                    const std::string&, int, const std::string&>(),
+                    const std::string&, int, const std::string&, size_t>(),
            nb::arg("device_bytes"), nb::arg("host_bytes") = nb::none(),
            nb::arg("granule_bytes") = size_t{2} << 20,
            nb::arg("small_object_threshold") = 0, nb::arg("lms_enabled") = true,
            nb::arg("defrag_enabled") = true, nb::arg("strict") = false,
            nb::arg("backend") = "posix", nb::arg("device_ordinal") = 0,
            nb::arg("policy") = "lru",
+           nb::arg("tiny_object_threshold") = lms::SmallPages::kTinyBytes,
            "Creates an engine with `device_bytes` of device memory.\n\n"
            "backend \"posix\" emulates the device with Linux memory; \"cuda\" uses\n"
            "GPU `device_ordinal` through the NVIDIA driver (libcuda.so.1, or the\n"
@@ -234,7 +236,9 @@ NB_MODULE(_engine, m) {
            "engine is made), whose granularity wins if larger than granule_bytes;\n"
            "BackendUnavailableError if it cannot be used, saying why.\n"
            "host_bytes defaults to TF_GPU_HOST_MEM_LIMIT_IN_MB (else 64 GiB);\n"
-           "small_object_threshold 0 means one granule.\n"
+           "small_object_threshold 0 means one granule; small objects below\n"
+           "tiny_object_threshold share pages only with each other (0: one\n"
+           "class for all).\n"
            "policy \"lru\" evicts the least recently used inactive unit first;\n"
            "\"learned\" the one whose next use, learned from the previous step,\n"
            "is farthest ahead (Note [Learned eviction]).\n\n"
