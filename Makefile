@@ -212,7 +212,7 @@ $(BUILD)/cc/thread_safety.stamp: $(ENGINE_SRCS) $(ENGINE_HDRS) $(FAKE_CUDA_SRCS)
 
 # The adapter's annotated files, against TensorFlow's headers: only the
 # analysis's own findings are errors (TensorFlow's headers warn under clang).
-ADAPTER_ANNOTATED := $(addprefix $(CC_SRC)/tf_adapter/,kernel_pins.cc live_variables.cc overlay.cc device_registry.cc)
+ADAPTER_ANNOTATED := $(addprefix $(CC_SRC)/tf_adapter/,kernel_pins.cc live_variables.cc runtime.cc device_registry.cc)
 $(BUILD)/cc/thread_safety_adapter.stamp: $(ADAPTER_ANNOTATED) $(wildcard $(CC_SRC)/tf_adapter/*.h) \
                                          $(ENGINE_HDRS) $(VENV)/.bootstrapped
 	@mkdir -p $(@D)

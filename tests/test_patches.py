@@ -142,7 +142,7 @@ def test_git_am_applies_the_series_and_adds_the_overlay_sources_byte_for_byte(ap
     for folder in make_patches.SHIPPED_DIRS:
         assert {f"{folder}/{p.name}" for p in (make_patches.CC / folder).iterdir()
                 if p.suffix in (".h", ".cc")} <= shipped, folder
-    assert (lms / "tf_adapter/overlay.cc").exists() and (lms / "patch/patched_tensorflow.cc").exists()
+    assert (lms / "tf_adapter/runtime.cc").exists() and (lms / "patch/patched_tensorflow.cc").exists()
     assert "patch/" not in (ROOT / "CMakeLists.txt").read_text()
 
 

@@ -1,4 +1,4 @@
-// The C API (c_api.h): thin wrappers that turn Overlay's Status results into
+// The C API (c_api.h): thin wrappers that turn Runtime's Status results into
 // a TfLmsCode and a message. The test-only entry points are in
 // tf_testing/c_api_testing.cc.
 #include "overlay/c_api.h"
@@ -7,7 +7,7 @@
 #include <string>
 
 #include "overlay/hooks.h"
-#include "tf_adapter/overlay.h"
+#include "tf_adapter/runtime.h"
 #include "tf_adapter/strict_report.h"
 
 #ifndef LMS_BUILT_FOR_TF_VERSION
@@ -38,7 +38,7 @@ Status CheckTensorFlowVersion(const char* tf_version) {
 Status ConfigureOverlay(const char* tf_version) {
   LMS_RETURN_IF_ERROR(CheckTensorFlowVersion(tf_version));
   LMS_RETURN_IF_ERROR(RegisterOverlayHooks());
-  return Overlay::Get().Configure();
+  return Runtime::Get().Configure();
 }
 
 }  // namespace
@@ -51,24 +51,24 @@ int tf_lms_configure(const char* tf_version, char* message, size_t message_len) 
 }
 
 int tf_lms_device_status(char* message, size_t message_len) {
-  return lms::ReportToC(lms::Overlay::Get().DeviceStatus(), message, message_len);
+  return lms::ReportToC(lms::Runtime::Get().DeviceStatus(), message, message_len);
 }
 
 int tf_lms_set_flag(const char* setting, int enabled, char* message, size_t message_len) {
-  return lms::ReportToC(lms::Overlay::Get().SetFlag(setting, enabled != 0), message,
+  return lms::ReportToC(lms::Runtime::Get().SetFlag(setting, enabled != 0), message,
                      message_len);
 }
 
 int tf_lms_get_flag(const char* setting, int* enabled, char* message,
                     size_t message_len) {
   bool value = false;
-  const lms::Status s = lms::Overlay::Get().GetFlag(setting, &value);
+  const lms::Status s = lms::Runtime::Get().GetFlag(setting, &value);
   if (s.ok()) *enabled = value ? 1 : 0;
   return lms::ReportToC(s, message, message_len);
 }
 
 void tf_lms_keep_fault_handler_first(int chained_handler_removed) {
-  if (!lms::Overlay::Get().StrictConfigured()) return;
+  if (!lms::Runtime::Get().StrictConfigured()) return;
   if (chained_handler_removed) {
     lms::StrictMonitor::ChainedHandlerRemoved();
   } else {
@@ -80,7 +80,7 @@ int tf_lms_start_trace(const char* device, const char* path, uint64_t max_bytes,
                        char* message, size_t message_len) {
   lms::Status status;
   lms::LmsDevice* lms_device =
-      lms::Overlay::Get().DeviceNamed(device != nullptr ? device : "", &status);
+      lms::Runtime::Get().DeviceNamed(device != nullptr ? device : "", &status);
   if (lms_device == nullptr) return lms::ReportToC(status, message, message_len);
   return lms::ReportToC(
       lms_device->engine().StartTrace(path != nullptr ? path : "", max_bytes), message,
@@ -91,7 +91,7 @@ int tf_lms_stop_trace(const char* device, uint64_t* events, uint64_t* dropped,
                       uint64_t* max_bytes, char* message, size_t message_len) {
   lms::Status status;
   lms::LmsDevice* lms_device =
-      lms::Overlay::Get().DeviceNamed(device != nullptr ? device : "", &status);
+      lms::Runtime::Get().DeviceNamed(device != nullptr ? device : "", &status);
   if (lms_device == nullptr) return lms::ReportToC(status, message, message_len);
   lms::TraceSummary summary;
   const int code =
@@ -103,13 +103,13 @@ int tf_lms_stop_trace(const char* device, uint64_t* events, uint64_t* dropped,
 }
 
 char* tf_lms_unpinned_touches(void) {
-  lms::Engine* engine = lms::Overlay::Get().DeviceEngine();
+  lms::Engine* engine = lms::Runtime::Get().DeviceEngine();
   if (engine == nullptr) return nullptr;
   return strdup(lms::FormatUnpinnedTouches(engine->UnpinnedTouches()).c_str());
 }
 
 void tf_lms_clear_unpinned_touches(void) {
-  lms::Engine* engine = lms::Overlay::Get().DeviceEngine();
+  lms::Engine* engine = lms::Runtime::Get().DeviceEngine();
   if (engine != nullptr) engine->ClearUnpinnedTouches();
 }
 
@@ -121,10 +121,10 @@ int tf_lms_check_gpu(int ordinal, char* message, size_t message_len) {
 }
 
 int tf_lms_inspect(const void* address, int64_t* out) {
-  lms::Overlay& overlay = lms::Overlay::Get();
-  for (const std::string& name : overlay.DeviceNames()) {
+  lms::Runtime& runtime = lms::Runtime::Get();
+  for (const std::string& name : runtime.DeviceNames()) {
     lms::Status status;
-    lms::LmsDevice* device = overlay.DeviceNamed(name, &status);
+    lms::LmsDevice* device = runtime.DeviceNamed(name, &status);
     lms::AllocationInfo info;
     if (device == nullptr || !device->engine().Inspect(address, &info).ok()) continue;
     out[0] = static_cast<int64_t>(info.id);

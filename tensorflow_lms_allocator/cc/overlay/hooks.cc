@@ -6,27 +6,27 @@
 
 #include "interposer/lms_hooks.h"
 #include "tf_adapter/outside_kernel.h"
-#include "tf_adapter/overlay.h"
+#include "tf_adapter/runtime.h"
 #include "tf_adapter/tensorflow_copies.h"
 
 namespace lms {
 namespace {
 
 void* CpuAllocatorHook(void* original, int /*numa_node*/) {
-  return Overlay::Get().CpuAllocator(original);
+  return Runtime::Get().CpuAllocator(original);
 }
 
 void* GpuAllocatorHook(void* original, void* self, const void* options, int tf_device_id,
                        size_t total_bytes, const void* peer_gpu_ids) {
-  return Overlay::Get().GpuAllocator(original, self, options, tf_device_id, total_bytes,
+  return Runtime::Get().GpuAllocator(original, self, options, tf_device_id, total_bytes,
                                      peer_gpu_ids);
 }
 
 void ContextCreatedHook(void* context, void* params) {
-  Overlay::Get().OnContextCreated(context, params);
+  Runtime::Get().OnContextCreated(context, params);
 }
 
-void ContextDestroyedHook(void* context) { Overlay::Get().OnContextDestroyed(context); }
+void ContextDestroyedHook(void* context) { Runtime::Get().OnContextDestroyed(context); }
 
 // The interposer passes GPUUtil's arguments as void* (it is C) and `done`,
 // a StatusCallback passed by invisible reference, as its address: the copies

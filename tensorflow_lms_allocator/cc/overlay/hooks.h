@@ -1,6 +1,6 @@
 // The glue between the interposer (interposer/lms_hooks.h: C, no
 // TensorFlow) and the overlay: the functions the interposer calls after
-// TensorFlow's own, forwarding to Overlay and KernelPins.
+// TensorFlow's own, forwarding to Runtime and KernelPins.
 #ifndef TENSORFLOW_LMS_ALLOCATOR_CC_OVERLAY_HOOKS_H_
 #define TENSORFLOW_LMS_ALLOCATOR_CC_OVERLAY_HOOKS_H_
 

@@ -6,7 +6,7 @@
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tf_adapter/gpu_devices.h"
 #include "tf_adapter/lms_allocator.h"
-#include "tf_adapter/overlay.h"
+#include "tf_adapter/runtime.h"
 #include "tsl/platform/logging.h"
 
 namespace lms {
@@ -14,11 +14,11 @@ namespace {
 
 void ContextCreated(tensorflow::OpKernelContext* context,
                     tensorflow::OpKernelContext::Params* params) {
-  Overlay::Get().OnContextCreated(context, params);
+  Runtime::Get().OnContextCreated(context, params);
 }
 
 void ContextDestroyed(tensorflow::OpKernelContext* context) {
-  Overlay::Get().OnContextDestroyed(context);
+  Runtime::Get().OnContextDestroyed(context);
 }
 
 const tensorflow::OpKernelContextObserver kContextObserver = {ContextCreated,
@@ -26,7 +26,7 @@ const tensorflow::OpKernelContextObserver kContextObserver = {ContextCreated,
 
 // The settings' verdict, read once (Configure fixes them for the process).
 const Status& Configured() {
-  static const Status* status = new Status(Overlay::Get().Configure());
+  static const Status* status = new Status(Runtime::Get().Configure());
   return *status;
 }
 
@@ -46,7 +46,7 @@ tsl::Allocator* LmsGpuAllocatorOrNull(const tensorflow::GPUOptions& options,
     return unavailable;
   }
   void* lms =
-      Overlay::Get().GpuAllocatorIfEnabled(&options, tf_device_id, total_bytes, &peer_gpu_ids);
+      Runtime::Get().GpuAllocatorIfEnabled(&options, tf_device_id, total_bytes, &peer_gpu_ids);
   if (lms == nullptr) return nullptr;
   // Before TensorFlow runs a kernel with this allocator (it has none yet).
   tensorflow::SetOpKernelContextObserver(&kContextObserver);

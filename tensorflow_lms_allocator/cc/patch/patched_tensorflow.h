@@ -2,7 +2,7 @@
 // (patches/tensorflow_v2.21.0_large_model_support.patch): the patched
 // GPUProcessState::GetGPUAllocator asks here first, and the patched GPUUtil
 // copies run through here. Built only there (the series adds it to
-// TensorFlow's tree; the runtime overlay reaches the same Overlay through the
+// TensorFlow's tree; the runtime overlay reaches the same Runtime through the
 // interposer instead, hooks.h), because it uses the OpKernelContext observer
 // the series adds to tensorflow/core/framework/op_kernel.h.
 #ifndef TENSORFLOW_LMS_ALLOCATOR_CC_PATCH_PATCHED_TENSORFLOW_H_

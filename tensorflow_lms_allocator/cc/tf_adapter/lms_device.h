@@ -1,8 +1,8 @@
 // LmsDevice: everything one TensorFlow device needs from LMS, made in one
 // call. "An LMS allocator for device D with backend B" is this unit, and both
-// ways into TensorFlow make their devices through it: the runtime overlay
-// (overlay.h) for the emulated device and the GPUs of the stock wheel, and
-// the source patch from GPUProcessState.
+// ways into TensorFlow make their devices through it (runtime.h): the
+// runtime overlay for the emulated device and the GPUs of the stock wheel,
+// and the source patch from GPUProcessState.
 //
 // An LmsDevice owns its engine (through the allocator) and the kernel pins
 // that the OpKernelContext hooks drive. It lives as long as the process's

@@ -1,5 +1,5 @@
 // The C entry points both ways in export (statistics_c_api.h): thin wrappers
-// over Overlay's devices. No exception leaves this file.
+// over Runtime's devices. No exception leaves this file.
 #include "tf_adapter/statistics_c_api.h"
 
 #include <cstdio>
@@ -9,7 +9,7 @@
 
 #include "engine/statistics.h"
 #include "tf_adapter/lms_device.h"
-#include "tf_adapter/overlay.h"
+#include "tf_adapter/runtime.h"
 
 namespace lms {
 namespace {
@@ -70,7 +70,7 @@ int tf_lms_get_statistics(const char* device, int64_t* values, int count, char* 
                           size_t message_len) {
   lms::Status status;
   lms::LmsDevice* lms_device =
-      lms::Overlay::Get().DeviceNamed(device != nullptr ? device : "", &status);
+      lms::Runtime::Get().DeviceNamed(device != nullptr ? device : "", &status);
   if (lms_device == nullptr) return lms::ReportToC(status, message, message_len);
   const lms::Statistics s = lms_device->engine().GetStatistics();
   const int64_t all[] = {
@@ -84,7 +84,7 @@ int tf_lms_get_statistics(const char* device, int64_t* values, int count, char* 
 
 char* tf_lms_device_names(void) {
   std::string out;
-  for (const std::string& name : lms::Overlay::Get().DeviceNames()) out += name + "\n";
+  for (const std::string& name : lms::Runtime::Get().DeviceNames()) out += name + "\n";
   return strdup(out.c_str());
 }
 

@@ -16,7 +16,7 @@
 #include "tensorflow/core/framework/device.h"
 #include "tensorflow/core/framework/device_base.h"
 #include "tensorflow/core/framework/tensor.h"
-#include "tf_adapter/overlay.h"
+#include "tf_adapter/runtime.h"
 
 namespace lms {
 namespace {
@@ -97,7 +97,7 @@ template <typename Launch>
 void PinnedCopy(const DeviceContext* device_context,
                 std::initializer_list<const Tensor*> tensors, const char* what,
                 StatusCallback callback, Launch launch) {
-  DeviceRegistry& devices = Overlay::Get().devices();
+  DeviceRegistry& devices = Runtime::Get().devices();
   auto pins = std::make_shared<CopyPins>();
   for (const Tensor* tensor : tensors) {
     const Status status = pins->Take(devices, device_context, tensor, what);

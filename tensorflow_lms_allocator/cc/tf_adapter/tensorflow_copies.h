@@ -72,7 +72,7 @@ tsl::AllocatorAttributes AllocatorAttributesFromBits(unsigned long long bits);
 // and, as `unpinned`, GPUUtil's function (the interposer's original, or in a
 // patched TensorFlow its body kept under another name), and runs it as
 // PinnedCopy says, with the buffers the process's LMS devices own
-// (Overlay's DeviceRegistry), handing `done` the copy's status.
+// (Runtime's DeviceRegistry), handing `done` the copy's status.
 void PinnedCopyGpuTensorToCpu(GpuToCpuFn unpinned, tensorflow::Device* gpu_device,
                               const tensorflow::DeviceContext* device_context,
                               const tensorflow::Tensor* gpu_tensor,

@@ -5,7 +5,7 @@
 #include "tensorflow/core/common_runtime/gpu/gpu_id_manager.h"
 #include "tensorflow/core/protobuf/config.pb.h"
 #include "tf_adapter/gpu_devices.h"
-#include "tf_adapter/overlay.h"
+#include "tf_adapter/runtime.h"
 
 namespace {
 
@@ -22,7 +22,7 @@ int tf_lms_test_allocate_raw(const char* device, size_t alignment, size_t num_by
                              size_t message_len) {
   lms::Status status;
   lms::LmsDevice* lms_device =
-      lms::Overlay::Get().DeviceNamed(device != nullptr ? device : "", &status);
+      lms::Runtime::Get().DeviceNamed(device != nullptr ? device : "", &status);
   *ptr = nullptr;
   if (lms_device == nullptr) return lms::ReportToC(status, message, message_len);
   lms::LmsAllocator* allocator = lms_device->allocator();
@@ -39,7 +39,7 @@ int tf_lms_test_allocation_sizes(const char* device, const void* ptr, size_t* re
                                  size_t* allocated) {
   lms::Status status;
   lms::LmsDevice* lms_device =
-      lms::Overlay::Get().DeviceNamed(device != nullptr ? device : "", &status);
+      lms::Runtime::Get().DeviceNamed(device != nullptr ? device : "", &status);
   if (lms_device == nullptr) return lms::ReportToC(status, nullptr, 0);
   *requested = lms_device->allocator()->RequestedSize(ptr);
   *allocated = lms_device->allocator()->AllocatedSize(ptr);
@@ -49,7 +49,7 @@ int tf_lms_test_allocation_sizes(const char* device, const void* ptr, size_t* re
 int tf_lms_test_deallocate_raw(const char* device, void* ptr) {
   lms::Status status;
   lms::LmsDevice* lms_device =
-      lms::Overlay::Get().DeviceNamed(device != nullptr ? device : "", &status);
+      lms::Runtime::Get().DeviceNamed(device != nullptr ? device : "", &status);
   if (lms_device == nullptr) return lms::ReportToC(status, nullptr, 0);
   lms_device->allocator()->DeallocateRaw(ptr);
   return TF_LMS_OK;
@@ -58,7 +58,7 @@ int tf_lms_test_deallocate_raw(const char* device, void* ptr) {
 int tf_lms_test_tensorflow_bytes_limit(const char* device, int64_t* bytes_limit) {
   lms::Status status;
   lms::LmsDevice* lms_device =
-      lms::Overlay::Get().DeviceNamed(device != nullptr ? device : "", &status);
+      lms::Runtime::Get().DeviceNamed(device != nullptr ? device : "", &status);
   if (lms_device == nullptr) return lms::ReportToC(status, nullptr, 0);
   const std::optional<tsl::AllocatorStats> stats = lms_device->allocator()->GetStats();
   *bytes_limit = stats && stats->bytes_limit ? *stats->bytes_limit : 0;
@@ -89,7 +89,7 @@ int tf_lms_test_gpu_allocator(int tf_device_id, size_t total_bytes, const void* 
     g_tensorflow_gpu_allocator_budgets.push_back(budget);
     return nullptr;
   };
-  void* allocator = lms::Overlay::Get().GpuAllocator(
+  void* allocator = lms::Runtime::Get().GpuAllocator(
       reinterpret_cast<void*>(+no_tensorflow_allocator), nullptr, &options, tf_device_id,
       total_bytes, nullptr);
   if (allocator == nullptr) {
@@ -98,7 +98,7 @@ int tf_lms_test_gpu_allocator(int tf_device_id, size_t total_bytes, const void* 
                      message, message_len);
   }
   lms::Status status;
-  if (lms::Overlay::Get().DeviceNamed(lms::GpuDeviceName(tf_device_id), &status) ==
+  if (lms::Runtime::Get().DeviceNamed(lms::GpuDeviceName(tf_device_id), &status) ==
       nullptr) {
     return lms::ReportToC(status, message, message_len);
   }
@@ -113,7 +113,7 @@ int tf_lms_test_tensorflow_gpu_allocator_budgets(size_t* out, int max) {
 
 int tf_lms_kernel_contexts(int64_t* out) {
   lms::Status status;
-  lms::LmsDevice* device = lms::Overlay::Get().DeviceNamed("CPU:0", &status);
+  lms::LmsDevice* device = lms::Runtime::Get().DeviceNamed("CPU:0", &status);
   if (device == nullptr) return 1;
   out[0] = device->pins()->LiveContexts();
   out[1] = device->pins()->ThreadLiveContexts();
@@ -122,7 +122,7 @@ int tf_lms_kernel_contexts(int64_t* out) {
 
 int tf_lms_turns(int64_t* out) {
   lms::Status status;
-  lms::LmsDevice* device = lms::Overlay::Get().DeviceNamed("CPU:0", &status);
+  lms::LmsDevice* device = lms::Runtime::Get().DeviceNamed("CPU:0", &status);
   if (device == nullptr) return 1;
   out[0] = device->pins()->NumWaits();
   out[1] = device->pins()->NumDeadlocks();

@@ -17,7 +17,7 @@
 #include "tensorflow/core/framework/device.h"
 #include "tensorflow/core/framework/tensor.h"
 #include "tf_testing/c_api_testing.h"
-#include "tf_adapter/overlay.h"
+#include "tf_adapter/runtime.h"
 #include "tf_adapter/tensorflow_copies.h"
 
 namespace lms {
@@ -122,13 +122,13 @@ extern "C" int tf_lms_test_tensorflow_copy(const char* device_name, const char* 
   static std::mutex probe_mu;
   std::lock_guard<std::mutex> probe_lock(probe_mu);
   Status status;
-  LmsDevice* device = Overlay::Get().DeviceNamed(device_name, &status);
+  LmsDevice* device = Runtime::Get().DeviceNamed(device_name, &status);
   if (device == nullptr) {
     return FailToC(TF_LMS_NOT_FOUND, status.message(), message, message_len);
   }
   LmsDevice* dst_device = device;
   if (dst_name != nullptr && dst_name[0] != '\0') {
-    dst_device = Overlay::Get().DeviceNamed(dst_name, &status);
+    dst_device = Runtime::Get().DeviceNamed(dst_name, &status);
     if (dst_device == nullptr) {
       return FailToC(TF_LMS_NOT_FOUND, status.message(), message, message_len);
     }

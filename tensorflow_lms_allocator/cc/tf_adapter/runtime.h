@@ -1,7 +1,7 @@
-// Overlay: LMS's state in this process, between TensorFlow's calls (the
-// interposer's hooks, hooks.h, in the runtime overlay; the patched functions,
-// patched_tensorflow.h, in a TensorFlow built with the patch series) and the
-// C API Python calls (c_api.h).
+// Runtime: LMS's state in this process, the one both ways in share: it sits
+// between TensorFlow's calls (the interposer's hooks, hooks.h, in the runtime
+// overlay; the patched functions, patched_tensorflow.h, in a TensorFlow built
+// with the patch series) and the C API Python calls (c_api.h).
 //
 // Settings are checked twice, so a value that cannot give a working device
 // never runs silently:
@@ -22,8 +22,8 @@
 // apply), and TensorFlow's own GPU allocator is made on a budget of no
 // device memory and never used (GpuAllocator says why); with LMS off,
 // TensorFlow's allocator serves the GPU, untouched.
-#ifndef TENSORFLOW_LMS_ALLOCATOR_CC_TF_ADAPTER_OVERLAY_H_
-#define TENSORFLOW_LMS_ALLOCATOR_CC_TF_ADAPTER_OVERLAY_H_
+#ifndef TENSORFLOW_LMS_ALLOCATOR_CC_TF_ADAPTER_RUNTIME_H_
+#define TENSORFLOW_LMS_ALLOCATOR_CC_TF_ADAPTER_RUNTIME_H_
 
 #include <map>
 #include <memory>
@@ -40,10 +40,10 @@
 
 namespace lms {
 
-class Overlay {
+class Runtime {
  public:
-  // The process's overlay; never destroyed (TensorFlow outlives us).
-  static Overlay& Get();
+  // The process's runtime; never destroyed (TensorFlow outlives us).
+  static Runtime& Get();
 
   // Reads and checks the settings (once; later calls succeed at once).
   // kFailedPrecondition for devices TensorFlow created after an earlier
@@ -100,7 +100,7 @@ class Overlay {
     std::string error;
   };
 
-  Overlay();
+  Runtime();
 
   Status DeviceCreationError(const Status& cause) const LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   LmsDeviceSpec EmulatedDeviceSpec() const LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -131,4 +131,4 @@ class Overlay {
 
 }  // namespace lms
 
-#endif  // TENSORFLOW_LMS_ALLOCATOR_CC_TF_ADAPTER_OVERLAY_H_
+#endif  // TENSORFLOW_LMS_ALLOCATOR_CC_TF_ADAPTER_RUNTIME_H_

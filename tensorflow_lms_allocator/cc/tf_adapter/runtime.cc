@@ -1,4 +1,4 @@
-#include "tf_adapter/overlay.h"
+#include "tf_adapter/runtime.h"
 
 #include <atomic>
 #include <cstdlib>
@@ -35,7 +35,7 @@ void WarnIfAnotherAllocatorIsAsked(const std::string& gpu) {
 
 }  // namespace
 
-Overlay::Overlay()
+Runtime::Runtime()
     : devices_([](LmsDevice* device, void* device_context) {
         const Status s = device->AddFencedQueues(GpuDeviceContextStreams(device_context));
         if (!s.ok()) {
@@ -44,12 +44,12 @@ Overlay::Overlay()
         }
       }) {}
 
-Overlay& Overlay::Get() {
-  static Overlay* overlay = new Overlay();  // never destroyed: TF outlives us
-  return *overlay;
+Runtime& Runtime::Get() {
+  static Runtime* runtime = new Runtime();  // never destroyed: TF outlives us
+  return *runtime;
 }
 
-LmsDeviceSpec Overlay::EmulatedDeviceSpec() const {
+LmsDeviceSpec Runtime::EmulatedDeviceSpec() const {
   LmsDeviceSpec spec;
   spec.name = kEmulatedDeviceName;
   spec.backend.kind = BackendKind::kPosix;
@@ -59,14 +59,14 @@ LmsDeviceSpec Overlay::EmulatedDeviceSpec() const {
   return spec;
 }
 
-Status Overlay::DeviceCreationError(const Status& cause) const {
+Status Runtime::DeviceCreationError(const Status& cause) const {
   return Status(cause.code(), "the emulated device (" + DescribeEmulatedDevice(settings_) +
                                   ") could not be created: " + cause.ToString() +
                                   "; lower these values or raise the process's "
                                   "limits (ulimit -v)");
 }
 
-Status Overlay::Configure() {
+Status Runtime::Configure() {
   MutexLock lock(mu_);
   if (settings_fixed_ && !configured_) {
     return FailedPrecondition(
@@ -92,12 +92,12 @@ Status Overlay::Configure() {
   return Status::Ok();
 }
 
-Status Overlay::DeviceStatus() {
+Status Runtime::DeviceStatus() {
   MutexLock lock(mu_);
   return device_error_.empty() ? Status::Ok() : FailedPrecondition(device_error_);
 }
 
-Status Overlay::SetFlag(const char* name, bool enabled) {
+Status Runtime::SetFlag(const char* name, bool enabled) {
   MutexLock lock(mu_);
   bool* flag = FlagNamed(settings_, name);
   if (flag == nullptr) {
@@ -117,7 +117,7 @@ Status Overlay::SetFlag(const char* name, bool enabled) {
   return Status::Ok();
 }
 
-Status Overlay::GetFlag(const char* name, bool* enabled) {
+Status Runtime::GetFlag(const char* name, bool* enabled) {
   MutexLock lock(mu_);
   bool* flag = FlagNamed(settings_, name, /*readable_only=*/true);
   if (flag == nullptr) {
@@ -128,12 +128,12 @@ Status Overlay::GetFlag(const char* name, bool* enabled) {
   return Status::Ok();
 }
 
-bool Overlay::StrictConfigured() {
+bool Runtime::StrictConfigured() {
   MutexLock lock(mu_);
   return configured_ && settings_.engine.strict;
 }
 
-void* Overlay::CpuAllocator(void* original) {
+void* Runtime::CpuAllocator(void* original) {
   MutexLock lock(mu_);
   if (device_ != nullptr) return device_->allocator();
   if (unavailable_ != nullptr) return unavailable_.get();
@@ -156,7 +156,7 @@ void* Overlay::CpuAllocator(void* original) {
   return device_->allocator();
 }
 
-void Overlay::CreateGpuDevice(GpuEntry* entry, const EngineOptions& engine,
+void Runtime::CreateGpuDevice(GpuEntry* entry, const EngineOptions& engine,
                               const void* options, int tf_device_id, size_t total_bytes,
                               const void* peer_gpu_ids) {
   LmsDeviceSpec spec;
@@ -179,7 +179,7 @@ void Overlay::CreateGpuDevice(GpuEntry* entry, const EngineOptions& engine,
       name + "_lms", entry->error);
 }
 
-void* Overlay::GpuAllocator(void* get_original, void* self, const void* options,
+void* Runtime::GpuAllocator(void* get_original, void* self, const void* options,
                             int tf_device_id, size_t total_bytes, const void* peer_gpu_ids) {
   using GetGpuAllocatorFn = void* (*)(void*, const void*, int, size_t, const void*);
   auto original = reinterpret_cast<GetGpuAllocatorFn>(get_original);
@@ -198,7 +198,7 @@ void* Overlay::GpuAllocator(void* get_original, void* self, const void* options,
   return lms;
 }
 
-void* Overlay::GpuAllocatorIfEnabled(const void* options, int tf_device_id,
+void* Runtime::GpuAllocatorIfEnabled(const void* options, int tf_device_id,
                                      size_t total_bytes, const void* peer_gpu_ids) {
   MutexLock lock(mu_);
   settings_fixed_ = true;
@@ -213,7 +213,7 @@ void* Overlay::GpuAllocatorIfEnabled(const void* options, int tf_device_id,
   return entry.unavailable.get();
 }
 
-void Overlay::OnContextCreated(void* context, void* params) {
+void Runtime::OnContextCreated(void* context, void* params) {
   LmsDevice* device = devices_.ForParams(params);
   if (device != nullptr) {
     device->pins()->OnContextCreated(context, params);
@@ -221,13 +221,13 @@ void Overlay::OnContextCreated(void* context, void* params) {
   }
 }
 
-void Overlay::OnContextDestroyed(void* context) {
+void Runtime::OnContextDestroyed(void* context) {
   // Only the pins that recorded the context act on it.
   devices_.ForEach(
       [context](LmsDevice* device) { device->pins()->OnContextDestroyed(context); });
 }
 
-LmsDevice* Overlay::DeviceNamed(const std::string& name, Status* status) {
+LmsDevice* Runtime::DeviceNamed(const std::string& name, Status* status) {
   if (name == "CPU:0") {
     LmsAllocator* allocator = DeviceAllocator(status);
     if (allocator == nullptr) return nullptr;
@@ -251,7 +251,7 @@ LmsDevice* Overlay::DeviceNamed(const std::string& name, Status* status) {
   return nullptr;
 }
 
-std::vector<std::string> Overlay::DeviceNames() {
+std::vector<std::string> Runtime::DeviceNames() {
   MutexLock lock(mu_);
   std::vector<std::string> names;
   if (device_ != nullptr) names.push_back("CPU:0");
@@ -261,7 +261,7 @@ std::vector<std::string> Overlay::DeviceNames() {
   return names;
 }
 
-LmsAllocator* Overlay::DeviceAllocator(Status* status) {
+LmsAllocator* Runtime::DeviceAllocator(Status* status) {
   MutexLock lock(mu_);
   if (device_ != nullptr) return device_->allocator();
   if (!device_error_.empty()) {
@@ -276,7 +276,7 @@ LmsAllocator* Overlay::DeviceAllocator(Status* status) {
   return nullptr;
 }
 
-Engine* Overlay::DeviceEngine() {
+Engine* Runtime::DeviceEngine() {
   Status ignored;
   LmsAllocator* allocator = DeviceAllocator(&ignored);
   return allocator != nullptr ? &allocator->engine() : nullptr;
