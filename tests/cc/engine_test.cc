@@ -556,6 +556,25 @@ TEST(TinyObjectsShareNoPageWithLargerOnesSoPinningACounterPinsNoActivation) {
   EXPECT_OK(e->CheckInvariants());
 }
 
+TEST(OnADeviceOfOneGranuleAKernelHoldsTinyAndLargerObjectsInOnePage) {
+  // The classes never cost a kernel its device (Note [Size classes]).
+  auto e = MakeEngine({/*device=*/1, /*host=*/4});
+  void* shape = MustAllocate(*e, 16, /*pin=*/true);
+  void* output = MustAllocate(*e, std::max<size_t>(4096, kGranule / 4), /*pin=*/true);
+  ASSERT_TRUE(shape != nullptr && output != nullptr);
+  AllocationInfo s, o;
+  EXPECT_OK(e->Inspect(shape, &s));
+  EXPECT_OK(e->Inspect(output, &o));
+  EXPECT_EQ(s.unit_address, o.unit_address);
+  EXPECT_OK(e->CheckInvariants());
+  EXPECT_OK(e->Unpin(shape, s.unit_id));
+  EXPECT_OK(e->Unpin(output, o.unit_id));
+  EXPECT_OK(e->Free(output));
+  EXPECT_OK(e->Free(shape));
+  EXPECT_EQ(e->small_pages(), 0u);
+  EXPECT_OK(e->CheckInvariants());
+}
+
 TEST(FreedSmallObjectsGiveTheirPagesBackSoLargeRequestsFit) {
   // The case, scaled: half-granule objects created and freed, then a
   // request of most of the device, with LMS off.

@@ -16,20 +16,28 @@ void* Engine::AllocateSmall(size_t bytes, Hold hold, bool optional, Status* stat
                             uint64_t* unit_id) {
   const bool pin = hold == Hold::kPin;
   const int size_class = small_.ClassOf(bytes);
-  BestFitArena& arena = small_.arena(size_class);
+  BestFitArena* arena = &small_.arena(size_class);
   const uint64_t units = (bytes + SmallPages::kUnit - 1) / SmallPages::kUnit;
-  ChunkId o = arena.Allocate(units);
+  ChunkId o = arena->Allocate(units);
   if (o == kNoChunk) {
     uint64_t segment = 0;
     *status = NewSmallPage(hold, size_class, &segment, optional);
-    if (!status->ok()) return nullptr;
-    // A new page is empty; when born evicted it is not available, so the
-    // object is placed there directly.
-    o = arena.segment_available(segment) ? arena.Allocate(units)
-                                         : arena.AllocateInEmptySegment(segment, units);
+    if (status->ok()) {
+      // A new page is empty; when born evicted it is not available, so the
+      // object is placed there directly.
+      o = arena->segment_available(segment) ? arena->Allocate(units)
+                                            : arena->AllocateInEmptySegment(segment, units);
+    } else {
+      // No page to be had: a resident page of the other class with room
+      // takes it (Note [Size classes]).
+      arena = &small_.arena(1 - size_class);
+      o = arena->Allocate(units);
+      if (o == kNoChunk) return nullptr;
+      *status = Status::Ok();
+    }
   }
-  BestFitArena::Chunk& object = arena.chunk(o);
-  const uint64_t segment = arena.SegmentOf(object.start);
+  BestFitArena::Chunk& object = arena->chunk(o);
+  const uint64_t segment = arena->SegmentOf(object.start);
   SmallPages::Page& page = small_.page(segment);
   object.requested_bytes = bytes;
   object.allocation_id = next_allocation_id_++;

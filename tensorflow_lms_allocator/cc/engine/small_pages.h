@@ -28,6 +28,11 @@
 // 128 KiB as well) leave more half-empty pages and no longer fit at 16 MiB;
 // filling one "open page" with pinned outputs until it is full (so that a
 // kernel's outputs share pages) swapped 1.5-2x more from 18 MiB up.
+// The classes never cost a kernel its device: when an object's class can get
+// no page (nothing left to evict), a resident page of the other class with
+// room takes it, so a device of one granule still runs a kernel holding
+// tensors of both classes. A page's objects live in its class's arena,
+// whatever their size.
 //
 // Invariants (Engine::CheckInvariants):
 //   - a page's objects and bytes are the allocated chunks of its segment in
