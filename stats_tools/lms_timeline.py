@@ -8,8 +8,8 @@ inactive), evicted (in host memory). Reclaims (evictions) and page-ins are
 ticks along the top. ``-o OUT.html`` writes a self-contained page (inline SVG,
 a tooltip per band; no network), ``-o OUT.png`` a picture (matplotlib).
 
-The trace is read with ``tensorflow_lms_allocator/trace.py``, loaded by path
-so that TensorFlow is not imported.
+The trace is read with ``tensorflow_lms_allocator.trace``, which never
+imports TensorFlow (Note [Activation] in ``_overlay.py``).
 
 Example:
     $ python stats_tools/lms_stats.py timeline steps.lmstrace -o steps.html
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import bisect
 import html
-import importlib.util
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,15 +31,11 @@ STACKS = ("address", "size")
 
 
 def load_trace_module() -> ModuleType:
-    """tensorflow_lms_allocator/trace.py, without the package (which imports TensorFlow)."""
-    if "lms_trace" in sys.modules:
-        return sys.modules["lms_trace"]
-    path = Path(__file__).resolve().parents[1] / "tensorflow_lms_allocator" / "trace.py"
-    spec = importlib.util.spec_from_file_location("lms_trace", path)
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    sys.modules["lms_trace"] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
+    """tensorflow_lms_allocator.trace (importing it never imports TensorFlow)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tensorflow_lms_allocator import trace
+
+    return trace
 
 
 @dataclass

@@ -7,9 +7,11 @@ move to host memory when the device runs out and come back when a kernel needs
 them.
 
 Import this package before TensorFlow; it adds the LMS API to
-``tf.config.experimental``. Imported after TensorFlow (or without it), the
-package gives its tools (``engine``, ``trace``, ``replay``) and its API
-raises RuntimeError saying why LMS is not active:
+``tf.config.experimental``. Without TF_LMS_* settings in the environment it
+waits for TensorFlow's import (so its tools, ``engine``, ``trace``,
+``replay``, never import TensorFlow themselves). Imported after TensorFlow
+(or without it), the package gives its tools and its API raises
+RuntimeError saying why LMS is not active:
 
 Example:
     >>> import tensorflow_lms_allocator  # first
@@ -24,14 +26,7 @@ device an emulated GPU with that much memory. The engine alone is in
 from __future__ import annotations
 
 from tensorflow_lms_allocator import _overlay
-
-__version__ = "0.1.0"
-
-# None without TensorFlow; imported after TensorFlow, the package is its tools
-# only and the API raises why (_overlay.install_or_explain).
-_tf = _overlay.install_or_explain()
-
-from tensorflow_lms_allocator.lms import (  # noqa: E402
+from tensorflow_lms_allocator.lms import (
     UnpinnedTouch,
     clear_unpinned_touches,
     device_names,
@@ -43,17 +38,14 @@ from tensorflow_lms_allocator.lms import (  # noqa: E402
     set_lms_enabled,
     unpinned_touches,
 )
-from tensorflow_lms_allocator import lms as _lms  # noqa: E402
+from tensorflow_lms_allocator import lms as _lms
 
-if _tf is not None:
-    _lms.attach(_tf)
-if _overlay.active():
-    from tensorflow_lms_allocator import _keras
+__version__ = "0.1.0"
 
-    _keras.install(get_lms_enabled)  # jit_compile="auto" under LMS: Note [XLA under LMS]
-    if get_lms_enabled():
-        _lms.check_gpus(_tf)  # TF_LMS_ENABLED=1 with a GPU LMS cannot serve: say so now
-del _tf
+# Now, or when TensorFlow is imported (Note [Activation] in _overlay.py);
+# imported after TensorFlow or without it, the package is its tools only and
+# the API raises why.
+_overlay.install_or_explain(_lms.activate)
 
 __all__ = [
     "UnpinnedTouch",

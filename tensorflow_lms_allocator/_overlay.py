@@ -4,6 +4,22 @@ Order matters (docs/design.md, "Two ways in"): the interposer must be in the
 process's global symbol scope before TensorFlow's libraries load, so that the
 dynamic linker binds TensorFlow's calls to it; the adapter links TensorFlow and
 loads after it.
+
+Note [Activation]. Importing the package (or any of its modules: the tools
+too) before TensorFlow loads the interposer, which needs nothing of
+TensorFlow, and then either:
+  - with an LMS setting in the environment (a TF_LMS_* variable: LMS is
+    asked for), imports TensorFlow and activates LMS at once, so a bad value
+    is an error of the package's import, naming the variable; or
+  - without one, waits: LMS activates when TensorFlow is first imported
+    (_after_import), or when an LMS function is first called (which imports
+    TensorFlow). `python stats_tools/lms_stats.py` or `from
+    tensorflow_lms_allocator import replay` never imports TensorFlow. What
+    fails then (a TensorFlow built with the patch, an adapter that cannot
+    configure) is a RuntimeWarning, and every LMS function raises the reason:
+    TensorFlow's own import is not made to fail for LMS no one asked for yet.
+Imported after TensorFlow, the package is its tools only
+(install_or_explain).
 """
 
 from __future__ import annotations
@@ -17,7 +33,10 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-from tensorflow_lms_allocator import _c_api, _config_proto
+import warnings
+from typing import Callable
+
+from tensorflow_lms_allocator import _after_import, _c_api, _config_proto
 
 _ADAPTER: ctypes.CDLL | None = None
 # Whether this process loaded the interposer (before TensorFlow). It survives
@@ -102,8 +121,11 @@ def _tensorflow_installed() -> bool:
         return False
 
 
-def install_or_explain() -> ModuleType | None:
-    """install() where LMS can serve this process; else the reason it cannot, kept.
+def install_or_explain(then: Callable[[ModuleType], None]) -> None:
+    """Activates LMS where it can serve this process (Note [Activation]); else keeps why not.
+
+    `then(tf)` runs once TensorFlow is imported, activated or not (it adds
+    the API to tf.config; without TensorFlow it never runs).
 
     The package's tools (the engine, traces, replay, the statistics files of
     the callbacks and stats_tools) need no TensorFlow, so the package imports
@@ -125,18 +147,34 @@ def install_or_explain() -> ModuleType | None:
         _UNAVAILABLE = ("TensorFlow is not installed: LMS serves tensorflow or "
                         "tensorflow-cpu 2.21.0 (pip install tensorflow==2.21.0); the tools "
                         "(engine, trace, replay) work without it.")
-        return None
+        return
+    requested = sorted(name for name, value in os.environ.items()
+                       if name.startswith("TF_LMS_") and value)
     if _tensorflow_loaded_first():
-        requested = sorted(name for name, value in os.environ.items()
-                           if name.startswith("TF_LMS_") and value)
         if requested:
             raise ImportError(f"{LATE_IMPORT} (The environment sets {', '.join(requested)}, "
                               "asking for LMS, which this process cannot have now.)")
         _UNAVAILABLE = f"LMS is not active in this process: {LATE_IMPORT}"
         import tensorflow as tf
 
-        return tf
-    return install()
+        then(tf)
+        return
+    if requested or "tensorflow" in sys.modules:  # asked for, or a retry after an error
+        then(install())
+        return
+    _load_interposer()
+
+    def activate(tf: ModuleType) -> None:
+        global _UNAVAILABLE
+        try:
+            install()
+        except Exception as error:  # noqa: BLE001  (kept, raised by every LMS call)
+            _UNAVAILABLE = f"LMS is not active in this process: {error}"
+            warnings.warn(f"tensorflow_lms_allocator: {_UNAVAILABLE}", RuntimeWarning,
+                          stacklevel=2)
+        then(tf)
+
+    _after_import.after_import("tensorflow", activate)
 
 
 def installed_tensorflow() -> list[tuple[str, str]]:
@@ -203,16 +241,9 @@ def install() -> ModuleType:
     Example:
         >>> import tensorflow_lms_allocator  # runs install(); then tensorflow
     """
-    global _ADAPTER, _INTERPOSER_LOADED
-    import tensorflow_lms_allocator._engine  # noqa: F401  (the build is present)
-
+    global _ADAPTER
+    _load_interposer()
     libs = _library_dir()
-    if not _INTERPOSER_LOADED:
-        _check_tensorflow_not_loaded()
-        _check_tensorflow_version(libs)
-        ctypes.CDLL(str(libs / "libtf_lms_interposer.so"), mode=ctypes.RTLD_GLOBAL)
-        _INTERPOSER_LOADED = True
-        _config_proto.install()  # ConfigProto's lms_enabled, before TensorFlow loads it
     if os.environ.get("TF_LMS_CPU_DEVICE_MEMORY_MB"):
         # TensorFlow's oneDNN CPU kernels crash (MklConvOp::Compute after a
         # failed temporary allocation in mkl_util.h) instead of raising OOM;
@@ -242,6 +273,25 @@ def install() -> ModuleType:
     if enabled.value:
         _keep_strict_handler_first(lib)
     return tf
+
+
+def _load_interposer() -> None:
+    """Loads the interposer and ConfigProto's hook: before TensorFlow, once.
+
+    ImportError if TensorFlow was loaded first, or is not the version the
+    package was built for (read from its metadata: TensorFlow stays unloaded).
+    """
+    global _INTERPOSER_LOADED
+    import tensorflow_lms_allocator._engine  # noqa: F401  (the build is present)
+
+    if _INTERPOSER_LOADED:
+        return
+    libs = _library_dir()
+    _check_tensorflow_not_loaded()
+    _check_tensorflow_version(libs)
+    ctypes.CDLL(str(libs / "libtf_lms_interposer.so"), mode=ctypes.RTLD_GLOBAL)
+    _INTERPOSER_LOADED = True
+    _config_proto.install()  # ConfigProto's lms_enabled, before TensorFlow loads it
 
 
 def _keep_strict_handler_first(lib: ctypes.CDLL) -> None:
@@ -339,7 +389,9 @@ def active() -> bool:
 
 
 def adapter() -> ctypes.CDLL:
-    """The loaded adapter library (install() must have run)."""
+    """The loaded adapter library; imports TensorFlow if LMS waits for it (Note [Activation])."""
+    if _ADAPTER is None and _after_import.waiting("tensorflow"):
+        import tensorflow  # noqa: F401  (activates LMS)
     if _ADAPTER is None:
         raise RuntimeError(_UNAVAILABLE or
                            "tensorflow_lms_allocator's TensorFlow overlay is not installed")

@@ -339,6 +339,23 @@ PUBLIC = ["set_lms_enabled", "get_lms_enabled", "set_lms_defrag_enabled",
           "get_lms_defrag_enabled", *STATISTICS]
 
 
+def activate(tf_module) -> None:
+    """Once TensorFlow is imported: adds the API to it and, where LMS serves the
+    process, patches Keras (Note [XLA under LMS]) and checks the GPUs if LMS is on.
+
+    Example:
+        >>> activate(tf)  # doctest: +SKIP  (the package does it)
+    """
+    attach(tf_module)
+    if not _overlay.active():
+        return
+    from tensorflow_lms_allocator import _keras
+
+    _keras.install(get_lms_enabled)  # jit_compile="auto" under LMS: Note [XLA under LMS]
+    if get_lms_enabled():
+        check_gpus(tf_module)  # TF_LMS_ENABLED=1 with a GPU LMS cannot serve: say so now
+
+
 def attach(tf_module) -> None:
     """Adds the API to tf.config.experimental and tf.experimental."""
     for name in PUBLIC:

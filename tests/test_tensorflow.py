@@ -13,10 +13,14 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
+from pathlib import Path
 
 import pytest
 
 from tf_helpers import PROGRAMS, describe, run_program
+
+ROOT = Path(__file__).resolve().parents[1]
 
 CAP_MIB = 128
 LMS_ON = {"TF_LMS_CPU_DEVICE_MEMORY_MB": str(CAP_MIB), "TF_LMS_ENABLED": "1"}
@@ -195,6 +199,62 @@ def test_without_tensorflow_the_tools_import_and_the_api_says_it_is_missing(tmp_
                           timeout=120, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "RESULT TensorFlow is not installed" in done.stdout, done.stdout
+
+
+def clean_run(program: str, cwd: Path) -> subprocess.CompletedProcess:
+    """`program` in a fresh interpreter with no LMS setting in the environment."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TF_LMS_")}
+    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    return subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
+                          timeout=300, cwd=cwd, env=env)
+
+
+def test_the_tools_never_import_tensorflow_and_lms_activates_when_it_is_imported(tmp_path):
+    """Issue 21 item 3 (Note [Activation] in _overlay.py): with TensorFlow
+    installed and no LMS setting, the package, its tools and a stats tool's run
+    leave TensorFlow unloaded; importing TensorFlow afterwards activates LMS
+    and adds the API, and TensorFlow's module keeps its own loader."""
+    program = textwrap.dedent(f"""
+        import json, runpy, sys
+        from tensorflow_lms_allocator import replay, trace
+        from tensorflow_lms_allocator.engine import Engine
+        import tensorflow_lms_allocator as lms
+        loaded = {{"tools": sorted(m for m in ("tensorflow", "keras") if m in sys.modules)}}
+        engine = Engine(8 << 20, host_bytes=64 << 20)
+        with trace.record_engine(engine, "t.lmstrace"):
+            engine.free(engine.allocate(4 << 20))
+        sys.argv = ["lms_replay.py", "t.lmstrace", "--device-mb", "4"]
+        try:
+            runpy.run_path({str(ROOT / "stats_tools" / "lms_replay.py")!r}, run_name="__main__")
+        except SystemExit as done:
+            loaded["replay_exit"] = done.code
+        loaded["replay"] = sorted(m for m in ("tensorflow", "keras") if m in sys.modules)
+        import tensorflow as tf
+        tf.config.experimental.set_lms_enabled(True)
+        print("RESULT", json.dumps(dict(loaded, active=lms._overlay.active(),
+              enabled=tf.config.experimental.get_lms_enabled(),
+              loader=type(tf.__spec__.loader).__name__, same=tf.__loader__ is tf.__spec__.loader)))
+    """)
+    done = clean_run(program, tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.split("RESULT ", 1)[1])
+    assert result == {"tools": [], "replay_exit": 0, "replay": [], "active": True,
+                      "enabled": True, "loader": "SourceFileLoader", "same": True}, result
+
+
+def test_an_lms_call_before_tensorflow_imports_it_and_activates_lms(tmp_path):
+    program = textwrap.dedent("""
+        import sys
+        import tensorflow_lms_allocator as lms
+        before = "tensorflow" in sys.modules
+        enabled = lms.get_lms_enabled()
+        import tensorflow as tf
+        print("RESULT", before, enabled, "tensorflow" in sys.modules, lms._overlay.active(),
+              tf.config.experimental.get_lms_enabled is lms.get_lms_enabled)
+    """)
+    done = clean_run(program, tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "RESULT False False True True True" in done.stdout, done.stdout
 
 
 @pytest.mark.parametrize("variable,value", [("TF_LMS_CPU_DEVICE_MEMORY_MB", "12x"),
