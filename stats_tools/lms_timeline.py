@@ -9,7 +9,7 @@ ticks along the top. ``-o OUT.html`` writes a self-contained page (inline SVG,
 a tooltip per band; no network), ``-o OUT.png`` a picture (matplotlib).
 
 The trace is read with ``tensorflow_lms_allocator.trace``, which never
-imports TensorFlow (Note [Activation] in ``_overlay.py``).
+imports TensorFlow (Note [Activation] in ``overlay/activation.py``).
 
 Example:
     $ python stats_tools/lms_stats.py timeline steps.lmstrace -o steps.html

@@ -25,7 +25,7 @@ device an emulated GPU with that much memory. The engine alone is in
 
 from __future__ import annotations
 
-from tensorflow_lms_allocator import _overlay
+from tensorflow_lms_allocator.overlay import activation
 from tensorflow_lms_allocator.lms import (
     UnpinnedTouch,
     clear_unpinned_touches,
@@ -42,10 +42,10 @@ from tensorflow_lms_allocator import lms as _lms
 
 __version__ = "0.1.0"
 
-# Now, or when TensorFlow is imported (Note [Activation] in _overlay.py);
+# Now, or when TensorFlow is imported (Note [Activation] in overlay/activation.py);
 # imported after TensorFlow or without it, the package is its tools only and
 # the API raises why.
-_overlay.install_or_explain(_lms.activate)
+activation.install_or_explain(_lms.activate)
 
 __all__ = [
     "UnpinnedTouch",

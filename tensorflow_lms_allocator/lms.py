@@ -30,7 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from tensorflow_lms_allocator import _overlay, trace
+from tensorflow_lms_allocator import trace
+from tensorflow_lms_allocator.overlay import activation
 
 # Public statistic name -> the engine's name for it.
 STATISTICS: dict[str, str] = {
@@ -69,8 +70,8 @@ def check_gpus(tf_module) -> None:
         >>> check_gpus(tf)  # doctest: +SKIP
     """
     for ordinal, _ in enumerate(tf_module.config.list_physical_devices("GPU")):
-        message = _overlay.message_buffer()
-        code = _overlay.adapter().tf_lms_check_gpu(ordinal, message, len(message))
+        message = activation.message_buffer()
+        code = activation.adapter().tf_lms_check_gpu(ordinal, message, len(message))
         if code != 0:
             raise RuntimeError(
                 message.value.decode(errors="replace") + ". Disable LMS "
@@ -105,19 +106,19 @@ def _set_flag(setting: bytes, enabled: Any, function: str) -> None:
         import tensorflow as tf
 
         check_gpus(tf)
-    message = _overlay.message_buffer()
-    code = _overlay.adapter().tf_lms_set_flag(setting, int(flag), message, len(message))
+    message = activation.message_buffer()
+    code = activation.adapter().tf_lms_set_flag(setting, int(flag), message, len(message))
     if code != 0:
-        raise _overlay.error(code, message)
+        raise activation.error(code, message)
 
 
 def _get_flag(setting: bytes) -> bool:
-    message = _overlay.message_buffer()
+    message = activation.message_buffer()
     value = ctypes.c_int(0)
-    code = _overlay.adapter().tf_lms_get_flag(setting, ctypes.byref(value), message,
+    code = activation.adapter().tf_lms_get_flag(setting, ctypes.byref(value), message,
                                                len(message))
     if code != 0:
-        raise _overlay.error(code, message)
+        raise activation.error(code, message)
     return bool(value.value)
 
 
@@ -170,7 +171,7 @@ def device_names() -> list[str]:
     import tensorflow as tf
 
     tf.config.list_logical_devices()  # creates the devices if they are not yet
-    lib = _overlay.adapter()
+    lib = activation.adapter()
     raw = lib.tf_lms_device_names()
     try:
         return ctypes.string_at(raw).decode().split()
@@ -232,13 +233,13 @@ def get_statistics(device: int | str | Any = 0) -> dict[str, int]:
     import tensorflow as tf
 
     tf.config.list_logical_devices()  # creates the devices if they are not yet
-    lib = _overlay.adapter()
+    lib = activation.adapter()
     count = lib.tf_lms_num_statistics()
     values = (ctypes.c_int64 * count)()
-    message = _overlay.message_buffer()
+    message = activation.message_buffer()
     code = lib.tf_lms_get_statistics(name.encode(), values, count, message, len(message))
     if code != 0:
-        raise _overlay.error(code, message)
+        raise activation.error(code, message)
     return {lib.tf_lms_statistic_name(i).decode(): values[i] for i in range(count)}
 
 
@@ -278,12 +279,12 @@ def record_trace(path: str | Path, device: int | str = 0,
     import tensorflow as tf
 
     tf.config.list_logical_devices()  # creates the devices if they are not yet
-    lib = _overlay.adapter()
-    message = _overlay.message_buffer()
+    lib = activation.adapter()
+    message = activation.message_buffer()
     code = lib.tf_lms_start_trace(name.encode(), str(path).encode(),
                                   int(max_mb * (1 << 20)), message, len(message))
     if code != 0:
-        raise _overlay.error(code, message)
+        raise activation.error(code, message)
     try:
         yield
     finally:
@@ -291,7 +292,7 @@ def record_trace(path: str | Path, device: int | str = 0,
         code = lib.tf_lms_stop_trace(name.encode(), ctypes.byref(events), ctypes.byref(dropped),
                                      ctypes.byref(cap), message, len(message))
         if code != 0:
-            raise _overlay.error(code, message)
+            raise activation.error(code, message)
         trace.report_dropped({"path": str(path), "events": events.value,
                               "dropped": dropped.value, "max_bytes": cap.value})
 
@@ -314,7 +315,7 @@ def unpinned_touches() -> list[UnpinnedTouch]:
         >>> for touch in tensorflow_lms_allocator.unpinned_touches():  # doctest: +SKIP
         ...     print(touch.op, touch.allocation_bytes)
     """
-    lib = _overlay.adapter()
+    lib = activation.adapter()
     raw = lib.tf_lms_unpinned_touches()
     if not raw:
         return []
@@ -332,7 +333,7 @@ def unpinned_touches() -> list[UnpinnedTouch]:
 
 def clear_unpinned_touches() -> None:
     """Empties strict mode's report."""
-    _overlay.adapter().tf_lms_clear_unpinned_touches()
+    activation.adapter().tf_lms_clear_unpinned_touches()
 
 
 PUBLIC = ["set_lms_enabled", "get_lms_enabled", "set_lms_defrag_enabled",
@@ -347,11 +348,11 @@ def activate(tf_module) -> None:
         >>> activate(tf)  # doctest: +SKIP  (the package does it)
     """
     attach(tf_module)
-    if not _overlay.active():
+    if not activation.active():
         return
-    from tensorflow_lms_allocator import _keras
+    from tensorflow_lms_allocator.overlay import keras_jit
 
-    _keras.install(get_lms_enabled)  # jit_compile="auto" under LMS: Note [XLA under LMS]
+    keras_jit.install(get_lms_enabled)  # jit_compile="auto" under LMS: Note [XLA under LMS]
     if get_lms_enabled():
         check_gpus(tf_module)  # TF_LMS_ENABLED=1 with a GPU LMS cannot serve: say so now
 

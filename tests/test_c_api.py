@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tensorflow_lms_allocator import _c_api, _overlay
+from tensorflow_lms_allocator.overlay import activation, c_api
 
 CC = Path(__file__).parents[1] / "tensorflow_lms_allocator/cc"
 HEADER = CC / "overlay" / "c_api.h"
@@ -19,7 +19,7 @@ HEADERS = {"c_api.h": HEADER, "statistics_c_api.h": CC / "tf_adapter" / "statist
 
 
 def test_every_exported_function_of_the_header_is_read_with_its_types() -> None:
-    prototypes = _c_api.read_prototypes(_c_api.read_header(HEADER))
+    prototypes = c_api.read_prototypes(c_api.read_header(HEADER))
     assert prototypes["tf_lms_get_flag"] == ("int", ["const char*", "int*", "char*", "size_t"])
     assert prototypes["tf_lms_unpinned_touches"] == ("char*", [])
     # From statistics_c_api.h, which c_api.h includes.
@@ -31,14 +31,14 @@ def test_every_exported_function_of_the_header_is_read_with_its_types() -> None:
 
 def test_the_installed_headers_are_the_source_headers() -> None:
     for name, source in HEADERS.items():
-        installed = _overlay._library_dir() / name
+        installed = activation._library_dir() / name
         assert installed.read_bytes() == source.read_bytes(), name
 
 
 def test_the_built_adapter_exports_every_declared_function(tmp_path: Path) -> None:
     # Loading the adapter needs TensorFlow's framework library; its rpath finds it.
-    lib = ctypes.CDLL(str(_overlay._library_dir() / "libtf_lms_adapter.so"))
-    _c_api.declare(lib, _overlay._library_dir() / "c_api.h")
+    lib = ctypes.CDLL(str(activation._library_dir() / "libtf_lms_adapter.so"))
+    c_api.declare(lib, activation._library_dir() / "c_api.h")
     assert lib.tf_lms_code_name.restype is ctypes.c_char_p
     assert lib.tf_lms_code_name(8) == b"RESOURCE_EXHAUSTED"
     assert lib.tf_lms_get_statistics.argtypes[1]._type_ is ctypes.c_int64
@@ -48,19 +48,19 @@ def test_a_function_the_library_lacks_is_an_import_error(tmp_path: Path) -> None
     header = tmp_path / "c_api.h"
     header.write_text("TF_LMS_EXPORT int tf_lms_no_such_function(int x);\n")
     with pytest.raises(ImportError, match="tf_lms_no_such_function.*make build"):
-        _c_api.declare(ctypes.CDLL(None), header)
+        c_api.declare(ctypes.CDLL(None), header)
 
 
 def test_an_unknown_c_type_is_an_import_error_naming_it(tmp_path: Path) -> None:
     header = tmp_path / "c_api.h"
     header.write_text("TF_LMS_EXPORT int tf_lms_f(struct Foo* foo);\n")
     with pytest.raises(ImportError, match=r"struct Foo\*"):
-        _c_api.declare(ctypes.CDLL(None), header)
+        c_api.declare(ctypes.CDLL(None), header)
 
 
 def test_a_missing_header_is_an_import_error(tmp_path: Path) -> None:
     with pytest.raises(ImportError, match="cannot be read.*make build"):
-        _c_api.declare(ctypes.CDLL(None), tmp_path / "missing.h")
+        c_api.declare(ctypes.CDLL(None), tmp_path / "missing.h")
 
 
 def test_a_missing_included_header_is_an_import_error(tmp_path: Path) -> None:
@@ -69,7 +69,7 @@ def test_a_missing_included_header_is_an_import_error(tmp_path: Path) -> None:
                       "TF_LMS_EXPORT int tf_lms_f(int x);\n")
     with pytest.raises(ImportError, match="or one it includes cannot be read.*"
                        "statistics_c_api.h.*make build"):
-        _c_api.declare(ctypes.CDLL(None), header)
+        c_api.declare(ctypes.CDLL(None), header)
 
 
 def test_a_tensorflow_built_with_the_lms_patch_refuses_the_overlay(tmp_path: Path) -> None:
@@ -81,12 +81,12 @@ def test_a_tensorflow_built_with_the_lms_patch_refuses_the_overlay(tmp_path: Pat
     ctypes.CDLL(str(patched))
     with pytest.raises(ImportError, match="built with the LMS patch series.*Do not import "
                        "tensorflow_lms_allocator.*set_lms_enabled"):
-        _overlay._check_not_patched(patched)
+        activation._check_not_patched(patched)
     # The stock wheel's framework, which this process runs on, is not patched.
     import tensorflow as tf
 
     stock = Path(tf.sysconfig.get_lib()) / "libtensorflow_framework.so.2"
     assert hasattr(ctypes.CDLL(str(stock), mode=os.RTLD_NOLOAD | os.RTLD_LAZY), "TF_NewStatus")
-    _overlay._check_not_patched(stock)
+    activation._check_not_patched(stock)
     # A library that is not loaded is not looked into.
-    _overlay._check_not_patched(tmp_path / "not_loaded.so")
+    activation._check_not_patched(tmp_path / "not_loaded.so")

@@ -3,7 +3,7 @@
 The source patch adds GPUOptions.Experimental fields lms_enabled = 20 and
 lms_defrag_enabled = 21 to config.proto. On the stock wheel the package
 extends Python's config_pb2 with them before TensorFlow imports it
-(tensorflow_lms_allocator/_config_proto.py), and the GPU allocator hook reads
+(tensorflow_lms_allocator/overlay/config_proto.py), and the GPU allocator hook reads
 field 20 from the GPUOptions TensorFlow's C++ runtime parsed (as an unknown
 field): the same ConfigProto turns LMS on in both ways in.
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tensorflow_lms_allocator import _config_proto
+from tensorflow_lms_allocator.overlay import config_proto
 from tf_helpers import describe, run_program
 
 FAKE_DRIVER = Path(__file__).parents[1] / "build/fake_cuda/libfakecuda.so"
@@ -61,9 +61,9 @@ def test_a_descriptor_that_already_uses_the_numbers_is_refused():
     assert spec is not None and spec.submodule_search_locations
     wheel = Path(list(spec.submodule_search_locations)[0])
     text = (wheel / "core/protobuf/config_pb2.py").read_text()
-    extended = _config_proto.with_lms_fields(text)
+    extended = config_proto.with_lms_fields(text)
     assert "lms_enabled" not in text and b"lms_enabled" in repr(extended).encode()
     with pytest.raises(ValueError, match="already uses field numbers"):
-        _config_proto.with_lms_fields(extended)
+        config_proto.with_lms_fields(extended)
     with pytest.raises(ValueError, match="no serialized descriptor"):
-        _config_proto.with_lms_fields("x = 1\n")
+        config_proto.with_lms_fields("x = 1\n")

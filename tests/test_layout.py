@@ -49,3 +49,49 @@ def test_includes_run_only_downward():
                     wrong.append(f"{source.relative_to(CC)} includes {included}/")
     assert not wrong, wrong
     assert across > 50  # the check saw the tree's includes between folders
+
+
+PACKAGE = CC.parent
+# The Python side, bottom up: the tools need neither TensorFlow nor the
+# overlay; the overlay (a stock wheel's import-time wiring) needs no tool; the
+# API (lms.py) stands on both; callbacks on the API; the package's
+# __init__ on the API and the overlay.
+TOOLS = {"engine", "trace", "replay", "_engine"}
+PYTHON_MAY_IMPORT = {
+    "engine": TOOLS, "trace": TOOLS, "replay": TOOLS,
+    "overlay": {"overlay", "_engine"},
+    "lms": TOOLS | {"overlay"},
+    "callbacks": TOOLS | {"lms"},
+    "__init__": {"lms", "overlay"},
+}
+
+
+def _package_imports(source: Path) -> set[str]:
+    """The first component under tensorflow_lms_allocator of each import in `source`."""
+    import ast
+
+    found = set()
+    for node in ast.walk(ast.parse(source.read_text())):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(PACKAGE.name):
+            rest = node.module[len(PACKAGE.name):].lstrip(".")
+            found |= {rest.split(".")[0]} if rest else {alias.name for alias in node.names}
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                parts = alias.name.split(".")
+                if parts[0] == PACKAGE.name and len(parts) > 1:
+                    found.add(parts[1])
+    return found
+
+
+def test_python_modules_import_only_downward():
+    """Where each module is placed; nothing imports up (the tools never reach the overlay)."""
+    modules = {p.stem for p in PACKAGE.glob("*.py")} | {"overlay"}
+    assert modules == set(PYTHON_MAY_IMPORT), modules ^ set(PYTHON_MAY_IMPORT)
+    wrong = []
+    for name, allowed in PYTHON_MAY_IMPORT.items():
+        sources = sorted((PACKAGE / "overlay").glob("*.py")) if name == "overlay" else \
+            [PACKAGE / f"{name}.py"]
+        for source in sources:
+            for imported in _package_imports(source) - allowed - {name}:
+                wrong.append(f"{source.relative_to(PACKAGE)} imports {imported}")
+    assert not wrong, wrong

@@ -47,14 +47,10 @@ import api_goldens  # noqa: E402
 import make_patches  # noqa: E402
 
 
-def _load_config_proto():  # without the package's __init__, which imports TensorFlow
-    import importlib.util
+def _load_config_proto():  # importing the package imports no TensorFlow
+    from tensorflow_lms_allocator.overlay import config_proto
 
-    path = ROOT / "tensorflow_lms_allocator" / "_config_proto.py"
-    spec = importlib.util.spec_from_file_location("lms_config_proto", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return config_proto
 
 
 # The patched config.proto's fields in a config_pb2.py, as the overlay adds them.
@@ -576,7 +572,8 @@ import ctypes, json, os
 import tensorflow_lms_allocator  # the overlay: an emulated LMS device on CPU:0
 import tensorflow as tf
 from tensorflow.python.framework import config
-from tensorflow_lms_allocator import _overlay, lms
+from tensorflow_lms_allocator import lms
+from tensorflow_lms_allocator.overlay import activation
 
 assert config.__file__.startswith(PATCHED), config.__file__
 result = {}
@@ -586,7 +583,7 @@ except RuntimeError as error:
     result["stock"] = str(error)
 # The entry points the overlay's adapter exports, into the global scope,
 # where the patched functions look last (the stock wheel's libraries lack them).
-ctypes.CDLL(str(_overlay._library_dir() / "libtf_lms_adapter.so"),
+ctypes.CDLL(str(activation._library_dir() / "libtf_lms_adapter.so"),
             mode=os.RTLD_GLOBAL | os.RTLD_NOLOAD)
 # 20 tensors of 16 MiB on a 256 MiB device: LMS evicts, then pages in.
 x = tf.random.uniform([2048, 2048])

@@ -1,5 +1,5 @@
 """XLA under LMS (tests/tf_programs/xla.py; Note [XLA under LMS] in
-tensorflow_lms_allocator/_keras.py, Note [XLA frees live variables on its
+tensorflow_lms_allocator/overlay/keras_jit.py, Note [XLA frees live variables on its
 error path] in cc/tf_adapter/live_variables.h).
 
 Keras 3 compiles every fit step with XLA when it sees a GPU; these tests make

@@ -55,9 +55,9 @@ def python() -> None:
 
 def gpu(which: str) -> None:
     import tensorflow_lms_allocator as lms
-    from tensorflow_lms_allocator import _overlay
+    from tensorflow_lms_allocator.overlay import activation
 
-    lib = _overlay.adapter()
+    lib = activation.adapter()
     options = config(which == "set").gpu_options.SerializeToString()
     message = ctypes.create_string_buffer(2048)
     code = lib.tf_lms_test_gpu_allocator(0, 64 * MIB, options, len(options), message,

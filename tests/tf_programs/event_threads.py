@@ -22,7 +22,7 @@ import threading
 import time
 
 from collectives import reduce, two_participants  # imports the overlay first
-from tensorflow_lms_allocator import _overlay
+from tensorflow_lms_allocator.overlay import activation
 import tensorflow as tf
 
 MIB = 1 << 20
@@ -32,7 +32,7 @@ REQUEST_MIB = 96  # more than the device (48 MiB) and host memory (8 MiB) togeth
 
 def timed_request(thread_name: str, results: dict[str, dict]) -> None:
     ctypes.CDLL(None).prctl(PR_SET_NAME, thread_name.encode(), 0, 0, 0)
-    lib = _overlay.adapter()
+    lib = activation.adapter()
     ptr = ctypes.c_void_p()
     message = ctypes.create_string_buffer(1024)
     start = time.monotonic()

@@ -43,10 +43,10 @@ def tensorflow_budgets(lib: ctypes.CDLL) -> list[int]:
 
 def allocate() -> None:
     import tensorflow_lms_allocator as lms
-    from tensorflow_lms_allocator import _overlay
+    from tensorflow_lms_allocator.overlay import activation
     import tensorflow as tf
 
-    lib = _overlay.adapter()
+    lib = activation.adapter()
     fake = ctypes.CDLL(os.environ["TF_LMS_CUDA_DRIVER_PATH"])
     fake.fake_cuda_pool_bytes_in_use.restype = ctypes.c_size_t
     result: dict = {"create": gpu_allocator(lib, 64 * MIB + MIB // 2)}
@@ -120,10 +120,10 @@ def allocate() -> None:
 
 
 def refused() -> None:
-    from tensorflow_lms_allocator import _overlay
+    from tensorflow_lms_allocator.overlay import activation
     import tensorflow_lms_allocator as lms
 
-    lib = _overlay.adapter()
+    lib = activation.adapter()
     message = ctypes.create_string_buffer(2048)
     check = lib.tf_lms_check_gpu(0, message, len(message))
     result = {"check": [lib.tf_lms_code_name(check).decode(), message.value.decode()]}

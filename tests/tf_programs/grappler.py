@@ -20,7 +20,7 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import tensorflow_lms_allocator as lms  # noqa: E402  (before tensorflow)
-from tensorflow_lms_allocator import _overlay  # noqa: E402
+from tensorflow_lms_allocator.overlay import activation  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from tensorflow.core.protobuf import config_pb2, device_properties_pb2  # noqa: E402
 from tensorflow.python.framework import meta_graph  # noqa: E402
@@ -62,7 +62,7 @@ def swap_nodes(memory_bytes: int) -> int:
 def main() -> None:
     device = tf.config.experimental.get_bytes_limit("CPU:0")  # makes the devices
     reported = ctypes.c_int64()
-    code = _overlay.adapter().tf_lms_test_tensorflow_bytes_limit(b"CPU:0",
+    code = activation.adapter().tf_lms_test_tensorflow_bytes_limit(b"CPU:0",
                                                                  ctypes.byref(reported))
     result = {"code": code, "reported": reported.value, "device": device,
               "lms_enabled": lms.get_lms_enabled(),

@@ -24,7 +24,7 @@ import threading
 import time
 
 import tensorflow_lms_allocator as lms  # before tensorflow
-from tensorflow_lms_allocator import _overlay
+from tensorflow_lms_allocator.overlay import activation
 
 import tensorflow as tf
 
@@ -38,7 +38,7 @@ def emit(result: dict) -> None:
 def kernel_contexts() -> dict:
     """Live kernel contexts in the process, and those the calling thread created."""
     out = (ctypes.c_int64 * 2)()
-    lib = _overlay.adapter()
+    lib = activation.adapter()
     assert lib.tf_lms_kernel_contexts(out) == 0, "no LMS device"
     return {"live": out[0], "thread": out[1], "thread_id": threading.get_ident()}
 

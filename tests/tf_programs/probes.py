@@ -149,11 +149,11 @@ def slice_pin() -> None:
 def wrong_version() -> None:
     import ctypes
 
-    from tensorflow_lms_allocator import _overlay
+    from tensorflow_lms_allocator.overlay import activation
 
     error = ctypes.create_string_buffer(512)
-    code = _overlay.adapter().tf_lms_configure(b"2.20.0", error, len(error))
-    emit({"code": _overlay.adapter().tf_lms_code_name(code).decode(),
+    code = activation.adapter().tf_lms_configure(b"2.20.0", error, len(error))
+    emit({"code": activation.adapter().tf_lms_code_name(code).decode(),
           "message": error.value.decode()})
 
 
@@ -188,11 +188,11 @@ def optional() -> None:
     import ctypes
 
     import tensorflow_lms_allocator as lms
-    from tensorflow_lms_allocator import _overlay
+    from tensorflow_lms_allocator.overlay import activation
     import tensorflow as tf
 
     tf.config.experimental.get_bytes_limit("CPU:0")  # makes the devices
-    lib = _overlay.adapter()
+    lib = activation.adapter()
     message = ctypes.create_string_buffer(1024)
 
     def allocate(mib: int, retry: int) -> tuple[int, int]:

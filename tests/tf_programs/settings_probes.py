@@ -173,9 +173,9 @@ def strict_faulthandler() -> None:
 
 
 def _adapter():
-    from tensorflow_lms_allocator import _overlay
+    from tensorflow_lms_allocator.overlay import activation
 
-    return _overlay
+    return activation
 
 
 def _allocate(alignment: int, num_bytes: int, retry: bool) -> tuple[int | None, str]:
@@ -287,18 +287,18 @@ def oom_logging() -> None:
 
 
 def error_codes() -> None:
-    from tensorflow_lms_allocator import _overlay
+    from tensorflow_lms_allocator.overlay import activation
     import tensorflow_lms_allocator as lms
     import tensorflow as tf
 
-    lib = _overlay.adapter()
+    lib = activation.adapter()
     result = {"names": {code: lib.tf_lms_code_name(code).decode()
                         for code in (0, 3, 5, 8, 9, 13, 99)}}
     # The exception type follows the code, whatever the message says.
     misleading = ctypes.create_string_buffer(b"TF_LMS_ENABLED='x' is not a boolean")
-    result["by_code"] = {str(code): type(_overlay.error(code, misleading)).__name__
+    result["by_code"] = {str(code): type(activation.error(code, misleading)).__name__
                          for code in (3, 5, 8, 9, 13)}
-    message = _overlay.message_buffer()
+    message = activation.message_buffer()
     code = lib.tf_lms_set_flag(b"no_such_setting", 1, message, len(message))
     result["unknown_setting"] = [lib.tf_lms_code_name(code).decode(), message.value.decode()]
     errors = {}

@@ -37,10 +37,10 @@ def probe(lib: ctypes.CDLL, device: str, kind: int, fill_device: bool,
 
 
 def main(device: str) -> None:
-    from tensorflow_lms_allocator import _overlay
+    from tensorflow_lms_allocator.overlay import activation
     import tensorflow as tf
 
-    lib = _overlay.adapter()
+    lib = activation.adapter()
     float(tf.reduce_sum(tf.ones([4])))  # TensorFlow makes its devices
     gpus = 2 if device == "GPU:0,GPU:1" else 1 if device.startswith("GPU") else 0
     for gpu in range(gpus):

@@ -25,7 +25,7 @@ import threading
 import time
 
 import tensorflow_lms_allocator as lms  # before tensorflow
-from tensorflow_lms_allocator import _overlay
+from tensorflow_lms_allocator.overlay import activation
 
 import tensorflow as tf
 
@@ -36,7 +36,7 @@ def turns() -> dict | None:
     """Requests that waited for memory, and waits broken as deadlocks (None
     from an adapter that does not count them)."""
     out = (ctypes.c_int64 * 2)()
-    lib = _overlay.adapter()
+    lib = activation.adapter()
     if not hasattr(lib, "tf_lms_turns"):
         return None
     assert lib.tf_lms_turns(out) == 0, "no LMS device"

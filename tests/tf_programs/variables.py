@@ -24,7 +24,7 @@ import sys
 import traceback
 
 import tensorflow_lms_allocator as lms  # before tensorflow
-from tensorflow_lms_allocator import _overlay
+from tensorflow_lms_allocator.overlay import activation
 
 import numpy as np
 import tensorflow as tf
@@ -49,7 +49,7 @@ def address_of(variable: tf.Variable) -> int:
 def inspect(address: int) -> dict | None:
     """The engine's view of the live allocation containing `address`."""
     out = (ctypes.c_int64 * 5)()
-    lib = _overlay.adapter()
+    lib = activation.adapter()
     if lib.tf_lms_inspect(address, out) != 0:
         return None
     return {"id": out[0], "address": out[1], "requested_bytes": out[2],

@@ -1,4 +1,4 @@
-"""XLA under LMS (Note [XLA under LMS] in tensorflow_lms_allocator/_keras.py).
+"""XLA under LMS (Note [XLA under LMS] in tensorflow_lms_allocator/overlay/keras_jit.py).
 
 Usage: python xla.py NAME
   auto       Keras sees a GPU (its physical device list says so, as on a GPU

@@ -30,7 +30,7 @@ namespace lms {
 // them (a TensorFlow built with the patch), from the message's unknown fields
 // where it does not (the stock wheel, whose C++ runtime keeps the fields of
 // a ConfigProto that Python serialized with them: tensorflow_lms_allocator
-// extends Python's descriptor, _config_proto.py). proto3 serializes only
+// extends Python's descriptor, overlay/config_proto.py). proto3 serializes only
 // true, so each is "asked for" or "not said": never a request to turn off.
 inline constexpr int kLmsEnabledField = 20;
 inline constexpr int kLmsDefragEnabledField = 21;

@@ -3,10 +3,10 @@
 ``after_import("tensorflow", then)`` puts a finder in front of
 ``sys.meta_path``; when something imports ``tensorflow``, the finder lets the
 normal finders find it, and its loader runs the module as they would, then
-calls ``then(module)``. The finder removes itself at that first import, and
-the module keeps its own loader (``__loader__``, ``__spec__.loader``), so
-nothing else can tell. Used by the package to finish activating LMS when
-TensorFlow loads (Note [Activation] in ``_overlay.py``).
+calls ``then(module)``. The finder removes itself at that first import (a
+mere ``importlib.util.find_spec`` does not count), and the module keeps its
+own loader (``__loader__``, ``__spec__.loader``), so nothing else can tell. Used by the package to finish activating LMS when
+TensorFlow loads (Note [Activation] in ``overlay/activation.py``).
 
 Example:
     >>> after_import("tensorflow", lambda tf: print(tf.__version__))  # doctest: +SKIP
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import importlib.abc
 import importlib.machinery
-import importlib.util
 import sys
 from types import ModuleType
 from typing import Callable
@@ -35,6 +34,7 @@ class _Loader(importlib.abc.Loader):
         return self._loader.create_module(spec)
 
     def exec_module(self, module: ModuleType) -> None:
+        cancel(module.__name__)  # once
         module.__spec__.loader = module.__loader__ = self._loader  # its own from here on
         self._loader.exec_module(module)
         self._then(module)
@@ -49,12 +49,19 @@ class _Finder(importlib.abc.MetaPathFinder):
                   target: object = None) -> importlib.machinery.ModuleSpec | None:
         if fullname != self.name:
             return None
-        cancel(self.name)  # once: the finders after it find the module
-        spec = importlib.util.find_spec(fullname)
-        if spec is None or spec.loader is None:
-            return spec
-        spec.loader = _Loader(spec.loader, self._then)
-        return spec
+        # The finders after it find the module. Only an import runs the
+        # loader: importlib.util.find_spec alone (which asks this finder too)
+        # leaves the callback waiting.
+        for finder in list(sys.meta_path):
+            find = getattr(finder, "find_spec", None)
+            if finder is self or find is None:
+                continue
+            spec = find(fullname, path, target)
+            if spec is not None:
+                if spec.loader is not None:
+                    spec.loader = _Loader(spec.loader, self._then)
+                return spec
+        return None
 
 
 def after_import(name: str, then: Callable[[ModuleType], None]) -> None:

@@ -12,7 +12,7 @@ TensorFlow, and then either:
     asked for), imports TensorFlow and activates LMS at once, so a bad value
     is an error of the package's import, naming the variable; or
   - without one, waits: LMS activates when TensorFlow is first imported
-    (_after_import), or when an LMS function is first called (which imports
+    (after_import), or when an LMS function is first called (which imports
     TensorFlow). `python stats_tools/lms_stats.py` or `from
     tensorflow_lms_allocator import replay` never imports TensorFlow. What
     fails then (a TensorFlow built with the patch, an adapter that cannot
@@ -36,7 +36,7 @@ from types import ModuleType
 import warnings
 from typing import Callable
 
-from tensorflow_lms_allocator import _after_import, _c_api, _config_proto
+from tensorflow_lms_allocator.overlay import after_import, c_api, config_proto
 
 _ADAPTER: ctypes.CDLL | None = None
 # Whether this process loaded the interposer (before TensorFlow). It survives
@@ -174,7 +174,7 @@ def install_or_explain(then: Callable[[ModuleType], None]) -> None:
                           stacklevel=2)
         then(tf)
 
-    _after_import.after_import("tensorflow", activate)
+    after_import.after_import("tensorflow", activate)
 
 
 def installed_tensorflow() -> list[tuple[str, str]]:
@@ -254,9 +254,9 @@ def install() -> ModuleType:
 
     _check_not_patched(Path(tf.sysconfig.get_lib()) / "libtensorflow_framework.so.2")
     lib = ctypes.CDLL(str(libs / "libtf_lms_adapter.so"))
-    _c_api.declare(lib, libs / "c_api.h")
+    c_api.declare(lib, libs / "c_api.h")
     if hasattr(lib, "tf_lms_test_allocate_raw"):  # a build for the tests (make build)
-        _c_api.declare(lib, libs / "c_api_testing.h")
+        c_api.declare(lib, libs / "c_api_testing.h")
     message = message_buffer()
     code = lib.tf_lms_configure(tf.__version__.encode(), message, len(message))
     if code != 0:
@@ -291,7 +291,7 @@ def _load_interposer() -> None:
     _check_tensorflow_version(libs)
     ctypes.CDLL(str(libs / "libtf_lms_interposer.so"), mode=ctypes.RTLD_GLOBAL)
     _INTERPOSER_LOADED = True
-    _config_proto.install()  # ConfigProto's lms_enabled, before TensorFlow loads it
+    config_proto.install()  # ConfigProto's lms_enabled, before TensorFlow loads it
 
 
 def _keep_strict_handler_first(lib: ctypes.CDLL) -> None:
@@ -390,7 +390,7 @@ def active() -> bool:
 
 def adapter() -> ctypes.CDLL:
     """The loaded adapter library; imports TensorFlow if LMS waits for it (Note [Activation])."""
-    if _ADAPTER is None and _after_import.waiting("tensorflow"):
+    if _ADAPTER is None and after_import.waiting("tensorflow"):
         import tensorflow  # noqa: F401  (activates LMS)
     if _ADAPTER is None:
         raise RuntimeError(_UNAVAILABLE or

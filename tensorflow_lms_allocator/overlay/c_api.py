@@ -114,7 +114,7 @@ def declare(lib: ctypes.CDLL, header_path: Path) -> None:
         unknown = [t for t in [return_type, *parameter_types] if t not in _C_TYPES]
         if unknown:
             raise ImportError(f"{header_path}: {name} uses C type(s) {unknown} that "
-                              "tensorflow_lms_allocator._c_api cannot map to ctypes")
+                              "tensorflow_lms_allocator.overlay.c_api cannot map to ctypes")
         try:
             function = getattr(lib, name)
         except AttributeError as e:
