@@ -107,12 +107,15 @@ Status PosixBackend::Map(uintptr_t address, PoolKind pool, const GranuleId* ids,
   ScopedNanos timed(&stats_.map_ns);
   const PoolFile& p = pools_[static_cast<int>(pool)];
   const int prot = access == Access::kNone ? PROT_NONE : PROT_READ | PROT_WRITE;
+  // Populated device mappings: the header's comment says why.
+  const int populate =
+      pool == PoolKind::kDevice && access != Access::kNone ? MAP_POPULATE : 0;
   // One mmap per run of consecutive granule ids: they are one file range.
   for (size_t i = 0; i < count;) {
     size_t run = 1;
     while (i + run < count && ids[i + run] == ids[i] + run) ++run;
     void* at = reinterpret_cast<void*>(address + i * granule_);
-    void* r = mmap(at, run * granule_, prot, MAP_SHARED | MAP_FIXED, p.fd,
+    void* r = mmap(at, run * granule_, prot, MAP_SHARED | MAP_FIXED | populate, p.fd,
                    static_cast<off_t>(ids[i]) * static_cast<off_t>(granule_));
     if (r == MAP_FAILED) {
       Status failed = Errno("mapping " + std::to_string(run) + " " + PoolName(pool) +
