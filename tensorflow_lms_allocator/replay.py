@@ -319,10 +319,13 @@ def replay_engine(events: Events, device_bytes: int, granule: int, steps: int,
     result = Result(policy, device_bytes, True)
     last = engine.stats()
     labels = [None if op == "-" else op for op in events.ops]
+    current = -1  # the op whose label is set: a new label starts a new kernel run
     try:  # events run labelled with their op, as TensorFlow's kernels do
         for i, e in enumerate(events.events):
             born = 0
-            set_thread_label(labels[e.op])
+            if e.op != current:
+                set_thread_label(labels[e.op])
+                current = e.op
             try:
                 if e.kind == ALLOC:
                     address = engine.allocate(events.sizes[e.allocation], pin=e.born_pinned,

@@ -393,6 +393,57 @@ TEST(TheLearnedPolicyEvictsWhatALoopNeedsLast) {
   EXPECT_TRUE(ours * 3 <= lru);
 }
 
+// One kernel ("split") makes two outputs of one size each step: the first is
+// used by the next kernel, the second ten kernels later. Keyed by op and
+// size alone they would share what was learned, and the first's prediction
+// would miss every step; keyed by their occurrence too, every prediction
+// hits once a step has been seen. (The eight kernels between make a
+// temporary each, of one size: their occurrences key them apart too.)
+TEST(TheLearnedPolicyTellsApartTwoSameSizedOutputsOfOneKernel) {
+  Setup setup{/*device=*/16, /*host=*/16};
+  setup.policy = PolicyKind::kLearned;
+  auto e = MakeEngine(setup);
+  auto unpin = [&](void* p) {
+    AllocationInfo info;
+    EXPECT_OK(e->Inspect(p, &info));
+    EXPECT_OK(e->Unpin(p, info.unit_id));
+  };
+  auto use = [&](const char* op, void* p) {
+    StrictMonitor::SetThreadLabel(op);
+    uint64_t id = 0;
+    EXPECT_OK(e->Pin(p, &id));
+    EXPECT_OK(e->Unpin(p, id));
+  };
+  Statistics before;
+  for (int step = 0; step < 5; ++step) {
+    if (step == 2) before = e->GetStatistics();
+    StrictMonitor::SetThreadLabel("split");
+    void* first = MustAllocate(*e, kGranule, /*pin=*/true);
+    void* second = MustAllocate(*e, kGranule, /*pin=*/true);
+    ASSERT_TRUE(first && second);
+    Fill(*e, second, kGranule, step);
+    unpin(first);
+    unpin(second);
+    use("use_first", first);
+    StrictMonitor::SetThreadLabel("temporaries");
+    for (int i = 0; i < 8; ++i) {
+      void* t = MustAllocate(*e, 2 * kGranule, /*pin=*/true);
+      ASSERT_TRUE(t != nullptr);
+      unpin(t);
+      EXPECT_OK(e->Free(t));
+    }
+    use("use_second", second);
+    EXPECT_EQ(Verify(*e, second, kGranule, step), -1);
+    StrictMonitor::SetThreadLabel(nullptr);
+    EXPECT_OK(e->Free(first));
+    EXPECT_OK(e->Free(second));
+  }
+  const Statistics after = e->GetStatistics();
+  const int64_t predictions = after.num_predictions - before.num_predictions;
+  EXPECT_EQ(predictions, 3 * (2 * 2 + 8));  // three steps: two periods of each output, 8 temporaries
+  EXPECT_EQ(after.num_prediction_hits - before.num_prediction_hits, predictions);
+}
+
 // Seven tensors used round and round while each use also needs a 2-granule
 // temporary, on 8 granules: the temporary evicts a tensor; once it is freed,
 // the prefetch pages in the tensor predicted next into its granules, so its

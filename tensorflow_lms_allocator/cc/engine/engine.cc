@@ -163,7 +163,10 @@ void* Engine::AllocateLarge(size_t bytes, Hold hold, bool optional, Status* stat
                 /*may_evict=*/!optional && (hold != Hold::kWriter || WriterMayEvict(n)),
                 /*may_be_born_evicted=*/!optional && hold != Hold::kPin, status);
   if (c == kNoChunk) return nullptr;
-  if (learning_) learned_.SetKey(c, LearnedPolicy::Key(StrictMonitor::ThreadLabel(), bytes));
+  if (learning_) {
+    learned_.SetKey(c, LearnedPolicy::Key(StrictMonitor::ThreadLabel(), bytes,
+                                          StrictMonitor::CountLabelledAllocation(bytes)));
+  }
   BestFitArena::Chunk& chunk = arena_.chunk(c);
   chunk.requested_bytes = bytes;
   *unit_id = chunk.allocation_id;

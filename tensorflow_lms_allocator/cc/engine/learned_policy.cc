@@ -5,13 +5,14 @@
 
 namespace lms {
 
-uint64_t LearnedPolicy::Key(const char* label, uint64_t bytes) {
+uint64_t LearnedPolicy::Key(const char* label, uint64_t bytes, uint32_t occurrence) {
   if (label == nullptr) return kNoKey;
   uint64_t h = 14695981039346656037ull;  // FNV-1a
   for (const char* c = label; *c != '\0'; ++c) {
     h = (h ^ static_cast<unsigned char>(*c)) * 1099511628211ull;
   }
   h = (h ^ bytes) * 1099511628211ull;
+  h = (h ^ occurrence) * 1099511628211ull;
   return h == kNoKey ? 1 : h;
 }
 

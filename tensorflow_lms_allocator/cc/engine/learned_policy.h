@@ -10,8 +10,11 @@
 // inactive unit whose next use is predicted farthest ahead (Belady's rule,
 // with the previous step as the oracle):
 //   - a unit's *key* is the label of the kernel that allocated it (the op
-//     name the adapter sets for the thread) and its requested size; pages of
-//     small objects and allocations made outside kernels have no key;
+//     name the adapter sets for the thread), its requested size, and its
+//     occurrence: the how-manieth allocation of that size the kernel run
+//     made (two same-sized outputs of one op, a batch norm's gradients, the
+//     parts of a split, are two keys); pages of small objects and
+//     allocations made outside kernels have no key;
 //   - time is counted in *uses*: a tick each time a unit turns active (its
 //     first pin); a unit's n-th inactive period runs from its n-th last
 //     unpin (pin count back to zero) to its next pin, or to its free;
@@ -69,9 +72,9 @@ class LearnedPolicy {
   static constexpr size_t kMaxKeys = 1 << 16;
   static constexpr size_t kMaxPeriods = 256;
 
-  // The key of a unit allocated by the kernel labelled `label` (null: none)
-  // with `bytes` requested.
-  static uint64_t Key(const char* label, uint64_t bytes);
+  // The key of the `occurrence`-th unit of `bytes` requested (0: the first)
+  // that one run of the kernel labelled `label` (null: none) allocated.
+  static uint64_t Key(const char* label, uint64_t bytes, uint32_t occurrence);
 
   // A unit was created (`pinned`: it starts active), without a key; SetKey
   // gives a large allocation its key.

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <mutex>
+#include <utility>
+#include <vector>
 
 namespace lms {
 namespace {
@@ -13,6 +15,9 @@ namespace {
 constexpr int kMaxMonitors = 16;
 std::atomic<StrictMonitor*> g_monitors[kMaxMonitors];
 thread_local const char* t_label = nullptr;
+// (bytes, allocations of that size) since t_label was set; a kernel makes
+// few allocations, so a short list.
+thread_local std::vector<std::pair<uint64_t, uint32_t>> t_label_sizes;
 // The last fault this thread retried on an unwatched slot, and when.
 thread_local uintptr_t t_retried_address = 0;
 thread_local int64_t t_retried_ns = 0;
@@ -284,8 +289,19 @@ void StrictMonitor::ClearReport() {
   dropped_.store(0);
 }
 
-void StrictMonitor::SetThreadLabel(const char* label) { t_label = label; }
+void StrictMonitor::SetThreadLabel(const char* label) {
+  t_label = label;
+  t_label_sizes.clear();
+}
 
 const char* StrictMonitor::ThreadLabel() { return t_label; }
+
+uint32_t StrictMonitor::CountLabelledAllocation(uint64_t bytes) {
+  for (auto& [size, count] : t_label_sizes) {
+    if (size == bytes) return count++;
+  }
+  t_label_sizes.emplace_back(bytes, 1);
+  return 0;
+}
 
 }  // namespace lms

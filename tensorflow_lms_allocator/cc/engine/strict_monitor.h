@@ -94,6 +94,11 @@ class StrictMonitor {
   static void SetThreadLabel(const char* label);
   // The calling thread's label, or nullptr (access traces name ops with it).
   static const char* ThreadLabel();
+  // How many allocations of `bytes` this thread made before, counting this
+  // one, since its label was last set: 0 for the first. A kernel that makes
+  // two outputs of one size makes them in the same order every step, so the
+  // learned policy keys them apart by it.
+  static uint32_t CountLabelledAllocation(uint64_t bytes);
 
   // Called from the signal handler: true if the fault was a watched slot and
   // has been recorded and made accessible, or waited for its page-in.

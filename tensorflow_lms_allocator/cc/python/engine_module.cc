@@ -337,7 +337,8 @@ NB_MODULE(_engine, m) {
         nb::arg("label").none(),
         "Labels this thread's later calls as the kernel `label` (None: none),\n"
         "as the TensorFlow adapter labels a running kernel: access traces name\n"
-        "ops with it, and the learned policy keys allocations by it.");
+        "ops with it, and the learned policy keys allocations by it (and by\n"
+        "their size and occurrence: setting a label starts a new kernel run).");
   m.def("host_limit_from_env", [] {
     size_t bytes = 0;
     lms::Check(lms::HostLimitFromEnv(&bytes));
