@@ -444,6 +444,33 @@ TEST(TheLearnedPolicyTellsApartTwoSameSizedOutputsOfOneKernel) {
   EXPECT_EQ(after.num_prediction_hits - before.num_prediction_hits, predictions);
 }
 
+// A unit used round and round expects its last inactive period again: a
+// large allocation does; a small-object page, whose objects come and go
+// with the kernels, does not (Note [Learned eviction]), so pinning an object
+// in it makes no prediction.
+int64_t PredictionsForATensorUsedRoundAndRound(size_t bytes) {
+  Setup setup{/*device=*/8, /*host=*/16};
+  setup.policy = PolicyKind::kLearned;
+  auto e = MakeEngine(setup);
+  void* p = MustAllocate(*e, bytes);
+  if (p == nullptr) std::abort();
+  AllocationInfo info;
+  EXPECT_OK(e->Inspect(p, &info));
+  EXPECT_EQ(info.small, bytes < kGranule);
+  for (int round = 0; round < 6; ++round) {
+    uint64_t id = 0;
+    EXPECT_OK(e->Pin(p, &id));
+    EXPECT_OK(e->Unpin(p, id));
+  }
+  EXPECT_OK(e->Free(p));
+  return e->GetStatistics().num_predictions;
+}
+
+TEST(ASmallObjectPageDoesNotExpectItsLastPeriodAgain) {
+  EXPECT_EQ(PredictionsForATensorUsedRoundAndRound(kGranule), 6);  // 5 pins, the free
+  EXPECT_EQ(PredictionsForATensorUsedRoundAndRound(1000), 0);
+}
+
 // Seven tensors used round and round while each use also needs a 2-granule
 // temporary, on 8 granules: the temporary evicts a tensor; once it is freed,
 // the prefetch pages in the tensor predicted next into its granules, so its

@@ -121,6 +121,7 @@ Status Engine::NewSmallPage(Hold hold, int size_class, uint64_t* segment,
   BestFitArena::Chunk& unit = arena_.chunk(c);
   unit.requested_bytes = granule_;  // an eviction copies the whole page
   residency_.SetSegment(c, *segment);
+  if (learning_) learned_.MarkPage(c);
   small_.page(*segment).unit = c;
   small_.page(*segment).size_class = size_class;
   if (!residency_.record(c).evicted) NoteResidencyChange(c, /*resident=*/true);

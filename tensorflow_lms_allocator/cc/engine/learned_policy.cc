@@ -56,7 +56,7 @@ void LearnedPolicy::Deactivated(ChunkId id) {
       u.predicted = it->second[u.periods];
     }
   }
-  if (u.predicted == kUnknown) u.predicted = u.last_length;
+  if (u.predicted == kUnknown && !u.page) u.predicted = u.last_length;
   ++u.periods;
 }
 

@@ -27,8 +27,11 @@
 //     has new period numbers every step, so without (key, n) it expects its
 //     previous period's length again (reuse is periodic). A unit without a
 //     prediction (no key and no previous period, or nothing learned yet)
-//     counts its age (ticks since its unpin) as its distance: among such
-//     units the choice is LRU's;
+//     counts its age (ticks since its unpin) as its distance: among
+//     such units the choice is LRU's. Small-object pages, whose objects
+//     come and go, never repeat their last period: a replayed DenseNet121
+//     trace at 1/4 of its peak moved 985 MiB a step with pages repeating
+//     (59% of all predictions hit) and 762 without (76% hit; LRU 806);
 //   - a reclaim orders the inactive units by distance, farthest first (never
 //     used again before all), and evicts in that order until it has freed
 //     enough; ties keep LRU order;
@@ -80,6 +83,9 @@ class LearnedPolicy {
   // gives a large allocation its key.
   void Born(ChunkId id, bool pinned);
   void SetKey(ChunkId id, uint64_t key) { unit(id).key = key; }
+  // The unit is a small-object page: its periods are its objects' comings
+  // and goings, so its last one says nothing of its next.
+  void MarkPage(ChunkId id) { unit(id).page = true; }
   void Released(ChunkId id);
   // A unit turned active (first pin) or inactive (last unpin).
   void Activated(ChunkId id);
@@ -112,6 +118,7 @@ class LearnedPolicy {
     uint64_t last_unpin = 0;     // tick its current inactive period began
     uint64_t predicted = kUnknown;  // its length, kNever, or kUnknown
     uint64_t last_length = kUnknown;  // of its previous inactive period
+    bool page = false;
   };
 
   Unit& unit(ChunkId id);
