@@ -16,6 +16,8 @@ Models (synthetic data, SGD with momentum, keras.applications weights=None):
                 sequence 121, batch 64: many kernels with small outputs (a GRU's
                 TensorListFromTensor writes 121 of 32 KiB), which live in
                 small-object pages
+  mobilenetv2   MobileNetV2, 96x96x3 images, batch 32 (built for bench-policy;
+                not among the models bisected here by default)
 
 A probe "fits" when every step completes from device memory; an OOM, a crash,
 a timeout, or a kernel's request placed in host memory because the device
@@ -51,6 +53,8 @@ from probe_process import run_probe_process  # noqa: E402
 
 MIB = 1 << 20
 MODELS = ("resnet50", "densenet121", "transformer", "rnn")
+# build_model also builds these, for other benchmarks (bench-policy).
+OTHER_MODELS = ("mobilenetv2",)
 UNCAPPED_MB = 16384
 GRANULE_MB = 2
 
@@ -68,6 +72,10 @@ def build_model(name: str) -> tuple[Any, Any, Any]:
         model = keras.applications.DenseNet121(weights=None, classes=10,
                                                input_shape=(64, 64, 3))
         inputs = tf.random.uniform((32, 64, 64, 3))
+    elif name == "mobilenetv2":
+        model = keras.applications.MobileNetV2(weights=None, classes=10,
+                                               input_shape=(96, 96, 3))
+        inputs = tf.random.uniform((32, 96, 96, 3))
     elif name == "transformer":
         tokens = keras.Input((256,), dtype="int32")
         x = keras.layers.Embedding(1000, 256)(tokens)
@@ -121,15 +129,17 @@ class Probe:
 
 
 def run_probe_script(script: Path, model_name: str, cap_mb: int, steps: int,
-                     timeout: float) -> tuple[dict | None, str]:
-    """Runs `script --probe` in a fresh process on a device of `cap_mb` (LMS on):
-    (its JSON result, "") or (None, why it failed). Shared with overhead.py."""
+                     timeout: float, mode: str = "lms") -> tuple[dict | None, str]:
+    """Runs `script --probe` in a fresh process on a device of `cap_mb` (LMS on, or
+    off with mode "lms-off"): (its JSON result, "") or (None, why it failed).
+    Shared with overhead.py."""
     with tempfile.TemporaryDirectory(prefix="probe-") as tmp:
         result_path = Path(tmp) / "result.json"
         command = [sys.executable, "-X", "faulthandler", str(script.resolve()),
                    "--probe", model_name, "--steps", str(steps), "--result", str(result_path)]
-        done = run_probe_process(command, probe_environment("lms", cap_mb, None), timeout,
-                                 f"{model_name} on {cap_mb} MiB")
+        done = run_probe_process(command, probe_environment(mode, cap_mb, None), timeout,
+                                 f"{model_name} on {cap_mb} MiB"
+                                 + (" with LMS off" if mode == "lms-off" else ""))
         if done.returncode == 0 and result_path.exists():
             return json.loads(result_path.read_text()), ""
         return None, failure_reason(done.returncode, done.stderr, done.timed_out, timeout)
@@ -198,7 +208,8 @@ def measure(model_name: str, steps: int, resolution: float, timeout: float) -> O
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))
+    parser.add_argument("--models", nargs="+", choices=MODELS + OTHER_MODELS,
+                        default=list(MODELS))
     parser.add_argument("--steps", type=int, default=3, help="training steps per probe")
     parser.add_argument("--resolution", type=float, default=0.02,
                         help="stop bisecting when the interval is below this fraction of "
@@ -206,7 +217,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=600, help="seconds per probe")
     parser.add_argument("--progress-every", type=float, default=30,
                         help="seconds between progress lines of a running probe")
-    parser.add_argument("--probe", choices=MODELS, help=argparse.SUPPRESS)
+    parser.add_argument("--probe", choices=MODELS + OTHER_MODELS, help=argparse.SUPPRESS)
     parser.add_argument("--result", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.probe:

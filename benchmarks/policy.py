@@ -2,7 +2,8 @@
 """Eviction policies compared on real training: `make bench-policy`.
 
 1. Records an access trace of `--steps` training steps (after one that
-   traces the step function) of ResNet-50 (96x96, batch 32) and a Transformer
+   traces the step function) of ResNet-50 (96x96, batch 32), DenseNet121
+   (64x64, batch 32), MobileNetV2 (96x96, batch 32) and a Transformer
    encoder (4 blocks, width 256, sequence 256, batch 32) on a roomy emulated
    device (models from benchmarks/mincap.py).
 2. Replays each trace (tensorflow_lms_allocator/replay.py) at 1/2 and 1/4 of
@@ -45,7 +46,7 @@ sys.path.insert(0, str(HERE.parent))
 from probe_process import run_probe_process  # noqa: E402
 
 MIB = 1 << 20
-MODELS = ("resnet50", "transformer")
+MODELS = ("resnet50", "densenet121", "mobilenetv2", "transformer")
 ROOMY_MB = 8192
 
 
