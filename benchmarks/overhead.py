@@ -2,7 +2,9 @@
 
 For ResNet-50 (96x96, b32), DenseNet121 (64x64, b32) and the Transformer
 encoder of benchmarks/mincap.py, one subprocess per case trains the model
-uncapped (LMS on, nothing evicted), then at 1/2 and at 1/4 of its peak, the
+uncapped (LMS on, nothing evicted), uncapped with LMS off (the fast path's
+cost: `lms_on_vs_off_without_pressure`, the worst model's step time ratio,
+printed before the last line), then at 1/2 and at 1/4 of its peak, the
 cases of each model one after the other (interleaved, so a slow spell of the
 machine touches all three). The single-thread memcpy bandwidth of this
 machine is measured in the same run. Per case (medians of the steps after
@@ -68,8 +70,8 @@ class Case:
     failed: str = ""
 
 
-def run_case(model: str, cap_mb: int, steps: int, timeout: float) -> Case:
-    result, failed = run_probe_script(Path(__file__), model, cap_mb, steps, timeout)
+def run_case(model: str, cap_mb: int, steps: int, timeout: float, mode: str = "lms") -> Case:
+    result, failed = run_probe_script(Path(__file__), model, cap_mb, steps, timeout, mode)
     if result is None:
         return Case(model, cap_mb, float("nan"), {}, 0, failed)
     stats = result["statistics"]
@@ -130,13 +132,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     bandwidth = memcpy_bandwidth()
     print(f"single-thread memcpy: {bandwidth / 1e9:.1f} GB/s (256 MiB, best of 5)", flush=True)
     worst = None
+    on_vs_off: list[float] = []  # uncapped step, LMS on over LMS off
     for model in args.models:
         uncapped = run_case(model, UNCAPPED_MB, args.steps, args.timeout)
         if uncapped.failed:
             print(f"{model}: does not train uncapped: {uncapped.failed}")
             return 1
-        print(f"{model}: peak {uncapped.peak_mb:.0f} MiB, step {uncapped.step:.2f} s uncapped",
-              flush=True)
+        off = run_case(model, UNCAPPED_MB, args.steps, args.timeout, mode="lms-off")
+        if off.failed:
+            print(f"{model}: does not train uncapped with LMS off: {off.failed}")
+            return 1
+        on_vs_off.append(uncapped.step / off.step)
+        print(f"{model}: peak {uncapped.peak_mb:.0f} MiB, step {uncapped.step:.2f} s uncapped "
+              f"({off.step:.2f} s with LMS off: {on_vs_off[-1]:.3f}x)", flush=True)
         for fraction in FRACTIONS:
             cap = max(GRANULE_MB, int(uncapped.peak_mb * fraction) // GRANULE_MB * GRANULE_MB)
             overhead = report(run_case(model, cap, args.steps, args.timeout), uncapped,
@@ -146,6 +154,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if worst is None:
         print("no case moved bytes: no overhead to compare with a copy floor")
         return 1
+    print(f"lms_on_vs_off_without_pressure {max(on_vs_off):.3f}")
     print(f"overhead_vs_copy_floor {worst:.1f}")
     return 0
 
