@@ -73,7 +73,7 @@ class Token:
 PICK = st.integers(0, 1 << 30)  # index into a list, modulo its length
 TOTALS = {"steps": 0, "unclaimed_held": 0, "evictions": 0, "page_ins": 0, "defragmentations": 0,
           "born_evicted": 0, "small_evictions": 0, "learned_reclaims": 0, "predictions": 0,
-          "prefetches": 0}
+          "prefetches": 0, "batched_page_ins": 0}
 
 
 def has_live(machine: "EngineModel") -> bool:
@@ -209,22 +209,54 @@ class EngineModel(RuleBasedStateMachine):
     def pin(self, index: int, offset: int):
         live = self._pick(index)
         address = live.address + offset % live.size
-        # A pin claims it if it names it: any byte of a large allocation, a
-        # small object's first byte, any byte of the one object of an evicted
-        # page (born evicted for it) (Engine::Claim).
-        names_it = (not live.small or address == live.address
-                    or self._unit(live)["evicted"])
+        names_it = self._pin_names_it(live, address)
         try:
             unit_id = self.engine.pin(address)
         except OutOfMemoryError:
-            assert self._unit(live)["evicted"]
-            # Claimed all the same (its writer handed it over).
+            unit_id = 0
+        # Claimed even when the page-in failed (its writer handed it over).
+        live.unclaimed = live.unclaimed and not names_it
+        self._pinned(live, address, unit_id)
+
+    @precondition(has_live)
+    @rule(picks=st.lists(st.tuples(PICK, st.integers(0, 5 * GRANULE)), min_size=1, max_size=4))
+    def pin_all(self, picks: list[tuple[int, int]]):
+        # A kernel's inputs, paged in together; the same unit may come twice.
+        # It starts when the kernels before it have ended (every pin is
+        # released), and evicted inputs come first, one after another from
+        # the pick on: a batch pages several in at once.
+        while self.tokens:
+            self.unpin(0)
+        evicted = [x for x in self.live.values() if self._unit(x)["evicted"]]
+        pool = evicted if len(evicted) >= 2 else list(self.live.values())
+        chosen = [pool[(picks[0][0] + j + (index % 2)) % len(pool)]
+                  for j, (index, _) in enumerate(picks)]
+        addresses = [live.address + offset % live.size
+                     for live, (_, offset) in zip(chosen, picks)]
+        names = [self._pin_names_it(live, a) for live, a in zip(chosen, addresses)]
+        before = self.engine.stats()["num_page_ins"]
+        unit_ids = self.engine.pin_all(addresses)
+        if self.engine.stats()["num_page_ins"] - before >= 2:
+            TOTALS["batched_page_ins"] += 1
+        for live, names_it in zip(chosen, names):  # every claim, then the checks
             live.unclaimed = live.unclaimed and not names_it
-            return
+        for live, address, unit_id in zip(chosen, addresses, unit_ids):
+            self._pinned(live, address, unit_id)
+
+    def _pin_names_it(self, live: Live, address: int) -> bool:
+        # A pin claims it if it names it: any byte of a large allocation, a
+        # small object's first byte, any byte of the one object of an evicted
+        # page (born evicted for it) (Engine::Claim).
+        return not live.small or address == live.address or self._unit(live)["evicted"]
+
+    def _pinned(self, live: Live, address: int, unit_id: int) -> None:
+        """Checks a pin of `address` in `live` that returned `unit_id` (0: out of memory)."""
         info = self._unit(live)
+        if unit_id == 0:
+            assert info["evicted"]
+            return
         assert unit_id == info["unit_id"]
         assert not info["evicted"]
-        live.unclaimed = live.unclaimed and not names_it
         assert info["unclaimed"] == live.unclaimed
         self.tokens.append(Token(address, unit_id, info["unit_address"]))
         self.unit_pins[info["unit_address"]] += 1
@@ -358,6 +390,7 @@ def test_engine_matches_its_model_under_random_use(backend, policy, request):
     assert TOTALS["small_evictions"] > 0 and TOTALS["born_evicted"] > 0, TOTALS
     assert TOTALS["defragmentations"] > 0, TOTALS
     assert TOTALS["unclaimed_held"] > 0, TOTALS
+    assert TOTALS["batched_page_ins"] > 0, TOTALS
     if policy == "learned":
         assert TOTALS["learned_reclaims"] > 0 and TOTALS["predictions"] > 0, TOTALS
     else:

@@ -309,6 +309,70 @@ TEST(EmulatedDeviceMemoryIsPopulatedWhenMappedSoKernelsTakeNoFirstTouchFaults) {
   EXPECT_OK(e->Free(a));
 }
 
+// A kernel's evicted inputs, paged in by one PinAll: every byte back,
+// duplicates and interior pointers pinned once each, a pointer to nothing
+// refused alone. (One host wait for all of them on a GPU:
+// cuda_backend_test.)
+TEST(PinAllPagesInAKernelsEvictedInputsTogether) {
+  auto e = MakeEngine({/*device=*/8, /*host=*/16});
+  const size_t size = kGranule + 100;
+  std::vector<void*> inputs;
+  for (int i = 0; i < 3; ++i) {
+    inputs.push_back(MustAllocate(*e, size));
+    ASSERT_TRUE(inputs.back() != nullptr);
+    Fill(*e, inputs.back(), size, 40 + i);
+    EXPECT_OK(e->Evict(inputs.back()));
+  }
+  int unmapped = 0;
+  const void* ptrs[] = {inputs[0], static_cast<char*>(inputs[1]) + 7, inputs[2], inputs[0],
+                        &unmapped};
+  uint64_t ids[5];
+  EXPECT_EQ(e->PinAll(ptrs, 5, ids).code(), StatusCode::kNotFound);
+  for (int i = 0; i < 4; ++i) EXPECT_TRUE(ids[i] != 0);
+  EXPECT_EQ(ids[4], 0u);
+  EXPECT_EQ(ids[0], ids[3]);
+  const Statistics s = e->GetStatistics();
+  EXPECT_EQ(s.num_page_ins, 3);
+  EXPECT_EQ(s.current_bytes_reclaimed, 0);
+  EXPECT_EQ(s.num_failed_pins, 0);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(Verify(*e, inputs[i], size, 40 + i), -1);
+  for (int i = 0; i < 4; ++i) EXPECT_OK(e->Unpin(ptrs[i], ids[i]));
+  EXPECT_EQ(e->GetStatistics().bytes_active, 0);
+  EXPECT_OK(e->CheckInvariants());
+}
+
+// When the device cannot hold every input at once, PinAll pages them in one
+// by one as far as it can: the input that does not fit fails alone, holds
+// nothing, and loses no byte.
+TEST(PinAllPagesInWhatFitsWhenNotEveryInputDoes) {
+  auto e = MakeEngine({/*device=*/4, /*host=*/16});
+  const size_t size = 2 * kGranule;
+  std::vector<void*> inputs;
+  for (int i = 0; i < 3; ++i) {
+    inputs.push_back(MustAllocate(*e, size));
+    ASSERT_TRUE(inputs.back() != nullptr);
+    Fill(*e, inputs.back(), size, 60 + i);
+    EXPECT_OK(e->Evict(inputs.back()));
+  }
+  const void* ptrs[] = {inputs[0], inputs[1], inputs[2]};
+  uint64_t ids[3];
+  const Status failed = e->PinAll(ptrs, 3, ids);
+  EXPECT_EQ(failed.code(), StatusCode::kResourceExhausted);
+  EXPECT_TRUE(Contains(failed.message(), "cannot page in"));
+  EXPECT_TRUE(ids[0] != 0 && ids[1] != 0);
+  EXPECT_EQ(ids[2], 0u);
+  const Statistics s = e->GetStatistics();
+  EXPECT_EQ(s.num_failed_pins, 1);
+  EXPECT_EQ(s.bytes_active, static_cast<int64_t>(2 * size));
+  AllocationInfo info;
+  EXPECT_OK(e->Inspect(inputs[2], &info));
+  EXPECT_TRUE(info.evicted);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(Verify(*e, inputs[i], size, 60 + i), -1);
+  EXPECT_OK(e->Unpin(ptrs[0], ids[0]));
+  EXPECT_OK(e->Unpin(ptrs[1], ids[1]));
+  EXPECT_OK(e->CheckInvariants());
+}
+
 TEST(PressureEvictsTheLeastRecentlyUsedInactiveAllocation) {
   auto e = MakeEngine({/*device=*/8, /*host=*/16});
   const size_t size = 4 * kGranule;

@@ -8,7 +8,8 @@
 #      fake: the granule is the driver's);
 #   2. driver_timing: microseconds per granule of each VMM call;
 #   3. check_engine.py: 1.5x the device of patterned tensors, evict and
-#      page-in GB/s beside cudaMemcpyAsync pinned bandwidth, CuPy kernels on
+#      page-in GB/s beside cudaMemcpyAsync pinned bandwidth, a kernel's
+#      inputs paged in one by one and together (pin_all), CuPy kernels on
 #      registered and unregistered streams under eviction, a 64 GiB device.
 # cuda_backend_test is not among them: every test of it drives the fake
 # driver's knobs (injected failures, delays, host-run kernels, call counts).

@@ -88,7 +88,9 @@
 //         set), so a drain, an eviction or a free that unmaps the tensor
 //         waits for it.
 //     The host wait per page-in is for the fenced streams only; with no
-//     fenced stream (tests, tools) a page-in does not wait at all.
+//     fenced stream (tests, tools) a page-in does not wait at all. A
+//     kernel's evicted inputs are paged in as one batch (Engine::PinAll):
+//     one fence, one host wait and one EndPageInRemaps for all of them.
 // Why this is enough for the engine's three remaps: an eviction's copy
 // follows every kernel that wrote a victim before its last unpin, and its
 // unmap every access queued before the batch's drain; a page-in as above;

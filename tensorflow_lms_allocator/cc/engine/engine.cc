@@ -409,6 +409,54 @@ Status Engine::Pin(const void* ptr, uint64_t* unit_id) {
   return s;
 }
 
+Status Engine::PinAll(const void* const* ptrs, size_t count, uint64_t* ids) {
+  MutexLock lock(mu_);
+  Status failure;
+  const auto note = [&failure](const Status& s) {
+    if (failure.ok() || (s.code() == StatusCode::kResourceExhausted &&
+                         failure.code() != StatusCode::kResourceExhausted)) {
+      failure = s;
+    }
+  };
+  pin_units_.assign(count, kNoChunk);
+  page_ins_.clear();
+  for (size_t i = 0; i < count; ++i) {
+    const ChunkId c = UnitAt(ptrs[i]);
+    ids[i] = 0;
+    if (c == kNoChunk) {
+      note(NotFound("pin of " + FormatAddress(ptrs[i]) +
+                    ": not inside a live allocation of this allocator"));
+      continue;
+    }
+    pin_units_[i] = c;
+    ids[i] = arena_.chunk(c).allocation_id;
+    Trace(TraceEvent::kPin, reinterpret_cast<uintptr_t>(ptrs[i]), 0, ids[i]);
+    PinUnit(c);
+    if (residency_.record(c).unclaimed > 0) Claim(c, ptrs[i]);
+    const Residency::Record& r = residency_.record(c);
+    if (r.evicted && r.granules <= device_pool_.capacity() &&
+        std::find(page_ins_.begin(), page_ins_.end(), c) == page_ins_.end()) {
+      page_ins_.push_back(c);
+    }
+  }
+  if (!page_ins_.empty()) {
+    page_in_results_.assign(page_ins_.size(), Status::Ok());
+    PageInUnits(page_ins_.data(), page_ins_.size(), page_in_results_.data());
+    for (size_t i = 0; i < count; ++i) {
+      if (pin_units_[i] == kNoChunk) continue;
+      const size_t j = std::find(page_ins_.begin(), page_ins_.end(), pin_units_[i]) -
+                       page_ins_.begin();
+      if (j == page_ins_.size() || page_in_results_[j].ok()) continue;
+      note(page_in_results_[j]);
+      ids[i] = 0;
+      ++stats_.num_failed_pins;
+      UnpinUnit(pin_units_[i]);
+    }
+  }
+  RefreshPoolStatistics();
+  return failure;
+}
+
 Status Engine::Unpin(const void* ptr, uint64_t unit_id) {
   MutexLock lock(mu_);
   const ChunkId c = UnitAt(ptr);

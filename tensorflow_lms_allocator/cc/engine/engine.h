@@ -176,6 +176,14 @@ class Engine {
   // claims the allocation containing `ptr` if it was unclaimed. *unit_id (if given)
   // receives its id, for Unpin.
   Status Pin(const void* ptr, uint64_t* unit_id);
+  // Pins each of ptrs[0..count) as Pin does, but pages the evicted units in
+  // together (a kernel's inputs: on a GPU one fence, one host wait and one
+  // stream order for all of them, and the remaps of one overlap the copies
+  // of the others). ids[i] receives the unit id Pin would, or 0 where the
+  // pin failed (it holds nothing). Returns kResourceExhausted if the device
+  // could not take one of them, else the first other failure, else OK.
+  // Pointers into one unit pin it once each.
+  Status PinAll(const void* const* ptrs, size_t count, uint64_t* ids);
   // Unpins the unit containing `ptr`. A nonzero `unit_id` must match it, so
   // an unpin never lands on a later unit at a reused address (kNotFound).
   Status Unpin(const void* ptr, uint64_t unit_id);
@@ -350,6 +358,14 @@ class Engine {
   Status EvictChunks(const std::vector<ChunkId>& victims)
       LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Status PageIn(ChunkId id) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Pages in ids[0..count) (distinct evicted units, each no larger than the
+  // device) as one batch: one fence before the copies, one host wait before
+  // the remaps and one order of the fenced streams after the copies, not one
+  // of each per unit (Note [Stream protocol]). out[i] is ids[i]'s outcome; a
+  // unit that failed stays evicted with every byte. If the device cannot
+  // hold them all at once, each is paged in alone, in order.
+  void PageInUnits(const ChunkId* ids, size_t count, Status* out)
+      LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The snapshot a trace starts with (Note [Access trace format]): every
   // live allocation, then its unit's pins.
   void TraceLiveAllocations() LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -424,6 +440,11 @@ class Engine {
   uint64_t stranded_host_granules_ LMS_GUARDED_BY(mu_) = 0;
   // Granule ids for PlaceUnit, kept to avoid allocating on every call.
   std::vector<GranuleId> scratch_ LMS_GUARDED_BY(mu_);
+  // PinAll's unit per pointer, the units it pages in and their outcomes,
+  // kept for the same reason.
+  std::vector<ChunkId> pin_units_ LMS_GUARDED_BY(mu_);
+  std::vector<ChunkId> page_ins_ LMS_GUARDED_BY(mu_);
+  std::vector<Status> page_in_results_ LMS_GUARDED_BY(mu_);
   std::unique_ptr<TraceRecorder> trace_ LMS_GUARDED_BY(mu_);
 };
 

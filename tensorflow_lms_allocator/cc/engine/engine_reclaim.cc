@@ -240,69 +240,101 @@ void Engine::NoteEvicted(ChunkId id) {
 }
 
 Status Engine::PageIn(ChunkId id) {
-  const uint64_t n = residency_.record(id).granules;
-  Status s = ObtainDeviceGranules(n);
-  if (!s.ok()) {
-    return ResourceExhausted("cannot page in " + FormatBytes(n * granule_) +
-                             ": " + s.message());
+  Status s;
+  PageInUnits(&id, 1, &s);
+  return s;
+}
+
+void Engine::PageInUnits(const ChunkId* ids, size_t count, Status* out) {
+  uint64_t total = 0;
+  for (size_t i = 0; i < count; ++i) total += residency_.record(ids[i]).granules;
+  Status room = ObtainDeviceGranules(total);
+  if (!room.ok() && count > 1) {
+    // Not all at once: each as far as the device allows, in order.
+    for (size_t i = 0; i < count; ++i) PageInUnits(&ids[i], 1, &out[i]);
+    return;
+  }
+  if (!room.ok()) {
+    out[0] = ResourceExhausted("cannot page in " + FormatBytes(total * granule_) + ": " +
+                               room.message());
+    return;
   }
   // Timed from here: the evictions that made room count as evictions.
   ScopedNanos timed(&stats_.time_paging_in_ns);
-  const BestFitArena::Chunk& chunk = arena_.chunk(id);
-  const uint64_t first = chunk.start;
-  std::vector<GranuleId> device(n);
-  std::vector<GranuleId> host(n);
-  device_pool_.Take(n, device.data());
-  for (uint64_t i = 0; i < n; ++i) host[i] = backing_.at(first + i).granule;
-  // Until the remap, strict mode makes an unpinned touch wait for it (it is
-  // reported; the pinning caller itself touches nothing before Pin returns):
-  // access granted to the host mapping now could let a write land after the
-  // copy, and be lost.
-  if (strict_) strict_->BeginPageIn(first, n);
-  // The copy follows queued work too: TensorFlow's own host-to-device copies
-  // write tensors nobody pinned (a born-evicted one), over the bus.
-  s = backend_->CopiesAfterCompute();
-  if (s.ok()) {
-    s = backend_->CopyGranules(PoolKind::kDevice, device.data(), PoolKind::kHost,
-                               host.data(), chunk.requested_bytes);
+  struct Move {
+    uint64_t first;
+    uint64_t n;
+    std::vector<GranuleId> device;
+    std::vector<GranuleId> host;
+  };
+  std::vector<Move> moves(count);
+  for (size_t i = 0; i < count; ++i) {
+    Move& m = moves[i];
+    m.first = arena_.chunk(ids[i]).start;
+    m.n = residency_.record(ids[i]).granules;
+    m.device.resize(m.n);
+    m.host.resize(m.n);
+    device_pool_.Take(m.n, m.device.data());
+    for (uint64_t g = 0; g < m.n; ++g) m.host[g] = backing_.at(m.first + g).granule;
+    // Until the remap, strict mode makes an unpinned touch wait for it (it
+    // is reported; the pinning caller itself touches nothing before Pin
+    // returns): access granted to the host mapping now could let a write
+    // land after the copy, and be lost.
+    if (strict_) strict_->BeginPageIn(m.first, m.n);
   }
-  // The host waits for every access queued on the host mapping, not for
-  // the copy; the pinning kernel's stream (every fenced stream) waits for the
-  // copy instead (Note [Stream protocol]).
-  if (s.ok()) s = backend_->BeginPageInRemaps();
-  if (s.ok()) {
-    s = MapSlots(first, n, PoolKind::kDevice, device.data(), Access::kReadWrite);
-    if (s.ok() && strict_) strict_->Unwatch(first, n);
-    if (!s.ok()) {
-      s = RestoreMapping(first, n, PoolKind::kHost, host.data(),
-                         strict_ ? Access::kNone : Access::kReadWrite, s);
+  // The copies follow queued work too: TensorFlow's own host-to-device
+  // copies write tensors nobody pinned (a born-evicted one), over the bus.
+  Status batch = backend_->CopiesAfterCompute();
+  for (size_t i = 0; batch.ok() && i < count; ++i) {
+    batch = backend_->CopyGranules(PoolKind::kDevice, moves[i].device.data(), PoolKind::kHost,
+                                   moves[i].host.data(), arena_.chunk(ids[i]).requested_bytes);
+  }
+  // The host waits once for every access queued on the host mappings, not
+  // for the copies; the pinning kernel's stream (every fenced stream) waits
+  // for the copies instead (Note [Stream protocol]).
+  if (batch.ok()) batch = backend_->BeginPageInRemaps();
+  bool all_mapped = batch.ok();
+  for (size_t i = 0; i < count; ++i) {
+    const Move& m = moves[i];
+    out[i] = batch;
+    if (!batch.ok()) continue;
+    out[i] = MapSlots(m.first, m.n, PoolKind::kDevice, m.device.data(), Access::kReadWrite);
+    if (out[i].ok() && strict_) strict_->Unwatch(m.first, m.n);
+    if (!out[i].ok()) {
+      all_mapped = false;
+      out[i] = RestoreMapping(m.first, m.n, PoolKind::kHost, m.host.data(),
+                              strict_ ? Access::kNone : Access::kReadWrite, out[i]);
     }
   }
   Status ordered = backend_->EndPageInRemaps();
-  // Without that order (or on failure, before the device granules go back
-  // to the pool) the copy is waited for here.
-  if (!ordered.ok() || !s.ok()) ordered = backend_->WaitForCopies();
-  if (s.ok() && !ordered.ok()) {
-    s = RestoreMapping(first, n, PoolKind::kHost, host.data(),
-                       strict_ ? Access::kNone : Access::kReadWrite, ordered);
-  }
-  if (!s.ok()) {
-    device_pool_.Give(device.data(), n);
-    if (strict_) {
-      strict_->Watch(first, n, chunk.allocation_id, SlotAddress(first),
-                     chunk.requested_bytes);
+  // Without that order (or on failure, before device granules go back to
+  // the pool) the copies are waited for here.
+  if (!ordered.ok() || !all_mapped) ordered = backend_->WaitForCopies();
+  for (size_t i = 0; i < count; ++i) {
+    const Move& m = moves[i];
+    const ChunkId id = ids[i];
+    if (out[i].ok() && !ordered.ok()) {
+      out[i] = RestoreMapping(m.first, m.n, PoolKind::kHost, m.host.data(),
+                              strict_ ? Access::kNone : Access::kReadWrite, ordered);
     }
-    return s;
+    if (!out[i].ok()) {
+      device_pool_.Give(m.device.data(), m.n);
+      if (strict_) {
+        const BestFitArena::Chunk& chunk = arena_.chunk(id);
+        strict_->Watch(m.first, m.n, chunk.allocation_id, SlotAddress(m.first),
+                       chunk.requested_bytes);
+      }
+      continue;
+    }
+    host_pool_.Give(m.host.data(), m.n);
+    residency_.MarkResident(id);
+    NoteResidencyChange(id, /*resident=*/true);
+    const int64_t bytes = static_cast<int64_t>(m.n * granule_);
+    ++stats_.num_page_ins;
+    stats_.bytes_paged_in += bytes;
+    stats_.current_bytes_reclaimed -= bytes;
+    Trace(TraceEvent::kPageIn, SlotAddress(m.first), static_cast<uint64_t>(bytes), 0);
   }
-  host_pool_.Give(host.data(), n);
-  residency_.MarkResident(id);
-  NoteResidencyChange(id, /*resident=*/true);
-  const int64_t bytes = static_cast<int64_t>(n * granule_);
-  ++stats_.num_page_ins;
-  stats_.bytes_paged_in += bytes;
-  stats_.current_bytes_reclaimed -= bytes;
-  Trace(TraceEvent::kPageIn, SlotAddress(first), static_cast<uint64_t>(bytes), 0);
-  return Status::Ok();
 }
 
 Status Engine::PlaceBornEvicted(ChunkId id) {

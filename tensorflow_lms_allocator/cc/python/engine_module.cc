@@ -110,6 +110,20 @@ class PyEngine {
     Call([&] { return engine_->Pin(Ptr(a), &id); });
     return id;
   }
+  // Each pin's unit id, or 0 where it failed for want of device memory (the
+  // unit stays evicted and holds no pin); any other failure raises.
+  std::vector<uint64_t> PinAll(const std::vector<uintptr_t>& addresses) {
+    std::vector<const void*> ptrs;
+    for (uintptr_t a : addresses) ptrs.push_back(Ptr(a));
+    std::vector<uint64_t> ids(ptrs.size());
+    Status s;
+    {
+      nb::gil_scoped_release release;
+      s = engine_->PinAll(ptrs.data(), ptrs.size(), ids.data());
+    }
+    if (!s.ok() && s.code() != StatusCode::kResourceExhausted) Raise(s);
+    return ids;
+  }
   void Unpin(uintptr_t a, uint64_t id) {
     Call([&] { return engine_->Unpin(Ptr(a), id); });
   }
@@ -260,6 +274,11 @@ NB_MODULE(_engine, m) {
            "Pins the unit containing `address` (an allocation, or a small "
            "object's page), paging it in first if evicted. Returns the unit's "
            "id for unpin.")
+      .def("pin_all", &PyEngine::PinAll, nb::arg("addresses"),
+           "Pins each address as pin does, paging the evicted units in together\n"
+           "(a kernel's inputs). Returns each pin's unit id, or 0 where the device\n"
+           "could not take it (that unit stays evicted, unpinned). Example:\n"
+           "    >>> ids = e.pin_all([a, b])")
       .def("unpin", &PyEngine::Unpin, nb::arg("address"), nb::arg("unit_id") = 0)
       .def("check_invariants",
            [](PyEngine& e) { e.Call([&] { return e.engine().CheckInvariants(); }); },

@@ -278,8 +278,8 @@ class KernelPins {
   // Pins every input of the kernel `params` (its Params*) describes, and the
   // variables its resource inputs name (Note [Variables reached through
   // handles]), without waiting. With `all_or_none`, returns
-  // kResourceExhausted at the first pin the device cannot take, leaving what
-  // it pinned in `pins` for the caller to release; without, skips it.
+  // kResourceExhausted if the device cannot take one of them, leaving what
+  // was pinned in `pins` for the caller to release; without, skips it.
   Status PinInputs(tensorflow::OpKernelContext* ctx, void* params, std::vector<Pin>* pins,
                    bool all_or_none = true);
   // The slow path of OnContextCreated (Note [Taking turns]): releases
@@ -290,6 +290,15 @@ class KernelPins {
                             std::vector<Pin>* pins);
   // Pins the unit holding `data` (in the evictable range) into `pins`.
   Status PinOne(const void* data, std::vector<Pin>* pins);
+  // Pins data[0..count) (count <= kPinBatch, in the evictable range) with
+  // one Engine::PinAll into `pins`; returns what PinAll returns.
+  Status PinBatch(const void* const* data, size_t count, std::vector<Pin>* pins);
+  // PinInputs' part for the variables its resource inputs name, if the
+  // kernel touches their data.
+  Status PinVariableInputs(tensorflow::OpKernelContext* ctx, void* params,
+                           std::vector<Pin>* pins, bool all_or_none);
+  // Inputs pinned by one PinAll; a kernel with more takes several.
+  static constexpr size_t kPinBatch = 16;
   // `handles` is a DT_RESOURCE input of the kernel `context` runs. With
   // `all_or_none`, stops at the first kResourceExhausted and returns it;
   // without, skips what the device cannot take.
