@@ -508,6 +508,58 @@ TEST(TheLearnedPolicyTellsApartTwoSameSizedOutputsOfOneKernel) {
   EXPECT_EQ(after.num_prediction_hits - before.num_prediction_hits, predictions);
 }
 
+// Each step a kernel needs 2 granules while B (1 granule, used last), C (3,
+// used next-to-last) and A (2, used first) are inactive. Farthest first
+// would evict B and C (4 granules, paged in again later); C alone frees
+// enough, so the learned policy evicts it alone: 3 granules move each way.
+TEST(TheLearnedPolicyEvictsOneUnitThatFreesEnoughInsteadOfSeveral) {
+  Setup setup{/*device=*/8, /*host=*/16};
+  setup.policy = PolicyKind::kLearned;
+  setup.defrag = true;  // freed memory serves the next step wherever it lies
+  auto e = MakeEngine(setup);
+  auto make = [&](const char* op, size_t granules) {
+    StrictMonitor::SetThreadLabel(op);
+    void* p = MustAllocate(*e, granules * kGranule, /*pin=*/true);
+    if (p == nullptr) std::abort();
+    AllocationInfo info;
+    EXPECT_OK(e->Inspect(p, &info));
+    EXPECT_OK(e->Unpin(p, info.unit_id));
+    return p;
+  };
+  auto use = [&](const char* op, void* p) {
+    StrictMonitor::SetThreadLabel(op);
+    uint64_t id = 0;
+    EXPECT_OK(e->Pin(p, &id));
+    EXPECT_OK(e->Unpin(p, id));
+  };
+  Statistics before;
+  for (int step = 0; step < 5; ++step) {
+    if (step == 2) before = e->GetStatistics();
+    void* b = make("make_b", 1);
+    void* c = make("make_c", 3);
+    void* a = make("make_a", 2);
+    Fill(*e, a, 2 * kGranule, step);
+    void* scratch = make("kernel", 4);  // needs 2 granules more than are free
+    AllocationInfo info;
+    EXPECT_OK(e->Inspect(b, &info));
+    EXPECT_TRUE(!info.evicted);
+    EXPECT_OK(e->Free(scratch));
+    use("use_a", a);
+    use("use_c", c);
+    use("use_b", b);
+    EXPECT_EQ(Verify(*e, a, 2 * kGranule, step), -1);
+    StrictMonitor::SetThreadLabel(nullptr);
+    for (void* p : {a, b, c}) EXPECT_OK(e->Free(p));
+  }
+  const Statistics after = e->GetStatistics();
+  EXPECT_TRUE(after.num_learned_reclaims > before.num_learned_reclaims);
+  // Three steps: C out and in, 3 granules each way, every step.
+  EXPECT_EQ(after.bytes_reclaimed - before.bytes_reclaimed,
+            static_cast<int64_t>(3 * 3 * kGranule));
+  EXPECT_EQ(after.bytes_paged_in - before.bytes_paged_in,
+            static_cast<int64_t>(3 * 3 * kGranule));
+}
+
 // A unit used round and round expects its last inactive period again: a
 // large allocation does; a small-object page, whose objects come and go
 // with the kernels, does not (Note [Learned eviction]), so pinning an object
