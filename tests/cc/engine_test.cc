@@ -404,6 +404,22 @@ TEST(PressureEvictsTheLeastRecentlyUsedInactiveAllocation) {
   EXPECT_OK(e->Unpin(b, id));
 }
 
+// Unpins the unit `p` lies in, by the id Inspect gives: a kernel that made
+// `p` (allocated pinned) ends.
+void UnpinAt(Engine& e, void* p) {
+  AllocationInfo info;
+  EXPECT_OK(e.Inspect(p, &info));
+  EXPECT_OK(e.Unpin(p, info.unit_id));
+}
+
+// A kernel labelled `op` (nullptr: none) that reads `p`: pins and unpins it.
+void UseIn(Engine& e, const char* op, void* p) {
+  StrictMonitor::SetThreadLabel(op);
+  uint64_t id = 0;
+  EXPECT_OK(e.Pin(p, &id));
+  EXPECT_OK(e.Unpin(p, id));
+}
+
 // `count` one-granule tensors, each allocated pinned by its own "kernel"
 // (thread label op<i>, so the learned policy keys them apart), filled with
 // pattern seed_base + i and unpinned.
@@ -415,9 +431,7 @@ std::vector<void*> KernelTensors(Engine& e, int count, uint64_t seed_base) {
     void* p = MustAllocate(e, kGranule, /*pin=*/true);
     if (p == nullptr) std::abort();
     Fill(e, p, kGranule, seed_base + i);
-    AllocationInfo info;
-    EXPECT_OK(e.Inspect(p, &info));
-    EXPECT_OK(e.Unpin(p, info.unit_id));
+    UnpinAt(e, p);
     tensors.push_back(p);
   }
   StrictMonitor::SetThreadLabel(nullptr);
@@ -467,17 +481,6 @@ TEST(TheLearnedPolicyTellsApartTwoSameSizedOutputsOfOneKernel) {
   Setup setup{/*device=*/16, /*host=*/16};
   setup.policy = PolicyKind::kLearned;
   auto e = MakeEngine(setup);
-  auto unpin = [&](void* p) {
-    AllocationInfo info;
-    EXPECT_OK(e->Inspect(p, &info));
-    EXPECT_OK(e->Unpin(p, info.unit_id));
-  };
-  auto use = [&](const char* op, void* p) {
-    StrictMonitor::SetThreadLabel(op);
-    uint64_t id = 0;
-    EXPECT_OK(e->Pin(p, &id));
-    EXPECT_OK(e->Unpin(p, id));
-  };
   Statistics before;
   for (int step = 0; step < 5; ++step) {
     if (step == 2) before = e->GetStatistics();
@@ -486,17 +489,17 @@ TEST(TheLearnedPolicyTellsApartTwoSameSizedOutputsOfOneKernel) {
     void* second = MustAllocate(*e, kGranule, /*pin=*/true);
     ASSERT_TRUE(first && second);
     Fill(*e, second, kGranule, step);
-    unpin(first);
-    unpin(second);
-    use("use_first", first);
+    UnpinAt(*e, first);
+    UnpinAt(*e, second);
+    UseIn(*e, "use_first", first);
     StrictMonitor::SetThreadLabel("temporaries");
     for (int i = 0; i < 8; ++i) {
       void* t = MustAllocate(*e, 2 * kGranule, /*pin=*/true);
       ASSERT_TRUE(t != nullptr);
-      unpin(t);
+      UnpinAt(*e, t);
       EXPECT_OK(e->Free(t));
     }
-    use("use_second", second);
+    UseIn(*e, "use_second", second);
     EXPECT_EQ(Verify(*e, second, kGranule, step), -1);
     StrictMonitor::SetThreadLabel(nullptr);
     EXPECT_OK(e->Free(first));
@@ -521,16 +524,8 @@ TEST(TheLearnedPolicyEvictsOneUnitThatFreesEnoughInsteadOfSeveral) {
     StrictMonitor::SetThreadLabel(op);
     void* p = MustAllocate(*e, granules * kGranule, /*pin=*/true);
     if (p == nullptr) std::abort();
-    AllocationInfo info;
-    EXPECT_OK(e->Inspect(p, &info));
-    EXPECT_OK(e->Unpin(p, info.unit_id));
+    UnpinAt(*e, p);
     return p;
-  };
-  auto use = [&](const char* op, void* p) {
-    StrictMonitor::SetThreadLabel(op);
-    uint64_t id = 0;
-    EXPECT_OK(e->Pin(p, &id));
-    EXPECT_OK(e->Unpin(p, id));
   };
   Statistics before;
   for (int step = 0; step < 5; ++step) {
@@ -544,9 +539,9 @@ TEST(TheLearnedPolicyEvictsOneUnitThatFreesEnoughInsteadOfSeveral) {
     EXPECT_OK(e->Inspect(b, &info));
     EXPECT_TRUE(!info.evicted);
     EXPECT_OK(e->Free(scratch));
-    use("use_a", a);
-    use("use_c", c);
-    use("use_b", b);
+    UseIn(*e, "use_a", a);
+    UseIn(*e, "use_c", c);
+    UseIn(*e, "use_b", b);
     EXPECT_EQ(Verify(*e, a, 2 * kGranule, step), -1);
     StrictMonitor::SetThreadLabel(nullptr);
     for (void* p : {a, b, c}) EXPECT_OK(e->Free(p));
@@ -573,11 +568,7 @@ int64_t PredictionsForATensorUsedRoundAndRound(size_t bytes) {
   AllocationInfo info;
   EXPECT_OK(e->Inspect(p, &info));
   EXPECT_EQ(info.small, bytes < kGranule);
-  for (int round = 0; round < 6; ++round) {
-    uint64_t id = 0;
-    EXPECT_OK(e->Pin(p, &id));
-    EXPECT_OK(e->Unpin(p, id));
-  }
+  for (int round = 0; round < 6; ++round) UseIn(*e, nullptr, p);
   EXPECT_OK(e->Free(p));
   return e->GetStatistics().num_predictions;
 }

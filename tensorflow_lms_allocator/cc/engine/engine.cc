@@ -382,28 +382,43 @@ uint32_t Engine::UnpinUnit(ChunkId c) {
   return count;
 }
 
-Status Engine::Pin(const void* ptr, uint64_t* unit_id) {
-  MutexLock lock(mu_);
+ChunkId Engine::PinPointer(const void* ptr, uint64_t* unit_id, bool* page_in,
+                           Status* status) {
   const ChunkId c = UnitAt(ptr);
+  *unit_id = 0;
+  *page_in = false;
   if (c == kNoChunk) {
-    if (unit_id != nullptr) *unit_id = 0;
-    return NotFound("pin of " + FormatAddress(ptr) +
-                    ": not inside a live allocation of this allocator");
+    *status = NotFound("pin of " + FormatAddress(ptr) +
+                       ": not inside a live allocation of this allocator");
+    return kNoChunk;
   }
-  if (unit_id != nullptr) *unit_id = arena_.chunk(c).allocation_id;
-  Trace(TraceEvent::kPin, reinterpret_cast<uintptr_t>(ptr), 0,
-        arena_.chunk(c).allocation_id);
+  *unit_id = arena_.chunk(c).allocation_id;
+  Trace(TraceEvent::kPin, reinterpret_cast<uintptr_t>(ptr), 0, *unit_id);
   PinUnit(c);
-  // Claimed even if the page-in below fails: its writer handed it over.
+  // Claimed even if the page-in fails: its writer handed it over.
   if (residency_.record(c).unclaimed > 0) Claim(c, ptr);
   // A unit larger than the device is pinned where it is, in host memory:
   // its users read and write it in place (it never moves, so that is safe).
   const Residency::Record& r = residency_.record(c);
-  const bool page_in = r.evicted && r.granules <= device_pool_.capacity();
-  Status s = page_in ? PageIn(c) : Status::Ok();
-  if (!s.ok()) {
-    ++stats_.num_failed_pins;
-    UnpinUnit(c);
+  *page_in = r.evicted && r.granules <= device_pool_.capacity();
+  return c;
+}
+
+void Engine::UndoFailedPin(ChunkId c) {
+  ++stats_.num_failed_pins;
+  UnpinUnit(c);
+}
+
+Status Engine::Pin(const void* ptr, uint64_t* unit_id) {
+  MutexLock lock(mu_);
+  uint64_t id = 0;
+  bool page_in = false;
+  Status s;
+  const ChunkId c = PinPointer(ptr, &id, &page_in, &s);
+  if (unit_id != nullptr) *unit_id = id;
+  if (page_in) {
+    s = PageIn(c);
+    if (!s.ok()) UndoFailedPin(c);
   }
   RefreshPoolStatistics();
   return s;
@@ -421,21 +436,12 @@ Status Engine::PinAll(const void* const* ptrs, size_t count, uint64_t* ids) {
   pin_units_.assign(count, kNoChunk);
   page_ins_.clear();
   for (size_t i = 0; i < count; ++i) {
-    const ChunkId c = UnitAt(ptrs[i]);
-    ids[i] = 0;
-    if (c == kNoChunk) {
-      note(NotFound("pin of " + FormatAddress(ptrs[i]) +
-                    ": not inside a live allocation of this allocator"));
-      continue;
-    }
+    bool page_in = false;
+    Status s;
+    const ChunkId c = PinPointer(ptrs[i], &ids[i], &page_in, &s);
     pin_units_[i] = c;
-    ids[i] = arena_.chunk(c).allocation_id;
-    Trace(TraceEvent::kPin, reinterpret_cast<uintptr_t>(ptrs[i]), 0, ids[i]);
-    PinUnit(c);
-    if (residency_.record(c).unclaimed > 0) Claim(c, ptrs[i]);
-    const Residency::Record& r = residency_.record(c);
-    if (r.evicted && r.granules <= device_pool_.capacity() &&
-        std::find(page_ins_.begin(), page_ins_.end(), c) == page_ins_.end()) {
+    if (c == kNoChunk) note(s);
+    if (page_in && std::find(page_ins_.begin(), page_ins_.end(), c) == page_ins_.end()) {
       page_ins_.push_back(c);
     }
   }
@@ -449,8 +455,7 @@ Status Engine::PinAll(const void* const* ptrs, size_t count, uint64_t* ids) {
       if (j == page_ins_.size() || page_in_results_[j].ok()) continue;
       note(page_in_results_[j]);
       ids[i] = 0;
-      ++stats_.num_failed_pins;
-      UnpinUnit(pin_units_[i]);
+      UndoFailedPin(pin_units_[i]);
     }
   }
   RefreshPoolStatistics();

@@ -299,6 +299,14 @@ class Engine {
   Status ReleaseUnit(ChunkId id) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The unit containing ptr, or kNoChunk.
   ChunkId UnitAt(const void* ptr) const LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Pin's part for one pointer, before any page-in: pins the unit containing
+  // `ptr` (returned; *unit_id its id) and claims what `ptr` names; *page_in
+  // says whether the unit must be paged in for the pin to hold. kNoChunk
+  // (*unit_id 0, *status kNotFound) if no live allocation contains `ptr`.
+  ChunkId PinPointer(const void* ptr, uint64_t* unit_id, bool* page_in, Status* status)
+      LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A pin whose page-in failed holds nothing: unpinned and counted.
+  void UndoFailedPin(ChunkId c) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Bytes that turn active when the unit is pinned (an allocation's granules,
   // a page's objects).
   int64_t UnitLiveBytes(ChunkId id) const LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
