@@ -60,7 +60,8 @@ THREAD_SAFETY_FLAGS := -std=c++17 -c -Wall -Wextra -Wthread-safety -Wthread-safe
 
 .PHONY: all build test test-asan test-tsan test-thread-safety test-python demo bench-allocator \
         bench-maxbatch bench-mincap bench-overhead bench-trace bench-policy bench-small-pages clean fake-cuda test-fake-cuda mutation-check-cuda \
-        test-gpu-wheel gpu-check gpu-check-engine bench-driver-calls wheel test-patches patches \
+        test-gpu-wheel test-tf test-tf-matrix gpu-check gpu-check-engine bench-driver-calls wheel \
+        wheels test-wheels test-patches patches \
         test-quick help
 
 all: build
@@ -229,36 +230,90 @@ $(BUILD)/cc/thread_safety_adapter.stamp: $(ADAPTER_ANNOTATED) $(wildcard $(CC_SR
 
 test-thread-safety: $(BUILD)/cc/thread_safety.stamp $(BUILD)/cc/thread_safety_adapter.stamp
 
-# The GPU wheel (tensorflow==2.21.0, without the CUDA libraries of its
-# and-cuda extra) in its own environment: the package built against it, every
-# intercepted symbol checked against its libraries, and the emulated-device
-# TensorFlow tests run with it (no GPU: TensorFlow runs its CPU device).
-GPU_VENV := .venv-gpu-wheel
-GPU_PY := $(GPU_VENV)/bin/python
+# The TensorFlow versions LMS builds for from this one source (Keras 3: 2.16
+# on). Each gets its own environment, .venv-tf-VERSION with tensorflow-cpu of
+# that version (or .venv-gpu-wheel-VERSION with the GPU wheel), and build
+# directory: `make test-tf VERSION=2.18.1`, `make test-tf-matrix`, `make wheels`.
+TF_VERSIONS := 2.16.2 2.17.1 2.18.1 2.19.1 2.20.0 2.21.0
+VERSION ?= 2.21.0
+# $(call check-version): stops make unless VERSION is one of TF_VERSIONS.
+check-version = $(if $(filter $(VERSION),$(TF_VERSIONS)),,$(error VERSION=$(VERSION) \
+  is not a TensorFlow version LMS builds for; use one of: $(TF_VERSIONS)))
+
+# $(call tf-venv,DIR,REQUIREMENT): a fresh environment in DIR with the build and
+# test tools of requirements-dev.txt and REQUIREMENT instead of its TensorFlow.
+define tf-venv
+@echo "== Bootstrapping $(1) with $(2) (a download of 250-600 MB the first time)"
+rm -rf $(1)
+$(PYTHON) -m venv $(1)
+$(1)/bin/python -m pip install --quiet --upgrade pip
+sed 's/^tensorflow-cpu==.*/$(2)/' requirements-dev.txt > $(1)/requirements.txt
+$(1)/bin/python -m pip install --progress-bar off -r $(1)/requirements.txt
+touch $(1)/.bootstrapped
+endef
+
+# $(call tf-build,DIR,BUILD_DIR): the package built in place against DIR's TensorFlow.
+define tf-build
+@echo "== Building tensorflow_lms_allocator against $$($(1)/bin/python -m pip list 2>/dev/null | grep -E '^tensorflow(-cpu)? ')"
+$(1)/bin/python -m pip install --quiet --no-build-isolation --no-deps \
+    -C build-dir=$(2) $(TEST_ENTRY_POINTS) -e .
+touch $(1)/.built
+endef
+
+.venv-tf-%/.bootstrapped: requirements-dev.txt
+	$(call tf-venv,.venv-tf-$*,tensorflow-cpu==$*)
+
+.venv-tf-%/.built: .venv-tf-%/.bootstrapped $(PACKAGE_SRCS) CMakeLists.txt pyproject.toml
+	$(call tf-build,.venv-tf-$*,$(BUILD)/tf-$*)
+
+.venv-gpu-wheel-%/.bootstrapped: requirements-dev.txt
+	$(call tf-venv,.venv-gpu-wheel-$*,tensorflow==$*)
+
+.venv-gpu-wheel-%/.built: .venv-gpu-wheel-%/.bootstrapped $(PACKAGE_SRCS) CMakeLists.txt pyproject.toml
+	$(call tf-build,.venv-gpu-wheel-$*,$(BUILD)/gpu-wheel-$*)
+
+.PRECIOUS: .venv-tf-%/.bootstrapped .venv-tf-%/.built .venv-gpu-wheel-%/.bootstrapped \
+           .venv-gpu-wheel-%/.built
+
+# What a user of an older TensorFlow relies on (issue 23): the demo (ResNet-50
+# trains under a cap with LMS and stops with a clean OOM without), bit-identical
+# Keras training under eviction and strict mode, variables pinned, the
+# tf.config.experimental API and statistics, the callbacks, tf.data batches
+# with known contents, the C API.
+TF_VERSION_TESTS := tests/test_tensorflow.py tests/test_tf_variables.py tests/test_callbacks.py \
+                    tests/test_c_api.py tests/test_tf_data.py
+test-tf:
+	$(call check-version)
+	$(MAKE) .venv-tf-$(VERSION)/.built
+	@echo "== TensorFlow $(VERSION): symbols LMS interposes and links"
+	.venv-tf-$(VERSION)/bin/python build_scripts/check_wheel_symbols.py
+	@echo "== TensorFlow $(VERSION): the demo"
+	.venv-tf-$(VERSION)/bin/python examples/demo.py
+	@echo "== TensorFlow $(VERSION): tests"
+	.venv-tf-$(VERSION)/bin/python -m pytest -q -p no:cacheprovider $(TF_VERSION_TESTS)
+
+# make test-tf for every version, one after the other (a download of about
+# 250 MB each the first time; 30-60 minutes): writes docs/tensorflow-versions.md
+# and the table in the README.
+test-tf-matrix:
+	$(PYTHON) build_scripts/tf_matrix.py $(TF_VERSIONS)
+
+# The GPU wheel (tensorflow==VERSION, default 2.21.0, without the CUDA
+# libraries of its and-cuda extra) in its own environment: the package built
+# against it, every intercepted symbol checked against its libraries, and the
+# emulated-device TensorFlow tests run with it (no GPU: TensorFlow runs its CPU
+# device).
 GPU_WHEEL_TESTS := tests/test_c_api.py tests/test_tensorflow.py tests/test_tf_variables.py \
                    tests/test_tf_small_objects.py tests/test_tf_kernel_contexts.py \
                    tests/test_gpu_wiring.py tests/test_tensorflow_copies.py
 
-$(GPU_VENV)/.bootstrapped: requirements-dev.txt
-	@echo "== Bootstrapping $(GPU_VENV) with the GPU wheel tensorflow==2.21.0 (about 600 MB the first time)"
-	$(PYTHON) -m venv $(GPU_VENV)
-	$(GPU_PY) -m pip install --quiet --upgrade pip
-	sed 's/^tensorflow-cpu==/tensorflow==/' requirements-dev.txt > $(GPU_VENV)/requirements.txt
-	$(GPU_PY) -m pip install --progress-bar off -r $(GPU_VENV)/requirements.txt
-	touch $@
-
-$(GPU_VENV)/.built: $(GPU_VENV)/.bootstrapped $(PACKAGE_SRCS) CMakeLists.txt pyproject.toml
-	@echo "== Building tensorflow_lms_allocator against the GPU wheel"
-	$(GPU_PY) -m pip install --quiet --no-build-isolation --no-deps \
-	    -C build-dir=$(BUILD)/gpu-wheel $(TEST_ENTRY_POINTS) -e .
-	touch $@
-
-test-gpu-wheel: $(GPU_VENV)/.built fake-cuda
-	@echo "== Intercepted symbols in the GPU wheel"
-	$(GPU_PY) build_scripts/check_wheel_symbols.py
-	@echo "== TensorFlow tests with the GPU wheel"
-	LD_BIND_NOW=1 $(GPU_PY) -m pytest $(GPU_WHEEL_TESTS)
-
+test-gpu-wheel: $(FAKE_CUDA_LIB)
+	$(call check-version)
+	$(MAKE) .venv-gpu-wheel-$(VERSION)/.built
+	@echo "== Intercepted symbols in the GPU wheel of TensorFlow $(VERSION)"
+	.venv-gpu-wheel-$(VERSION)/bin/python build_scripts/check_wheel_symbols.py
+	@echo "== TensorFlow tests with the GPU wheel of TensorFlow $(VERSION)"
+	LD_BIND_NOW=1 .venv-gpu-wheel-$(VERSION)/bin/python -m pytest $(GPU_WHEEL_TESTS)
 
 # The CUDA backend's own tests (contract, fault injection, stream order).
 $(BUILD)/cc/cuda_backend_test_asan: tests/cc/cuda_backend_test.cc $(ENGINE_ASAN_OBJS) \
@@ -321,6 +376,25 @@ wheel: build
 	$(PY) -m pip wheel --quiet --no-build-isolation --no-deps \
 	    -C cmake.define.LMS_TEST_ENTRY_POINTS=OFF -w dist .
 	@$(PY) build_scripts/wheel_info.py dist
+
+# One wheel per TensorFlow version (TF_VERSIONS) into dist/, each built in the
+# environment of `make test-tf VERSION=...` against that version's headers:
+# tensorflow_lms_allocator-0.1.0+tf2.18.1-...whl and so on (README, Install).
+wheels:
+	@for v in $(TF_VERSIONS); do \
+	  $(MAKE) --no-print-directory .venv-tf-$$v/.bootstrapped || exit 1; \
+	  echo "== Wheel for TensorFlow $$v"; \
+	  .venv-tf-$$v/bin/python -m pip wheel --quiet --no-build-isolation --no-deps \
+	      -C build-dir=$(BUILD)/wheel-$$v -C cmake.define.LMS_TEST_ENTRY_POINTS=OFF \
+	      -w dist . || exit 1; \
+	done
+	@$(PY) build_scripts/wheel_info.py dist $(TF_VERSIONS)
+
+# Each wheel of `make wheels` installed with its [cpu] extra into a fresh
+# environment (build/wheel-check/VERSION), which pins its TensorFlow, and the
+# demo run there (outside CI: six downloads and six demos, about 15 minutes).
+test-wheels:
+	$(PYTHON) build_scripts/check_wheels.py dist $(TF_VERSIONS)
 
 # The 15 slowest tests are listed at the end: the suite must stay under 20
 # minutes in CI.
@@ -393,13 +467,17 @@ make test-tsan           the concurrency tests under ThreadSanitizer
 make test-thread-safety  clang -Wthread-safety -Werror over the engine, the fake driver and the adapter
 make test-fake-cuda      the fake CUDA driver's own tests, and cuda_driver_api.h against cuda.h
 make test-patches        the source patch series and the wheel build script, against TensorFlow's files
-make test-gpu-wheel      the package against tensorflow==2.21.0 (GPU wheel): symbols and TF tests
+make test-gpu-wheel      the package against the GPU wheel tensorflow==VERSION (default 2.21.0): symbols, TF tests
+make test-tf             the package against tensorflow-cpu==VERSION (2.16.2-2.21.0): symbols, demo, TF tests
+make test-tf-matrix      make test-tf for every supported TensorFlow; writes the README's table
 make mutation-check-cuda proves the stream-ordering tests fail without the fence or the waits
 make gpu-check           the acceptance run on a real GPU (exits 2 without one)
 make gpu-check-engine    the engine and CUDA backend on a real GPU, no TensorFlow (DRY_RUN=1: the fake)
 make build               (re)build the package into .venv
 make all                 the same as make build
 make wheel               a wheel for your own environment (dist/)
+make wheels              one wheel per supported TensorFlow version (dist/)
+make test-wheels         each wheel of make wheels in a fresh environment with its TensorFlow: the demo
 make patches             regenerate the TensorFlow patch series (TF_SOURCE_DIR: TensorFlow's files)
 make fake-cuda           the fake CUDA driver of the tests (build/fake_cuda/)
 make bench-allocator     a CNN-shaped trace through TensorFlow's BFC allocator and the engine

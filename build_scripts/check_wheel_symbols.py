@@ -2,8 +2,11 @@
 """Checks that the installed TensorFlow exports every symbol LMS relies on.
 
 The interposer (tensorflow_lms_allocator/cc/interposer/interposer.c) replaces
-TensorFlow functions by their mangled names, and the adapter calls TensorFlow
-functions it links against. On a wheel where one of them is missing or
+TensorFlow functions by their mangled names, which it builds for the
+TensorFlow it is compiled against (interposer/tf_symbols.h), and the adapter
+calls TensorFlow functions it links against. Both are read from the built
+libraries of the package installed in this Python, so the check is of what
+was built, for whichever TensorFlow version (2.16 to 2.21) is installed. On a wheel where one of them is missing or
 renamed, the overlay would silently not hook it (the interposer) or fail to
 load (the adapter). This script lists both sets and checks each against the
 dynamic symbol tables of the TensorFlow libraries installed in this Python.
@@ -19,6 +22,7 @@ if a tool or library is missing.
 
 Example:
     $ .venv-gpu-wheel/bin/python build_scripts/check_wheel_symbols.py
+    TensorFlow 2.21.0 (tensorflow 2.21.0)
     interposer: 14 of 14 symbols exported by .../tensorflow
     interposer: 10 of 10 functions bound through dynamic relocations
     adapter: 412 of 412 TensorFlow symbols exported
@@ -26,7 +30,9 @@ Example:
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
+import json
 import re
 import shutil
 import subprocess
@@ -34,7 +40,6 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-INTERPOSER = ROOT / "tensorflow_lms_allocator/cc/interposer/interposer.c"
 TF_LIBRARIES = ("libtensorflow_framework.so.2", "libtensorflow_cc.so.2")
 TF_NAMESPACES = re.compile(r"10tensorflow|3tsl|3xla|4absl|6google8protobuf")
 
@@ -71,6 +76,21 @@ def package_dir(name: str) -> Path:
     return Path(list(spec.submodule_search_locations)[0])
 
 
+def built_package_dir() -> Path:
+    """Where the package's built libraries are (editable installs keep them
+    next to the _engine extension, not in the source tree)."""
+    engine = importlib.util.find_spec("tensorflow_lms_allocator._engine")
+    if engine is not None and engine.origin is not None:
+        return Path(engine.origin).parent
+    return package_dir("tensorflow_lms_allocator")
+
+
+def installed_tensorflow() -> list[tuple[str, str]]:
+    """(distribution, version) of every installed distribution of the tensorflow module."""
+    names = importlib.metadata.packages_distributions().get("tensorflow", [])
+    return sorted({(n, importlib.metadata.version(n)) for n in names})
+
+
 def main() -> int:
     if shutil.which("nm") is None or shutil.which("readelf") is None:
         fail("nm and readelf (binutils) are needed: install binutils")
@@ -82,7 +102,17 @@ def main() -> int:
     for library in libraries:
         exported |= dynamic_symbols(library, defined=True)
 
-    interposed = sorted(set(re.findall(r'"(_Z[^"]+)"', INTERPOSER.read_text())))
+    package = built_package_dir()
+    interposer_lib = package / "libtf_lms_interposer.so"
+    adapter_lib = package / "libtf_lms_adapter.so"
+    for library in (interposer_lib, adapter_lib):
+        if not library.exists():
+            fail(f"{library} is not built: run make build")
+    built_for = json.loads((package / "build_info.json").read_text())["tensorflow_version"]
+    installed = ", ".join(f"{name} {version}" for name, version in installed_tensorflow())
+    print(f"TensorFlow {built_for} ({installed})")
+    interposed = sorted(s for s in dynamic_symbols(interposer_lib, defined=True)
+                        if s.startswith("_Z"))
     missing = [s for s in interposed if s not in exported]
     print(f"interposer: {len(interposed) - len(missing)} of {len(interposed)} symbols "
           f"exported by {tf_dir}")
@@ -100,14 +130,6 @@ def main() -> int:
     print(f"interposer: {len(functions) - len(unbound)} of {len(functions)} functions bound "
           "through dynamic relocations")
 
-    adapter = package_dir("tensorflow_lms_allocator")
-    # Editable installs keep the libraries next to the _engine extension.
-    engine = importlib.util.find_spec("tensorflow_lms_allocator._engine")
-    if engine is not None and engine.origin is not None:
-        adapter = Path(engine.origin).parent
-    adapter_lib = adapter / "libtf_lms_adapter.so"
-    if not adapter_lib.exists():
-        fail(f"{adapter_lib} is not built: run make build")
     # Everything from TensorFlow's namespaces (and the absl and protobuf it
     # bundles): functions, vtables, typeinfo.
     needed = {s for s in dynamic_symbols(adapter_lib, defined=False)

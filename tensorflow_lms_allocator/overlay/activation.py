@@ -144,9 +144,10 @@ def install_or_explain(then: Callable[[ModuleType], None]) -> None:
     """
     global _UNAVAILABLE
     if not _tensorflow_installed():
-        _UNAVAILABLE = ("TensorFlow is not installed: LMS serves tensorflow or "
-                        "tensorflow-cpu 2.21.0 (pip install tensorflow==2.21.0); the tools "
-                        "(engine, trace, replay) work without it.")
+        version = built_for_tensorflow()
+        _UNAVAILABLE = ("TensorFlow is not installed: this build of LMS serves tensorflow or "
+                        f"tensorflow-cpu {version} (pip install tensorflow=={version}); the "
+                        "tools (engine, trace, replay) work without it.")
         return
     requested = sorted(name for name, value in os.environ.items()
                        if name.startswith("TF_LMS_") and value)
@@ -192,15 +193,47 @@ def installed_tensorflow() -> list[tuple[str, str]]:
     return sorted({(meta["Name"], meta["Version"]) for meta in found})
 
 
-def _check_tensorflow_version(libs: Path) -> None:
+# The oldest TensorFlow LMS builds for: the first with Keras 3.
+OLDEST_SUPPORTED = "2.16"
+
+
+def _older_than_keras_3(version: str) -> bool:
+    """True for a TensorFlow version before 2.16 ("2.15.1", "1.15.5")."""
+    try:
+        major, minor = (int(part) for part in version.split(".")[:2])
+    except ValueError:
+        return False
+    return (major, minor) < tuple(int(part) for part in OLDEST_SUPPORTED.split("."))
+
+
+def built_for_tensorflow() -> str:
+    """The TensorFlow version the package's binaries were built against.
+
+    Example:
+        >>> built_for_tensorflow()  # doctest: +SKIP
+        '2.21.0'
+    """
+    build_info = _library_dir() / "build_info.json"
+    return json.loads(build_info.read_text())["tensorflow_version"]
+
+
+def _check_tensorflow_version() -> None:
     # The adapter links TensorFlow's C++ ABI: loaded into another TensorFlow
     # it fails on an undefined symbol (measured with 2.20.0) or, worse, loads.
     # The adapter checks again (tf_lms_configure) for a TensorFlow installed
     # without metadata.
-    built_for = json.loads((libs / "build_info.json").read_text())["tensorflow_version"]
+    built_for = built_for_tensorflow()
     installed = installed_tensorflow()
     if installed and all(version != built_for for _, version in installed):
         found = ", ".join(f"{name} {version}" for name, version in installed)
+        too_old = [version for _, version in installed if _older_than_keras_3(version)]
+        if too_old:
+            raise ImportError(
+                f"tensorflow_lms_allocator supports TensorFlow {OLDEST_SUPPORTED} to 2.21 "
+                f"(Keras 3), and {found} is installed: TensorFlow {too_old[0]} uses Keras 2, "
+                f"which LMS does not support. Upgrade TensorFlow to {built_for}, the version "
+                "this package was built for (`pip install tensorflow=="
+                f"{built_for}` or tensorflow-cpu).")
         raise ImportError(
             f"tensorflow_lms_allocator was built for TensorFlow {built_for}, but "
             f"{found} is installed. Install TensorFlow {built_for} "
@@ -288,7 +321,7 @@ def _load_interposer() -> None:
         return
     libs = _library_dir()
     _check_tensorflow_not_loaded()
-    _check_tensorflow_version(libs)
+    _check_tensorflow_version()
     ctypes.CDLL(str(libs / "libtf_lms_interposer.so"), mode=ctypes.RTLD_GLOBAL)
     _INTERPOSER_LOADED = True
     config_proto.install()  # ConfigProto's lms_enabled, before TensorFlow loads it

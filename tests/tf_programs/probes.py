@@ -151,10 +151,13 @@ def wrong_version() -> None:
 
     from tensorflow_lms_allocator.overlay import activation
 
+    # Another version than the one the package was built for (2.16-2.21 all build).
+    other = "2.19.1" if activation.built_for_tensorflow() == "2.20.0" else "2.20.0"
     error = ctypes.create_string_buffer(512)
-    code = activation.adapter().tf_lms_configure(b"2.20.0", error, len(error))
+    code = activation.adapter().tf_lms_configure(other.encode(), error, len(error))
     emit({"code": activation.adapter().tf_lms_code_name(code).decode(),
-          "message": error.value.decode()})
+          "message": error.value.decode(), "built_for": activation.built_for_tensorflow(),
+          "other": other})
 
 
 def late_import() -> None:

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 
 #include "lms_hooks.h"
+#include "tf_symbols.h"
 
 static const TfLmsHooks* volatile g_hooks;
 
@@ -38,8 +39,8 @@ static void* Original(const char* symbol) {
   if (fn == NULL) {
     fprintf(stderr,
             "tensorflow_lms_allocator: cannot find TensorFlow's %s (%s); this "
-            "TensorFlow is not the 2.21 the package was built for\n",
-            symbol, dlerror());
+            "TensorFlow is not the %d.%d the package was built for\n",
+            symbol, dlerror(), LMS_TF_MAJOR_VERSION, LMS_TF_MINOR_VERSION);
     abort();
   }
   return fn;
@@ -94,7 +95,8 @@ void _ZN10tensorflow15OpKernelContextC2EPNS0_6ParamsEi(void* self, void* params,
 }
 
 /* tensorflow::OpKernelContext::~OpKernelContext(): D1 complete, D2 base, D0
- * deleting. The hook runs first, while the context is still whole. */
+ * deleting (a virtual destructor's, from TensorFlow 2.20). The hook runs
+ * first, while the context is still whole. */
 void _ZN10tensorflow15OpKernelContextD1Ev(void* self) {
   RESOLVE(DtorFn, original, "_ZN10tensorflow15OpKernelContextD1Ev");
   ContextDestroyed(self);
@@ -107,11 +109,13 @@ void _ZN10tensorflow15OpKernelContextD2Ev(void* self) {
   original(self);
 }
 
+#if LMS_TF_HAS_VIRTUAL_CONTEXT_DTOR
 void _ZN10tensorflow15OpKernelContextD0Ev(void* self) {
   RESOLVE(DtorFn, original, "_ZN10tensorflow15OpKernelContextD0Ev");
   ContextDestroyed(self);
   original(self);
 }
+#endif
 
 /* tsl::Allocator* tensorflow::ProcessState::GetCPUAllocator(int numa_node) */
 typedef void* (*GetCpuFn)(void*, int);
@@ -148,10 +152,11 @@ void* _ZN10tensorflow15GPUProcessState15GetGPUAllocatorERKNS_10GPUOptionsEN3tsl3
  * constructor or destructor. TensorFlow calls them through the PLT (and
  * DeviceToDeviceCopy through the pointer it registers as its GPU-to-GPU
  * copy function, a GLOB_DAT relocation), so these definitions win. */
-#define LMS_GPU_TO_CPU \
-  "_ZN10tensorflow7GPUUtil18CopyGPUTensorToCPUEPNS_6DeviceEPKNS_13DeviceContextEPKNS_6TensorEPS6_St8functionIFvRKN4absl12lts_202508146StatusEEE"
 typedef void (*GpuToCpuFn)(void*, const void*, const void*, void*, void*);
-void _ZN10tensorflow7GPUUtil18CopyGPUTensorToCPUEPNS_6DeviceEPKNS_13DeviceContextEPKNS_6TensorEPS6_St8functionIFvRKN4absl12lts_202508146StatusEEE(
+void LmsCopyGpuTensorToCpu(
+    void* gpu_device, const void* device_context, const void* gpu_tensor, void* cpu_tensor,
+    void* done) __asm__(LMS_GPU_TO_CPU);
+void LmsCopyGpuTensorToCpu(
     void* gpu_device, const void* device_context, const void* gpu_tensor, void* cpu_tensor,
     void* done) {
   RESOLVE(GpuToCpuFn, original, LMS_GPU_TO_CPU);
@@ -164,10 +169,11 @@ void _ZN10tensorflow7GPUUtil18CopyGPUTensorToCPUEPNS_6DeviceEPKNS_13DeviceContex
   original(gpu_device, device_context, gpu_tensor, cpu_tensor, done);
 }
 
-#define LMS_CPU_TO_GPU \
-  "_ZN10tensorflow7GPUUtil18CopyCPUTensorToGPUEPKNS_6TensorEPKNS_13DeviceContextEPNS_6DeviceEPS1_St8functionIFvRKN4absl12lts_202508146StatusEEEb"
 typedef void (*CpuToGpuFn)(const void*, const void*, void*, void*, void*, _Bool);
-void _ZN10tensorflow7GPUUtil18CopyCPUTensorToGPUEPKNS_6TensorEPKNS_13DeviceContextEPNS_6DeviceEPS1_St8functionIFvRKN4absl12lts_202508146StatusEEEb(
+void LmsCopyCpuTensorToGpu(
+    const void* cpu_tensor, const void* device_context, void* gpu_device, void* gpu_tensor,
+    void* done, _Bool sync_dst_compute) __asm__(LMS_CPU_TO_GPU);
+void LmsCopyCpuTensorToGpu(
     const void* cpu_tensor, const void* device_context, void* gpu_device, void* gpu_tensor,
     void* done, _Bool sync_dst_compute) {
   RESOLVE(CpuToGpuFn, original, LMS_CPU_TO_GPU);
@@ -180,9 +186,10 @@ void _ZN10tensorflow7GPUUtil18CopyCPUTensorToGPUEPKNS_6TensorEPKNS_13DeviceConte
   original(cpu_tensor, device_context, gpu_device, gpu_tensor, done, sync_dst_compute);
 }
 
-#define LMS_GPU_TO_SAME_GPU \
-  "_ZN10tensorflow7GPUUtil22CopyGPUTensorToSameGPUEPNS_6DeviceEPKNS_13DeviceContextEPKNS_6TensorEPS6_St8functionIFvRKN4absl12lts_202508146StatusEEE"
-void _ZN10tensorflow7GPUUtil22CopyGPUTensorToSameGPUEPNS_6DeviceEPKNS_13DeviceContextEPKNS_6TensorEPS6_St8functionIFvRKN4absl12lts_202508146StatusEEE(
+void LmsCopyGpuTensorToSameGpu(
+    void* gpu_device, const void* device_context, const void* src_tensor, void* dst_tensor,
+    void* done) __asm__(LMS_GPU_TO_SAME_GPU);
+void LmsCopyGpuTensorToSameGpu(
     void* gpu_device, const void* device_context, const void* src_tensor, void* dst_tensor,
     void* done) {
   RESOLVE(GpuToCpuFn, original, LMS_GPU_TO_SAME_GPU);  /* the same parameter list */
@@ -195,11 +202,13 @@ void _ZN10tensorflow7GPUUtil22CopyGPUTensorToSameGPUEPNS_6DeviceEPKNS_13DeviceCo
   original(gpu_device, device_context, src_tensor, dst_tensor, done);
 }
 
-#define LMS_DEVICE_TO_DEVICE \
-  "_ZN10tensorflow7GPUUtil18DeviceToDeviceCopyEPNS_13DeviceContextES2_PNS_6DeviceES4_N3tsl19AllocatorAttributesES6_PKNS_6TensorEPS7_iSt8functionIFvRKN4absl12lts_202508146StatusEEE"
 typedef void (*DeviceToDeviceFn)(void*, void*, void*, void*, unsigned long long,
                                  unsigned long long, const void*, void*, int, void*);
-void _ZN10tensorflow7GPUUtil18DeviceToDeviceCopyEPNS_13DeviceContextES2_PNS_6DeviceES4_N3tsl19AllocatorAttributesES6_PKNS_6TensorEPS7_iSt8functionIFvRKN4absl12lts_202508146StatusEEE(
+void LmsDeviceToDeviceCopy(
+    void* send_device_context, void* recv_device_context, void* src_device, void* dst_device,
+    unsigned long long src_attributes, unsigned long long dst_attributes, const void* input,
+    void* output, int stream_index, void* done) __asm__(LMS_DEVICE_TO_DEVICE);
+void LmsDeviceToDeviceCopy(
     void* send_device_context, void* recv_device_context, void* src_device, void* dst_device,
     unsigned long long src_attributes, unsigned long long dst_attributes, const void* input,
     void* output, int stream_index, void* done) {

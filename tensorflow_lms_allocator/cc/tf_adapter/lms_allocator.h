@@ -37,7 +37,8 @@
 #include <string>
 
 #include "engine/engine.h"
-#include "xla/tsl/framework/allocator.h"
+#include "tf_adapter/tf_compat.h"
+#include LMS_TSL_ALLOCATOR_H  // tf_compat.h: where this TensorFlow has it
 
 namespace lms {
 

@@ -45,7 +45,8 @@
 #include "tensorflow/core/framework/device.h"
 #include "tensorflow/core/framework/device_base.h"
 #include "tensorflow/core/framework/tensor.h"
-#include "xla/tsl/framework/allocator.h"
+#include "tf_adapter/tf_compat.h"
+#include LMS_TSL_ALLOCATOR_H  // tf_compat.h: where this TensorFlow has it
 
 namespace lms {
 
