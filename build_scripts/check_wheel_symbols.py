@@ -6,7 +6,8 @@ TensorFlow functions by their mangled names, which it builds for the
 TensorFlow it is compiled against (interposer/tf_symbols.h), and the adapter
 calls TensorFlow functions it links against. Both are read from the built
 libraries of the package installed in this Python, so the check is of what
-was built, for whichever TensorFlow version (2.16 to 2.21) is installed. On a wheel where one of them is missing or
+was built, for whichever TensorFlow version (2.16 to 2.21) is installed (the
+one the package was built for). On a wheel where one of them is missing or
 renamed, the overlay would silently not hook it (the interposer) or fail to
 load (the adapter). This script lists both sets and checks each against the
 dynamic symbol tables of the TensorFlow libraries installed in this Python.
@@ -25,7 +26,7 @@ Example:
     TensorFlow 2.21.0 (tensorflow 2.21.0)
     interposer: 14 of 14 symbols exported by .../tensorflow
     interposer: 10 of 10 functions bound through dynamic relocations
-    adapter: 412 of 412 TensorFlow symbols exported
+    adapter: 56 of 56 TensorFlow symbols exported
 """
 
 from __future__ import annotations
@@ -109,8 +110,11 @@ def main() -> int:
         if not library.exists():
             fail(f"{library} is not built: run make build")
     built_for = json.loads((package / "build_info.json").read_text())["tensorflow_version"]
-    installed = ", ".join(f"{name} {version}" for name, version in installed_tensorflow())
-    print(f"TensorFlow {built_for} ({installed})")
+    installed = installed_tensorflow()
+    if built_for not in {version for _, version in installed}:
+        fail(f"the package was built for TensorFlow {built_for}, but this Python has "
+             f"{installed or 'none'}: rebuild it here (make test-tf VERSION=...)")
+    print(f"TensorFlow {built_for} ({', '.join(f'{n} {v}' for n, v in installed)})")
     interposed = sorted(s for s in dynamic_symbols(interposer_lib, defined=True)
                         if s.startswith("_Z"))
     missing = [s for s in interposed if s not in exported]

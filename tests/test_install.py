@@ -58,6 +58,33 @@ def test_the_wheel_says_which_tensorflow_it_was_built_for(wheel):
     assert "for TensorFlow 2.21.0" in proc.stdout
 
 
+def test_the_wheels_name_and_metadata_pin_its_tensorflow(wheel):
+    """Issue 23 item 3: the version carries the TensorFlow (one file name per
+    version in dist/), and the extras pin exactly that TensorFlow."""
+    assert wheel.name.startswith("tensorflow_lms_allocator-0.1.0+tf2.21.0-")
+    with zipfile.ZipFile(wheel) as archive:
+        (metadata,) = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
+        text = archive.read(metadata).decode()
+    assert "Version: 0.1.0+tf2.21.0" in text
+    for requirement in ('tensorflow-cpu==2.21.0; extra == "cpu"',
+                        'tensorflow==2.21.0; extra == "gpu"',
+                        'tensorflow[and-cuda]==2.21.0; extra == "and-cuda"'):
+        assert f"Requires-Dist: {requirement}" in text, text
+
+
+def test_pip_refuses_the_wheel_beside_another_tensorflow_version(wheel, tmp_path):
+    """With its [cpu] extra and another tensorflow-cpu asked for in the same
+    install, pip's resolver stops before installing anything."""
+    proc = subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run",
+                           "--disable-pip-version-check", "--target", str(tmp_path),
+                           f"{wheel}[cpu]", "tensorflow-cpu==2.20.0"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode != 0, proc.stdout
+    assert "ResolutionImpossible" in proc.stderr, proc.stderr
+    # pip's "The conflict is caused by:" names the wheel's pin.
+    assert "depends on tensorflow-cpu==2.21.0" in proc.stdout, proc.stdout
+
+
 TEST_ENTRY_POINTS = ("tf_lms_test_", "tf_lms_kernel_contexts", "tf_lms_turns")
 
 
