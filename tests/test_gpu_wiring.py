@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tf_helpers import describe, run_program
+from tf_helpers import describe, log_severity, run_program
 
 MIB = 1 << 20
 FAKE_DRIVER = Path(__file__).parents[1] / "build/fake_cuda/libfakecuda.so"
@@ -129,4 +129,4 @@ def test_the_gpu_lms_serves_is_logged_and_tf_gpu_allocator_is_said_to_be_ignored
     assert "(TF_GPU_HOST_MEM_LIMIT_IN_MB, shared by every GPU)" in served[0]
     ignored = [x for x in run.stderr.splitlines()
                if "TF_GPU_ALLOCATOR=cuda_malloc_async is ignored for GPU:0" in x]
-    assert len(ignored) == 1 and ignored[0].startswith("W"), run.stderr
+    assert len(ignored) == 1 and log_severity(ignored[0]) == "W", run.stderr

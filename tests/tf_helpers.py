@@ -9,12 +9,23 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 PROGRAMS = Path(__file__).parent / "tf_programs"
+
+
+def log_severity(line: str) -> str | None:
+    """The severity letter (I, W, E, F) of a TensorFlow C++ log line, or None.
+
+    TensorFlow writes absl's format, "W1126 12:41:31.406029 1234 file.cc:29] ...",
+    and, to 2.18, its own for most lines, "2026-11-26 12:41:31.406029: W file.cc:29] ...".
+    """
+    match = re.match(r"([IWEF])\d{4} |\d{4}-\d\d-\d\d [\d:.]+: ([IWEF]) ", line)
+    return None if match is None else match.group(1) or match.group(2)
 
 
 @dataclass
