@@ -22,7 +22,7 @@ def log_severity(line: str) -> str | None:
     """The severity letter (I, W, E, F) of a TensorFlow C++ log line, or None.
 
     TensorFlow writes absl's format, "W1126 12:41:31.406029 1234 file.cc:29] ...",
-    and, to 2.18, its own for most lines, "2026-11-26 12:41:31.406029: W file.cc:29] ...".
+    and, to 2.20, its own for most lines, "2026-11-26 12:41:31.406029: W file.cc:29] ...".
     """
     match = re.match(r"([IWEF])\d{4} |\d{4}-\d\d-\d\d [\d:.]+: ([IWEF]) ", line)
     return None if match is None else match.group(1) or match.group(2)
