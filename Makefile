@@ -293,8 +293,8 @@ test-tf:
 	.venv-tf-$(VERSION)/bin/python -m pytest -q -p no:cacheprovider $(TF_VERSION_TESTS)
 
 # make test-tf for every version, one after the other (a download of about
-# 250 MB each the first time; 30-60 minutes): writes docs/tensorflow-versions.md
-# and the table in the README.
+# 250 MB each the first time; 30-60 minutes): writes the table of results into
+# docs/tensorflow-versions.md and the README.
 test-tf-matrix:
 	$(PYTHON) build_scripts/tf_matrix.py $(TF_VERSIONS)
 
@@ -388,7 +388,7 @@ wheels:
 	      -C build-dir=$(BUILD)/wheel-$$v -C cmake.define.LMS_TEST_ENTRY_POINTS=OFF \
 	      -w dist . || exit 1; \
 	done
-	@$(PY) build_scripts/wheel_info.py dist $(TF_VERSIONS)
+	@$(PYTHON) build_scripts/wheel_info.py dist $(TF_VERSIONS)
 
 # Each wheel of `make wheels` installed with its [cpu] extra into a fresh
 # environment (build/wheel-check/VERSION), which pins its TensorFlow, and the

@@ -151,7 +151,10 @@ void* _ZN10tensorflow15GPUProcessState15GetGPUAllocatorERKNS_10GPUOptionsEN3tsl3
  * pointer here), as it does every parameter with a non-trivial copy
  * constructor or destructor. TensorFlow calls them through the PLT (and
  * DeviceToDeviceCopy through the pointer it registers as its GPU-to-GPU
- * copy function, a GLOB_DAT relocation), so these definitions win. */
+ * copy function, a GLOB_DAT relocation), so these definitions win. Their
+ * mangled names hold absl's inline namespace, which differs between
+ * TensorFlow versions: each is declared with an asm label naming it as
+ * tf_symbols.h spells it for the TensorFlow built against. */
 typedef void (*GpuToCpuFn)(void*, const void*, const void*, void*, void*);
 void LmsCopyGpuTensorToCpu(
     void* gpu_device, const void* device_context, const void* gpu_tensor, void* cpu_tensor,
