@@ -132,13 +132,17 @@ test-asan: $(BUILD)/cc/engine_test_asan $(BUILD)/cc/concurrency_test_asan \
 	@echo "== CUDA backend contract and stream-ordering tests under ASan/UBSan"
 	$(CUDA_TEST_ASAN) ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 $(BUILD)/cc/cuda_backend_test_asan
 
+# TSan binaries run without address-space randomisation where the machine
+# allows it (tests/cc/without_aslr.sh says why).
+TSAN_RUN := TSAN_OPTIONS=halt_on_error=1 tests/cc/without_aslr.sh
+
 test-tsan: $(BUILD)/cc/concurrency_test_tsan $(BUILD)/cc/cuda_backend_test_tsan \
            $(FAKE_CUDA_TSAN_LIB)
 	@echo "== Concurrency test under TSan (POSIX, then CUDA over the fake driver)"
-	TSAN_OPTIONS=halt_on_error=1 $(BUILD)/cc/concurrency_test_tsan
-	$(CUDA_TEST_TSAN) TSAN_OPTIONS=halt_on_error=1 $(BUILD)/cc/concurrency_test_tsan
+	$(TSAN_RUN) $(BUILD)/cc/concurrency_test_tsan
+	$(CUDA_TEST_TSAN) $(TSAN_RUN) $(BUILD)/cc/concurrency_test_tsan
 	@echo "== CUDA backend tests under TSan"
-	$(CUDA_TEST_TSAN) TSAN_OPTIONS=halt_on_error=1 $(BUILD)/cc/cuda_backend_test_tsan
+	$(CUDA_TEST_TSAN) $(TSAN_RUN) $(BUILD)/cc/cuda_backend_test_tsan
 
 fake-cuda: $(FAKE_CUDA_LIB) $(FAKE_CUDA_ASAN_LIB) $(FAKE_CUDA_TSAN_LIB)
 
@@ -197,8 +201,7 @@ test-fake-cuda: $(BUILD)/cc/fake_cuda_test_asan $(BUILD)/cc/fake_cuda_test_tsan 
 	TF_LMS_CUDA_DRIVER_PATH=$(FAKE_CUDA_ASAN_LIB) ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 	  $(BUILD)/cc/fake_cuda_test_asan
 	@echo "== Fake CUDA driver tests under TSan"
-	TF_LMS_CUDA_DRIVER_PATH=$(FAKE_CUDA_TSAN_LIB) TSAN_OPTIONS=halt_on_error=1 \
-	  $(BUILD)/cc/fake_cuda_test_tsan
+	TF_LMS_CUDA_DRIVER_PATH=$(FAKE_CUDA_TSAN_LIB) $(TSAN_RUN) $(BUILD)/cc/fake_cuda_test_tsan
 
 $(BUILD)/cc/thread_safety.stamp: $(ENGINE_SRCS) $(ENGINE_HDRS) $(FAKE_CUDA_SRCS) $(FAKE_CUDA_HDRS) \
                                  $(VENV)/.bootstrapped
