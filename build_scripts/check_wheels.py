@@ -17,7 +17,6 @@ Example:
 
 from __future__ import annotations
 
-import re
 import shutil
 import subprocess
 import sys
@@ -27,7 +26,8 @@ import venv
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from wheel_info import built_for  # noqa: E402  (a sibling script)
+from tf_matrix import demo_verdicts  # noqa: E402  (sibling scripts)
+from wheel_info import built_for  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 ENVS = ROOT / "build" / "wheel-check"
@@ -57,7 +57,7 @@ def check(wheel: Path, version: str) -> str:
     start = time.monotonic()
     with tempfile.TemporaryDirectory() as outside:  # not the checkout: the wheel's package
         out = run([python, str(ROOT / "examples" / "demo.py")], cwd=Path(outside))
-    verdicts = re.findall(r"^  (PASS|FAIL)  LMS (on|off)", out, re.MULTILINE)
+    verdicts = demo_verdicts(out)
     if [word for word, _ in verdicts] != ["PASS", "PASS"]:
         raise RuntimeError(f"the demo did not pass:\n{out[-3000:]}")
     return (f"installed with tensorflow-cpu {installed}; demo "

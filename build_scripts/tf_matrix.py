@@ -46,12 +46,17 @@ def last(pattern: str, text: str, default: str = "-") -> str:
     return found[-1] if found else default
 
 
+def demo_verdicts(output: str) -> list[tuple[str, str]]:
+    """The demo's verdict lines (examples/demo.py): [("PASS", "on"), ("PASS", "off")]."""
+    return re.findall(r"^  (PASS|FAIL)  LMS (on|off)", output, re.MULTILINE)
+
+
 def summarize(version: str, returncode: int, seconds: float, log: str) -> Row:
     """One row from a `make test-tf` log."""
     interposed = last(r"^interposer: (\d+ of \d+) symbols exported", log)
     bound = last(r"^interposer: (\d+ of \d+) functions bound", log)
     adapter = last(r"^adapter: (\d+ of \d+) TensorFlow symbols", log)
-    verdicts = re.findall(r"^  (PASS|FAIL)  LMS (on|off)", log, re.MULTILINE)
+    verdicts = demo_verdicts(log)
     demo = " ".join(f"{word} ({mode})" for word, mode in verdicts) or "-"
     tests = last(r"^=*\s*(\d+ (?:passed|failed)[^=\n]*?)\s*=*$", log)
     return Row(version, returncode == 0, seconds,
