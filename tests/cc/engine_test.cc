@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine/backing_map.h"
 #include "engine/best_fit_arena.h"
 #include "engine/engine.h"
 #include "engine/env_options.h"
@@ -159,6 +160,75 @@ TEST(ArenaWhoseTableCannotBeReservedFailsToGrowInsteadOfAborting) {
   EXPECT_EQ(arena.num_units(), 0u);
   BestFitArena small(16, /*index_interior=*/false);
   EXPECT_TRUE(small.reserved());
+}
+
+TEST(BackingMapCacheMatchesASetUnderRandomRunsAcrossWordBoundaries) {
+  // The cache is a bitmap with a summary level; a std::set is the model.
+  // Runs start anywhere and span up to three 64-slot words.
+  const uint64_t kSlots = 64 * 64 * 3 + 17;  // more than one summary word
+  BackingMap map(kSlots);
+  std::set<uint64_t> model;
+  std::mt19937_64 rng(20261126);
+  for (int step = 0; step < 20000; ++step) {
+    const uint64_t first = rng() % kSlots;
+    const uint64_t n = 1 + rng() % std::min<uint64_t>(150, kSlots - first);
+    if (rng() % 2 == 0) {
+      // Add only an uncached run (AddCachedRun's precondition).
+      bool clear = true;
+      for (uint64_t s = first; s < first + n && clear; ++s) clear = !model.count(s);
+      if (!clear) continue;
+      map.AddCachedRun(first, n);
+      for (uint64_t s = first; s < first + n; ++s) model.insert(s);
+    } else {
+      uint64_t want = 0;
+      for (uint64_t s = first; s < first + n; ++s) want += model.erase(s);
+      EXPECT_EQ(map.TakeCachedRun(first, n), want);
+    }
+    EXPECT_EQ(map.cached_count(), model.size());
+    if (!model.empty()) EXPECT_EQ(map.AnyCached(), *model.rbegin());
+    const uint64_t probe = rng() % kSlots;
+    EXPECT_EQ(map.IsCached(probe), model.count(probe) == 1);
+  }
+  // One at a time, as defragmentation takes them, down to empty.
+  while (!model.empty()) {
+    const uint64_t slot = map.AnyCached();
+    EXPECT_TRUE(model.count(slot) == 1);
+    map.RemoveCached(slot);
+    model.erase(slot);
+    EXPECT_EQ(map.cached_count(), model.size());
+  }
+}
+
+TEST(ReleaseMarksCoverTheRunAndSurviveLeavingTheCache) {
+  BackingMap map(200);
+  map.SetReleaseMarks(60, 10, 7);
+  map.AddCachedRun(60, 10);
+  EXPECT_EQ(map.TakeCachedRun(55, 20), 10u);
+  EXPECT_EQ(map.release_mark(59), 0u);
+  EXPECT_EQ(map.release_mark(60), 7u);
+  EXPECT_EQ(map.release_mark(69), 7u);
+  EXPECT_EQ(map.release_mark(70), 0u);
+}
+
+TEST(StatusIsCopiedAndMovedWithItsMessage) {
+  const Status ok;
+  EXPECT_TRUE(ok.ok());
+  EXPECT_TRUE(ok.code() == StatusCode::kOk);
+  EXPECT_TRUE(ok.message() == std::string());
+  EXPECT_TRUE(ok.ToString() == std::string("OK"));
+  Status error = ResourceExhausted("no room");
+  Status copy = error;
+  EXPECT_TRUE(copy.ToString() == std::string("RESOURCE_EXHAUSTED: no room"));
+  EXPECT_TRUE(error.message() == std::string("no room"));  // the copy is deep
+  Status moved = std::move(copy);
+  EXPECT_TRUE(moved.code() == StatusCode::kResourceExhausted);
+  copy = moved;
+  EXPECT_TRUE(copy.message() == std::string("no room"));
+  copy = ok;
+  EXPECT_TRUE(copy.ok());
+  const Status& same = error;
+  error = same;  // self-assignment keeps the message
+  EXPECT_TRUE(error.message() == std::string("no room"));
 }
 
 // ------------------------------------------------------- pools, residency

@@ -14,6 +14,7 @@
 #ifndef TENSORFLOW_LMS_ALLOCATOR_CC_ENGINE_BACKING_MAP_H_
 #define TENSORFLOW_LMS_ALLOCATOR_CC_ENGINE_BACKING_MAP_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -37,26 +38,41 @@ class BackingMap {
   }
   void Clear(uint64_t slot) { slots_[slot] = Backing(); }
 
-  // The cache of device-mapped free slots.
-  void AddCached(uint64_t slot);
-  void RemoveCached(uint64_t slot);
-  bool IsCached(uint64_t slot) const { return cache_index_[slot] != kNotCached; }
-  uint64_t cached_count() const { return cached_.size(); }
-  // Any cached slot; the cache must not be empty.
-  uint64_t AnyCached() const { return cached_.back(); }
+  // The cache of device-mapped free slots: a bitmap, so that a unit's
+  // whole range enters or leaves it in a few word operations (an
+  // allocate+free of n granules did n set insertions and removals before).
+  void AddCached(uint64_t slot) { AddCachedRun(slot, 1); }
+  void RemoveCached(uint64_t slot) { TakeCachedRun(slot, 1); }
+  // Adds [first, first + n), none of it cached.
+  void AddCachedRun(uint64_t first, uint64_t n);
+  // Removes whatever of [first, first + n) is cached; returns how many were.
+  uint64_t TakeCachedRun(uint64_t first, uint64_t n);
+  bool IsCached(uint64_t slot) const {
+    return (cached_[slot >> 6] >> (slot & 63)) & 1;
+  }
+  uint64_t cached_count() const { return cached_count_; }
+  // The highest cached slot; the cache must not be empty.
+  uint64_t AnyCached() const;
 
   // The backend's ReleaseMark() when the slot's allocation was last freed
   // (0 if never): what UnmapReleased needs to skip waiting for queued work.
   // A slot keeps its mark across leaving and re-entering the cache.
-  void SetReleaseMark(uint64_t slot, uint64_t mark) { release_mark_[slot] = mark; }
+  void SetReleaseMarks(uint64_t first, uint64_t n, uint64_t mark) {
+    std::fill_n(release_mark_.begin() + first, n, mark);
+  }
   uint64_t release_mark(uint64_t slot) const { return release_mark_[slot]; }
 
  private:
-  static constexpr uint32_t kNotCached = 0xffffffffu;
+  // Calls fn(word index, mask, bits set in mask) for the words covering
+  // [first, first + n).
+  template <typename Fn>
+  static void ForEachWord(uint64_t first, uint64_t n, Fn fn);
 
   std::vector<Backing> slots_;
-  std::vector<uint64_t> cached_;       // dense set of cached slots
-  std::vector<uint32_t> cache_index_;  // slot -> position in cached_
+  // Bit s of cached_ is slot s; bit w of summary_ says cached_[w] != 0.
+  std::vector<uint64_t> cached_;
+  std::vector<uint64_t> summary_;
+  uint64_t cached_count_ = 0;
   std::vector<uint64_t> release_mark_;
 };
 

@@ -6,6 +6,11 @@
 
 namespace lms {
 
+// The bin-list primitives run several times in every allocate and free;
+// left to itself GCC calls them (measured: a call each was a tenth of an
+// allocate+free pair).
+#define LMS_ARENA_INLINE [[gnu::always_inline]] inline
+
 BestFitArena::BestFitArena(uint64_t max_units, bool index_interior,
                            uint64_t segment_units)
     : max_units_(max_units),
@@ -40,7 +45,11 @@ ChunkId BestFitArena::NewChunk() {
   if (!spare_ids_.empty()) {
     ChunkId id = spare_ids_.back();
     spare_ids_.pop_back();
-    chunks_[id] = Chunk();
+    // Copied from a constant: assigning a temporary builds it on the stack
+    // and reloads it wider than it was stored, a store-forwarding stall on
+    // every allocation (measured: the arena's most expensive line).
+    static constexpr Chunk kFresh{};
+    chunks_[id] = kFresh;
     return id;
   }
   chunks_.emplace_back();
@@ -49,7 +58,7 @@ ChunkId BestFitArena::NewChunk() {
 
 void BestFitArena::ReleaseChunk(ChunkId id) { spare_ids_.push_back(id); }
 
-void BestFitArena::InsertFree(ChunkId id) {
+LMS_ARENA_INLINE void BestFitArena::InsertFree(ChunkId id) {
   Chunk& c = chunks_[id];
   c.bin = BinFor(c.size);
   c.bin_prev = kNoChunk;
@@ -60,7 +69,7 @@ void BestFitArena::InsertFree(ChunkId id) {
   free_units_ += c.size;
 }
 
-void BestFitArena::RemoveFree(ChunkId id) {
+LMS_ARENA_INLINE void BestFitArena::RemoveFree(ChunkId id) {
   Chunk& c = chunks_[id];
   if (c.bin_prev != kNoChunk) {
     chunks_[c.bin_prev].bin_next = c.bin_next;
@@ -76,12 +85,12 @@ void BestFitArena::RemoveFree(ChunkId id) {
   free_units_ -= c.size;
 }
 
-void BestFitArena::MarkFree(ChunkId id) {
+LMS_ARENA_INLINE void BestFitArena::MarkFree(ChunkId id) {
   chunks_[id].free = true;
   if (Available(chunks_[id])) InsertFree(id);
 }
 
-void BestFitArena::UnmarkFree(ChunkId id) {
+LMS_ARENA_INLINE void BestFitArena::UnmarkFree(ChunkId id) {
   if (chunks_[id].bin != -1) RemoveFree(id);
   chunks_[id].free = false;
 }

@@ -192,11 +192,7 @@ ChunkId Engine::PlaceUnit(uint64_t n, Hold hold, bool may_evict,
   const uint64_t first = arena_.chunk(c).start;
   // Cached slots in the range keep their granules: no mapping call. They
   // leave the cache first, so defragmentation below cannot take them.
-  uint64_t unmapped = 0;
-  for (uint64_t s = first; s < first + n; ++s) {
-    if (backing_.IsCached(s)) backing_.RemoveCached(s);
-    else ++unmapped;
-  }
+  const uint64_t unmapped = n - backing_.TakeCachedRun(first, n);
   Status s = unmapped > 0 ? ObtainDeviceGranules(unmapped, may_evict) : Status::Ok();
   if (s.ok() && unmapped > 0) {
     scratch_.resize(unmapped);
@@ -267,7 +263,7 @@ Status Engine::Free(void* ptr) {
   const ChunkId c = UnitAt(ptr);
   if (c != kNoChunk && residency_.IsPage(c)) {
     Status s = FreeSmall(c, ptr);
-    RefreshPoolStatistics();
+    RefreshAfterRelease();
     if (s.ok()) NoteRelease();
     return s;
   }
@@ -277,7 +273,7 @@ Status Engine::Free(void* ptr) {
                     "or already freed)");
   }
   Status s = FreeLarge(c);
-  RefreshPoolStatistics();
+  RefreshAfterRelease();
   NoteRelease();
   return s;
 }
@@ -309,11 +305,8 @@ Status Engine::ReleaseUnit(ChunkId c) {
     }
     stats_.current_bytes_reclaimed -= static_cast<int64_t>(n * granule_);
   } else {
-    const uint64_t mark = backend_->ReleaseMark();
-    for (uint64_t s = first; s < first + n; ++s) {
-      backing_.AddCached(s);
-      backing_.SetReleaseMark(s, mark);
-    }
+    backing_.AddCachedRun(first, n);
+    backing_.SetReleaseMarks(first, n, backend_->ReleaseMark());
   }
   if (learning_) learned_.Released(c);
   residency_.Untrack(c);
@@ -607,13 +600,6 @@ size_t Engine::AllocatedSize(const void* ptr) const {
 uint64_t Engine::AllocationId(const void* ptr) const {
   AllocationInfo info;
   return Inspect(ptr, &info).ok() ? info.id : 0;
-}
-
-void Engine::RefreshPoolStatistics() {
-  stats_.bytes_reserved = static_cast<int64_t>(device_pool_.in_use() * granule_);
-  stats_.host_bytes_in_use = static_cast<int64_t>(host_pool_.in_use() * granule_);
-  stats_.UpdatePeaks();
-  DebugCheckInvariants();  // every state change ends here
 }
 
 void Engine::NoteRelease() {

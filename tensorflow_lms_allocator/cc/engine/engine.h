@@ -323,11 +323,32 @@ class Engine {
   void Claim(ChunkId id, const void* ptr) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint32_t UnpinUnit(ChunkId id) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uintptr_t SlotAddress(uint64_t slot) const { return base_ + slot * granule_; }
-  void RefreshPoolStatistics() LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Every state change ends here (inline: it runs on every allocate and
+  // free, where a call and the peaks were a measurable part of a pair).
+  void RefreshPoolStatistics() LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    RefreshPoolCounters();
+    stats_.UpdatePeaks();
+    DebugCheckInvariants();
+  }
+  // The same after a free: a release only lowers counters, so no peak can
+  // move (the debug builds' invariant check verifies every peak >= its
+  // counter after each call).
+  void RefreshAfterRelease() LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    RefreshPoolCounters();
+    DebugCheckInvariants();
+  }
+  void RefreshPoolCounters() LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    stats_.bytes_reserved = static_cast<int64_t>(device_pool_.in_use() << granule_shift_);
+    stats_.host_bytes_in_use = static_cast<int64_t>(host_pool_.in_use() << granule_shift_);
+  }
   Status CheckInvariantsLocked() const LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // In debug builds (no NDEBUG: the sanitizer test binaries), aborts with the
   // broken equation after every operation that changes state.
+#ifdef NDEBUG
+  void DebugCheckInvariants() const LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_) {}
+#else
   void DebugCheckInvariants() const LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+#endif
   // Moves the release epoch and wakes waiters, if any.
   void NoteRelease() LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

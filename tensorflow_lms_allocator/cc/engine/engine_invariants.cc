@@ -17,6 +17,7 @@
 //   current_bytes_reclaimed == evicted units' granules
 //   host_bytes_in_use   == host pool in use
 //   bytes_reserved      == device pool in use
+//   every peak          >= its counter (a free refreshes no peak)
 //   each page: objects and bytes == the allocated chunks of its segment;
 //              available for new objects iff resident; empty only if pinned
 //   pin counts          < 2^31 (an unsigned count that wrapped went negative)
@@ -45,15 +46,15 @@ Status Engine::CheckInvariants() const {
   return CheckInvariantsLocked();
 }
 
-void Engine::DebugCheckInvariants() const {
 #ifndef NDEBUG
+void Engine::DebugCheckInvariants() const {
   const Status s = CheckInvariantsLocked();
   if (!s.ok()) {
     std::fprintf(stderr, "tensorflow_lms_allocator: %s\n", s.ToString().c_str());
     std::abort();
   }
-#endif
 }
+#endif
 
 Status Engine::CheckInvariantsLocked() const {
   uint64_t resident = 0, evicted = 0, lru = 0, cached = 0, pages = 0,
@@ -172,6 +173,22 @@ Status Engine::CheckInvariantsLocked() const {
   };
   for (const auto& e : equations) {
     if (e.got != e.want) return Broken(Eq(e.what, e.got, e.want));
+  }
+  const struct {
+    const char* what;
+    int64_t peak, current;
+  } peaks[] = {
+      {"peak_bytes_in_use", stats_.peak_bytes_in_use, stats_.bytes_in_use},
+      {"peak_bytes_reserved", stats_.peak_bytes_reserved, stats_.bytes_reserved},
+      {"peak_bytes_active", stats_.peak_bytes_active, stats_.bytes_active},
+      {"peak_bytes_reclaimed", stats_.peak_bytes_reclaimed, stats_.current_bytes_reclaimed},
+      {"host_peak_bytes_in_use", stats_.host_peak_bytes_in_use, stats_.host_bytes_in_use},
+  };
+  for (const auto& p : peaks) {
+    if (p.peak < p.current) {
+      return Broken(std::string(p.what) + " is " + std::to_string(p.peak) +
+                    ", below the current " + std::to_string(p.current));
+    }
   }
   return Status::Ok();
 }

@@ -66,7 +66,9 @@ class Residency {
   // Moves an inactive unit to the most recently used end (a new object was
   // placed in it: its user is about to touch it). No-op for others.
   void Touch(ChunkId id) {
-    if (records_[id].in_lru) {
+    // Already most recent: the common case of objects placed one after
+    // another in one page.
+    if (records_[id].in_lru && lru_tail_ != id) {
       Unlink(id);
       LinkAtMostRecent(id);
     }
@@ -122,6 +124,47 @@ class Residency {
   uint64_t lru_granules_ = 0;
   uint64_t unclaimed_granules_ = 0;
 };
+
+// Inline: every allocate and free tracks or untracks a unit.
+inline void Residency::Track(ChunkId id, uint64_t granules, bool pinned, bool unclaimed) {
+  if (id >= records_.size()) records_.resize(id + 1);
+  static constexpr Record kFresh{};  // see BestFitArena::NewChunk
+  Apply(id, [&](Record& r) {
+    r = kFresh;
+    r.granules = granules;
+    r.live = true;
+    r.pin_count = pinned ? 1 : 0;
+    r.unclaimed = unclaimed ? 1 : 0;
+  });
+}
+
+inline void Residency::Untrack(ChunkId id) {
+  static constexpr Record kFresh{};
+  Apply(id, [](Record& r) { r.live = false; });
+  records_[id] = kFresh;
+}
+
+inline void Residency::LinkAtMostRecent(ChunkId id) {
+  Record& r = records_[id];
+  r.lru_prev = lru_tail_;
+  r.lru_next = kNoChunk;
+  if (lru_tail_ != kNoChunk) records_[lru_tail_].lru_next = id;
+  else lru_head_ = id;
+  lru_tail_ = id;
+  r.in_lru = true;
+  lru_granules_ += r.granules;
+}
+
+inline void Residency::Unlink(ChunkId id) {
+  Record& r = records_[id];
+  if (r.lru_prev != kNoChunk) records_[r.lru_prev].lru_next = r.lru_next;
+  else lru_head_ = r.lru_next;
+  if (r.lru_next != kNoChunk) records_[r.lru_next].lru_prev = r.lru_prev;
+  else lru_tail_ = r.lru_prev;
+  r.lru_prev = r.lru_next = kNoChunk;
+  r.in_lru = false;
+  lru_granules_ -= r.granules;
+}
 
 }  // namespace lms
 

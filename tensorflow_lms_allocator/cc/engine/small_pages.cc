@@ -3,12 +3,14 @@
 namespace lms {
 
 SmallPages::SmallPages(size_t granule, uint64_t max_pages, size_t tiny_bytes)
-    : units_per_page_(granule / kUnit), max_pages_(max_pages), tiny_bytes_(tiny_bytes) {
-  for (auto& arena : arenas_) {
-    arena = std::make_unique<BestFitArena>(max_pages * units_per_page_,
-                                           /*index_interior=*/false,
-                                           /*segment_units=*/units_per_page_);
-  }
+    : units_per_page_(granule / kUnit),
+      max_pages_(max_pages),
+      tiny_bytes_(tiny_bytes),
+      arenas_{{max_pages * units_per_page_, /*index_interior=*/false,
+               /*segment_units=*/units_per_page_},
+              {max_pages * units_per_page_, /*index_interior=*/false,
+               /*segment_units=*/units_per_page_}} {
+  static_assert(kNumClasses == 2, "one initializer per class above");
 }
 
 bool SmallPages::TakeSegment(uint64_t* segment) {
@@ -19,7 +21,7 @@ bool SmallPages::TakeSegment(uint64_t* segment) {
   }
   if (pages_.size() >= max_pages_) return false;
   for (auto& arena : arenas_) {
-    if (!arena->Grow(units_per_page_)) return false;
+    if (!arena.Grow(units_per_page_)) return false;
   }
   *segment = pages_.size();
   pages_.emplace_back();

@@ -76,8 +76,8 @@ class SmallPages {
 
   // Every class's arena spans every segment (unavailable where the class
   // has no page), so they grow together.
-  BestFitArena& arena(int size_class) { return *arenas_[size_class]; }
-  const BestFitArena& arena(int size_class) const { return *arenas_[size_class]; }
+  BestFitArena& arena(int size_class) { return arenas_[size_class]; }
+  const BestFitArena& arena(int size_class) const { return arenas_[size_class]; }
   // The arena holding `segment`'s objects (the class of its page).
   BestFitArena& arena_of(uint64_t segment) { return arena(pages_[segment].size_class); }
   const BestFitArena& arena_of(uint64_t segment) const {
@@ -103,7 +103,8 @@ class SmallPages {
   const uint64_t units_per_page_;
   const uint64_t max_pages_;
   const size_t tiny_bytes_;
-  std::unique_ptr<BestFitArena> arenas_[kNumClasses];
+  // In place, not behind pointers: every small allocate and free reaches one.
+  BestFitArena arenas_[kNumClasses];
   std::vector<Page> pages_;              // by segment
   std::vector<uint64_t> free_segments_;  // a stack
   uint64_t resident_pages_ = 0;

@@ -16,9 +16,14 @@ const char* StatusCodeName(StatusCode code) {
   return "UNKNOWN";
 }
 
+const std::string& Status::message() const {
+  static const std::string* const kEmpty = new std::string();
+  return rep_ ? rep_->message : *kEmpty;
+}
+
 std::string Status::ToString() const {
   if (ok()) return "OK";
-  return std::string(StatusCodeName(code_)) + ": " + message_;
+  return std::string(StatusCodeName(rep_->code)) + ": " + rep_->message;
 }
 
 std::string FormatBytes(size_t bytes) {
