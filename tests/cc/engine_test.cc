@@ -90,8 +90,25 @@ TEST(ArenaTilesItsRangeAndCoalescesUnderRandomUse) {
   ASSERT_TRUE(arena.Grow(1 << 12));
   std::mt19937_64 rng(7);
   std::map<ChunkId, std::pair<uint64_t, uint64_t>> live;  // id -> start, size
+  std::vector<bool> used(1 << 12, false);                  // the model, per unit
+  auto mark = [&](uint64_t start, uint64_t size, bool value) {
+    for (uint64_t u = start; u < start + size; ++u) used[u] = value;
+  };
   for (int step = 0; step < 20000; ++step) {
-    if (live.empty() || rng() % 3 != 0) {
+    if (rng() % 5 == 0) {
+      // AllocateAt: exactly the range asked for when all of it is free.
+      const uint64_t units = 1 + rng() % 40;
+      const uint64_t start = rng() % ((1 << 12) - units);
+      bool free = true;
+      for (uint64_t u = start; u < start + units && free; ++u) free = !used[u];
+      const ChunkId c = arena.AllocateAt(start, units);
+      EXPECT_EQ(c != kNoChunk, free);
+      if (c == kNoChunk) continue;
+      EXPECT_EQ(arena.chunk(c).start, start);
+      EXPECT_EQ(arena.chunk(c).size, units);
+      live[c] = {start, units};
+      mark(start, units, true);
+    } else if (live.empty() || rng() % 3 != 0) {
       const uint64_t units = 1 + rng() % (rng() % 4 == 0 ? 300 : 20);
       const ChunkId c = arena.Allocate(units);
       if (c == kNoChunk) {
@@ -100,10 +117,12 @@ TEST(ArenaTilesItsRangeAndCoalescesUnderRandomUse) {
       }
       EXPECT_EQ(arena.chunk(c).size, units);
       live[c] = {arena.chunk(c).start, units};
+      mark(arena.chunk(c).start, units, true);
     } else {
       auto it = live.begin();
       std::advance(it, rng() % live.size());
       arena.Free(it->first);
+      mark(it->second.first, it->second.second, false);
       live.erase(it);
     }
   }
@@ -188,6 +207,21 @@ TEST(BackingMapCacheMatchesASetUnderRandomRunsAcrossWordBoundaries) {
     if (!model.empty()) EXPECT_EQ(map.AnyCached(), *model.rbegin());
     const uint64_t probe = rng() % kSlots;
     EXPECT_EQ(map.IsCached(probe), model.count(probe) == 1);
+    const uint64_t span = std::min<uint64_t>(1 + rng() % 200, kSlots - probe);
+    uint64_t in_span = 0;
+    for (uint64_t s = probe; s < probe + span; ++s) in_span += model.count(s);
+    EXPECT_EQ(map.CountCached(probe, span), in_span);
+    // The lowest run of `want` consecutive cached slots, by brute force.
+    const uint64_t want = 1 + rng() % 130;
+    uint64_t run = 0, start = 0, found = ~uint64_t{0};
+    for (uint64_t s : model) {
+      run = run > 0 && s == start + run ? run + 1 : 1;
+      if (run == 1) start = s;
+      if (run == want) { found = start; break; }
+    }
+    uint64_t got = ~uint64_t{0};
+    EXPECT_EQ(map.FindCachedRun(want, &got), found != ~uint64_t{0});
+    if (found != ~uint64_t{0}) EXPECT_EQ(got, found);
   }
   // One at a time, as defragmentation takes them, down to empty.
   while (!model.empty()) {
@@ -760,6 +794,31 @@ TEST(DefragmentationRemapsCachedGranulesInsteadOfEvicting) {
     }
     EXPECT_EQ(Verify(*e, p[1], 2 * kGranule, 5), -1);
   }
+}
+
+TEST(AFullyCachedFreeRangeIsTakenInsteadOfRemappingGranules) {
+  Setup setup;
+  setup.device_granules = 8;
+  setup.defrag = true;
+  auto e = MakeEngine(setup);
+  void* a = MustAllocate(*e, 4 * kGranule);  // unpinned: the one to evict
+  void* b = MustAllocate(*e, 4 * kGranule, /*pin=*/true);
+  void* c = MustAllocate(*e, 4 * kGranule, /*pin=*/true);
+  Fill(*e, c, 4 * kGranule, 9);
+  EXPECT_EQ(e->GetStatistics().num_evictions, 1);
+  EXPECT_OK(e->Free(a));  // evicted: its range is free and maps nothing
+  EXPECT_OK(e->Free(b));  // resident: its range is free and cached
+  EXPECT_EQ(e->cached_granules(), 4u);
+  // Best fit alone takes a's range (the front of the merged free range),
+  // then takes b's granules from behind it: an unmap and a map of each.
+  void* d = MustAllocate(*e, 4 * kGranule, /*pin=*/true);
+  const Statistics st = e->GetStatistics();
+  EXPECT_TRUE(d == b);
+  EXPECT_EQ(st.num_defragmentations, 0);
+  EXPECT_EQ(st.bytes_defragged, 0);
+  EXPECT_EQ(e->cached_granules(), 0u);
+  EXPECT_EQ(Verify(*e, c, 4 * kGranule, 9), -1);
+  EXPECT_OK(e->CheckInvariants());
 }
 
 TEST(SmallObjectsArePackedInPagesThatAreEvictedAndPagedInWhole) {

@@ -45,6 +45,47 @@ uint64_t BackingMap::TakeCachedRun(uint64_t first, uint64_t n) {
   return taken;
 }
 
+uint64_t BackingMap::CountCached(uint64_t first, uint64_t n) const {
+  uint64_t count = 0;
+  ForEachWord(first, n, [&](uint64_t w, uint64_t mask, uint64_t) {
+    count += static_cast<uint64_t>(__builtin_popcountll(cached_[w] & mask));
+  });
+  return count;
+}
+
+bool BackingMap::FindCachedRun(uint64_t n, uint64_t* first) const {
+  uint64_t run = 0, start = 0;  // the run of cached slots ending at the scan
+  for (uint64_t w = 0; w < cached_.size(); ++w) {
+    uint64_t bits = cached_[w];
+    if (bits == 0) {
+      run = 0;
+      continue;
+    }
+    for (uint64_t b = 0; b < 64;) {
+      if ((bits >> b) & 1) {
+        // Ones from bit b: the trailing ones of bits >> b.
+        const uint64_t shifted = bits >> b;
+        const uint64_t ones = shifted == ~uint64_t{0} ? 64 - b
+                                                      : static_cast<uint64_t>(__builtin_ctzll(~shifted));
+        if (run == 0) start = w * 64 + b;
+        run += ones;
+        if (run >= n) {
+          *first = start;
+          return true;
+        }
+        b += ones;
+        if (b < 64) run = 0;  // the run ends inside this word
+      } else {
+        run = 0;
+        const uint64_t rest = bits >> b;
+        if (rest == 0) break;
+        b += static_cast<uint64_t>(__builtin_ctzll(rest));
+      }
+    }
+  }
+  return false;
+}
+
 uint64_t BackingMap::AnyCached() const {
   assert(cached_count_ > 0);
   for (uint64_t s = summary_.size(); s-- > 0;) {

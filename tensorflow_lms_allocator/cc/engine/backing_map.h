@@ -51,6 +51,11 @@ class BackingMap {
     return (cached_[slot >> 6] >> (slot & 63)) & 1;
   }
   uint64_t cached_count() const { return cached_count_; }
+  // How many of [first, first + n) are cached.
+  uint64_t CountCached(uint64_t first, uint64_t n) const;
+  // The lowest start of n consecutive cached slots, if there is one:
+  // O(bitmap words), for the slow path only.
+  bool FindCachedRun(uint64_t n, uint64_t* first) const;
   // The highest cached slot; the cache must not be empty.
   uint64_t AnyCached() const;
 

@@ -200,22 +200,45 @@ ChunkId BestFitArena::AllocateInEmptySegment(uint64_t segment, uint64_t units) {
 
 ChunkId BestFitArena::TakeFront(ChunkId found, uint64_t units) {
   UnmarkFree(found);
-  if (chunks_[found].size > units) {
-    ChunkId rest_id = NewChunk();  // may reallocate chunks_: fetch after
-    Chunk& chunk = chunks_[found];
-    Chunk& rest = chunks_[rest_id];
-    rest.start = chunk.start + units;
-    rest.size = chunk.size - units;
-    rest.prev = found;
-    rest.next = chunk.next;
-    if (rest.next != kNoChunk) chunks_[rest.next].prev = rest_id;
-    else last_ = rest_id;
-    chunk.next = rest_id;
-    chunk.size = units;
-    MarkFree(rest_id);
-  }
+  if (chunks_[found].size > units) MarkFree(SplitFront(found, units));
   SetTable(chunks_[found], found + 1);
   return found;
+}
+
+ChunkId BestFitArena::AllocateAt(uint64_t start, uint64_t units) {
+  assert(segment_units_ == 0 && units > 0);
+  ChunkId c = first_;
+  while (c != kNoChunk && chunks_[c].start + chunks_[c].size <= start) c = chunks_[c].next;
+  if (c == kNoChunk || !chunks_[c].free || chunks_[c].start > start ||
+      chunks_[c].start + chunks_[c].size < start + units) {
+    return kNoChunk;
+  }
+  // The parts left and right of the range stay free; their other
+  // neighbours are allocated (no two free chunks touch), so nothing merges.
+  UnmarkFree(c);
+  if (chunks_[c].start < start) {
+    const ChunkId right = SplitFront(c, start - chunks_[c].start);
+    MarkFree(c);
+    c = right;
+  }
+  if (chunks_[c].size > units) MarkFree(SplitFront(c, units));
+  SetTable(chunks_[c], c + 1);
+  return c;
+}
+
+ChunkId BestFitArena::SplitFront(ChunkId id, uint64_t units) {
+  const ChunkId rest_id = NewChunk();  // may reallocate chunks_: fetch after
+  Chunk& chunk = chunks_[id];
+  Chunk& rest = chunks_[rest_id];
+  rest.start = chunk.start + units;
+  rest.size = chunk.size - units;
+  rest.prev = id;
+  rest.next = chunk.next;
+  if (rest.next != kNoChunk) chunks_[rest.next].prev = rest_id;
+  else last_ = rest_id;
+  chunk.next = rest_id;
+  chunk.size = units;
+  return rest_id;
 }
 
 void BestFitArena::Free(ChunkId id) {

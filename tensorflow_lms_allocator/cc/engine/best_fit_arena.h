@@ -102,6 +102,10 @@ class BestFitArena {
   // Returns the allocated chunk, or kNoChunk if no free chunk is big enough.
   ChunkId Allocate(uint64_t units);
 
+  // Allocates exactly [start, start + units), which must lie inside one free
+  // chunk (no segments). O(chunks): for the engine's slow paths.
+  ChunkId AllocateAt(uint64_t start, uint64_t units);
+
   // Returns an allocated chunk; it may merge with its neighbours.
   void Free(ChunkId id);
 
@@ -157,6 +161,9 @@ class BestFitArena {
   }
   // Splits `units` off the front of free chunk `found` and allocates them.
   ChunkId TakeFront(ChunkId found, uint64_t units);
+  // Cuts chunk `id` after its first `units` (address order only: no bin or
+  // free mark changes); returns the new right part.
+  ChunkId SplitFront(ChunkId id, uint64_t units);
 
   const uint64_t max_units_;
   const bool index_interior_;

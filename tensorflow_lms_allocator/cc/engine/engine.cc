@@ -3,6 +3,7 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <cassert>
 #include <string>
 
 #include "engine/fork_handlers.h"
@@ -178,11 +179,31 @@ void* Engine::AllocateLarge(size_t bytes, Hold hold, bool optional, Status* stat
   return reinterpret_cast<void*>(SlotAddress(chunk.start));
 }
 
+ChunkId Engine::PlaceAddressRange(uint64_t n) {
+  const ChunkId c = arena_.Allocate(n);
+  if (c == kNoChunk) return kNoChunk;
+  // Best fit chooses among address ranges, not memory. When its range lacks
+  // device granules the pool cannot give, they would be taken from cached
+  // ranges elsewhere (defragmentation: an unmap there, a map here, per
+  // granule); a free range whose slots are all cached needs neither.
+  const uint64_t first = arena_.chunk(c).start;
+  const uint64_t missing = n - backing_.CountCached(first, n);
+  uint64_t run = 0;
+  if (missing == 0 || missing <= device_pool_.free_count() ||
+      backing_.cached_count() < n || !backing_.FindCachedRun(n, &run)) {
+    return c;
+  }
+  arena_.Free(c);
+  const ChunkId at = arena_.AllocateAt(run, n);
+  assert(at != kNoChunk);  // cached slots are free slots (BackingMap's invariant)
+  return at;
+}
+
 ChunkId Engine::PlaceUnit(uint64_t n, Hold hold, bool may_evict,
                           bool may_be_born_evicted, Status* status) {
   const bool pin = hold == Hold::kPin;
   const bool unclaimed = hold == Hold::kWriter;
-  const ChunkId c = arena_.Allocate(n);
+  const ChunkId c = PlaceAddressRange(n);
   if (c == kNoChunk) {
     *status = ResourceExhausted("no free address range of " + FormatBytes(n * granule_) +
                                 " left");

@@ -291,6 +291,9 @@ class Engine {
   // `hold` says (Hold::kWriter: holding one unclaimed allocation); with
   // `may_be_born_evicted`, falls back to host granules when the device has
   // none to give. kNoChunk and *status on failure, with nothing changed.
+  // A free address range of n slots for a new unit: best fit's, or a fully
+  // cached one when best fit's would need defragmentation.
+  ChunkId PlaceAddressRange(uint64_t n) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   ChunkId PlaceUnit(uint64_t n, Hold hold, bool may_evict, bool may_be_born_evicted,
                     Status* status) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Status FreeLarge(ChunkId id) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
