@@ -186,13 +186,12 @@ ChunkId Engine::PlaceAddressRange(uint64_t n) {
   // device granules the pool cannot give, they would be taken from cached
   // ranges elsewhere (defragmentation: an unmap there, a map here, per
   // granule); a free range whose slots are all cached needs neither.
-  const uint64_t first = arena_.chunk(c).start;
-  const uint64_t missing = n - backing_.CountCached(first, n);
+  // The first test keeps the fast path (a pool that can give all n) free of
+  // the rest.
+  if (device_pool_.free_count() >= n || backing_.cached_count() < n) return c;
+  const uint64_t missing = n - backing_.CountCached(arena_.chunk(c).start, n);
   uint64_t run = 0;
-  if (missing == 0 || missing <= device_pool_.free_count() ||
-      backing_.cached_count() < n || !backing_.FindCachedRun(n, &run)) {
-    return c;
-  }
+  if (missing <= device_pool_.free_count() || !backing_.FindCachedRun(n, &run)) return c;
   arena_.Free(c);
   const ChunkId at = arena_.AllocateAt(run, n);
   assert(at != kNoChunk);  // cached slots are free slots (BackingMap's invariant)
