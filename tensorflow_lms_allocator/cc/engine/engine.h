@@ -36,7 +36,10 @@
 //   5. fail with kResourceExhausted and a message naming what was short.
 // Without defragmentation, granules cached at a free address range serve
 // only allocations placed on that range: that is fragmentation, which
-// defragmentation removes without moving a tensor.
+// defragmentation removes without moving a tensor. Before either, a new unit
+// whose best-fit range would need step 2 takes a free range whose slots are
+// all cached instead, if there is one (PlaceAddressRange): a range costs
+// nothing, a remapped granule an unmap and a map.
 //
 // Note [Writers outside kernels]. Not everything is written by a kernel that
 // pins what it writes. tf.data fills a batch on its own threads, TensorFlow
