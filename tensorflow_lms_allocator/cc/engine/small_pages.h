@@ -47,7 +47,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <memory>
 #include <vector>
 
 #include "engine/best_fit_arena.h"
