@@ -27,7 +27,7 @@ STEPS, EPOCHS = 6, 2  # the program's defaults: 12 Keras steps, 6 session runs
 COUNTERS = ("num_allocs", "peak_bytes_in_use", "largest_alloc_size", "peak_bytes_reserved",
             "peak_bytes_active", "bytes_reclaimed", "peak_bytes_reclaimed",
             "num_single_reclaims", "num_full_reclaims", "num_defragmentations",
-            "bytes_defragged", "host_peak_bytes_in_use", "num_page_ins", "bytes_paged_in",
+            "bytes_defragged", "num_cached_placements", "host_peak_bytes_in_use", "num_page_ins", "bytes_paged_in",
             "num_evictions", "num_born_evicted", "num_failed_pins", "num_copies",
             "bytes_copied")
 # What nothing after the last training step changes (no eviction or page-in).

@@ -72,8 +72,8 @@ class Token:
 
 PICK = st.integers(0, 1 << 30)  # index into a list, modulo its length
 TOTALS = {"steps": 0, "unclaimed_held": 0, "evictions": 0, "page_ins": 0, "defragmentations": 0,
-          "born_evicted": 0, "small_evictions": 0, "learned_reclaims": 0, "predictions": 0,
-          "prefetches": 0, "batched_page_ins": 0}
+          "cached_placements": 0, "born_evicted": 0, "small_evictions": 0, "learned_reclaims": 0,
+          "predictions": 0, "prefetches": 0, "batched_page_ins": 0}
 
 
 def has_live(machine: "EngineModel") -> bool:
@@ -104,6 +104,7 @@ class EngineModel(RuleBasedStateMachine):
         TOTALS["evictions"] += stats["num_evictions"]
         TOTALS["page_ins"] += stats["num_page_ins"]
         TOTALS["defragmentations"] += stats["num_defragmentations"]
+        TOTALS["cached_placements"] += stats["num_cached_placements"]
         TOTALS["born_evicted"] += stats["num_born_evicted"]
         TOTALS["learned_reclaims"] += stats["num_learned_reclaims"]
         TOTALS["predictions"] += stats["num_predictions"]
@@ -388,7 +389,7 @@ def test_engine_matches_its_model_under_random_use(backend, policy, request):
     # The run must have exercised what it claims to check.
     assert TOTALS["evictions"] > 0 and TOTALS["page_ins"] > 0, TOTALS
     assert TOTALS["small_evictions"] > 0 and TOTALS["born_evicted"] > 0, TOTALS
-    assert TOTALS["defragmentations"] > 0, TOTALS
+    assert TOTALS["defragmentations"] > 0 and TOTALS["cached_placements"] > 0, TOTALS
     assert TOTALS["unclaimed_held"] > 0, TOTALS
     assert TOTALS["batched_page_ins"] > 0, TOTALS
     if policy == "learned":

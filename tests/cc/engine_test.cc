@@ -814,6 +814,7 @@ TEST(AFullyCachedFreeRangeIsTakenInsteadOfRemappingGranules) {
   void* d = MustAllocate(*e, 4 * kGranule, /*pin=*/true);
   const Statistics st = e->GetStatistics();
   EXPECT_TRUE(d == b);
+  EXPECT_EQ(st.num_cached_placements, 1);
   EXPECT_EQ(st.num_defragmentations, 0);
   EXPECT_EQ(st.bytes_defragged, 0);
   EXPECT_EQ(e->cached_granules(), 0u);

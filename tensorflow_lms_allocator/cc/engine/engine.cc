@@ -195,6 +195,7 @@ ChunkId Engine::PlaceAddressRange(uint64_t n) {
   arena_.Free(c);
   const ChunkId at = arena_.AllocateAt(run, n);
   assert(at != kNoChunk);  // cached slots are free slots (BackingMap's invariant)
+  ++stats_.num_cached_placements;
   return at;
 }
 

@@ -46,6 +46,9 @@
     "out-of-memory events solved (in part) by remapping granules cached at "   \
     "free address ranges")                                                      \
   X(bytes_defragged, "bytes remapped by defragmentation, cumulative")          \
+  X(num_cached_placements,                                                      \
+    "new units placed at a free range whose granules were still mapped, "       \
+    "sparing a defragmentation")                                                \
   X(host_bytes_in_use, "host-pool granules backing evicted units")              \
   X(host_peak_bytes_in_use, "highest host_bytes_in_use")                        \
   X(num_page_ins, "pins that copied a unit back to the device")                 \
