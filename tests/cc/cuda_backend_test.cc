@@ -563,9 +563,9 @@ TEST(AnEvictionCopiesWhatAKernelQueuedBeforeTheUnpinStillWrites) {
 }
 
 // Note [Stream protocol], "one host wait per reclaim batch": a reclaim that
-// evicts several victims fences once, copies them all, waits once, then
-// remaps them all, rather than waiting per victim (twice: for the copy and
-// for the drain before its unmap).
+// evicts several victims fences once, copies them all, waits once (for the
+// fenced work, not the copies), then remaps them all, rather than waiting
+// per victim (twice: for the copy and for the drain before its unmap).
 TEST(AReclaimOfSeveralVictimsWaitsOnTheHostOnce) {
   if (!FreshFake()) return;
   auto backend = MustMakeCuda();
@@ -603,7 +603,7 @@ TEST(AReclaimOfSeveralVictimsWaitsOnTheHostOnce) {
     EXPECT_EQ(st.num_full_reclaims + st.num_single_reclaims -
                   before.num_full_reclaims - before.num_single_reclaims, 1);
     EXPECT_EQ(waits, 1);
-    EXPECT_EQ(fences, 2);  // before the copies, and the drain before the remaps
+    EXPECT_EQ(fences, 2);  // before the copies, and the host wait before the remaps
     for (int i = 0; i < 4; ++i) {
       AllocationInfo info;
       EXPECT_OK(e->Inspect(victims[i], &info));
@@ -640,6 +640,12 @@ Status LaunchReader(CudaBackend* b, cu::CUstream stream, PatternReader* r) {
                            "fake_cuda_launch_kernel");
 }
 
+// Before a test times a page-in with delayed copies: the copies of the
+// evictions before it done. The fenced streams wait for those copies
+// (EndRemapBatch), so a page-in's host wait for the fenced streams would
+// wait for them too if the fake ran them late.
+void FinishEvictionCopies(CudaBackend* b) { EXPECT_OK(b->WaitForCopies()); }
+
 // Note [Stream protocol], page-in: the host does not wait for the page-in
 // copy; the pinning kernel's stream (a fenced stream) waits for its event.
 TEST(APagedInTensorIsReadByTheKernelQueuedAfterThePinWithoutAHostWaitForTheCopy) {
@@ -659,6 +665,7 @@ TEST(APagedInTensorIsReadByTheKernelQueuedAfterThePinWithoutAHostWaitForTheCopy)
     ASSERT_TRUE(other != nullptr);
     EXPECT_OK(FillAllocation(*e, other, size, 12));
     EXPECT_OK(e->Evict(other));
+    FinishEvictionCopies(b);
     const int64_t waits = e->GetStatistics().num_host_waits;
     Fake().set_copy_delay_us(300000);  // the page-in copy lands late
     uint64_t id = 0;
@@ -693,6 +700,64 @@ TEST(APagedInTensorIsReadByTheKernelQueuedAfterThePinWithoutAHostWaitForTheCopy)
   ExpectNoViolationAndNothingLeaked();
 }
 
+// Note [Stream protocol], remap batches: an eviction does not wait on the
+// host for its copy either. The device granules it gives back are written by
+// the next kernel (here the allocating kernel, on a fenced stream) only
+// after the copy has read them, and an unpinned kernel reading the victim
+// over the bus sees its bytes, not the host granules before the copy.
+TEST(AnEvictionRemapsWithoutAHostWaitForItsCopyAndTheNextKernelWaitsForIt) {
+  if (!FreshFake()) return;
+  auto backend = MustMakeCuda();
+  CudaBackend* b = backend.get();
+  auto e = MakeEngine(std::move(backend), /*device=*/2, /*host=*/8);
+  {
+    FencedStream compute(b);
+    const size_t size = 2 * kGranule;
+    void* t = MustAllocate(*e, size, /*pin=*/false);
+    ASSERT_TRUE(t != nullptr);
+    EXPECT_OK(FillAllocation(*e, t, size, 21));
+    const int64_t waits = e->GetStatistics().num_host_waits;
+    Fake().set_copy_delay_us(300000);  // the eviction copy lands late
+    const auto start = std::chrono::steady_clock::now();
+    void* u = MustAllocate(*e, size, /*pin=*/true);  // evicts T for its granules
+    const auto allocate_time = std::chrono::steady_clock::now() - start;
+    ASSERT_TRUE(u != nullptr);
+    AllocationInfo info;
+    EXPECT_OK(e->Inspect(t, &info));
+    EXPECT_TRUE(info.evicted);
+    LatchedWriter kernel;  // U's kernel writes T's former device granules
+    kernel.address = Address(u);
+    kernel.bytes = size;
+    kernel.seed = 22;
+    kernel.released = true;
+    EXPECT_OK(LaunchWriter(b, compute.stream, &kernel));
+    PatternReader reader;  // an unpinned kernel reads T over the bus
+    reader.address = Address(t);
+    reader.bytes = size;
+    reader.seed = 21;
+    EXPECT_OK(LaunchReader(b, compute.stream, &reader));
+    {
+      ScopedCudaContext scope(b->driver(), b->context());
+      b->driver().cuStreamSynchronize(compute.stream);
+    }
+    Fake().set_copy_delay_us(0);
+    const long long ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(allocate_time).count();
+    std::printf("  eviction: host_waits=%lld (for queued work, not the copy); the allocation "
+                "took %lld ms with a 300 ms copy\n",
+                static_cast<long long>(e->GetStatistics().num_host_waits - waits), ms);
+    EXPECT_EQ(e->GetStatistics().num_host_waits - waits, 1);
+    EXPECT_TRUE(ms < 250);  // the eviction did not wait for the copy
+    EXPECT_EQ(reader.result.load(), -1);  // T's bytes over the bus
+    EXPECT_EQ(VerifyAllocation(*e, t, size, 21), -1);  // the copy read T's bytes, not U's
+    EXPECT_EQ(VerifyAllocation(*e, u, size, 22), -1);
+    EXPECT_OK(e->Free(u));
+    EXPECT_OK(e->Free(t));
+  }
+  e.reset();
+  ExpectNoViolationAndNothingLeaked();
+}
+
 // A kernel's three evicted inputs paged in by one PinAll: one host wait for
 // all of them (three when pinned one by one), no wait for the copies, and a
 // kernel queued after the pins reads every input's own bytes.
@@ -713,6 +778,7 @@ TEST(PinAllPagesInAKernelsInputsWithOneHostWaitAndItsKernelReadsThemAll) {
     int64_t waits[2] = {0, 0};
     for (int batched = 0; batched < 2; ++batched) {
       for (void* p : inputs) EXPECT_OK(e->Evict(p));
+      FinishEvictionCopies(b);
       const int64_t before = e->GetStatistics().num_host_waits;
       Fake().set_copy_delay_us(100000);  // each page-in copy lands late
       const void* ptrs[3] = {inputs[0], inputs[1], inputs[2]};

@@ -1192,7 +1192,7 @@ class FaultyBackend : public Backend {
   Status CopiesAfterCompute() override { return inner_->CopiesAfterCompute(); }
   Status WaitForCopies() override { return inner_->WaitForCopies(); }
   Status BeginRemapBatch() override { return inner_->BeginRemapBatch(); }
-  void EndRemapBatch() override { inner_->EndRemapBatch(); }
+  Status EndRemapBatch() override { return inner_->EndRemapBatch(); }
   bool HostCanTouch() const override { return inner_->HostCanTouch(); }
   Status CopyToHost(void* dst, uintptr_t address, size_t bytes) override {
     return inner_->CopyToHost(dst, address, bytes);

@@ -28,6 +28,9 @@ DEFRAG = "DefragmentationWaitsForQueuedWorkOnAFreedGranule"
 RECLAIM = "AReclaimOfSeveralVictimsWaitsOnTheHostOnce"
 PAGE_IN_READ = "APagedInTensorIsReadByTheKernelQueuedAfterThePinWithoutAHostWaitForTheCopy"
 PAGE_IN_QUEUED = "APageInWaitsForQueuedWorkOnTheEvictedTensorBeforeTheRemap"
+EVICTION_IN_FLIGHT = "AnEvictionRemapsWithoutAHostWaitForItsCopyAndTheNextKernelWaitsForIt"
+PIN_ALL = "PinAllPagesInAKernelsInputsWithOneHostWaitAndItsKernelReadsThemAll"
+FREED_AFTER_FENCE = "AGranuleFreedBeforeACompletedFenceIsTakenWithoutAHostWait"
 OTHER_GPU_STREAM = "AStreamOfAnotherGpuIsFencedWithAnEventOfItsOwnContext"
 PEER = "APeerGpuReachesATensorThroughEveryRemap"
 SETUP = SRC / "backends/cuda_backend_setup.cc"
@@ -38,7 +41,7 @@ NO_PROBE = {"TheHostMemoryProbeOfADriverThatCannotReportSupportFailsCleanly"}
 MUTATIONS = {
     "no-fence": (STREAMS, "Status CudaBackend::Fence() {\n",
                  "Status CudaBackend::Fence() {\n  return Status::Ok();  // MUTATION\n",
-                 {EVICTION, COPY, FREE, DEFRAG, RECLAIM, PAGE_IN_QUEUED}),
+                 {EVICTION, FREE, DEFRAG, RECLAIM, PAGE_IN_QUEUED}),
     "no-fence-before-copies": (
         STREAMS, "Status CudaBackend::CopiesAfterCompute() {\n",
         "Status CudaBackend::CopiesAfterCompute() {\n  return Status::Ok();  // MUTATION\n",
@@ -46,29 +49,27 @@ MUTATIONS = {
     "no-host-wait-in-drain": (
         STREAMS, "  LMS_RETURN_IF_ERROR(Fence());\n  return HostWait();\n",
         "  return Fence();  // MUTATION\n",
-        {EVICTION, COPY, FREE, DEFRAG, RECLAIM, PEER}),
-    # The batch's drain only waits for the copies, not for a second fence.
-    # The copy stream already waited for the fence before the copies, so this
-    # only widens the gap of Note [Stream protocol] (unpinned work enqueued
-    # while the copies are issued); no test can place an enqueue there, and
-    # the tests below fail on their fence counts only.
-    "remap-batch-without-second-fence": (
-        STREAMS, "  remap_batch_drained_ = false;\n  LMS_RETURN_IF_ERROR(Drain());\n",
-        "  remap_batch_drained_ = false;\n  LMS_RETURN_IF_ERROR(HostWait());  // MUTATION\n",
-        {EVICTION, RECLAIM}),
+        {FREE, DEFRAG}),
     "freed-memory-never-waits": (
         MEMORY, "/*drain=*/fences_waited_ <= mark", "/*drain=*/false /* MUTATION */",
         {DEFRAG}),
-    # The fenced streams never wait for a page-in's copies: the pinning
-    # kernel reads the device granules before the bytes land.
-    "page-in-without-stream-wait": (
+    # The fenced streams never wait for a remap batch's copies: the pinning
+    # kernel reads the device granules before a page-in's bytes land, and
+    # the kernel that gets an eviction's device granules writes them before
+    # its copy has read them.
+    "batch-without-stream-wait": (
         STREAMS, "driver_->cuStreamWaitEvent(fenced.first, copies_done_, 0)",
-        "cu::CUDA_SUCCESS /* MUTATION */", {PAGE_IN_READ, PEER}),
-    # A page-in remaps without waiting for work queued on the old (host)
-    # mapping: cuMemUnmap under a running kernel.
-    "page-in-without-host-wait": (
+        "cu::CUDA_SUCCESS /* MUTATION */", {PAGE_IN_READ, EVICTION_IN_FLIGHT, PIN_ALL, PEER}),
+    # A remap batch remaps without waiting for work queued on the old
+    # mapping: cuMemUnmap under a running kernel or copy.
+    "batch-without-host-wait": (
         STREAMS, "driver_->cuEventSynchronize(fenced.second)",
-        "cu::CUDA_SUCCESS /* MUTATION */", {PAGE_IN_QUEUED}),
+        "cu::CUDA_SUCCESS /* MUTATION */", {EVICTION, RECLAIM, COPY, PAGE_IN_QUEUED}),
+    # A remap batch's host wait not counted as a waited fence: freed
+    # granules taken after an eviction drain again.
+    "batch-wait-not-a-fence": (
+        STREAMS, "  fences_waited_ = ++fences_issued_;\n",
+        "  ++fences_issued_;  // MUTATION\n", {FREED_AFTER_FENCE}),
     # A fenced stream's event made in this device's context, not the
     # stream's: cuEventRecord fails on another GPU's stream (Note [Access to
     # mapped memory]).

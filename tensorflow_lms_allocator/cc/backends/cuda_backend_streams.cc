@@ -74,18 +74,10 @@ Status CudaBackend::WaitForCopies() {
 Status CudaBackend::BeginRemapBatch() {
   LMS_CUDA_SCOPE(*driver_, context_);
   remap_batch_drained_ = false;
-  LMS_RETURN_IF_ERROR(Drain());
-  remap_batch_drained_ = true;
-  return Status::Ok();
-}
-
-Status CudaBackend::BeginPageInRemaps() {
-  LMS_CUDA_SCOPE(*driver_, context_);
-  remap_batch_drained_ = false;
   {
     MutexLock lock(streams_mu_);
-    // Every fenced stream's work queued so far (the old mapping's users),
-    // not the copy stream: the page-in copies stay in flight.
+    // Every fenced stream's work queued so far (the old mappings' users),
+    // not the copy stream: the batch's copies stay in flight.
     {
       ScopedNanos timed(&stats_.fence_ns);
       for (const auto& [stream, event] : fenced_) {
@@ -103,11 +95,14 @@ Status CudaBackend::BeginPageInRemaps() {
                                          "cuEventSynchronize on a fenced stream"));
     }
   }
+  // That round was a fence waited for: work queued on a buffer freed before
+  // it is done, so its slots are unmapped without a drain (UnmapReleased).
+  fences_waited_ = ++fences_issued_;
   remap_batch_drained_ = true;
   return Status::Ok();
 }
 
-Status CudaBackend::EndPageInRemaps() {
+Status CudaBackend::EndRemapBatch() {
   remap_batch_drained_ = false;
   if (!copies_in_flight_) return Status::Ok();
   LMS_CUDA_SCOPE(*driver_, context_);
@@ -119,7 +114,7 @@ Status CudaBackend::EndPageInRemaps() {
   for (const auto& fenced : fenced_) {
     LMS_RETURN_IF_ERROR(
         driver_->Check(driver_->cuStreamWaitEvent(fenced.first, copies_done_, 0),
-                       "cuStreamWaitEvent on a fenced stream (page-in copies)"));
+                       "cuStreamWaitEvent on a fenced stream (the batch's copies)"));
   }
   return Status::Ok();
 }

@@ -14,11 +14,11 @@
 //                                                      fenced stream, waited on
 //                                                      by the copy stream
 //   WaitForCopies         nothing (synchronous)        event synchronize
-//   BeginRemapBatch       nothing (synchronous)        drain; the remaps up to
-//                                                      EndRemapBatch skip theirs
-//   BeginPageInRemaps     nothing (synchronous)        host wait for the fenced
-//                                                      streams, not the copies
-//   EndPageInRemaps       nothing (synchronous)        every fenced stream waits
+//   BeginRemapBatch       nothing (synchronous)        host wait for the fenced
+//                                                      streams, not the copies;
+//                                                      the remaps up to
+//                                                      EndRemapBatch skip drains
+//   EndRemapBatch         nothing (synchronous)        every fenced stream waits
 //                                                      for the copies' event
 //
 // where "drain" is a fence plus one host wait, so that no queued work still
@@ -28,11 +28,10 @@
 // capacity. Every address handed to Map/Unmap is a granule-aligned slot inside
 // a reserved range. Copies read and write granules through the backend's own
 // view of each pool (a "window"), never through the allocation's address, so
-// an eviction copies while the address still maps the device granules and
-// remaps only when the copy is done.
+// an eviction or a page-in remaps the address while its copy is in flight.
 //
-// The CUDA column has run against the fake driver of the tests only
-// (tests/fake_cuda), never on a GPU.
+// The CUDA column runs against the fake driver of the tests (tests/fake_cuda)
+// and, where a GPU is lent, on it (make gpu-check-engine).
 #ifndef TENSORFLOW_LMS_ALLOCATOR_CC_ENGINE_BACKEND_H_
 #define TENSORFLOW_LMS_ALLOCATOR_CC_ENGINE_BACKEND_H_
 
@@ -121,7 +120,8 @@ class Backend {
   // Copies the first `bytes` of the granule sequence src[] (in order, each
   // granule contributing up to granule_bytes()) into dst[]. Asynchronous on
   // backends with streams: see CopiesAfterCompute and WaitForCopies.
-  // Assumes: nothing writes src[] or touches dst[] until WaitForCopies.
+  // Assumes: nothing writes src[] or touches dst[] until WaitForCopies, or,
+  // for work on the fenced queues, until it is ordered after EndRemapBatch.
   // On failure dst[]'s bytes are unspecified and src[]'s are untouched.
   virtual Status CopyGranules(PoolKind dst_pool, const GranuleId* dst,
                               PoolKind src_pool, const GranuleId* src,
@@ -139,29 +139,22 @@ class Backend {
   virtual Status WaitForCopies() = 0;
 
   // Opens a batch of remaps that follows a batch of copies (an eviction of a
-  // reclaim's victims, a page-in): blocks until every copy issued so far and
-  // all work queued so far that may touch LMS memory are complete (a drain:
-  // one host wait), so the Map and Unmap calls up to EndRemapBatch need no
-  // drain of their own. One host wait per batch rather than two per victim.
-  // Assumes: no copy is issued and no fence taken until EndRemapBatch.
-  // On failure no copy since the last successful wait may be trusted, and
-  // the caller must still call EndRemapBatch (Map/Unmap then drain again).
+  // reclaim's victims, a page-in of a kernel's inputs) and leaves the copies
+  // in flight: blocks until all work queued so far that may touch LMS memory
+  // is complete (the old mappings' users; one host wait for the batch), not
+  // the copies, which go between the pools' windows and never through an
+  // address. The Map and Unmap calls up to EndRemapBatch need no drain of
+  // their own. EndRemapBatch then orders every later piece of work on the
+  // fenced queues (a pinning kernel, a kernel writing granules an eviction
+  // gave back) after the batch's copies, so nothing queued after it reads or
+  // writes a granule before its copy is done.
+  // Assumes: no copy is issued and no fence taken until EndRemapBatch; nothing
+  // the host itself does touches the copies' granules before WaitForCopies.
+  // After either call fails, the caller waits for the copies (WaitForCopies)
+  // before a granule of the batch is reused or read; when that fails too, no
+  // copy of the batch may be trusted.
   virtual Status BeginRemapBatch() { return WaitForCopies(); }
-  virtual void EndRemapBatch() {}
-
-  // The page-in form of the batch, which leaves the copies in flight: the
-  // host waits only for work queued so far that may touch LMS memory (the
-  // old mapping's users), not for the copies into the device granules.
-  // EndPageInRemaps then orders every later piece of work on the fenced
-  // queues (the pinning kernel's among them) after those copies, so nothing
-  // queued after it reads the device granules before their bytes land.
-  // Assumes what BeginRemapBatch assumes. After EndPageInRemaps fails, the
-  // caller waits for the copies (WaitForCopies) before anything reads them.
-  virtual Status BeginPageInRemaps() { return BeginRemapBatch(); }
-  virtual Status EndPageInRemaps() {
-    EndRemapBatch();
-    return Status::Ok();
-  }
+  virtual Status EndRemapBatch() { return Status::Ok(); }
 
   // Whether the host may read and write an allocation at its own address.
   // False on a GPU (device memory is never CPU-accessible): tools then go

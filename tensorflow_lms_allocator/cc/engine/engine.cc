@@ -583,6 +583,11 @@ Status Engine::Evict(const void* ptr) {
   return s;
 }
 
+Status Engine::WaitForCopies() {
+  MutexLock lock(mu_);
+  return backend_->WaitForCopies();
+}
+
 Status Engine::Inspect(const void* ptr, AllocationInfo* info) const {
   MutexLock lock(mu_);
   const ChunkId c = UnitAt(ptr);

@@ -222,6 +222,13 @@ class Engine {
   // kFailedPrecondition if it is pinned, unclaimed or already evicted.
   Status Evict(const void* ptr);
 
+  // Blocks until every copy of an eviction or page-in so far is complete.
+  // The backend orders the work of registered queues after those copies (on
+  // a GPU, the fenced streams: Note [Stream protocol] in
+  // backends/cuda_backend.h); work it does not order (a stream nobody
+  // registered) waits here before it touches a unit just evicted or paged in.
+  Status WaitForCopies();
+
   // True if `ptr` lies in the engine's address range: all of its memory,
   // every byte of which may be evicted (host-memory fallbacks lie outside).
   // Lock-free, so callers skip pinning foreign memory cheaply.

@@ -9,14 +9,13 @@
 //     (CopiesAfterCompute), so no byte is lost, not even one queued device
 //     work writes after the host let go of it (Note [Stream protocol] in
 //     backends/cuda_backend.h);
-//   - an evicted allocation is remapped only after the copy of its bytes
-//     completes (BeginRemapBatch), and a reclaim waits for the device once
-//     however many victims it evicts: every copy of the batch is issued
-//     before the one BeginRemapBatch;
-//   - a paged-in allocation is remapped before its copy completes (the copy
-//     goes between the pools' windows, not through the address); whatever
-//     reads it later is ordered after the copy by EndPageInRemaps, or waits
-//     for it (WaitForCopies) when that fails;
+//   - an evicted or paged-in allocation is remapped before its copy
+//     completes (the copy goes between the pools' windows, not through the
+//     address); whatever touches its granules later is ordered after the
+//     copy by EndRemapBatch, or waits for it (WaitForCopies) when that
+//     fails. A reclaim or a kernel's page-in waits on the host once, however
+//     many units it moves: every copy of the batch is issued before the one
+//     BeginRemapBatch;
 //   - a granule goes back to its pool only once nothing maps it at a slot
 //     (the backend replaced or unmapped the mapping), since cuMemMap refuses
 //     a mapped range and the granule may back another slot next;
@@ -177,16 +176,36 @@ Status Engine::EvictChunks(const std::vector<ChunkId>& victims) {
                                batch[i].device.data(),
                                arena_.chunk(batch[i].id).requested_bytes);
   }
+  // The host waits once for the work queued on the victims' mappings, not
+  // for the copies: they read the device pool's window, not the addresses,
+  // and whatever next writes a victim's device granules or touches its host
+  // mapping is ordered after them (EndRemapBatch).
   if (s.ok() && !batch.empty()) s = backend_->BeginRemapBatch();
-  size_t evicted = 0;
-  for (; s.ok() && evicted < batch.size(); ++evicted) {
-    const Victim& v = batch[evicted];
+  size_t remapped = 0;
+  for (; s.ok() && remapped < batch.size(); ++remapped) {
+    const Victim& v = batch[remapped];
     s = MapEvicted(v.id, v.host.data(), arena_.chunk(v.id).requested_bytes);
     if (!s.ok()) {
       // A failed remap leaves the slots unmapped (backend.h): the device
       // granules still hold the bytes, so they go back to the address.
       s = RestoreMapping(v.first, v.n, PoolKind::kDevice, v.device.data(),
                          Access::kReadWrite, s);
+      break;
+    }
+  }
+  Status ordered = batch.empty() ? Status::Ok() : backend_->EndRemapBatch();
+  // Without that order, or before the host granules of a victim left
+  // resident go back, the copies are waited for here.
+  if (!ordered.ok() || remapped < batch.size()) ordered = backend_->WaitForCopies();
+  size_t evicted = 0;
+  for (; evicted < remapped; ++evicted) {
+    const Victim& v = batch[evicted];
+    if (!ordered.ok()) {
+      // No copy can be trusted: the device granules, untouched since, keep
+      // the bytes.
+      if (strict_) strict_->Unwatch(v.first, v.n);
+      s = RestoreMapping(v.first, v.n, PoolKind::kDevice, v.device.data(),
+                         Access::kReadWrite, ordered);
       break;
     }
     device_pool_.Give(v.device.data(), v.n);
@@ -196,10 +215,7 @@ Status Engine::EvictChunks(const std::vector<ChunkId>& victims) {
     NoteEvicted(v.id);
     Trace(TraceEvent::kEvict, SlotAddress(v.first), v.n * granule_, 0);
   }
-  if (!batch.empty()) backend_->EndRemapBatch();
-  // Victims not remapped are still resident: their host granules go back,
-  // once no copy of the failed batch can still write them.
-  if (evicted < batch.size()) backend_->WaitForCopies();
+  // Victims not evicted are still resident: their host granules go back.
   for (size_t i = evicted; i < batch.size(); ++i) {
     host_pool_.Give(batch[i].host.data(), batch[i].n);
   }
@@ -292,7 +308,7 @@ void Engine::PageInUnits(const ChunkId* ids, size_t count, Status* out) {
   // The host waits once for every access queued on the host mappings, not
   // for the copies; the pinning kernel's stream (every fenced stream) waits
   // for the copies instead (Note [Stream protocol]).
-  if (batch.ok()) batch = backend_->BeginPageInRemaps();
+  if (batch.ok()) batch = backend_->BeginRemapBatch();
   bool all_mapped = batch.ok();
   for (size_t i = 0; i < count; ++i) {
     const Move& m = moves[i];
@@ -306,7 +322,7 @@ void Engine::PageInUnits(const ChunkId* ids, size_t count, Status* out) {
                               strict_ ? Access::kNone : Access::kReadWrite, out[i]);
     }
   }
-  Status ordered = backend_->EndPageInRemaps();
+  Status ordered = backend_->EndRemapBatch();
   // Without that order (or on failure, before device granules go back to
   // the pool) the copies are waited for here.
   if (!ordered.ok() || !all_mapped) ordered = backend_->WaitForCopies();

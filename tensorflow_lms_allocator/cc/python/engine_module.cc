@@ -285,6 +285,11 @@ NB_MODULE(_engine, m) {
            "Recomputes every accounting invariant; raises RuntimeError naming "
            "the first that does not hold.")
       .def("evict", &PyEngine::Evict, nb::arg("address"))
+      .def("wait_for_copies",
+           [](PyEngine& e) { e.Call([&] { return e.engine().WaitForCopies(); }); },
+           "Blocks until every eviction and page-in copy so far is complete: a "
+           "GPU stream the engine does not fence waits for this before it touches "
+           "a tensor just evicted or paged in.")
       .def("prefetch",
            [](PyEngine& e, uint64_t lookahead) {
              uint64_t units = 0;
