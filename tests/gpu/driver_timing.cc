@@ -6,14 +6,16 @@
 // Part of `make gpu-check-engine` (tests/gpu/gpu_check_engine.sh).
 //
 // Usage: driver_timing [MiB]   (default 1024, a multiple of 32)
-// Prints one line per location, handle size and call, in microseconds per
-// 2 MiB; exits 1 if a call fails.
+// Prints one line per location, handle size and call (for 2 MiB handles also
+// the maps and unmaps from 2 and 4 threads at once), in microseconds per
+// 2 MiB of wall time; exits 1 if a call fails.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -68,6 +70,39 @@ bool MapEach(const CudaDriver& d, const Range& r) {
   return true;
 }
 
+// Whether the driver remaps in parallel: the range's handles mapped and
+// granted, then unmapped, by `threads` threads at once, each its own
+// consecutive part (the range starts and ends unmapped). A remap batch could
+// spread its victims over threads only if this beats one thread.
+bool Threaded(const CudaDriver& d, const Range& r, const cu::CUmemAccessDesc& rw,
+              int threads) {
+  cu::CUcontext context = nullptr;
+  if (!Ok(d, d.cuCtxGetCurrent(&context), "cuCtxGetCurrent")) return false;
+  const size_t n = r.handles.size();
+  std::vector<int> failed(threads, 0);
+  for (bool map : {true, false}) {
+    const Clock::time_point t = Clock::now();
+    std::vector<std::thread> workers;
+    for (int k = 0; k < threads; ++k) {
+      workers.emplace_back([&, k] {
+        ScopedCudaContext scope(d, context);
+        for (size_t i = n * k / threads; i < n * (k + 1) / threads && !failed[k]; ++i) {
+          const cu::CUdeviceptr at = r.base + i * r.handle;
+          failed[k] = map ? !Ok(d, d.cuMemMap(at, r.handle, 0, r.handles[i], 0), "cuMemMap") ||
+                                !Ok(d, d.cuMemSetAccess(at, r.handle, &rw, 1), "cuMemSetAccess")
+                          : !Ok(d, d.cuMemUnmap(at, r.handle), "cuMemUnmap");
+        }
+      });
+    }
+    for (auto& w : workers) w.join();
+    if (std::count(failed.begin(), failed.end(), 1) > 0) return false;
+    const std::string what = std::string(map ? "map + access, " : "unmap, ") +
+                             std::to_string(threads) + " threads";
+    Row(r, what.c_str(), t);
+  }
+  return true;
+}
+
 // Granting access is what costs: cuMemSetAccess of a range already granted
 // returns at once, so every grant below is of fresh mappings, and every
 // unmap of granted ones, as in a remap.
@@ -100,6 +135,9 @@ bool TimeRange(const CudaDriver& d, cu::CUmemLocation location, cu::CUdevice dev
     if (!Ok(d, d.cuMemUnmap(r->base + i * handle, handle), "cuMemUnmap")) return false;
   }
   Row(*r, "unmap, a call a handle", t);
+  for (int threads : {2, 4}) {
+    if (handle == (size_t{2} << 20) && !Threaded(d, *r, rw, threads)) return false;
+  }
   t = Clock::now();
   if (!MapEach(d, *r)) return false;
   Row(*r, "map, a call a handle", t);
