@@ -1151,14 +1151,18 @@ TEST(AFailedRequestCanWaitForAnotherUserToRelease) {
 }
 
 // The test backend, whose next Map fails after it has mapped part of the
-// range, as backend.h allows: every slot of the call ends up unmapped; and
-// whose next Unmap fails with nothing changed, if asked.
+// range, as backend.h allows: every slot of the call ends up unmapped; whose
+// next Unmap fails with nothing changed, if asked; and whose next
+// EndRemapBatch, and the WaitForCopies after it, fail, if asked (a GPU whose
+// copies can be neither ordered nor waited for).
 class FaultyBackend : public Backend {
  public:
-  explicit FaultyBackend(int* fail_next_map, int* fail_next_unmap = nullptr)
+  explicit FaultyBackend(int* fail_next_map, int* fail_next_unmap = nullptr,
+                         int* fail_next_order = nullptr)
       : inner_(lms_test::MakeTestBackend(kGranule)),
         fail_next_map_(fail_next_map),
-        fail_next_unmap_(fail_next_unmap) {}
+        fail_next_unmap_(fail_next_unmap),
+        fail_next_order_(fail_next_order) {}
   const char* Name() const override { return "faulty"; }
   size_t granule_bytes() const override { return inner_->granule_bytes(); }
   Status ReserveAddressRange(size_t bytes, uintptr_t* base) override {
@@ -1190,9 +1194,21 @@ class FaultyBackend : public Backend {
     return inner_->CopyGranules(dst_pool, dst, src_pool, src, bytes);
   }
   Status CopiesAfterCompute() override { return inner_->CopiesAfterCompute(); }
-  Status WaitForCopies() override { return inner_->WaitForCopies(); }
+  Status WaitForCopies() override {
+    if (fail_wait_) {
+      fail_wait_ = false;
+      return Internal("injected WaitForCopies failure");
+    }
+    return inner_->WaitForCopies();
+  }
   Status BeginRemapBatch() override { return inner_->BeginRemapBatch(); }
-  Status EndRemapBatch() override { return inner_->EndRemapBatch(); }
+  Status EndRemapBatch() override {
+    Status s = inner_->EndRemapBatch();
+    if (fail_next_order_ == nullptr || *fail_next_order_ == 0) return s;
+    *fail_next_order_ = 0;
+    fail_wait_ = true;
+    return Internal("injected EndRemapBatch failure");
+  }
   bool HostCanTouch() const override { return inner_->HostCanTouch(); }
   Status CopyToHost(void* dst, uintptr_t address, size_t bytes) override {
     return inner_->CopyToHost(dst, address, bytes);
@@ -1205,18 +1221,62 @@ class FaultyBackend : public Backend {
   std::unique_ptr<Backend> inner_;
   int* const fail_next_map_;
   int* const fail_next_unmap_;
+  int* const fail_next_order_;
+  bool fail_wait_ = false;
 };
 
-std::unique_ptr<Engine> MakeFaultyEngine(int* fail_next_map, int* fail_next_unmap = nullptr) {
+std::unique_ptr<Engine> MakeFaultyEngine(int* fail_next_map, int* fail_next_unmap = nullptr,
+                                         int* fail_next_order = nullptr) {
   EngineOptions o;
   o.device_bytes = 4 * kGranule;
   o.host_bytes = 8 * kGranule;
   std::unique_ptr<Engine> e;
-  if (!Engine::Create(o, std::make_unique<FaultyBackend>(fail_next_map, fail_next_unmap), &e)
+  if (!Engine::Create(o,
+                      std::make_unique<FaultyBackend>(fail_next_map, fail_next_unmap,
+                                                      fail_next_order),
+                      &e)
            .ok()) {
     std::abort();
   }
   return e;
+}
+
+// backend.h, BeginRemapBatch: when a batch's copies can be neither ordered
+// nor waited for, no copy may be trusted. A reclaim of two victims then
+// keeps both resident (each remapped back to its device granules, which
+// still hold its bytes) and hands every host granule back.
+TEST(AReclaimWhoseCopiesCannotBeOrderedKeepsEveryVictimResident) {
+  int fail_map = 0, fail_unmap = 0, fail_order = 0;
+  auto e = MakeFaultyEngine(&fail_map, &fail_unmap, &fail_order);
+  void* a = MustAllocate(*e, 2 * kGranule);
+  void* b = MustAllocate(*e, 2 * kGranule);
+  ASSERT_TRUE(a != nullptr && b != nullptr);
+  Fill(*e, a, 2 * kGranule, 31);
+  Fill(*e, b, 2 * kGranule, 32);
+  fail_order = 1;
+  Status s;
+  EXPECT_TRUE(e->Allocate(4 * kGranule, /*pin=*/true, &s) == nullptr);  // needs both
+  EXPECT_TRUE(s.code() == StatusCode::kInternal);
+  EXPECT_TRUE(Contains(s.message(), "injected EndRemapBatch failure") ||
+              Contains(s.message(), "injected WaitForCopies failure"));
+  for (void* p : {a, b}) {
+    AllocationInfo info;
+    EXPECT_OK(e->Inspect(p, &info));
+    EXPECT_TRUE(!info.evicted);
+  }
+  EXPECT_EQ(Verify(*e, a, 2 * kGranule, 31), -1);
+  EXPECT_EQ(Verify(*e, b, 2 * kGranule, 32), -1);
+  const Statistics st = e->GetStatistics();
+  EXPECT_EQ(st.host_bytes_in_use, 0);
+  EXPECT_EQ(st.num_evictions, 0);
+  EXPECT_OK(e->CheckInvariants());
+  // With the backend well again, the same request evicts both.
+  void* c = MustAllocate(*e, 4 * kGranule, /*pin=*/true);
+  ASSERT_TRUE(c != nullptr);
+  EXPECT_EQ(e->GetStatistics().num_evictions, 2);
+  EXPECT_EQ(Verify(*e, a, 2 * kGranule, 31), -1);
+  EXPECT_EQ(Verify(*e, b, 2 * kGranule, 32), -1);
+  EXPECT_OK(e->CheckInvariants());
 }
 
 TEST(AFailedRemapLosesNoByteAndLeaksNoGranule) {

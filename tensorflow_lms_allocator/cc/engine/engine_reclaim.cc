@@ -197,16 +197,17 @@ Status Engine::EvictChunks(const std::vector<ChunkId>& victims) {
   // Without that order, or before the host granules of a victim left
   // resident go back, the copies are waited for here.
   if (!ordered.ok() || remapped < batch.size()) ordered = backend_->WaitForCopies();
-  size_t evicted = 0;
-  for (; evicted < remapped; ++evicted) {
-    const Victim& v = batch[evicted];
+  const size_t evicted = ordered.ok() ? remapped : 0;
+  for (size_t i = 0; i < remapped; ++i) {
+    const Victim& v = batch[i];
     if (!ordered.ok()) {
-      // No copy can be trusted: the device granules, untouched since, keep
-      // the bytes.
+      // No copy can be trusted: every remapped victim goes back to its
+      // device granules, untouched since, which still hold the bytes.
       if (strict_) strict_->Unwatch(v.first, v.n);
-      s = RestoreMapping(v.first, v.n, PoolKind::kDevice, v.device.data(),
-                         Access::kReadWrite, ordered);
-      break;
+      const Status restored = RestoreMapping(v.first, v.n, PoolKind::kDevice,
+                                             v.device.data(), Access::kReadWrite, ordered);
+      if (s.ok()) s = restored;
+      continue;
     }
     device_pool_.Give(v.device.data(), v.n);
     NoteResidencyChange(v.id, /*resident=*/false);
