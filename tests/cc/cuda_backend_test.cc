@@ -758,6 +758,43 @@ TEST(AnEvictionRemapsWithoutAHostWaitForItsCopyAndTheNextKernelWaitsForIt) {
   ExpectNoViolationAndNothingLeaked();
 }
 
+// Note [Stream protocol], remap batches: a stream fenced after an eviction
+// (TensorFlow registers streams as it first meets them) was not among the
+// streams its EndRemapBatch ordered. It waits for the copies queued before
+// its registration, so its first kernel, writing the device granules that
+// eviction gave back, runs after the copy has read them.
+TEST(AStreamFencedAfterAnEvictionWaitsForItsCopy) {
+  if (!FreshFake()) return;
+  auto backend = MustMakeCuda();
+  CudaBackend* b = backend.get();
+  auto e = MakeEngine(std::move(backend), /*device=*/2, /*host=*/8);
+  const size_t size = 2 * kGranule;
+  void* t = MustAllocate(*e, size, /*pin=*/false);
+  ASSERT_TRUE(t != nullptr);
+  EXPECT_OK(FillAllocation(*e, t, size, 41));
+  Fake().set_copy_delay_us(300000);  // the eviction copy lands late
+  void* u = MustAllocate(*e, size, /*pin=*/true);  // evicts T for its granules
+  ASSERT_TRUE(u != nullptr);
+  {
+    FencedStream late(b);  // registered after the eviction
+    LatchedWriter kernel;  // writes T's former device granules
+    kernel.address = Address(u);
+    kernel.bytes = size;
+    kernel.seed = 42;
+    kernel.released = true;
+    EXPECT_OK(LaunchWriter(b, late.stream, &kernel));
+    ScopedCudaContext scope(b->driver(), b->context());
+    b->driver().cuStreamSynchronize(late.stream);
+  }
+  Fake().set_copy_delay_us(0);
+  EXPECT_EQ(VerifyAllocation(*e, t, size, 41), -1);  // the copy read T's bytes
+  EXPECT_EQ(VerifyAllocation(*e, u, size, 42), -1);
+  EXPECT_OK(e->Free(u));
+  EXPECT_OK(e->Free(t));
+  e.reset();
+  ExpectNoViolationAndNothingLeaked();
+}
+
 // A kernel's three evicted inputs paged in by one PinAll: one host wait for
 // all of them (three when pinned one by one), no wait for the copies, and a
 // kernel queued after the pins reads every input's own bytes.

@@ -1205,6 +1205,8 @@ class FaultyBackend : public Backend {
   Status EndRemapBatch() override {
     Status s = inner_->EndRemapBatch();
     if (fail_next_order_ == nullptr || *fail_next_order_ == 0) return s;
+    // 2: and the next Map (the restore) fails as well.
+    if (*fail_next_order_ == 2) *fail_next_map_ = 1;
     *fail_next_order_ = 0;
     fail_wait_ = true;
     return Internal("injected EndRemapBatch failure");
@@ -1277,6 +1279,38 @@ TEST(AReclaimWhoseCopiesCannotBeOrderedKeepsEveryVictimResident) {
   EXPECT_EQ(Verify(*e, a, 2 * kGranule, 31), -1);
   EXPECT_EQ(Verify(*e, b, 2 * kGranule, 32), -1);
   EXPECT_OK(e->CheckInvariants());
+}
+
+// When the victim cannot even go back to its device granules, it stays
+// evicted, its books matching its last mapping (no granule returns to a pool
+// while a slot may map it), and the error says so; the other victim goes
+// back, bytes intact, and both can be freed.
+TEST(AVictimThatCannotBeRestoredEitherStaysEvictedAndIsSaidToBe) {
+  int fail_map = 0, fail_unmap = 0, fail_order = 0;
+  auto e = MakeFaultyEngine(&fail_map, &fail_unmap, &fail_order);
+  void* a = MustAllocate(*e, 2 * kGranule);
+  void* b = MustAllocate(*e, 2 * kGranule);
+  ASSERT_TRUE(a != nullptr && b != nullptr);
+  Fill(*e, a, 2 * kGranule, 33);
+  Fill(*e, b, 2 * kGranule, 34);
+  fail_order = 2;
+  Status s;
+  EXPECT_TRUE(e->Allocate(4 * kGranule, /*pin=*/true, &s) == nullptr);
+  EXPECT_TRUE(s.code() == StatusCode::kInternal);
+  EXPECT_TRUE(Contains(s.message(), "back to its device memory also failed"));
+  AllocationInfo ia, ib;
+  EXPECT_OK(e->Inspect(a, &ia));
+  EXPECT_OK(e->Inspect(b, &ib));
+  EXPECT_TRUE(ia.evicted != ib.evicted);  // the first restore failed, the second worked
+  void* resident = ia.evicted ? b : a;
+  EXPECT_EQ(Verify(*e, resident, 2 * kGranule, resident == a ? 33 : 34), -1);
+  EXPECT_EQ(e->GetStatistics().host_bytes_in_use, static_cast<int64_t>(2 * kGranule));
+  EXPECT_OK(e->CheckInvariants());
+  EXPECT_OK(e->Free(a));
+  EXPECT_OK(e->Free(b));
+  EXPECT_EQ(e->GetStatistics().host_bytes_in_use, 0);
+  EXPECT_OK(e->CheckInvariants());
+  EXPECT_TRUE(MustAllocate(*e, 4 * kGranule, /*pin=*/true) != nullptr);
 }
 
 TEST(AFailedRemapLosesNoByteAndLeaksNoGranule) {

@@ -30,6 +30,7 @@ PAGE_IN_READ = "APagedInTensorIsReadByTheKernelQueuedAfterThePinWithoutAHostWait
 PAGE_IN_QUEUED = "APageInWaitsForQueuedWorkOnTheEvictedTensorBeforeTheRemap"
 EVICTION_IN_FLIGHT = "AnEvictionRemapsWithoutAHostWaitForItsCopyAndTheNextKernelWaitsForIt"
 PIN_ALL = "PinAllPagesInAKernelsInputsWithOneHostWaitAndItsKernelReadsThemAll"
+LATE_STREAM = "AStreamFencedAfterAnEvictionWaitsForItsCopy"
 FREED_AFTER_FENCE = "AGranuleFreedBeforeACompletedFenceIsTakenWithoutAHostWait"
 OTHER_GPU_STREAM = "AStreamOfAnotherGpuIsFencedWithAnEventOfItsOwnContext"
 PEER = "APeerGpuReachesATensorThroughEveryRemap"
@@ -60,6 +61,10 @@ MUTATIONS = {
     "batch-without-stream-wait": (
         STREAMS, "driver_->cuStreamWaitEvent(fenced.first, copies_done_, 0)",
         "cu::CUDA_SUCCESS /* MUTATION */", {PAGE_IN_READ, EVICTION_IN_FLIGHT, PIN_ALL, PEER}),
+    # A stream fenced after an eviction never waits for its copy.
+    "late-stream-not-ordered": (
+        STREAMS, "driver_->cuStreamWaitEvent(stream, queued, 0)",
+        "cu::CUDA_SUCCESS /* MUTATION */", {LATE_STREAM}),
     # A remap batch remaps without waiting for work queued on the old
     # mapping: cuMemUnmap under a running kernel or copy.
     "batch-without-host-wait": (

@@ -337,7 +337,7 @@ Status CudaBackend::CopyFromHost(uintptr_t address, const void* src, size_t byte
 Status CudaBackend::CopyHost(uintptr_t address, size_t bytes, void* to_host,
                              const void* from_host) {
   LMS_CUDA_SCOPE(*driver_, context_);
-  // A page-in's copies may still be in flight (EndPageInRemaps).
+  // An eviction's or a page-in's copies may still be in flight (EndRemapBatch).
   LMS_RETURN_IF_ERROR(HostWait());
   size_t done = 0;
   while (done < bytes) {

@@ -20,6 +20,22 @@ Status CudaBackend::AddFencedStream(cu::CUstream stream) {
   // created in the stream's own context: cuEventRecord takes only an event
   // of the stream's context (CUDA_ERROR_INVALID_HANDLE otherwise), while the
   // copy stream may wait on an event of any context.
+  // A stream fenced now never waited for the copies already queued (an
+  // EndRemapBatch orders only the streams fenced then): it waits for them
+  // once, or its work could write device granules an eviction gave back
+  // before the eviction's copy has read them. A throwaway event of this
+  // device's context, since the copy stream is this device's.
+  cu::CUevent queued = nullptr;
+  LMS_RETURN_IF_ERROR(driver_->Check(
+      driver_->cuEventCreate(&queued, cu::CU_EVENT_DISABLE_TIMING), "cuEventCreate"));
+  Status ordered = driver_->Check(driver_->cuEventRecord(queued, copy_stream_),
+                                  "cuEventRecord on the LMS copy stream");
+  if (ordered.ok()) {
+    ordered = driver_->Check(driver_->cuStreamWaitEvent(stream, queued, 0),
+                             "cuStreamWaitEvent on a stream being fenced");
+  }
+  driver_->cuEventDestroy(queued);  // CUDA defers it until the wait is done
+  LMS_RETURN_IF_ERROR(ordered);
   cu::CUcontext stream_context = nullptr;
   LMS_RETURN_IF_ERROR(
       driver_->Check(driver_->cuStreamGetCtx(stream, &stream_context), "cuStreamGetCtx"));

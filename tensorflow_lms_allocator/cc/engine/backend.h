@@ -7,7 +7,8 @@
 //                                                      (device- or host-located)
 //   Map                   mmap(MAP_FIXED|MAP_SHARED)   [drain] cuMemMap per
 //                                                      granule + cuMemSetAccess
-//   Unmap                 mmap(PROT_NONE, MAP_FIXED)   drain + cuMemUnmap
+//   Unmap                 mmap(PROT_NONE, MAP_FIXED)   [drain] + cuMemUnmap
+//                         (no drain inside a remap batch, whose host wait came first)
 //   CopyGranules          memcpy between pool windows  cuMemcpyAsync on the copy
 //                                                      stream
 //   CopiesAfterCompute    nothing (synchronous)        fence: an event on every

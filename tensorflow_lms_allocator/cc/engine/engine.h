@@ -226,7 +226,8 @@ class Engine {
   // The backend orders the work of registered queues after those copies (on
   // a GPU, the fenced streams: Note [Stream protocol] in
   // backends/cuda_backend.h); work it does not order (a stream nobody
-  // registered) waits here before it touches a unit just evicted or paged in.
+  // registered) waits here before it touches a unit just evicted or paged
+  // in, or memory just allocated (it may be an eviction's source).
   Status WaitForCopies();
 
   // True if `ptr` lies in the engine's address range: all of its memory,
@@ -393,10 +394,13 @@ class Engine {
       LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint64_t StealCachedGranules(uint64_t granules)
       LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Evicts `victims` as one batch: one fence, every copy, one drain, then
-  // every remap (Note [Stream protocol] in backends/cuda_backend.h). On
-  // failure the victims before the failing one are evicted, the rest keep
-  // their device granules, and no granule is lost.
+  // Evicts `victims` as one batch: one fence, every copy, one host wait for
+  // queued work (not the copies), every remap while the copies run, then
+  // the order of later work after them (Note [Stream protocol] in
+  // backends/cuda_backend.h). When a remap fails the victims before it are
+  // evicted and the rest keep their device granules; when the copies can be
+  // neither ordered nor waited for, every victim goes back to its device
+  // granules. No granule is lost.
   Status EvictChunks(const std::vector<ChunkId>& victims)
       LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Status PageIn(ChunkId id) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);

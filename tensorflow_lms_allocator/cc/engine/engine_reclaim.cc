@@ -197,16 +197,30 @@ Status Engine::EvictChunks(const std::vector<ChunkId>& victims) {
   // Without that order, or before the host granules of a victim left
   // resident go back, the copies are waited for here.
   if (!ordered.ok() || remapped < batch.size()) ordered = backend_->WaitForCopies();
-  const size_t evicted = ordered.ok() ? remapped : 0;
-  for (size_t i = 0; i < remapped; ++i) {
+  for (size_t i = 0; i < batch.size(); ++i) {
     const Victim& v = batch[i];
-    if (!ordered.ok()) {
-      // No copy can be trusted: every remapped victim goes back to its
-      // device granules, untouched since, which still hold the bytes.
-      if (strict_) strict_->Unwatch(v.first, v.n);
-      const Status restored = RestoreMapping(v.first, v.n, PoolKind::kDevice,
-                                             v.device.data(), Access::kReadWrite, ordered);
-      if (s.ok()) s = restored;
+    bool evicted = i < remapped;
+    if (evicted && !ordered.ok()) {
+      // No copy can be trusted: the victim goes back to its device granules,
+      // untouched since, which still hold its bytes. If even that fails it
+      // stays evicted, the books matching what its slots were last mapped
+      // from, and the error says its bytes may be incomplete.
+      const Status back = MapSlots(v.first, v.n, PoolKind::kDevice, v.device.data(),
+                                   Access::kReadWrite);
+      if (back.ok()) {
+        if (strict_) strict_->Unwatch(v.first, v.n);
+        evicted = false;
+      }
+      if (s.ok()) {
+        s = back.ok() ? ordered
+                      : Internal(ordered.message() + "; mapping the tensor at " +
+                                 FormatAddress(reinterpret_cast<void*>(SlotAddress(v.first))) +
+                                 " back to its device memory also failed (" + back.message() +
+                                 "): its evicted bytes may be incomplete");
+      }
+    }
+    if (!evicted) {
+      host_pool_.Give(v.host.data(), v.n);  // still resident
       continue;
     }
     device_pool_.Give(v.device.data(), v.n);
@@ -215,10 +229,6 @@ Status Engine::EvictChunks(const std::vector<ChunkId>& victims) {
     stats_.bytes_reclaimed += static_cast<int64_t>(v.n * granule_);
     NoteEvicted(v.id);
     Trace(TraceEvent::kEvict, SlotAddress(v.first), v.n * granule_, 0);
-  }
-  // Victims not evicted are still resident: their host granules go back.
-  for (size_t i = evicted; i < batch.size(); ++i) {
-    host_pool_.Give(batch[i].host.data(), batch[i].n);
   }
   return s.ok() ? shortage : s;
 }

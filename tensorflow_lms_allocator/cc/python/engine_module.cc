@@ -289,7 +289,7 @@ NB_MODULE(_engine, m) {
            [](PyEngine& e) { e.Call([&] { return e.engine().WaitForCopies(); }); },
            "Blocks until every eviction and page-in copy so far is complete: a "
            "GPU stream the engine does not fence waits for this before it touches "
-           "a tensor just evicted or paged in.")
+           "a tensor just evicted or paged in, or memory just allocated.")
       .def("prefetch",
            [](PyEngine& e, uint64_t lookahead) {
              uint64_t units = 0;

@@ -9,7 +9,7 @@
 // its GPU-to-GPU CopyTensor function). Each holds its tensors by reference,
 // never pins them, and only enqueues: the copy runs later on one of the
 // device context's streams, and `done` runs once it has completed. Without
-// pins, such a copy of an LMS tensor could be enqueued between the drain
+// pins, such a copy of an LMS tensor could be enqueued between the host wait
 // that precedes an eviction's remap and the remap itself (the gap of Note
 // [Stream protocol] in backends/cuda_backend.h), and then run on no mapping
 // at all: an illegal-address fault that ends the CUDA context.
@@ -24,7 +24,7 @@
 //   3. only then is the copy enqueued (the original GPUUtil function), with
 //      a `done` that unpins before it calls TensorFlow's.
 // Why this closes the gap: the enqueue happens while the buffer is pinned,
-// so no eviction can be between its drain and its remap (a unit is chosen
+// so no eviction can be between its host wait and its remap (a unit is chosen
 // for eviction only unpinned), and no remap happens until `done`, which
 // runs after the copy completed on its stream. A page-in at the pin is
 // before the enqueue, and the stream waits for the page-in's copy (step 1).
