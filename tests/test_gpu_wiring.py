@@ -45,6 +45,7 @@ def test_a_gpu_gets_an_lms_device_from_tensorflows_budget_and_swaps_past_it():
     assert r["names"] == ["GPU:0"]
     # 64.5 MiB from TensorFlow: the engine takes whole 2 MiB granules.
     assert r["limit_by_name"] == r["limit_by_index"] == 64 * MIB
+    assert r["nine_mib_allocated"] == 10 * MIB
     # TensorFlow sees device plus host budget as the GPU's memory, so that
     # Grappler's memory optimizer does not swap beside LMS (test_grappler.py).
     assert r["tensorflow_bytes_limit"] == (64 + 256) * MIB
@@ -60,6 +61,24 @@ def test_a_gpu_gets_an_lms_device_from_tensorflows_budget_and_swaps_past_it():
     # Eigen's scratch buffer, allocated before any kernel pins and used
     # unpinned by every reduction, stayed on the device through the evictions.
     assert r["scratch_evicted"] == 0
+    assert r["after"]["bytes_in_use"] == 0
+    assert r["violations"] == ""
+
+
+def test_a_gpu_takes_the_granule_tf_lms_granule_mb_asks_for():
+    """The fake driver's granularity is 2 MiB; TF_LMS_GRANULE_MB=8 is larger,
+    so it is the GPU's granule: a 9 MiB tensor takes two 8 MiB granules, and
+    the 8 MiB tensors past the device are evicted and placed as before."""
+    run = run_program("gpu_wiring.py", "allocate",
+                      env=fake_gpu(TF_LMS_ENABLED="1", TF_LMS_GRANULE_MB="8"))
+    assert run.result, describe(run)
+    r = run.result
+    assert r["create"] == [0, ""]
+    assert r["created"] == [64 * MIB, 0]
+    assert r["limit_by_name"] == 64 * MIB
+    assert r["nine_mib_allocated"] == 16 * MIB
+    assert r["allocated"] == 12, r.get("allocate_error")
+    assert r["during"]["host_bytes_in_use"] >= 32 * MIB
     assert r["after"]["bytes_in_use"] == 0
     assert r["violations"] == ""
 

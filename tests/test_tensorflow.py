@@ -78,6 +78,18 @@ def test_the_learned_policy_trains_with_identical_losses(stock_losses):
     assert run.result["losses"] == stock_losses["fit"]
 
 
+def test_a_larger_granule_trains_with_identical_losses(stock_losses):
+    """TF_LMS_GRANULE_MB=8: every allocation of 8 MiB or more in whole 8 MiB
+    granules, smaller ones in 8 MiB small-object pages, evicted and paged in."""
+    run = run_program("train.py", "fit", env={**LMS_ON, "TF_LMS_GRANULE_MB": "8"})
+    assert run.result and run.result["error"] is None, describe(run)
+    stats = run.result["stats"]
+    assert stats["bytes_limit"] == CAP_MIB << 20
+    assert stats["peak_bytes_reserved"] % (8 << 20) == 0  # whole 8 MiB granules
+    assert stats["bytes_reclaimed"] > 0 and stats["num_page_ins"] > 0
+    assert run.result["losses"] == stock_losses["fit"]
+
+
 def test_strict_mode_finds_no_unpinned_touch_in_training():
     """Every tensor a training step reads goes through a kernel's pin."""
     run = run_program("train.py", "fit", env={**LMS_ON, "TF_LMS_STRICT": "1"})

@@ -75,6 +75,15 @@ def allocate() -> None:
     lib.tf_lms_test_allocation_sizes(b"GPU:0", scratch, ctypes.byref(requested),
                                      ctypes.byref(allocated))
     result["scratch_bytes"] = allocated.value
+    # A 9 MiB tensor takes whole granules (TF_LMS_GRANULE_MB's, if larger
+    # than the driver's): what the allocator says it allocated.
+    nine = ctypes.c_void_p()
+    lib.tf_lms_test_allocate_raw(b"GPU:0", 256, 9 * MIB, 1, ctypes.byref(nine),
+                                 message, len(message))
+    lib.tf_lms_test_allocation_sizes(b"GPU:0", nine, ctypes.byref(requested),
+                                     ctypes.byref(allocated))
+    result["nine_mib_allocated"] = allocated.value
+    lib.tf_lms_test_deallocate_raw(b"GPU:0", nine)
     pointers = []
     for _ in range(12):  # 96 MiB of 8 MiB tensors on a 64 MiB device
         ptr = ctypes.c_void_p()

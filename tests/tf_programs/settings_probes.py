@@ -20,6 +20,7 @@ Usage: python settings_probes.py NAME
                       another kernel holds pinned memory
   oom_logging         an allocation that does not fit (for TF_CPP_MIN_LOG_LEVEL)
   error_codes         C API calls that fail, and the exception each raises
+  granule             the allocation of a 9 MiB tensor (rounded up to the granule)
 """
 
 from __future__ import annotations
@@ -56,6 +57,15 @@ def import_outcome() -> None:
         return
     total = float(tf.reduce_sum(tf.ones((256, 256))))
     emit({"error": None, "total": total, "bytes_limit": lms.get_statistics(0)["bytes_limit"]})
+
+
+def granule() -> None:
+    import tensorflow_lms_allocator as lms
+    import tensorflow as tf
+
+    tensor = tf.zeros((9 * MIB // 4,), tf.float32)  # 9 MiB, the largest allocation
+    emit({"largest_alloc_size": lms.get_statistics(0)["largest_alloc_size"],
+          "sum": float(tf.reduce_sum(tensor))})
 
 
 def retry_import() -> None:
@@ -318,4 +328,5 @@ if __name__ == "__main__":
     {"import_outcome": import_outcome, "retry_import": retry_import,
      "device_unavailable": device_unavailable, "device_names": device_names,
      "strict_faulthandler": strict_faulthandler, "aligned": aligned, "no_retry": no_retry,
-     "oom_logging": oom_logging, "error_codes": error_codes}[sys.argv[1]]()
+     "oom_logging": oom_logging, "error_codes": error_codes,
+     "granule": granule}[sys.argv[1]]()

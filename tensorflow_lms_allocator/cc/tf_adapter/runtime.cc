@@ -53,7 +53,7 @@ LmsDeviceSpec Runtime::EmulatedDeviceSpec() const {
   LmsDeviceSpec spec;
   spec.name = kEmulatedDeviceName;
   spec.backend.kind = BackendKind::kPosix;
-  spec.backend.granule_bytes = kEmulatedGranuleBytes;
+  spec.backend.granule_bytes = settings_.granule_bytes;
   spec.engine = settings_.engine;
   spec.prefetch = settings_.prefetch;
   return spec;
@@ -162,6 +162,7 @@ void Runtime::CreateGpuDevice(GpuEntry* entry, const EngineOptions& engine,
   LmsDeviceSpec spec;
   Status s = GpuDeviceSpec(engine, settings_.prefetch, options, tf_device_id, total_bytes,
                            peer_gpu_ids, &spec);
+  spec.backend.granule_bytes = settings_.granule_bytes;  // the driver's wins if larger
   if (s.ok()) s = LmsDevice::Create(spec, &entry->device);
   if (s.ok()) {
     devices_.Add(entry->device.get(), /*emulated=*/false);

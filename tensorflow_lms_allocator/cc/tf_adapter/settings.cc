@@ -8,6 +8,29 @@
 #include "tsl/platform/logging.h"
 
 namespace lms {
+namespace {
+
+// TF_LMS_GRANULE_MB: a power of two from 2 to 1024 (MiB).
+Status GranuleFromEnv(size_t* bytes) {
+  const char* raw = std::getenv("TF_LMS_GRANULE_MB");
+  if (raw == nullptr || *raw == '\0') return Status::Ok();
+  const std::string value(raw);
+  const bool digits = value.size() <= 4 &&
+                      value.find_first_not_of("0123456789") == std::string::npos;
+  const size_t asked = digits ? std::strtoull(raw, nullptr, 10) << 20 : 0;
+  if (asked < kDefaultGranuleBytes || asked > kMaxGranuleBytes ||
+      (asked & (asked - 1)) != 0) {
+    return InvalidArgument(
+        "TF_LMS_GRANULE_MB='" + value + "' is not a power of two from " +
+        std::to_string(kDefaultGranuleBytes >> 20) + " to " +
+        std::to_string(kMaxGranuleBytes >> 20) +
+        " (MiB of memory behind each mapping; unset it for 2, or try 8)");
+  }
+  *bytes = asked;
+  return Status::Ok();
+}
+
+}  // namespace
 
 Status ReadSettings(Settings* out) {
   Settings s;
@@ -27,24 +50,25 @@ Status ReadSettings(Settings* out) {
                              "used first) or learned (farthest predicted next use)");
     }
   }
+  LMS_RETURN_IF_ERROR(GranuleFromEnv(&s.granule_bytes));
   LMS_RETURN_IF_ERROR(
       MegabytesFromEnv("TF_LMS_CPU_DEVICE_MEMORY_MB", &device_present, &engine.device_bytes));
   std::string rounded;
   if (device_present) {
     LMS_RETURN_IF_ERROR(CheckMemorySetting("TF_LMS_CPU_DEVICE_MEMORY_MB", &engine.device_bytes,
-                                           kEmulatedGranuleBytes, machine, &rounded));
+                                           s.granule_bytes, machine, &rounded));
     if (!rounded.empty()) LOG(WARNING) << "tensorflow_lms_allocator: " << rounded;
   }
   // The host pool is a sparse file: TensorFlow's 64 GiB default costs nothing
   // until evicted tensors fill it, but it is capped at the machine's memory
   // so that the default is itself a valid value.
-  engine.host_bytes = DefaultHostLimitBytes(kEmulatedGranuleBytes, machine);
+  engine.host_bytes = DefaultHostLimitBytes(s.granule_bytes, machine);
   LMS_RETURN_IF_ERROR(
       MegabytesFromEnv("TF_GPU_HOST_MEM_LIMIT_IN_MB", &host_present, &engine.host_bytes));
   if (host_present) {
     rounded.clear();
     LMS_RETURN_IF_ERROR(CheckMemorySetting("TF_GPU_HOST_MEM_LIMIT_IN_MB", &engine.host_bytes,
-                                           kEmulatedGranuleBytes, machine, &rounded));
+                                           s.granule_bytes, machine, &rounded));
     if (!rounded.empty()) LOG(WARNING) << "tensorflow_lms_allocator: " << rounded;
   }
   if (s.prefetch && engine.policy != PolicyKind::kLearned) {
@@ -61,6 +85,9 @@ Status ReadSettings(Settings* out) {
 std::string DescribeEmulatedDevice(const Settings& s) {
   return "TF_LMS_CPU_DEVICE_MEMORY_MB=" + std::to_string(s.engine.device_bytes >> 20) +
          ", TF_GPU_HOST_MEM_LIMIT_IN_MB=" + std::to_string(s.engine.host_bytes >> 20) +
+         (s.granule_bytes != kDefaultGranuleBytes
+              ? ", TF_LMS_GRANULE_MB=" + std::to_string(s.granule_bytes >> 20)
+              : "") +
          (s.engine.strict ? ", TF_LMS_STRICT=1" : "");
 }
 

@@ -16,8 +16,10 @@
 
 namespace lms {
 
-// The emulated device's granule: 2 MiB, as on current NVIDIA GPUs.
-inline constexpr size_t kEmulatedGranuleBytes = size_t{2} << 20;
+// The granule without TF_LMS_GRANULE_MB: 2 MiB, as on current NVIDIA GPUs.
+inline constexpr size_t kDefaultGranuleBytes = size_t{2} << 20;
+// The largest TF_LMS_GRANULE_MB: 1 GiB.
+inline constexpr size_t kMaxGranuleBytes = size_t{1} << 30;
 
 // The engine options every LMS device starts from (one struct from the
 // environment to the engine: LmsDeviceSpec carries it, a GPU's GPUOptions may
@@ -36,10 +38,16 @@ struct Settings {
   // default: on the 2-core emulated device it moved more bytes and gained no
   // step time (benchmarks/README.md, make bench-policy).
   bool prefetch = false;
+  // TF_LMS_GRANULE_MB: the memory behind one mapping, the unit in which every
+  // allocation of a granule or more is rounded up and evicted (the emulated
+  // device's granule; a GPU's is the larger of this and its driver's). A GPU
+  // driver's remap costs per mapping, not per byte, so on a GPU a larger
+  // granule moves a swapped byte faster (benchmarks/README.md).
+  size_t granule_bytes = kDefaultGranuleBytes;
 };
 
 // Reads TF_LMS_ENABLED, TF_LMS_DEFRAG_ENABLED, TF_LMS_STRICT, TF_LMS_POLICY,
-// TF_LMS_PREFETCH,
+// TF_LMS_PREFETCH, TF_LMS_GRANULE_MB,
 // TF_LMS_CPU_DEVICE_MEMORY_MB and TF_GPU_HOST_MEM_LIMIT_IN_MB into *out.
 // kInvalidArgument names the variable, its value and what is valid.
 Status ReadSettings(Settings* out);
