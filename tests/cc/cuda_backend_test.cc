@@ -507,6 +507,12 @@ struct FencedStream {
   cu::CUstream stream = nullptr;
 };
 
+// Waits until every kernel and copy queued on `stream` has run.
+void Synchronize(CudaBackend* b, cu::CUstream stream) {
+  ScopedCudaContext scope(b->driver(), b->context());
+  b->driver().cuStreamSynchronize(stream);
+}
+
 Status LaunchWriter(CudaBackend* b, cu::CUstream stream, LatchedWriter* w) {
   ScopedCudaContext scope(b->driver(), b->context());
   const fake_cuda_range range{w->address, w->bytes, 1};
@@ -677,10 +683,7 @@ TEST(APagedInTensorIsReadByTheKernelQueuedAfterThePinWithoutAHostWaitForTheCopy)
     kernel.bytes = size;
     kernel.seed = 11;
     EXPECT_OK(LaunchReader(b, compute.stream, &kernel));
-    {
-      ScopedCudaContext scope(b->driver(), b->context());
-      b->driver().cuStreamSynchronize(compute.stream);
-    }
+    Synchronize(b, compute.stream);
     Fake().set_copy_delay_us(0);
     EXPECT_EQ(kernel.result.load(), -1);  // the paged-in bytes, not pattern 12
     const long long ms =
@@ -736,10 +739,7 @@ TEST(AnEvictionRemapsWithoutAHostWaitForItsCopyAndTheNextKernelWaitsForIt) {
     reader.bytes = size;
     reader.seed = 21;
     EXPECT_OK(LaunchReader(b, compute.stream, &reader));
-    {
-      ScopedCudaContext scope(b->driver(), b->context());
-      b->driver().cuStreamSynchronize(compute.stream);
-    }
+    Synchronize(b, compute.stream);
     Fake().set_copy_delay_us(0);
     const long long ms =
         std::chrono::duration_cast<std::chrono::milliseconds>(allocate_time).count();
@@ -783,8 +783,7 @@ TEST(AStreamFencedAfterAnEvictionWaitsForItsCopy) {
     kernel.seed = 42;
     kernel.released = true;
     EXPECT_OK(LaunchWriter(b, late.stream, &kernel));
-    ScopedCudaContext scope(b->driver(), b->context());
-    b->driver().cuStreamSynchronize(late.stream);
+    Synchronize(b, late.stream);
   }
   Fake().set_copy_delay_us(0);
   EXPECT_EQ(VerifyAllocation(*e, t, size, 41), -1);  // the copy read T's bytes
@@ -835,10 +834,7 @@ TEST(PinAllPagesInAKernelsInputsWithOneHostWaitAndItsKernelReadsThemAll) {
         kernels[i].seed = 80 + i;
         EXPECT_OK(LaunchReader(b, compute.stream, &kernels[i]));
       }
-      {
-        ScopedCudaContext scope(b->driver(), b->context());
-        b->driver().cuStreamSynchronize(compute.stream);
-      }
+      Synchronize(b, compute.stream);
       Fake().set_copy_delay_us(0);
       const long long ms =
           std::chrono::duration_cast<std::chrono::milliseconds>(pin_time).count();
