@@ -21,6 +21,7 @@ Usage: python settings_probes.py NAME
   oom_logging         an allocation that does not fit (for TF_CPP_MIN_LOG_LEVEL)
   error_codes         C API calls that fail, and the exception each raises
   granule             the allocation of a 9 MiB tensor (rounded up to the granule)
+  granule_values      an import for each TF_LMS_GRANULE_MB value given
 """
 
 from __future__ import annotations
@@ -66,6 +67,20 @@ def granule() -> None:
     tensor = tf.zeros((9 * MIB // 4,), tf.float32)  # 9 MiB, the largest allocation
     emit({"largest_alloc_size": lms.get_statistics(0)["largest_alloc_size"],
           "sum": float(tf.reduce_sum(tensor))})
+
+
+def granule_values() -> None:
+    """Imports once for each TF_LMS_GRANULE_MB value given (argv[2:], all
+    refused): a failed import can be retried (retry_import)."""
+    outcomes = {}
+    for value in sys.argv[2:]:
+        os.environ["TF_LMS_GRANULE_MB"] = value
+        try:
+            import tensorflow_lms_allocator  # noqa: F401
+            outcomes[value] = None
+        except Exception as error:
+            outcomes[value] = describe_error(error)
+    emit({"outcomes": outcomes})
 
 
 def retry_import() -> None:
@@ -329,4 +344,4 @@ if __name__ == "__main__":
      "device_unavailable": device_unavailable, "device_names": device_names,
      "strict_faulthandler": strict_faulthandler, "aligned": aligned, "no_retry": no_retry,
      "oom_logging": oom_logging, "error_codes": error_codes,
-     "granule": granule}[sys.argv[1]]()
+     "granule": granule, "granule_values": granule_values}[sys.argv[1]]()
