@@ -1243,6 +1243,14 @@ std::unique_ptr<Engine> MakeFaultyEngine(int* fail_next_map, int* fail_next_unma
   return e;
 }
 
+// An unpinned unit of two granules filled with `seed`'s pattern (null if
+// the allocation failed).
+void* FilledUnit(Engine& e, uint64_t seed) {
+  void* p = MustAllocate(e, 2 * kGranule);
+  if (p != nullptr) Fill(e, p, 2 * kGranule, seed);
+  return p;
+}
+
 // backend.h, BeginRemapBatch: when a batch's copies can be neither ordered
 // nor waited for, no copy may be trusted. A reclaim of two victims then
 // keeps both resident (each remapped back to its device granules, which
@@ -1250,11 +1258,9 @@ std::unique_ptr<Engine> MakeFaultyEngine(int* fail_next_map, int* fail_next_unma
 TEST(AReclaimWhoseCopiesCannotBeOrderedKeepsEveryVictimResident) {
   int fail_map = 0, fail_unmap = 0, fail_order = 0;
   auto e = MakeFaultyEngine(&fail_map, &fail_unmap, &fail_order);
-  void* a = MustAllocate(*e, 2 * kGranule);
-  void* b = MustAllocate(*e, 2 * kGranule);
+  void* a = FilledUnit(*e, 31);
+  void* b = FilledUnit(*e, 32);
   ASSERT_TRUE(a != nullptr && b != nullptr);
-  Fill(*e, a, 2 * kGranule, 31);
-  Fill(*e, b, 2 * kGranule, 32);
   fail_order = 1;
   Status s;
   EXPECT_TRUE(e->Allocate(4 * kGranule, /*pin=*/true, &s) == nullptr);  // needs both
@@ -1288,11 +1294,9 @@ TEST(AReclaimWhoseCopiesCannotBeOrderedKeepsEveryVictimResident) {
 TEST(AVictimThatCannotBeRestoredEitherStaysEvictedAndIsSaidToBe) {
   int fail_map = 0, fail_unmap = 0, fail_order = 0;
   auto e = MakeFaultyEngine(&fail_map, &fail_unmap, &fail_order);
-  void* a = MustAllocate(*e, 2 * kGranule);
-  void* b = MustAllocate(*e, 2 * kGranule);
+  void* a = FilledUnit(*e, 33);
+  void* b = FilledUnit(*e, 34);
   ASSERT_TRUE(a != nullptr && b != nullptr);
-  Fill(*e, a, 2 * kGranule, 33);
-  Fill(*e, b, 2 * kGranule, 34);
   fail_order = 2;
   Status s;
   EXPECT_TRUE(e->Allocate(4 * kGranule, /*pin=*/true, &s) == nullptr);
