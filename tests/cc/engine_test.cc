@@ -1150,8 +1150,9 @@ TEST(AFailedRequestCanWaitForAnotherUserToRelease) {
   EXPECT_EQ(e->GetStatistics().num_evictions, 1);
 }
 
-// The test backend, whose next Map fails after it has mapped part of the
-// range, as backend.h allows: every slot of the call ends up unmapped; whose
+// The test backend, whose next *fail_next_map Maps fail after each has
+// mapped part of the range, as backend.h allows: every slot of the call ends
+// up unmapped; whose
 // next Unmap fails with nothing changed, if asked; and whose next
 // EndRemapBatch, and the WaitForCopies after it, fail, if asked (a GPU whose
 // copies can be neither ordered nor waited for).
@@ -1177,7 +1178,7 @@ class FaultyBackend : public Backend {
   Status Map(uintptr_t address, PoolKind pool, const GranuleId* ids, size_t count,
              Access access) override {
     if (*fail_next_map_ == 0) return inner_->Map(address, pool, ids, count, access);
-    *fail_next_map_ = 0;
+    --*fail_next_map_;
     inner_->Map(address, pool, ids, 1, access);  // part of the range...
     inner_->Unmap(address, count);                // ...then the contract's undo
     return Internal("injected Map failure");
@@ -1288,9 +1289,9 @@ TEST(AReclaimWhoseCopiesCannotBeOrderedKeepsEveryVictimResident) {
 }
 
 // When the victim cannot even go back to its device granules, it stays
-// evicted, its books matching its last mapping (no granule returns to a pool
-// while a slot may map it), and the error says so; the other victim goes
-// back, bytes intact, and both can be freed.
+// evicted, its books matching its last mapping, and the error says so; its
+// device granules leave the pool (no granule returns to a pool while a slot
+// may map it). The other victim goes back, bytes intact; both can be freed.
 TEST(AVictimThatCannotBeRestoredEitherStaysEvictedAndIsSaidToBe) {
   int fail_map = 0, fail_unmap = 0, fail_order = 0;
   auto e = MakeFaultyEngine(&fail_map, &fail_unmap, &fail_order);
@@ -1313,8 +1314,63 @@ TEST(AVictimThatCannotBeRestoredEitherStaysEvictedAndIsSaidToBe) {
   EXPECT_OK(e->Free(a));
   EXPECT_OK(e->Free(b));
   EXPECT_EQ(e->GetStatistics().host_bytes_in_use, 0);
+  EXPECT_EQ(e->device_granules_in_use(), 4u);  // the other's two cached, the stranded two
   EXPECT_OK(e->CheckInvariants());
-  EXPECT_TRUE(MustAllocate(*e, 4 * kGranule, /*pin=*/true) != nullptr);
+  EXPECT_TRUE(MustAllocate(*e, 2 * kGranule, /*pin=*/true) != nullptr);
+  Status full;
+  EXPECT_TRUE(e->Allocate(4 * kGranule, /*pin=*/true, &full) == nullptr);
+}
+
+// backend.h, Map: after a failed remap whose restore fails too, the slots
+// may still map either set of granules. A page-in whose copies can be
+// neither ordered nor waited for, and whose host mapping cannot be restored,
+// leaves the unit evicted, its books on the host granules that hold its
+// bytes, and its device granules out of the pool; the next pin pages it in.
+TEST(APageInThatCannotBeOrderedNorUndoneKeepsItsBytesAndStrandsItsDeviceMemory) {
+  int fail_map = 0, fail_unmap = 0, fail_order = 0;
+  auto e = MakeFaultyEngine(&fail_map, &fail_unmap, &fail_order);
+  void* a = FilledUnit(*e, 41);
+  ASSERT_TRUE(a != nullptr);
+  EXPECT_OK(e->Evict(a));
+  fail_order = 2;
+  uint64_t id = 0;
+  Status s = e->Pin(a, &id);
+  EXPECT_TRUE(s.code() == StatusCode::kInternal);
+  EXPECT_TRUE(Contains(s.message(), "restoring the previous mapping"));
+  AllocationInfo info;
+  EXPECT_OK(e->Inspect(a, &info));
+  EXPECT_TRUE(info.evicted && info.pin_count == 0);
+  EXPECT_EQ(e->device_granules_in_use(), 2u);  // stranded, not free
+  EXPECT_OK(e->CheckInvariants());
+  EXPECT_OK(e->Pin(a, &id));  // into the two granules still free
+  EXPECT_EQ(Verify(*e, a, 2 * kGranule, 41), -1);
+  EXPECT_OK(e->Unpin(a, id));
+  EXPECT_EQ(e->device_granules_in_use(), 4u);
+  EXPECT_OK(e->CheckInvariants());
+}
+
+// The eviction's mirror: a victim whose remap and restore both fail stays
+// resident on its device granules; its host granules leave the pool.
+TEST(AnEvictionThatCannotBeUndoneStrandsItsHostMemory) {
+  int fail_map = 0;
+  auto e = MakeFaultyEngine(&fail_map);
+  void* a = FilledUnit(*e, 42);
+  void* b = FilledUnit(*e, 43);
+  ASSERT_TRUE(a != nullptr && b != nullptr);
+  fail_map = 2;
+  Status s = e->Evict(a);
+  EXPECT_TRUE(s.code() == StatusCode::kInternal);
+  EXPECT_TRUE(Contains(s.message(), "restoring the previous mapping"));
+  AllocationInfo info;
+  EXPECT_OK(e->Inspect(a, &info));
+  EXPECT_TRUE(!info.evicted);
+  EXPECT_EQ(e->GetStatistics().host_bytes_in_use, static_cast<int64_t>(2 * kGranule));
+  EXPECT_OK(e->CheckInvariants());
+  // The rest of the host pool still serves: b goes out and back intact.
+  EXPECT_OK(e->Evict(b));
+  EXPECT_EQ(Verify(*e, b, 2 * kGranule, 43), -1);
+  EXPECT_EQ(e->GetStatistics().host_bytes_in_use, static_cast<int64_t>(4 * kGranule));
+  EXPECT_OK(e->CheckInvariants());
 }
 
 TEST(AFailedRemapLosesNoByteAndLeaksNoGranule) {

@@ -98,7 +98,11 @@ class Backend {
   // work on its fenced streams before it replaces a mapping.
   // All or nothing: on failure every one of the `count` slots is left
   // unmapped (reserved, no access), whatever mapped it before; the granules
-  // and their bytes are untouched, so the caller may map them again.
+  // and their bytes are untouched, so the caller may map them again. Unless
+  // the driver fails to unmap (the CUDA backend, when its drain or a
+  // cuMemUnmap fails): a slot may then still map what mapped it before, or
+  // one of ids. A caller that cannot map the previous granules back either
+  // gives neither set back to a pool (Engine::RestoreMapping).
   virtual Status Map(uintptr_t address, PoolKind pool, const GranuleId* ids,
                      size_t count, Access access) = 0;
 

@@ -441,11 +441,13 @@ class Engine {
   Status MapSlots(uint64_t first_slot, uint64_t count, PoolKind pool,
                   const GranuleId* granules, Access access)
       LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // After a failed remap left slots unmapped: maps their previous granules
-  // back and returns `failure`, or kInternal if even that fails.
-  Status RestoreMapping(uint64_t first_slot, uint64_t count, PoolKind pool,
-                        const GranuleId* granules, Access access,
-                        const Status& failure) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // After a failed remap: maps the slots' previous granules back. Returns
+  // whether it did; if not, *failure becomes kInternal, and the granules of
+  // both remaps may still be mapped at the slots (a driver that failed to
+  // unmap them), so the caller gives neither set back to a pool.
+  bool RestoreMapping(uint64_t first_slot, uint64_t count, PoolKind pool,
+                      const GranuleId* granules, Access access, Status* failure)
+      LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Status OutOfMemory(uint64_t granules, const char* what) const
       LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Status CheckCopyRange(const void* ptr, size_t bytes) const
@@ -481,9 +483,10 @@ class Engine {
   bool defrag_enabled_ LMS_GUARDED_BY(mu_);
   uint64_t next_allocation_id_ LMS_GUARDED_BY(mu_) = 1;
   Statistics stats_ LMS_GUARDED_BY(mu_);
-  // Host granules whose unmap failed when their unit was freed: out of the
-  // pool for good, since they may still be mapped at a free slot.
-  uint64_t stranded_host_granules_ LMS_GUARDED_BY(mu_) = 0;
+  // Granules out of their pool for good, by PoolKind, since they may still
+  // be mapped at a slot: host granules whose unmap failed when their unit was
+  // freed, and those of a remap whose restore failed (RestoreMapping).
+  uint64_t stranded_granules_[2] LMS_GUARDED_BY(mu_) = {0, 0};
   // Granule ids for PlaceUnit, kept to avoid allocating on every call.
   std::vector<GranuleId> scratch_ LMS_GUARDED_BY(mu_);
   // PinAll's unit per pointer, the units it pages in and their outcomes,

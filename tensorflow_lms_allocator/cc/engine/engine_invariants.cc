@@ -1,7 +1,8 @@
 // Engine::CheckInvariants: every accounting equation of the engine,
 // recomputed from the arena, the backing map and the residency records.
 //
-//   device pool in use  == granules of resident units + cached granules
+//   device pool in use  == granules of resident units + cached granules +
+//                          stranded granules
 //   cached granules     == device-mapped slots no unit covers (cached iff free)
 //   host pool in use    == granules of evicted units + stranded granules
 //   LRU granules        == granules of resident unpinned units with nothing
@@ -147,11 +148,13 @@ Status Engine::CheckInvariantsLocked() const {
     int64_t got, want;
   } equations[] = {
       {"device granules in use", static_cast<int64_t>(device_pool_.in_use()),
-       static_cast<int64_t>(resident + cached)},
+       static_cast<int64_t>(resident + cached +
+                            stranded_granules_[static_cast<int>(PoolKind::kDevice)])},
       {"cached granules", static_cast<int64_t>(backing_.cached_count()),
        static_cast<int64_t>(cached)},
       {"host granules in use", static_cast<int64_t>(host_pool_.in_use()),
-       static_cast<int64_t>(evicted + stranded_host_granules_)},
+       static_cast<int64_t>(evicted +
+                            stranded_granules_[static_cast<int>(PoolKind::kHost)])},
       {"LRU granules", static_cast<int64_t>(residency_.inactive_resident_granules()),
        static_cast<int64_t>(lru)},
       {"unclaimed resident granules",

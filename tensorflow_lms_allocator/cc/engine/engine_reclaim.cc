@@ -134,16 +134,17 @@ Status Engine::MapSlots(uint64_t first_slot, uint64_t count, PoolKind pool,
   return Status::Ok();
 }
 
-Status Engine::RestoreMapping(uint64_t first_slot, uint64_t count, PoolKind pool,
-                              const GranuleId* granules, Access access,
-                              const Status& failure) {
+bool Engine::RestoreMapping(uint64_t first_slot, uint64_t count, PoolKind pool,
+                            const GranuleId* granules, Access access, Status* failure) {
   Status restored = MapSlots(first_slot, count, pool, granules, access);
-  if (restored.ok()) return failure;
-  // The unit's bytes are intact in its granules, which stay owned by it, but
-  // its address maps nothing: a touch faults. Nothing is given back to a pool.
-  return Internal(failure.message() + "; restoring the previous mapping at " +
-                  FormatAddress(reinterpret_cast<void*>(SlotAddress(first_slot))) +
-                  " also failed: " + restored.message());
+  if (restored.ok()) return true;
+  // The unit's bytes are intact in `granules`, which stay owned by it, but
+  // its address maps nothing, or whatever the driver failed to unmap: a touch
+  // faults or misses them.
+  *failure = Internal(failure->message() + "; restoring the previous mapping at " +
+                      FormatAddress(reinterpret_cast<void*>(SlotAddress(first_slot))) +
+                      " also failed: " + restored.message());
+  return false;
 }
 
 Status Engine::EvictChunks(const std::vector<ChunkId>& victims) {
@@ -182,14 +183,14 @@ Status Engine::EvictChunks(const std::vector<ChunkId>& victims) {
   // mapping is ordered after them (EndRemapBatch).
   if (s.ok() && !batch.empty()) s = backend_->BeginRemapBatch();
   size_t remapped = 0;
+  bool restored = true;
   for (; s.ok() && remapped < batch.size(); ++remapped) {
     const Victim& v = batch[remapped];
     s = MapEvicted(v.id, v.host.data(), arena_.chunk(v.id).requested_bytes);
     if (!s.ok()) {
-      // A failed remap leaves the slots unmapped (backend.h): the device
-      // granules still hold the bytes, so they go back to the address.
-      s = RestoreMapping(v.first, v.n, PoolKind::kDevice, v.device.data(),
-                         Access::kReadWrite, s);
+      // The device granules still hold the bytes: they go back to the address.
+      restored = RestoreMapping(v.first, v.n, PoolKind::kDevice, v.device.data(),
+                                Access::kReadWrite, &s);
       break;
     }
   }
@@ -200,6 +201,9 @@ Status Engine::EvictChunks(const std::vector<ChunkId>& victims) {
   for (size_t i = 0; i < batch.size(); ++i) {
     const Victim& v = batch[i];
     bool evicted = i < remapped;
+    // The granules the victim does not keep, if a failed restore may have
+    // left them mapped at its slots.
+    bool stranded = i == remapped && !restored;
     if (evicted && !ordered.ok()) {
       // No copy can be trusted: the victim goes back to its device granules,
       // untouched since, which still hold its bytes. If even that fails it
@@ -211,6 +215,7 @@ Status Engine::EvictChunks(const std::vector<ChunkId>& victims) {
         if (strict_) strict_->Unwatch(v.first, v.n);
         evicted = false;
       }
+      stranded = !back.ok();
       if (s.ok()) {
         s = back.ok() ? ordered
                       : Internal(ordered.message() + "; mapping the tensor at " +
@@ -219,11 +224,15 @@ Status Engine::EvictChunks(const std::vector<ChunkId>& victims) {
                                  "): its evicted bytes may be incomplete");
       }
     }
-    if (!evicted) {
-      host_pool_.Give(v.host.data(), v.n);  // still resident
-      continue;
+    const PoolKind spare = evicted ? PoolKind::kDevice : PoolKind::kHost;
+    if (stranded) {
+      stranded_granules_[static_cast<int>(spare)] += v.n;
+    } else if (evicted) {
+      device_pool_.Give(v.device.data(), v.n);
+    } else {
+      host_pool_.Give(v.host.data(), v.n);
     }
-    device_pool_.Give(v.device.data(), v.n);
+    if (!evicted) continue;  // still resident
     NoteResidencyChange(v.id, /*resident=*/false);
     ++stats_.num_evictions;
     stats_.bytes_reclaimed += static_cast<int64_t>(v.n * granule_);
@@ -293,6 +302,8 @@ void Engine::PageInUnits(const ChunkId* ids, size_t count, Status* out) {
     uint64_t n;
     std::vector<GranuleId> device;
     std::vector<GranuleId> host;
+    // A restore failed: the device granules may still be mapped at the slots.
+    bool stranded = false;
   };
   std::vector<Move> moves(count);
   for (size_t i = 0; i < count; ++i) {
@@ -321,16 +332,17 @@ void Engine::PageInUnits(const ChunkId* ids, size_t count, Status* out) {
   // for the copies instead (Note [Stream protocol]).
   if (batch.ok()) batch = backend_->BeginRemapBatch();
   bool all_mapped = batch.ok();
+  const Access evicted_access = strict_ ? Access::kNone : Access::kReadWrite;
   for (size_t i = 0; i < count; ++i) {
-    const Move& m = moves[i];
+    Move& m = moves[i];
     out[i] = batch;
     if (!batch.ok()) continue;
     out[i] = MapSlots(m.first, m.n, PoolKind::kDevice, m.device.data(), Access::kReadWrite);
     if (out[i].ok() && strict_) strict_->Unwatch(m.first, m.n);
     if (!out[i].ok()) {
       all_mapped = false;
-      out[i] = RestoreMapping(m.first, m.n, PoolKind::kHost, m.host.data(),
-                              strict_ ? Access::kNone : Access::kReadWrite, out[i]);
+      m.stranded = !RestoreMapping(m.first, m.n, PoolKind::kHost, m.host.data(),
+                                   evicted_access, &out[i]);
     }
   }
   Status ordered = backend_->EndRemapBatch();
@@ -338,14 +350,23 @@ void Engine::PageInUnits(const ChunkId* ids, size_t count, Status* out) {
   // the pool) the copies are waited for here.
   if (!ordered.ok() || !all_mapped) ordered = backend_->WaitForCopies();
   for (size_t i = 0; i < count; ++i) {
-    const Move& m = moves[i];
+    Move& m = moves[i];
     const ChunkId id = ids[i];
     if (out[i].ok() && !ordered.ok()) {
-      out[i] = RestoreMapping(m.first, m.n, PoolKind::kHost, m.host.data(),
-                              strict_ ? Access::kNone : Access::kReadWrite, ordered);
+      out[i] = ordered;
+      m.stranded = !RestoreMapping(m.first, m.n, PoolKind::kHost, m.host.data(),
+                                   evicted_access, &out[i]);
+      // The unit stays evicted: its trusted bytes are in its host granules.
+      for (uint64_t g = 0; m.stranded && g < m.n; ++g) {
+        backing_.Set(m.first + g, PoolKind::kHost, m.host[g]);
+      }
     }
     if (!out[i].ok()) {
-      device_pool_.Give(m.device.data(), m.n);
+      if (m.stranded) {
+        stranded_granules_[static_cast<int>(PoolKind::kDevice)] += m.n;
+      } else {
+        device_pool_.Give(m.device.data(), m.n);
+      }
       if (strict_) {
         const BestFitArena::Chunk& chunk = arena_.chunk(id);
         strict_->Watch(m.first, m.n, chunk.allocation_id, SlotAddress(m.first),
