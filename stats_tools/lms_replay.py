@@ -17,13 +17,17 @@ the lower bound mean):
     # the smallest device whose projected overhead stays within 10%
     python stats_tools/lms_replay.py steps.lmstrace --steps 3 --link-gbps 25 \\
         --gpu-step-ms 120 --find-min-device --max-overhead-pct 10
+    # a trace recorded with TF_LMS_GRANULE_MB=8, replayed as it ran
+    python stats_tools/lms_replay.py steps.lmstrace --device-mb 256 --steps 3 --granule-mb 8
 
 Steps: the calls after the trace's starting snapshot are split into --steps
 runs of equal length (training repeats one sequence per step), so pass the
 number of steps recorded; more steps than the trace has calls is refused.
---device-mb is whole 2 MiB granules of any size whose bookkeeping fits in this
-machine's memory (the replay runs a real engine of that size, whose tables take
-about 26 MiB per TiB of device; the device's memory itself is never touched).
+--device-mb is whole granules (--granule-mb, TF_LMS_GRANULE_MB's values: a trace
+holds requested sizes, so any granule replays it; the default 2 MiB is LMS's) of
+any size whose bookkeeping fits in this machine's memory (the replay runs a real
+engine of that size, whose tables take about 26 MiB per TiB of device at 2 MiB
+granules; the device's memory itself is never touched).
 Bad options exit 2 with the option, its value and the accepted range on stderr. The last line is ``NAME VALUE``:
 ``bytes_swapped_per_step`` (swapped out plus paged in, per step) or, with
 --find-min-device, ``min_device_mb``.
@@ -48,8 +52,11 @@ def make_parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("trace", help="a file written by tensorflow_lms_allocator.record_trace")
     p.add_argument("--device-mb", type=float,
-                   help="device memory to replay at (MiB): whole 2 MiB granules, larger "
-                        "than this machine if need be")
+                   help="device memory to replay at (MiB): whole granules, larger than "
+                        "this machine if need be")
+    p.add_argument("--granule-mb", type=int, default=2,
+                   help="the engine's granule (MiB), as TF_LMS_GRANULE_MB: a power of two "
+                        "from 2 to 1024 (default 2)")
     p.add_argument("--policy", default="lru", choices=replay.POLICIES)
     p.add_argument("--steps", type=int, default=1,
                    help="training steps in the trace: at least 1, at most the trace's "
@@ -91,10 +98,14 @@ def check_numbers(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     Whole granules and a step count the trace can hold are checked once the
     trace is read (replay.run and replay.check_steps).
     """
+    g = args.granule_mb
+    if not (2 <= g <= 1024 and g & (g - 1) == 0):
+        p.error(f"--granule-mb {g}: must be a power of two from 2 to 1024 (MiB), as "
+                "TF_LMS_GRANULE_MB")
     if args.device_mb is not None:
-        if not (math.isfinite(args.device_mb) and args.device_mb >= 2):
+        if not (math.isfinite(args.device_mb) and args.device_mb >= g):
             p.error(f"--device-mb {args.device_mb:g}: must be a finite number of MiB, at "
-                    "least 2 (one 2 MiB granule)")
+                    f"least {g} (one {g} MiB granule)")
     if args.steps < 1:
         p.error(f"--steps {args.steps}: at least 1")
     for option, value in (("--link-gbps", args.link_gbps), ("--gpu-step-ms", args.gpu_step_ms)):
@@ -135,11 +146,12 @@ def main(argv: list[str]) -> int:
         replay.check_steps(events, args.steps)
     except replay.ReplayError as error:
         p.error(str(error))
+    granule = args.granule_mb * MIB
     print(f"{args.trace}: {len(events.events):,} events, {len(events.sizes):,} allocations, "
-          f"{args.steps} step(s)")
+          f"{args.steps} step(s), {args.granule_mb} MiB granules")
     try:
         if args.find_min_device:
-            floor, op = replay.pinned_floor(events)
+            floor, op = replay.pinned_floor(events, granule)
             print(f"the floor: {floor / MIB:.1f} MiB pinned at once, the last of it by {op} "
                   "(no smaller device runs this from device memory)")
             print(f"searching the smallest device within {args.max_overhead_pct:g}% of "
@@ -147,11 +159,11 @@ def main(argv: list[str]) -> int:
                   "projections are a model):", flush=True)
             size, result = replay.find_min_device(
                 events, args.policy, args.steps, args.link_gbps, args.gpu_step_ms,
-                args.max_overhead_pct, progress=lambda line: print(line, flush=True))
+                args.max_overhead_pct, granule, progress=lambda line: print(line, flush=True))
             print_table(result)
             print(f"min_device_mb {size // MIB}")
             return 0
-        result = replay.run(events, int(args.device_mb * MIB), args.policy, args.steps)
+        result = replay.run(events, int(args.device_mb * MIB), args.policy, args.steps, granule)
         if args.link_gbps is not None and result.fits:
             replay.project(events, result, args.steps, args.link_gbps, args.gpu_step_ms)
             print("(model ms: projected step time on a GPU with one copy stream, not measured)")

@@ -464,7 +464,8 @@ def run(events: Events, device_bytes: int, policy: str = "lru", steps: int = 1,
         raise ReplayError(f"--policy {policy!r}: use one of {', '.join(POLICIES)}")
     if device_bytes < granule or device_bytes % granule:
         raise ReplayError(f"--device-mb {device_bytes / (1 << 20):g}: the device must be whole "
-                          f"{granule >> 20} MiB granules (an even number of MiB, at least 2)")
+                          f"{granule >> 20} MiB granules (a multiple of {granule >> 20} MiB, at least "
+                          f"{granule >> 20})")
     check_steps(events, steps)
     if policy == "belady":
         result = replay_belady(events, device_bytes, granule, steps)

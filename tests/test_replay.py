@@ -49,9 +49,10 @@ def kernels(engine: Engine, seed: int, count: int, sizes=(1, 2, 3, 4, 6)) -> Non
             engine.free(live.pop(rng.randrange(len(live))))
 
 
-def recorded(tmp_path: Path, device_mb: int, seed: int, count: int = 60) -> tuple[Path, dict]:
+def recorded(tmp_path: Path, device_mb: int, seed: int, count: int = 60,
+             granule_mb: int = 2) -> tuple[Path, dict]:
     """A trace of `kernels` on an engine of `device_mb`, and that engine's statistics."""
-    engine = Engine(device_mb * MIB, host_bytes=512 * MIB)
+    engine = Engine(device_mb * MIB, host_bytes=512 * MIB, granule_bytes=granule_mb * MIB)
     path = tmp_path / f"seed{seed}.lmstrace"
     with trace.record_engine(engine, path):
         kernels(engine, seed, count)
@@ -198,10 +199,33 @@ def test_the_tool_prints_a_table_and_a_last_line(tmp_path):
     assert int(value) == round((stats["bytes_reclaimed"] + stats["bytes_paged_in"]) / 3)
 
 
+def test_a_trace_recorded_at_a_larger_granule_replays_as_it_ran_with_granule_mb(tmp_path):
+    """TF_LMS_GRANULE_MB=8: the replay at --granule-mb 8 moves what the run moved;
+    at the default 2 MiB it answers another question (a different figure here)."""
+    path, stats = recorded(tmp_path, 32, seed=5, granule_mb=8)
+    moved = (stats["bytes_reclaimed"] + stats["bytes_paged_in"]) / 3
+    assert moved > 0
+    figures = {}
+    for granule in ("8", "2"):
+        done = cli(str(path), "--device-mb", "32", "--steps", "3", "--granule-mb", granule)
+        assert done.returncode == 0, done.stderr
+        assert f"{granule} MiB granules" in done.stdout
+        name, value = done.stdout.strip().splitlines()[-1].split()
+        figures[granule] = int(value)
+    assert figures["8"] == round(moved)
+    assert figures["2"] != figures["8"]
+
+
 def test_bad_input_names_the_option_or_the_file(tmp_path, capsys):
     path, _ = recorded(tmp_path, 24, seed=3, count=10)
     cases = [
         (["--device-mb", "3"], "--device-mb 3: the device must be whole 2 MiB granules"),
+        (["--device-mb", "12", "--granule-mb", "8"],
+         "--device-mb 12: the device must be whole 8 MiB granules (a multiple of 8 MiB"),
+        (["--device-mb", "24", "--granule-mb", "3"], "--granule-mb 3: must be a power of two"),
+        (["--device-mb", "24", "--granule-mb", "2048"], "--granule-mb 2048"),
+        (["--device-mb", "4", "--granule-mb", "8"], "--device-mb 4: must be a finite number of "
+         "MiB, at least 8"),
         (["--device-mb", "24", "--policy", "mru"], "invalid choice: 'mru'"),
         (["--device-mb", "24", "--steps", "0"], "--steps 0"),
         (["--device-mb", "24", "--link-gbps", "10"], "--link-gbps and --gpu-step-ms go together"),
