@@ -5,11 +5,13 @@
 //   - ranges_ records exactly the slots cuMemMap mapped and cuMemUnmap has
 //     not unmapped, so Map can unmap what it replaces (cuMemMap refuses a
 //     mapped range) and a failure never loses track of a mapping;
-//   - every slot is mapped on its own (one handle, offset 0, one granule), so
-//     every cuMemUnmap covers whole mappings;
-//   - a pool's granule exists (handles[id] != 0) from its first use (Map or a
-//     copy; all of the device pool at CreatePool without allow_growth) to the
-//     backend's destruction, and is mapped in the pool's window all that time.
+//   - every piece (a granule, or a run the engine defined: Pool) is mapped
+//     whole, from offset 0, and a slot run is unmapped only whole pieces at a
+//     time, so every cuMemUnmap covers whole mappings;
+//   - a piece exists (handles[first] != 0) from its first use (Map or a
+//     copy; all of the device pool at CreatePool without allow_growth) until
+//     ReleaseRuns or the backend's destruction, and is mapped in the pool's
+//     window all that time.
 #include <algorithm>
 #include <string>
 
@@ -71,7 +73,7 @@ Status CudaBackend::CreatePool(PoolKind pool, size_t granules) {
     return Internal(std::string(PoolName(pool)) + " pool created twice");
   }
   // The host pool is pinned memory taken from the machine (64 GiB by
-  // default): created granule by granule as evictions need it. So is the
+  // default): created piece by piece as evictions need it. So is the
   // device pool under allow_growth; otherwise all of it now, as TensorFlow's
   // BFC allocator takes its whole budget.
   const bool eager = pool == PoolKind::kDevice && !allow_growth_;
@@ -84,12 +86,15 @@ Status CudaBackend::CreateWindow(PoolKind pool, size_t granules, bool eager, Poo
   const CudaDriver& d = *driver_;
   Pool p;
   p.handles.assign(granules, 0);
+  p.piece_start.resize(granules);
+  for (size_t i = 0; i < granules; ++i) p.piece_start[i] = static_cast<GranuleId>(i);
+  p.piece_length.assign(granules, 1);
   Status s = d.Check(d.cuMemAddressReserve(&p.window, granules * granule_, granule_, 0, 0),
                      "cuMemAddressReserve of the " + std::string(PoolName(pool)) +
                          " pool window");
   if (!s.ok()) return s;
   for (size_t i = 0; eager && i < granules && s.ok(); ++i) {
-    s = CreateGranule(pool, static_cast<GranuleId>(i), &p);
+    s = CreatePiece(pool, static_cast<GranuleId>(i), &p);
   }
   // One grant for the whole window: cuMemSetAccess is synchronous, and one
   // call per granule was a third of an 80 GiB device's 122,880 calls. Only
@@ -106,10 +111,11 @@ Status CudaBackend::CreateWindow(PoolKind pool, size_t granules, bool eager, Poo
   return Status::Ok();
 }
 
-Status CudaBackend::CreateGranule(PoolKind pool, GranuleId id, Pool* p) {
+Status CudaBackend::CreatePiece(PoolKind pool, GranuleId first, Pool* p) {
   const CudaDriver& d = *driver_;
+  const size_t bytes = size_t{p->piece_length[first]} * granule_;
   PinnedHostBudget& budget = PinnedHostBudget::Process();
-  if (pool == PoolKind::kHost && !budget.TryTake(granule_)) {
+  if (pool == PoolKind::kHost && !budget.TryTake(bytes)) {
     return ResourceExhausted(
         "no pinned host memory is left for evicted tensors of " + description_ + ": " +
         FormatBytes(budget.used()) + " of the process's " + FormatBytes(budget.limit()) +
@@ -118,23 +124,25 @@ Status CudaBackend::CreateGranule(PoolKind pool, GranuleId id, Pool* p) {
   }
   const cu::CUmemAllocationProp prop = AllocationProp(pool);
   cu::CUmemGenericAllocationHandle h = 0;
-  Status created = d.Check(d.cuMemCreate(&h, granule_, &prop, 0),
-                           "cuMemCreate of " + std::string(PoolName(pool)) + " granule " +
-                               std::to_string(id) + " of " + std::to_string(p->handles.size()) +
-                               " (" + FormatBytes(granule_) + " each) on " + description_);
+  Status created = d.Check(d.cuMemCreate(&h, bytes, &prop, 0),
+                           "cuMemCreate of " + FormatBytes(bytes) + " of the " +
+                               std::string(PoolName(pool)) + " pool at granule " +
+                               std::to_string(first) + " of " +
+                               std::to_string(p->handles.size()) + " (" +
+                               FormatBytes(granule_) + " each) on " + description_);
   if (!created.ok()) {
-    if (pool == PoolKind::kHost) budget.Give(granule_);
+    if (pool == PoolKind::kHost) budget.Give(bytes);
     return created;
   }
-  const cu::CUdeviceptr at = p->window + size_t{id} * granule_;
-  const Status s = d.Check(d.cuMemMap(at, granule_, 0, h, 0),
+  const cu::CUdeviceptr at = p->window + size_t{first} * granule_;
+  const Status s = d.Check(d.cuMemMap(at, bytes, 0, h, 0),
                            "cuMemMap into the " + std::string(PoolName(pool)) + " pool window");
   if (!s.ok()) {
     d.cuMemRelease(h);
-    if (pool == PoolKind::kHost) budget.Give(granule_);
+    if (pool == PoolKind::kHost) budget.Give(bytes);
     return s;
   }
-  p->handles[id] = h;
+  p->handles[first] = h;
   return Status::Ok();
 }
 
@@ -146,51 +154,83 @@ Status CudaBackend::EnsureGranules(PoolKind pool, const GranuleId* ids, size_t c
                              std::to_string(ids[i]) + " does not exist");
     }
   }
-  // New granules are granted in runs of consecutive ids, one cuMemSetAccess
-  // a run (it is synchronous; a large eviction's first use of host memory
-  // took one a granule). A granule exists only once granted.
+  // New pieces that adjoin in the window are granted in one cuMemSetAccess
+  // (it is synchronous; a large eviction's first use of host memory took one
+  // a granule). A piece exists only once granted.
   ScopedNanos timed(&stats_.create_ns);
   const CudaDriver& d = *driver_;
   for (size_t i = 0; i < count;) {
-    size_t run = 0;
+    std::vector<GranuleId> made;
+    GranuleId end = 0;  // one past the last made piece
     Status s;
-    while (i + run < count && p.handles[ids[i + run]] == 0 &&
-           ids[i + run] == ids[i] + run) {
-      s = CreateGranule(pool, ids[i + run], &p);
+    for (; i < count; ++i) {
+      const GranuleId first = p.piece_start[ids[i]];
+      if (p.handles[first] != 0) {
+        if (made.empty()) continue;
+        break;
+      }
+      if (!made.empty() && first != end) break;
+      s = CreatePiece(pool, first, &p);
       if (!s.ok()) break;
-      ++run;
+      made.push_back(first);
+      end = first + p.piece_length[first];
     }
-    if (run > 0) {
+    if (!made.empty()) {
+      const size_t bytes = size_t{end - made[0]} * granule_;
       const Status granted = d.Check(
-          d.cuMemSetAccess(p.window + size_t{ids[i]} * granule_, run * granule_, &access_[0], 1),
+          d.cuMemSetAccess(p.window + size_t{made[0]} * granule_, bytes, &access_[0], 1),
           "cuMemSetAccess on the " + std::string(PoolName(pool)) + " pool window");
       if (!granted.ok()) {
-        for (size_t k = 0; k < run; ++k) ReleaseGranule(pool, &p, ids[i + k]);
+        for (GranuleId first : made) ReleasePiece(pool, &p, first);
         s = granted;
       }
     }
     LMS_RETURN_IF_ERROR(s);
-    i += std::max<size_t>(run, 1);
   }
   return Status::Ok();
 }
 
-void CudaBackend::ReleaseGranule(PoolKind kind, Pool* pool, GranuleId id) {
-  driver_->cuMemUnmap(pool->window + size_t{id} * granule_, granule_);
-  driver_->cuMemRelease(pool->handles[id]);
-  pool->handles[id] = 0;
-  if (kind == PoolKind::kHost) PinnedHostBudget::Process().Give(granule_);
+void CudaBackend::ReleasePiece(PoolKind kind, Pool* pool, GranuleId first) {
+  const size_t bytes = size_t{pool->piece_length[first]} * granule_;
+  driver_->cuMemUnmap(pool->window + size_t{first} * granule_, bytes);
+  driver_->cuMemRelease(pool->handles[first]);
+  pool->handles[first] = 0;
+  if (kind == PoolKind::kHost) PinnedHostBudget::Process().Give(bytes);
 }
 
 void CudaBackend::DestroyWindow(PoolKind kind, Pool* pool) {
   for (size_t i = 0; i < pool->handles.size(); ++i) {
-    if (pool->handles[i] != 0) ReleaseGranule(kind, pool, static_cast<GranuleId>(i));
+    if (pool->handles[i] != 0) ReleasePiece(kind, pool, static_cast<GranuleId>(i));
   }
   if (pool->window != 0) {
     driver_->cuMemAddressFree(pool->window, pool->handles.size() * granule_);
   }
   pool->handles.clear();
   pool->window = 0;
+}
+
+void CudaBackend::DefineRuns(PoolKind pool, const GranuleRun* runs, size_t count) {
+  Pool& p = pools_[static_cast<int>(pool)];
+  for (size_t r = 0; r < count; ++r) {
+    for (uint32_t i = 0; i < runs[r].length; ++i) {
+      p.piece_start[runs[r].first + i] = runs[r].first;
+    }
+    p.piece_length[runs[r].first] = runs[r].length;
+  }
+}
+
+void CudaBackend::ReleaseRuns(PoolKind pool, const GranuleRun* runs, size_t count) {
+  ScopedCudaContext scope(*driver_, context_);
+  if (!scope.status().ok()) return;
+  Pool& p = pools_[static_cast<int>(pool)];
+  for (size_t r = 0; r < count; ++r) {
+    const GranuleId first = runs[r].first;
+    if (p.handles[first] != 0) ReleasePiece(pool, &p, first);
+    for (uint32_t i = 0; i < runs[r].length; ++i) {
+      p.piece_start[first + i] = first + i;
+      p.piece_length[first + i] = 1;
+    }
+  }
 }
 
 Status CudaBackend::Map(uintptr_t address, PoolKind pool, const GranuleId* ids,
@@ -211,20 +251,42 @@ Status CudaBackend::Map(uintptr_t address, PoolKind pool, const GranuleId* ids,
                              ": not a slot of a reserved range, or no such granule");
     }
   }
+  // Pieces are mapped whole (Pool): ids name each from its first granule on.
+  for (size_t i = 0; i < count;) {
+    const GranuleId first = p.piece_start[ids[i]];
+    const size_t length = p.piece_length[first];
+    bool whole = ids[i] == first && i + length <= count;
+    for (size_t k = 1; whole && k < length; ++k) whole = ids[i + k] == first + k;
+    if (!whole) {
+      return InvalidArgument("mapping " + std::string(PoolName(pool)) + " granule " +
+                             std::to_string(ids[i]) + " at " + Hex(address + i * granule_) +
+                             ": part of a piece of " + std::to_string(length) +
+                             " granules from granule " + std::to_string(first) +
+                             ", which is mapped whole or not at all");
+    }
+    i += length;
+  }
   // Physical memory first (created on first use: CreatePool): a failure
   // here leaves the slots as they were.
   LMS_RETURN_IF_ERROR(EnsureGranules(pool, ids, count));
   // cuMemMap refuses a mapped range: what the slots held goes first.
   Status s = UnmapSlots(address, count);
   ScopedNanos timed(&stats_.map_ns);
-  size_t mapped = 0;
-  for (; s.ok() && mapped < count; ++mapped) {
+  size_t mapped = 0;  // granules
+  while (s.ok() && mapped < count) {
     const uintptr_t at = address + mapped * granule_;
-    s = d.Check(d.cuMemMap(at, granule_, 0, p.handles[ids[mapped]], 0),
+    const GranuleId first = ids[mapped];
+    const size_t length = p.piece_length[first];
+    s = d.Check(d.cuMemMap(at, length * granule_, 0, p.handles[first], 0),
                 "cuMemMap of " + std::string(PoolName(pool)) + " granule " +
-                    std::to_string(ids[mapped]) + " at " + Hex(at));
+                    std::to_string(first) +
+                    (length > 1 ? " and the " + std::to_string(length - 1) + " after it" : "") +
+                    " at " + Hex(at));
     if (!s.ok()) break;
-    *SlotAt(at) = Slot{true, pool, ids[mapped]};
+    for (size_t k = 0; k < length; ++k) {
+      *SlotAt(at + k * granule_) = Slot{true, pool, static_cast<GranuleId>(first + k)};
+    }
+    mapped += length;
   }
   if (s.ok()) {
     // New memory has no access, whatever the old mapping of the slot had:
@@ -236,9 +298,13 @@ Status CudaBackend::Map(uintptr_t address, PoolKind pool, const GranuleId* ids,
     // All or nothing (backend.h). The new mappings have no access yet or
     // were never visible to a kernel (the engine had not returned them), so
     // they go without a drain.
-    for (size_t i = 0; i < mapped; ++i) {
+    for (size_t i = 0; i < mapped;) {
       const uintptr_t at = address + i * granule_;
-      if (d.cuMemUnmap(at, granule_) == cu::CUDA_SUCCESS) *SlotAt(at) = Slot();
+      const size_t length = p.piece_length[ids[i]];
+      if (d.cuMemUnmap(at, length * granule_) == cu::CUDA_SUCCESS) {
+        for (size_t k = 0; k < length; ++k) *SlotAt(at + k * granule_) = Slot();
+      }
+      i += length;
     }
   }
   return s;
@@ -279,15 +345,15 @@ Status CudaBackend::UnmapSlots(uintptr_t address, size_t count, bool drain) {
     if (driver_->cuMemUnmap(at, run * granule_) == cu::CUDA_SUCCESS) {
       for (size_t j = 0; j < run; ++j) *SlotAt(at + j * granule_) = Slot();
     } else {
-      // Granule by granule, so that each slot says whether it is still mapped.
-      for (size_t j = 0; j < run; ++j) {
+      // Piece by piece, so that each slot says whether it is still mapped.
+      for (size_t j = 0; j < run;) {
         const uintptr_t g = at + j * granule_;
-        Status s = driver_->Check(driver_->cuMemUnmap(g, granule_), "cuMemUnmap at " + Hex(g));
-        if (s.ok()) {
-          *SlotAt(g) = Slot();
-        } else if (status.ok()) {
-          status = s;
-        }
+        const size_t length = PieceLength(*SlotAt(g));
+        Status s = driver_->Check(driver_->cuMemUnmap(g, length * granule_),
+                                  "cuMemUnmap at " + Hex(g));
+        for (size_t k = 0; s.ok() && k < length; ++k) *SlotAt(g + k * granule_) = Slot();
+        if (!s.ok() && status.ok()) status = s;
+        j += length;
       }
     }
     i += run;

@@ -177,6 +177,8 @@ class CudaBackend : public Backend {
   Status ReserveAddressRange(size_t bytes, uintptr_t* base) override;
   void ReleaseAddressRange(uintptr_t base, size_t bytes) override;
   Status CreatePool(PoolKind pool, size_t granules) override;
+  void DefineRuns(PoolKind pool, const GranuleRun* runs, size_t count) override;
+  void ReleaseRuns(PoolKind pool, const GranuleRun* runs, size_t count) override;
   Status Map(uintptr_t address, PoolKind pool, const GranuleId* ids, size_t count,
              Access access) override;
   Status Unmap(uintptr_t address, size_t count) override;
@@ -215,10 +217,19 @@ class CudaBackend : public Backend {
     int type = cu::CU_MEM_LOCATION_TYPE_HOST;
     int id = 0;
   };
+  // A pool's memory is in pieces: a granule, or a run of them the engine
+  // defined (DefineRuns; the host pool's RunPool), made by one cuMemCreate
+  // and mapped whole wherever it is mapped (cuMemMap maps a handle from
+  // offset 0; a remap costs the driver per piece, not per byte).
   struct Pool {
-    // One per granule; 0 until the granule is created.
+    // Per granule id: the handle of the piece that starts there, 0 until
+    // made (and at every other id of a run).
     std::vector<cu::CUmemGenericAllocationHandle> handles;
-    cu::CUdeviceptr window = 0;  // handles[i] is mapped at window + i * granule
+    // Per granule id: the first id of its piece; at a first id, the piece's
+    // length in granules.
+    std::vector<GranuleId> piece_start;
+    std::vector<uint32_t> piece_length;
+    cu::CUdeviceptr window = 0;  // the piece at id i is mapped at window + i * granule
   };
   // What backs one slot of a reserved range.
   struct Slot {
@@ -265,15 +276,19 @@ class CudaBackend : public Backend {
   // Reserves a new window for `granules` granules of `pool`, and with
   // `eager` creates them all; all or nothing.
   Status CreateWindow(PoolKind pool, size_t granules, bool eager, Pool* out);
-  // Creates granule `id` of `pool` (cuMemCreate) and maps it into the
-  // window, with no access yet: the caller grants a run of them at once. On
-  // failure nothing of it is left.
-  Status CreateGranule(PoolKind pool, GranuleId id, Pool* p);
-  // Creates whichever of ids[0..count) does not exist yet.
+  // Creates the piece starting at `first` (cuMemCreate) and maps it into
+  // the window, with no access yet: the caller grants a run of them at once.
+  // On failure nothing of it is left.
+  Status CreatePiece(PoolKind pool, GranuleId first, Pool* p);
+  // Creates the pieces of whichever of ids[0..count) do not exist yet.
   Status EnsureGranules(PoolKind pool, const GranuleId* ids, size_t count);
-  // Unmaps granule `id` from the window and releases it (and a host
-  // granule's share of the PinnedHostBudget).
-  void ReleaseGranule(PoolKind kind, Pool* pool, GranuleId id);
+  // Unmaps the piece starting at `first` from the window and releases it
+  // (and a host piece's share of the PinnedHostBudget).
+  void ReleasePiece(PoolKind kind, Pool* pool, GranuleId first);
+  // Granules of the piece a mapped slot maps from its first granule.
+  size_t PieceLength(const Slot& slot) const {
+    return pools_[static_cast<int>(slot.pool)].piece_length[slot.id];
+  }
   // Unmaps and releases a window's granules and frees its range.
   // A host window gives its granules back to the process's PinnedHostBudget.
   void DestroyWindow(PoolKind kind, Pool* pool);

@@ -46,6 +46,11 @@ namespace lms {
 
 enum class PoolKind { kDevice = 0, kHost = 1 };
 using GranuleId = uint32_t;
+// Consecutive granule ids: first, first + 1, ..., first + length - 1.
+struct GranuleRun {
+  GranuleId first;
+  uint32_t length;
+};
 
 // How a mapping may be touched. kNone serves strict mode: an evicted range
 // that faults on every touch that did not go through a pin.
@@ -90,6 +95,21 @@ class Backend {
   // 0..granules-1. Called once per pool, before any Map of it. On failure
   // the pool does not exist and nothing of it is left allocated.
   virtual Status CreatePool(PoolKind pool, size_t granules) = 0;
+
+  // Runs of a pool (the host pool: RunPool). From now on each of `runs` is
+  // one piece of memory, made whole when a copy or a Map first names any of
+  // it, and named whole by every Map (a driver's remap costs per piece, not
+  // per byte). An id in no run is a piece of its own. Assumes: no id of
+  // `runs` is made or mapped. The defaults suit backends whose remaps cost
+  // per byte.
+  virtual void DefineRuns(PoolKind pool, const GranuleRun* runs, size_t count) {
+    (void)pool, (void)runs, (void)count;
+  }
+  // Gives the memory of `runs` (defined, mapped at no slot) back to the
+  // system; their ids are in no run until defined again.
+  virtual void ReleaseRuns(PoolKind pool, const GranuleRun* runs, size_t count) {
+    (void)pool, (void)runs, (void)count;
+  }
 
   // Maps ids[0..count) of `pool` at the consecutive slots starting at
   // `address`, replacing whatever mapped those slots.

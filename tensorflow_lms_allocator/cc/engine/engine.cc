@@ -30,7 +30,7 @@ Engine::Engine(const EngineOptions& options, std::unique_ptr<Backend> backend)
       slots_(2 * (options.device_bytes / granule_ +
                   options.host_bytes / granule_) + 16),
       device_pool_(PoolKind::kDevice, options.device_bytes / granule_),
-      host_pool_(PoolKind::kHost, options.host_bytes / granule_),
+      host_pool_(options.host_bytes / granule_),
       arena_(slots_, /*index_interior=*/true),
       backing_(slots_),
       learning_(options.policy == PolicyKind::kLearned),

@@ -84,6 +84,7 @@
 #include "engine/learned_policy.h"
 #include "engine/reclaim_policy.h"
 #include "engine/residency.h"
+#include "engine/run_pool.h"
 #include "engine/small_pages.h"
 #include "engine/statistics.h"
 #include "engine/status.h"
@@ -471,7 +472,7 @@ class Engine {
   uint64_t release_epoch_ LMS_GUARDED_BY(mu_) = 0;
   mutable int release_waiters_ LMS_GUARDED_BY(mu_) = 0;
   GranulePool device_pool_ LMS_GUARDED_BY(mu_);
-  GranulePool host_pool_ LMS_GUARDED_BY(mu_);
+  RunPool host_pool_ LMS_GUARDED_BY(mu_);  // in runs: few pieces a unit
   BestFitArena arena_ LMS_GUARDED_BY(mu_);
   BackingMap backing_ LMS_GUARDED_BY(mu_);
   Residency residency_ LMS_GUARDED_BY(mu_);

@@ -245,7 +245,13 @@ Status Engine::EvictChunks(const std::vector<ChunkId>& victims) {
 Status Engine::TakeHostGranules(uint64_t n, const char* what,
                                 std::vector<GranuleId>* host) {
   host->resize(n);
-  if (host_pool_.Take(n, host->data())) return Status::Ok();
+  std::vector<RunPool::Run> released, cut;
+  if (host_pool_.Take(n, host->data(), &released, &cut)) {
+    // Released first: a run cut may reuse their ids.
+    if (!released.empty()) backend_->ReleaseRuns(PoolKind::kHost, released.data(), released.size());
+    if (!cut.empty()) backend_->DefineRuns(PoolKind::kHost, cut.data(), cut.size());
+    return Status::Ok();
+  }
   return ResourceExhausted(
       "host memory for evicted tensors is exhausted: " + std::string(what) + " " +
       FormatBytes(n * granule_) + " needs host memory, but only " +
