@@ -267,6 +267,50 @@ TEST(NoAccessMappingsAreRefusedOnAGpu) {
   ExpectNoViolationAndNothingLeaked();
 }
 
+// Host memory in runs (backend.h, DefineRuns): a run is made by one
+// cuMemCreate and mapped by one cuMemMap wherever it goes, its bytes in order
+// (new runs that adjoin in the window are granted there in one call); a Map
+// naming part of a run is refused (LMS maps pieces whole, so that every
+// cuMemUnmap covers whole mappings, as cuMemUnmap requires); ReleaseRuns
+// gives the memory back, and the ids are single granules again.
+TEST(AHostRunIsOnePieceMadeMappedAndReleasedWhole) {
+  if (!FreshFake()) return;
+  auto b = MustMakeCuda();
+  uintptr_t base = 0;
+  EXPECT_OK(b->ReserveAddressRange(8 * kGranule, &base));
+  EXPECT_OK(b->CreatePool(PoolKind::kHost, 8));
+  const GranuleRun runs[] = {{2, 4}, {6, 2}};
+  b->DefineRuns(PoolKind::kHost, runs, 2);
+  const GranuleId ids[] = {2, 3, 4, 5, 6, 7};
+  const size_t budget_before = PinnedHostBudget::Process().used();
+  Fake().reset_call_counts();
+  EXPECT_OK(b->Map(base, PoolKind::kHost, ids, 6, Access::kReadWrite));
+  EXPECT_EQ(Fake().call_count("cuMemCreate"), 2u);
+  EXPECT_EQ(Fake().call_count("cuMemMap"), 4u);        // each into the window, then at base
+  EXPECT_EQ(Fake().call_count("cuMemSetAccess"), 2u);  // the window's two at once, base
+  EXPECT_EQ(PinnedHostBudget::Process().used() - budget_before, 6 * kGranule);
+  std::vector<unsigned char> in(6 * kGranule), out(6 * kGranule);
+  for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<unsigned char>(i * 7 + i / kGranule);
+  EXPECT_OK(b->CopyFromHost(base, in.data(), in.size()));
+  EXPECT_OK(b->CopyToHost(out.data(), base, out.size()));
+  EXPECT_TRUE(in == out);
+  const Status part = b->Map(base + 6 * kGranule, PoolKind::kHost, ids + 1, 2,
+                             Access::kReadWrite);
+  EXPECT_TRUE(part.code() == StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Contains(part.message(), "part of a piece of 4 granules from granule 2"));
+  Fake().reset_call_counts();
+  EXPECT_OK(b->Unmap(base, 6));
+  EXPECT_EQ(Fake().call_count("cuMemUnmap"), 1u);  // both pieces: they adjoin
+  b->ReleaseRuns(PoolKind::kHost, runs, 2);
+  EXPECT_EQ(Fake().call_count("cuMemRelease"), 2u);
+  EXPECT_EQ(PinnedHostBudget::Process().used(), budget_before);
+  EXPECT_OK(b->Map(base, PoolKind::kHost, ids + 1, 1, Access::kReadWrite));  // one granule
+  EXPECT_OK(b->Unmap(base, 1));
+  b->ReleaseAddressRange(base, 8 * kGranule);
+  b.reset();
+  ExpectNoViolationAndNothingLeaked();
+}
+
 TEST(EveryCallLeavesTheCallersContextCurrent) {
   if (!FreshFake() || Fake().set_device_count(2) != 0) return;
   auto b = MustMakeCuda();  // GPU 0
@@ -1026,7 +1070,8 @@ TEST(DriverCallsPerGranuleOfACreatedDeviceAndOfARemap) {
   Fake().reset_call_counts();
   EXPECT_OK(e->Evict(t));
   const unsigned long long evict_all = count(nullptr), evict_access = count("cuMemSetAccess"),
-                           evict_unmap = count("cuMemUnmap"), evict_map = count("cuMemMap");
+                           evict_unmap = count("cuMemUnmap"), evict_map = count("cuMemMap"),
+                           evict_create = count("cuMemCreate");
   Fake().reset_call_counts();
   uint64_t id = 0;
   EXPECT_OK(e->Pin(t, &id));
@@ -1038,11 +1083,54 @@ TEST(DriverCallsPerGranuleOfACreatedDeviceAndOfARemap) {
               evict_all * 4, evict_unmap * 4, evict_map * 4, evict_access * 4,
               page_in_all * 4);
   EXPECT_EQ(evict_unmap, 1u);  // the tensor's device granules: one run
-  EXPECT_EQ(evict_access, 2u);  // the new host granules (one run), then the run at t
+  EXPECT_EQ(evict_access, 2u);  // the new host memory, then the run at t
+  EXPECT_EQ(evict_create, 1u);  // host memory in runs: one piece for the tensor
+  EXPECT_EQ(evict_map, 2u);     // into its window, then at t
   EXPECT_EQ(page_in_access, 1u);
   EXPECT_EQ(page_in_unmap, 1u);  // the host granules at t: one run
+  // Evicted again, the tensor gets the same piece: nothing made, one map.
   EXPECT_OK(e->Unpin(t, id));
+  Fake().reset_call_counts();
+  EXPECT_OK(e->Evict(t));
+  EXPECT_EQ(count("cuMemCreate"), 0u);
+  EXPECT_EQ(count("cuMemMap"), 1u);
+  EXPECT_OK(e->Pin(t, &id));
   EXPECT_OK(e->Free(t));
+  e.reset();
+  ExpectNoViolationAndNothingLeaked();
+}
+
+// A page-in leaves its copy reading the host run in flight, and the run is
+// free at once; host memory made is kept to the most ever in use (RunPool),
+// so the next eviction may release that run. cuMemUnmap and cuMemRelease are
+// not stream-ordered: the release waits for the copy (backend.h, ReleaseRuns).
+TEST(AHostRunIsReleasedOnlyAfterThePageInCopyStillReadingIt) {
+  if (!FreshFake()) return;
+  auto backend = MustMakeCuda();
+  CudaBackend* b = backend.get();
+  auto e = MakeEngine(std::move(backend), /*device=*/4, /*host=*/8);
+  {
+    const size_t size = 2 * kGranule;
+    void* t = MustAllocate(*e, size, /*pin=*/false);
+    void* u = MustAllocate(*e, kGranule, /*pin=*/false);
+    ASSERT_TRUE(t != nullptr && u != nullptr);
+    EXPECT_OK(FillAllocation(*e, t, size, 21));
+    EXPECT_OK(FillAllocation(*e, u, kGranule, 22));
+    EXPECT_OK(e->Evict(t));  // a host run of two: the most ever in use
+    FinishEvictionCopies(b);
+    Fake().set_copy_delay_us(300000);
+    uint64_t id = 0;
+    EXPECT_OK(e->Pin(t, &id));  // its copy reads the run for 300 ms; the run is free
+    // One granule for u: the free run of two does not fit, one unmade granule
+    // is cut, and the run of two, over the most ever in use, is released.
+    EXPECT_OK(e->Evict(u));
+    Fake().set_copy_delay_us(0);
+    EXPECT_OK(e->Unpin(t, id));
+    EXPECT_EQ(VerifyAllocation(*e, t, size, 21), -1);
+    EXPECT_EQ(VerifyAllocation(*e, u, kGranule, 22), -1);
+    EXPECT_OK(e->Free(t));
+    EXPECT_OK(e->Free(u));
+  }
   e.reset();
   ExpectNoViolationAndNothingLeaked();
 }

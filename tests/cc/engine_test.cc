@@ -343,6 +343,10 @@ TEST(RunPoolHandsOutWholeRunsAndDefinesEachIdOnceUnderRandomUse) {
         held.erase(held.begin() + static_cast<std::ptrdiff_t>(k));
       }
       ASSERT_TRUE(pool.in_use() == taken.size());
+      size_t defined_granules = 0;
+      for (const auto& d : defined) defined_granules += d.second;
+      ASSERT_TRUE(pool.made() == defined_granules);
+      ASSERT_TRUE(pool.made() <= pool.peak_in_use());  // no more made than ever used
     }
     EXPECT_TRUE(reused > 0);
     (void)released;
@@ -396,6 +400,24 @@ TEST(ARunPoolReusesFreeRunsExactSizeFirstAndReleasesOnlyWhenNothingElseFits) {
   GranuleId h[7];
   EXPECT_TRUE(!pool.Take(7, h, &released, &cut));  // all or none
   EXPECT_EQ(pool.free_count(), 6u);
+}
+
+// Pinned host memory is one budget for every GPU of the process: a RunPool
+// keeps no more made than was ever in use, as a pool of granules did.
+TEST(ARunPoolMakesNoMoreMemoryThanWasEverInUse) {
+  RunPool pool(8);
+  std::vector<RunPool::Run> released, cut;
+  GranuleId a[4], b[3];
+  ASSERT_TRUE(pool.Take(4, a, &released, &cut));
+  pool.Give(a, 4);
+  cut.clear();
+  // 3: the free 4 does not fit, so 3 unmade ids are cut; 7 made against a
+  // peak of 4 in use: the free run of 4 goes.
+  ASSERT_TRUE(pool.Take(3, b, &released, &cut));
+  ASSERT_TRUE(cut.size() == 1u && cut[0].first == 4u && cut[0].length == 3u);
+  ASSERT_TRUE(released.size() == 1u && released[0].first == 0u && released[0].length == 4u);
+  EXPECT_EQ(pool.made(), 3u);
+  EXPECT_EQ(pool.peak_in_use(), 4u);
 }
 
 TEST(ResidencyKeepsOnlyInactiveResidentAllocationsOnTheLru) {
@@ -1292,6 +1314,12 @@ class FaultyBackend : public Backend {
   }
   Status CreatePool(PoolKind pool, size_t granules) override {
     return inner_->CreatePool(pool, granules);
+  }
+  void DefineRuns(PoolKind pool, const GranuleRun* runs, size_t count) override {
+    inner_->DefineRuns(pool, runs, count);
+  }
+  void ReleaseRuns(PoolKind pool, const GranuleRun* runs, size_t count) override {
+    inner_->ReleaseRuns(pool, runs, count);
   }
   Status Map(uintptr_t address, PoolKind pool, const GranuleId* ids, size_t count,
              Access access) override {

@@ -7,7 +7,8 @@ test against that copy and runs it over the fake driver. The check
 passes only if every named test fails under its mutation (and no other test
 does); production sources are never touched.
 
-Usage: python tests/cc/mutation_check.py BUILD_DIR CXX FAKE_DRIVER
+Usage: python tests/cc/mutation_check.py BUILD_DIR CXX FAKE_DRIVER [NAME...]
+(NAMEs: only those mutations, for iterating on one.)
 """
 
 from __future__ import annotations
@@ -89,12 +90,21 @@ MUTATIONS = {
         "      r = cu::CUDA_SUCCESS;  // MUTATION\n", {HOST_LOCATION, *NO_PROBE}),
     # Each GPU's host pool its own TF_GPU_HOST_MEM_LIMIT_IN_MB again.
     "host-budget-per-gpu": (
-        MEMORY, "if (pool == PoolKind::kHost && !budget.TryTake(granule_)) {",
-        "if (false) {  // MUTATION", {"PinnedHostMemoryIsOneBudgetForEveryGpuOfTheProcess"}),
-    # New granules granted one by one again.
-    "granules-granted-one-by-one": (
-        MEMORY, "ids[i + run] == ids[i] + run) {", "run == 0) {  // MUTATION",
-        {"DriverCallsPerGranuleOfACreatedDeviceAndOfARemap"}),
+        MEMORY, "if (pool == PoolKind::kHost && !budget.TryTake(bytes)) {",
+        "if (false) {  // MUTATION", {"AHostRunIsOnePieceMadeMappedAndReleasedWhole",
+                                     "PinnedHostMemoryIsOneBudgetForEveryGpuOfTheProcess"}),
+    # New pieces granted one by one again, though they adjoin in the window.
+    "pieces-granted-one-by-one": (
+        MEMORY, "if (!made.empty() && first != end) break;",
+        "if (!made.empty()) break;  // MUTATION", {"AHostRunIsOnePieceMadeMappedAndReleasedWhole"}),
+    # A free host run released while a page-in's copy still reads it.
+    "run-released-under-its-copy": (
+        MEMORY, "if (!scope.status().ok() || !HostWait().ok()) return;",
+        "if (!scope.status().ok()) return;  // MUTATION",
+        {"AHostRunIsReleasedOnlyAfterThePageInCopyStillReadingIt"}),
+    # A Map naming part of a host run let through to the driver.
+    "part-of-a-run-mapped": (
+        MEMORY, "if (!whole) {", "if (false) {  // MUTATION", {"AHostRunIsOnePieceMadeMappedAndReleasedWhole"}),
     # Peers never granted: a peer GPU's copy into an LMS tensor faults. (The
     # peer test fences the peer's stream, so the fence mutations fail it too.)
     "peers-not-granted": (
@@ -105,10 +115,17 @@ MUTATIONS = {
 
 def main() -> int:
     build, cxx, fake = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+    only = set(sys.argv[4:]) or set(MUTATIONS)
+    unknown = only - set(MUTATIONS)
+    if unknown:
+        print(f"no such mutation: {', '.join(sorted(unknown))}; known: {', '.join(MUTATIONS)}")
+        return 2
     build.mkdir(parents=True, exist_ok=True)
     engine = [str(p) for p in sorted((SRC / "engine").glob("*.cc"))]
     ok = True
     for name, (source, find, replace, must_fail) in MUTATIONS.items():
+        if name not in only:
+            continue
         original = source.read_text()
         if original.count(find) != 1:
             print(f"{name}: the text to mutate is not in {source} once; update this check")

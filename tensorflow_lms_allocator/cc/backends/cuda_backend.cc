@@ -125,10 +125,13 @@ Status CudaBackend::CreatePiece(PoolKind pool, GranuleId first, Pool* p) {
   const cu::CUmemAllocationProp prop = AllocationProp(pool);
   cu::CUmemGenericAllocationHandle h = 0;
   Status created = d.Check(d.cuMemCreate(&h, bytes, &prop, 0),
-                           "cuMemCreate of " + FormatBytes(bytes) + " of the " +
-                               std::string(PoolName(pool)) + " pool at granule " +
-                               std::to_string(first) + " of " +
-                               std::to_string(p->handles.size()) + " (" +
+                           "cuMemCreate of " + std::string(PoolName(pool)) + " granule " +
+                               std::to_string(first) +
+                               (bytes > granule_ ? " and the " +
+                                                       std::to_string(bytes / granule_ - 1) +
+                                                       " after it (one piece)"
+                                                 : "") +
+                               " of " + std::to_string(p->handles.size()) + " (" +
                                FormatBytes(granule_) + " each) on " + description_);
   if (!created.ok()) {
     if (pool == PoolKind::kHost) budget.Give(bytes);
@@ -165,6 +168,7 @@ Status CudaBackend::EnsureGranules(PoolKind pool, const GranuleId* ids, size_t c
     Status s;
     for (; i < count; ++i) {
       const GranuleId first = p.piece_start[ids[i]];
+      if (!made.empty() && first == made.back()) continue;  // the rest of a piece just made
       if (p.handles[first] != 0) {
         if (made.empty()) continue;
         break;
@@ -221,7 +225,11 @@ void CudaBackend::DefineRuns(PoolKind pool, const GranuleRun* runs, size_t count
 
 void CudaBackend::ReleaseRuns(PoolKind pool, const GranuleRun* runs, size_t count) {
   ScopedCudaContext scope(*driver_, context_);
-  if (!scope.status().ok()) return;
+  // A free run's last copy (a page-in's, which leaves it in flight) may
+  // still read it through the window; nothing else can touch it (no slot
+  // maps it). Without that wait nothing is released: a copy may be reading
+  // it, and the CUDA context is broken anyway.
+  if (!scope.status().ok() || !HostWait().ok()) return;
   Pool& p = pools_[static_cast<int>(pool)];
   for (size_t r = 0; r < count; ++r) {
     const GranuleId first = runs[r].first;

@@ -106,7 +106,8 @@ class Backend {
     (void)pool, (void)runs, (void)count;
   }
   // Gives the memory of `runs` (defined, mapped at no slot) back to the
-  // system; their ids are in no run until defined again.
+  // system once no copy issued so far can still use it; their ids are in no
+  // run until defined again.
   virtual void ReleaseRuns(PoolKind pool, const GranuleRun* runs, size_t count) {
     (void)pool, (void)runs, (void)count;
   }

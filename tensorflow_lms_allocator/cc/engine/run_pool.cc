@@ -70,11 +70,21 @@ bool RunPool::Take(size_t n, GranuleId* out, std::vector<Run>* released,
   }
   cut->insert(cut->end(), runs.begin() + static_cast<std::ptrdiff_t>(reused), runs.end());
   size_t k = 0;
-  for (const Run& r : runs) {
-    MarkTaken(r);
-    for (uint32_t i = 0; i < r.length; ++i) out[k++] = r.first + i;
+  for (size_t r = 0; r < runs.size(); ++r) {
+    MarkTaken(runs[r]);
+    if (r >= reused) made_ += runs[r].length;
+    for (uint32_t i = 0; i < runs[r].length; ++i) out[k++] = runs[r].first + i;
   }
   free_count_ -= n;
+  peak_in_use_ = std::max(peak_in_use_, in_use());
+  while (made_ > peak_in_use_) {
+    // Only free runs can be what is over (taken ones are in use).
+    auto longest = std::prev(free_runs_.end());
+    const Run run{longest->second, longest->first};
+    free_runs_.erase(longest);
+    Release(run);
+    released->push_back(run);
+  }
   return true;
 }
 
@@ -110,6 +120,7 @@ void RunPool::MarkTaken(const Run& run) {
 }
 
 void RunPool::Release(const Run& run) {
+  made_ -= run.length;
   for (uint32_t i = 0; i < run.length; ++i) run_start_[run.first + i] = kUnmade;
   run_length_[run.first] = 0;
   GranuleId first = run.first;

@@ -18,7 +18,10 @@
 // exactly n; free runs, longest first, no longer than what is still needed;
 // new runs cut from unmade ids; the smallest free run longer than what is
 // still needed, released and cut. New runs of one Take that adjoin are one
-// run.
+// run. Made memory (the runs, taken or free) never exceeds the most ever in
+// use: pinned memory is one budget for every GPU of the process, and a pool
+// of granules made no more than that either. A Take that would leave more
+// releases free runs, longest first.
 //
 // A taken run belongs to one caller, which gives all of it back (one id at a
 // time if it likes); it is free once its last id is back. Between calls no
@@ -48,8 +51,10 @@ class RunPool {
   size_t capacity() const { return capacity_; }
   size_t free_count() const { return free_count_; }
   size_t in_use() const { return capacity_ - free_count_; }
-  // Free runs (made memory kept for reuse) and their granules.
-  size_t free_runs() const { return free_runs_.size(); }
+  // Granules in runs, taken or free (memory made or to be made), and the
+  // most ever taken at once, which bounds them.
+  size_t made() const { return made_; }
+  size_t peak_in_use() const { return peak_in_use_; }
 
   // Takes `n` granules as whole runs into out[0..n), each run's ids in order,
   // all or none; appends to *released the free runs it released (to be
@@ -74,6 +79,8 @@ class RunPool {
 
   const size_t capacity_;
   size_t free_count_;
+  size_t made_ = 0;
+  size_t peak_in_use_ = 0;
   // Per id: the first id of its run, or kUnmade.
   std::vector<GranuleId> run_start_;
   // Per first id of a run: its length, and how many of its ids are taken.
