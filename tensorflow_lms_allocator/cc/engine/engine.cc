@@ -321,7 +321,7 @@ Status Engine::ReleaseUnit(ChunkId c) {
     status = backend_->Unmap(SlotAddress(first), n);
     for (uint64_t s = first; s < first + n; ++s) {
       if (status.ok()) host_pool_.Give(backing_.at(s).granule);
-      else ++stranded_granules_[static_cast<int>(PoolKind::kHost)];
+      else Strand(PoolKind::kHost, 1);
       backing_.Clear(s);
     }
     stats_.current_bytes_reclaimed -= static_cast<int64_t>(n * granule_);

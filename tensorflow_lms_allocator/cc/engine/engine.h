@@ -449,6 +449,10 @@ class Engine {
   bool RestoreMapping(uint64_t first_slot, uint64_t count, PoolKind pool,
                       const GranuleId* granules, Access access, Status* failure)
       LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Keeps `n` granules of `pool` out of it for good (stranded_granules_).
+  void Strand(PoolKind pool, uint64_t n) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    stranded_granules_[static_cast<int>(pool)] += n;
+  }
   Status OutOfMemory(uint64_t granules, const char* what) const
       LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Status CheckCopyRange(const void* ptr, size_t bytes) const

@@ -224,9 +224,8 @@ Status Engine::EvictChunks(const std::vector<ChunkId>& victims) {
                                  "): its evicted bytes may be incomplete");
       }
     }
-    const PoolKind spare = evicted ? PoolKind::kDevice : PoolKind::kHost;
     if (stranded) {
-      stranded_granules_[static_cast<int>(spare)] += v.n;
+      Strand(evicted ? PoolKind::kDevice : PoolKind::kHost, v.n);
     } else if (evicted) {
       device_pool_.Give(v.device.data(), v.n);
     } else {
@@ -248,7 +247,9 @@ Status Engine::TakeHostGranules(uint64_t n, const char* what,
   std::vector<RunPool::Run> released, cut;
   if (host_pool_.Take(n, host->data(), &released, &cut)) {
     // Released first: a run cut may reuse their ids.
-    if (!released.empty()) backend_->ReleaseRuns(PoolKind::kHost, released.data(), released.size());
+    if (!released.empty()) {
+      backend_->ReleaseRuns(PoolKind::kHost, released.data(), released.size());
+    }
     if (!cut.empty()) backend_->DefineRuns(PoolKind::kHost, cut.data(), cut.size());
     return Status::Ok();
   }
@@ -369,7 +370,7 @@ void Engine::PageInUnits(const ChunkId* ids, size_t count, Status* out) {
     }
     if (!out[i].ok()) {
       if (m.stranded) {
-        stranded_granules_[static_cast<int>(PoolKind::kDevice)] += m.n;
+        Strand(PoolKind::kDevice, m.n);
       } else {
         device_pool_.Give(m.device.data(), m.n);
       }

@@ -1,9 +1,8 @@
 // GranulePool: the free list of one pool of physical granules.
 //
-// The engine owns two: the device pool (the device's memory) and the host
-// pool (pinned host memory, capped by TF_GPU_HOST_MEM_LIMIT_IN_MB). The
-// backend creates every granule of a pool once; the pool only decides which
-// granule ids are free. A granule is either free here or backs exactly one
+// The engine's device pool (the device's memory; the host pool, handed out
+// in runs, is RunPool). The backend creates every granule of a pool once;
+// the pool only decides which granule ids are free. A granule is either free here or backs exactly one
 // address slot (an allocation, a cached free range, or the small-object
 // region), so in_use() never exceeds capacity().
 //
