@@ -492,7 +492,7 @@ make bench-allocator     a CNN-shaped trace through TensorFlow's BFC allocator a
 make bench-maxbatch      largest ResNet-50 batch under a cap: TensorFlow's BFC allocator vs LMS
 make bench-mincap        smallest device on which the benchmark models train, / their peak
 make bench-overhead      step time under LMS vs the copy floor, by category
-make bench-policy        LRU, learned and Belady eviction on recorded traces and real training
+make bench-policy        LRU, learned, perfect-foresight and Belady eviction on recorded traces and real training
 make bench-small-pages   swap bytes with small-object size classes vs one class, on replayed traces
 make bench-trace         what recording an access trace costs a training step
 make bench-driver-calls  CUDA driver calls per GiB evicted and paged in (fake driver)

@@ -11,6 +11,12 @@ size and reports what it would move:
 - ``learned``: the real engine with its learned policy (Note [Learned
   eviction] in ``cc/engine/learned_policy.h``): each event runs labelled with
   its recorded op, as in TensorFlow, so allocations get the same keys.
+- ``oracle``: the real engine ordering its victims as the learned policy
+  does, but by each unit's true next use (the trace's next pin of any
+  allocation on it, a page's objects included) instead of a learned guess:
+  what perfect predictions would move with the engine's own units and
+  pages, so ``learned`` over ``oracle`` is what the predictions cost and
+  ``oracle`` over ``belady`` what whole 2 MiB pages cost.
 - ``belady``: an offline simulation with knowledge of the whole trace: on a
   shortfall it evicts the inactive allocation whose next pin is farthest
   ahead. Allocations are modelled one by one (small objects rounded to 256
@@ -44,6 +50,7 @@ Example:
 from __future__ import annotations
 
 import bisect
+import heapq
 import math
 from dataclasses import dataclass, field
 from typing import Callable
@@ -54,7 +61,7 @@ from tensorflow_lms_allocator import trace as trace_module
 
 ALLOC, FREE, PIN, UNPIN = "allocate", "free", "pin", "unpin"
 SMALL_UNIT = 256
-POLICIES = ("lru", "learned", "belady")
+POLICIES = ("lru", "learned", "oracle", "belady")
 
 
 class ReplayError(ValueError):
@@ -311,7 +318,9 @@ def replay_engine(events: Events, device_bytes: int, granule: int, steps: int,
     options = {} if tiny_object_threshold is None else {
         "tiny_object_threshold": tiny_object_threshold}
     engine = Engine(device_bytes, host_bytes=-(-max(total, granule) // granule) * granule,
-                    granule_bytes=granule, policy=policy, **options)
+                    granule_bytes=granule, policy="learned" if policy == "oracle" else policy,
+                    **options)
+    foresight = _Foresight(events, engine) if policy == "oracle" else None
     addresses: dict[int, int] = {}  # freed ones stay: a later unpin names its page
     pinned: dict[int, tuple[int, int]] = {}  # open pin -> (address, unit id) it pinned
     freed: set[int] = set()
@@ -350,6 +359,8 @@ def replay_engine(events: Events, device_bytes: int, granule: int, steps: int,
                 else:
                     engine.free(addresses[e.allocation])
                     freed.add(e.allocation)
+                if foresight:
+                    foresight.after(i, e, addresses)
             except (OutOfMemoryError, RuntimeError, LookupError) as error:
                 result.fits = False
                 result.failure = (f"event {i} ({e.kind} of {events.sizes[e.allocation]:,} bytes, "
@@ -371,6 +382,51 @@ def replay_engine(events: Events, device_bytes: int, granule: int, steps: int,
     rows += [(0, 0, 0, 0, 0)] * (len(events.events) - len(rows))
     _fill_steps(result, step_bounds(events, steps), lambda i: rows[i])
     return result
+
+
+class _Foresight:
+    """Tells the engine each unit's true next use (replay's ``oracle``).
+
+    A unit's next use is the soonest next pin of the live allocations on it
+    (a page holds many). It changes only when one of them is allocated,
+    pinned or freed, so only that unit is told again, at that event.
+    """
+
+    def __init__(self, events: Events, engine) -> None:
+        self.engine = engine
+        self.uses: dict[int, list[int]] = {}
+        for i, e in enumerate(events.events):
+            if e.kind == PIN or (e.kind == ALLOC and e.born_pinned):
+                self.uses.setdefault(e.allocation, []).append(i)
+        self.unit: dict[int, int] = {}  # live allocation -> its unit's id
+        self.next: dict[int, float] = {}  # live allocation -> its next use
+        self.heaps: dict[int, list[tuple[float, int]]] = {}  # unit -> (next use, allocation)
+
+    def after(self, i: int, e: Event, addresses: dict[int, int]) -> None:
+        a = e.allocation
+        if e.kind == FREE:
+            unit = self.unit.pop(a, None)
+            self.next.pop(a, None)
+        elif e.kind in (ALLOC, PIN):
+            if e.kind == ALLOC:
+                self.unit[a] = self.engine.inspect(addresses[a])["unit_id"]
+            unit = self.unit.get(a)
+            uses = self.uses.get(a, [])
+            k = bisect.bisect_right(uses, i)
+            self.next[a] = uses[k] if k < len(uses) else math.inf
+            if unit is not None:
+                heapq.heappush(self.heaps.setdefault(unit, []), (self.next[a], a))
+        else:
+            return
+        if unit is None:
+            return
+        heap = self.heaps.get(unit, [])
+        while heap and (self.unit.get(heap[0][1]) != unit or self.next.get(heap[0][1]) != heap[0][0]):
+            heapq.heappop(heap)  # freed, moved on, or of the unit's earlier life
+        if heap:  # else the unit went with its last allocation
+            soonest = heap[0][0]
+            self.engine.foresee(i, addresses[heap[0][1]],
+                                None if soonest == math.inf else int(soonest))
 
 
 def replay_belady(events: Events, device_bytes: int, granule: int, steps: int) -> Result:

@@ -120,9 +120,46 @@ def test_belady_moves_far_less_than_lru_on_a_loop(tmp_path):
     assert lru.paged_in >= 40 * 4 * MIB
     assert belady.paged_in <= lru.paged_in / 4
     assert belady.swapped_out >= belady.lower_bound == 4 * MIB
-    # The learned policy needs a round to learn, then evicts as Belady does.
+    # The learned policy needs a round to learn, then evicts as Belady does;
+    # perfect foresight on the engine's own units needs none.
     assert learned.paged_in <= lru.paged_in / 3
     assert learned.swapped_out >= learned.lower_bound
+    oracle = replay.run(events, 28 * MIB, "oracle")
+    assert oracle.fits
+    assert (oracle.swapped_out, oracle.paged_in) == (belady.swapped_out, belady.paged_in)
+    assert oracle.paged_in < learned.paged_in
+
+
+def test_the_oracle_sees_a_page_as_soon_as_its_soonest_object(tmp_path):
+    # A page holding `cold` (never used again) and, allocated after it, `hot`
+    # (used right after the shortfall) and a 2 MiB tensor used last: the page
+    # is the least recently used, so LRU evicts it and pages it back in for
+    # `hot`; foresight evicts the tensor, whose use is farther than the page's.
+    engine = Engine(64 * MIB, host_bytes=256 * MIB)
+    with trace.record_engine(engine, tmp_path / "page"):
+        cold = engine.allocate(256 << 10)
+        hot = engine.allocate(256 << 10)
+        assert engine.inspect(cold)["unit_id"] == engine.inspect(hot)["unit_id"]
+        later = engine.allocate(2 * MIB)
+        engine.pin(later)
+        engine.unpin(later)
+        held = engine.allocate(2 * MIB, pin=True)
+        new = engine.allocate(2 * MIB, pin=True)  # the shortfall on 6 MiB
+        engine.pin(hot)
+        engine.unpin(hot)
+        for t in (new, held):
+            engine.unpin(t)
+            engine.free(t)
+        engine.pin(later)
+        engine.unpin(later)
+        for t in (cold, hot, later):
+            engine.free(t)
+    events = replay.normalize(trace.load(tmp_path / "page"))
+    lru = replay.run(events, 6 * MIB, "lru")
+    oracle = replay.run(events, 6 * MIB, "oracle")
+    assert lru.fits and oracle.fits
+    assert lru.paged_in == 2 * 2 * MIB  # the page, then the tensor
+    assert oracle.paged_in == 2 * MIB  # the tensor only
 
 
 def test_a_keras_training_trace_replays_below_its_peak(tmp_path):

@@ -800,9 +800,9 @@ TEST(TheLearnedPolicyEvictsOneUnitThatFreesEnoughInsteadOfSeveral) {
 }
 
 // A unit used round and round expects its last inactive period again: a
-// large allocation does; a small-object page, whose objects come and go
-// with the kernels, does not (Note [Learned eviction]), so pinning an object
-// in it makes no prediction.
+// large allocation does, and so does a small object; a small-object page,
+// whose objects come and go with the kernels, does not (Note [Learned
+// eviction]): pinning an object makes the object's prediction only.
 int64_t PredictionsForATensorUsedRoundAndRound(size_t bytes) {
   Setup setup{/*device=*/8, /*host=*/16};
   setup.policy = PolicyKind::kLearned;
@@ -819,7 +819,71 @@ int64_t PredictionsForATensorUsedRoundAndRound(size_t bytes) {
 
 TEST(ASmallObjectPageDoesNotExpectItsLastPeriodAgain) {
   EXPECT_EQ(PredictionsForATensorUsedRoundAndRound(kGranule), 6);  // 5 pins, the free
-  EXPECT_EQ(PredictionsForATensorUsedRoundAndRound(1000), 0);
+  EXPECT_EQ(PredictionsForATensorUsedRoundAndRound(1000), 6);  // the object's, none of its page
+}
+
+// Each step a page holds `cold` (freed unused) and `hot` (used right after
+// the shortfall), and L (one granule, used last) is more recently used than
+// the page, which has been inactive longer than L will be. When a kernel
+// needs a granule, LRU evicts the page, and so would the learned policy if
+// it ranked the page by its age (longer than L's predicted distance) or by
+// its farthest object (`cold`: never); ranked by its soonest object, `hot`,
+// the page stays and L goes.
+// `count` one-granule temporaries, each pinned at birth and freed: kernels
+// that tick the learned policy's clock.
+void Churn(Engine& e, int count) {
+  StrictMonitor::SetThreadLabel("temporary");
+  for (int i = 0; i < count; ++i) {
+    void* t = MustAllocate(e, kGranule, /*pin=*/true);
+    if (t == nullptr) std::abort();
+    UnpinAt(e, t);
+    EXPECT_OK(e.Free(t));
+  }
+}
+
+TEST(TheLearnedPolicyRanksAPageByTheSoonestUseOfItsObjects) {
+  for (PolicyKind policy : {PolicyKind::kLru, PolicyKind::kLearned}) {
+    Setup setup{/*device=*/3, /*host=*/16};
+    setup.policy = policy;
+    auto e = MakeEngine(setup);
+    for (int step = 0; step < 4; ++step) {
+      StrictMonitor::SetThreadLabel("make_objects");
+      void* cold = MustAllocate(*e, kGranule / 8);
+      void* hot = MustAllocate(*e, kGranule / 8);
+      Churn(*e, 6);
+      StrictMonitor::SetThreadLabel("make_l");
+      void* l = MustAllocate(*e, kGranule, /*pin=*/true);
+      ASSERT_TRUE(cold && hot && l);
+      Fill(*e, hot, kGranule / 8, step);
+      Fill(*e, l, kGranule, 10 + step);
+      UnpinAt(*e, l);
+      StrictMonitor::SetThreadLabel("held");
+      void* held = MustAllocate(*e, kGranule, /*pin=*/true);
+      StrictMonitor::SetThreadLabel("kernel");
+      void* needs = MustAllocate(*e, kGranule, /*pin=*/true);  // the shortfall
+      ASSERT_TRUE(held && needs);
+      AllocationInfo page, large;
+      EXPECT_OK(e->Inspect(hot, &page));
+      EXPECT_OK(e->Inspect(l, &large));
+      if (policy == PolicyKind::kLru || step == 0) {
+        EXPECT_TRUE(page.evicted && !large.evicted);
+      } else {  // once a step has been seen
+        EXPECT_TRUE(!page.evicted && large.evicted);
+      }
+      for (void* p : {needs, held}) {
+        UnpinAt(*e, p);
+        EXPECT_OK(e->Free(p));
+      }
+      UseIn(*e, "use_hot", hot);
+      Churn(*e, 2);
+      UseIn(*e, "use_l", l);
+      EXPECT_EQ(Verify(*e, hot, kGranule / 8, step), -1);
+      EXPECT_EQ(Verify(*e, l, kGranule, 10 + step), -1);
+      StrictMonitor::SetThreadLabel(nullptr);
+      for (void* p : {cold, hot, l}) EXPECT_OK(e->Free(p));
+    }
+    EXPECT_OK(e->CheckInvariants());
+  }
 }
 
 // Seven tensors used round and round while each use also needs a 2-granule

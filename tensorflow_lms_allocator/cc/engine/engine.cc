@@ -409,6 +409,7 @@ ChunkId Engine::PinPointer(const void* ptr, uint64_t* unit_id, bool* page_in,
   *unit_id = arena_.chunk(c).allocation_id;
   Trace(TraceEvent::kPin, reinterpret_cast<uintptr_t>(ptr), 0, *unit_id);
   PinUnit(c);
+  FollowObjectPin(c, ptr, /*pinned=*/true);
   // Claimed even if the page-in fails: its writer handed it over.
   if (residency_.record(c).unclaimed > 0) Claim(c, ptr);
   // A unit larger than the device is pinned where it is, in host memory:
@@ -418,9 +419,22 @@ ChunkId Engine::PinPointer(const void* ptr, uint64_t* unit_id, bool* page_in,
   return c;
 }
 
-void Engine::UndoFailedPin(ChunkId c) {
+void Engine::UndoFailedPin(ChunkId c, const void* ptr) {
   ++stats_.num_failed_pins;
+  FollowObjectPin(c, ptr, /*pinned=*/false);
   UnpinUnit(c);
+}
+
+void Engine::FollowObjectPin(ChunkId c, const void* ptr, bool pinned) {
+  if (!learning_ || !residency_.IsPage(c)) return;
+  const ChunkId o = SmallObjectAt(c, ptr);
+  if (o == kNoChunk) return;
+  const int size_class = small_.page(residency_.record(c).segment).size_class;
+  if (pinned) {
+    learned_.ObjectPinned(size_class, o);
+  } else {
+    learned_.ObjectUnpinned(size_class, o);
+  }
 }
 
 Status Engine::Pin(const void* ptr, uint64_t* unit_id) {
@@ -432,7 +446,7 @@ Status Engine::Pin(const void* ptr, uint64_t* unit_id) {
   if (unit_id != nullptr) *unit_id = id;
   if (page_in) {
     s = PageIn(c);
-    if (!s.ok()) UndoFailedPin(c);
+    if (!s.ok()) UndoFailedPin(c, ptr);
   }
   RefreshPoolStatistics();
   return s;
@@ -469,7 +483,7 @@ Status Engine::PinAll(const void* const* ptrs, size_t count, uint64_t* ids) {
       if (j == page_ins_.size() || page_in_results_[j].ok()) continue;
       note(page_in_results_[j]);
       ids[i] = 0;
-      UndoFailedPin(pin_units_[i]);
+      UndoFailedPin(pin_units_[i], ptrs[i]);
     }
   }
   RefreshPoolStatistics();
@@ -493,6 +507,7 @@ Status Engine::Unpin(const void* ptr, uint64_t unit_id) {
   }
   Trace(TraceEvent::kUnpin, reinterpret_cast<uintptr_t>(ptr), 0,
         arena_.chunk(c).allocation_id);
+  FollowObjectPin(c, ptr, /*pinned=*/false);
   if (UnpinUnit(c) == 0) {
     const uint64_t segment = residency_.record(c).segment;
     if (segment != Residency::kNoSegment && small_.page(segment).objects == 0) {

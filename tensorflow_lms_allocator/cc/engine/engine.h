@@ -207,6 +207,12 @@ class Engine {
   // the LRU policy or while predictions are not trusted.
   Status Prefetch(uint64_t lookahead, uint64_t* units);
 
+  // Replay's perfect-foresight reference (LearnedPolicy::Foresee): with the
+  // learned policy, it is `now` and the unit holding `ptr` is next used at
+  // `next_use` (LearnedPolicy::kNever: not again) on the caller's clock.
+  // kFailedPrecondition with the LRU policy, kNotFound outside a unit.
+  Status Foresee(uint64_t now, const void* ptr, uint64_t next_use);
+
   // Records every later allocate, free, pin, unpin, eviction and page-in
   // into `path` until StopTrace (Note [Access trace format] in
   // trace_recorder.h), at most `max_bytes` of it. kFailedPrecondition if a
@@ -321,7 +327,11 @@ class Engine {
   ChunkId PinPointer(const void* ptr, uint64_t* unit_id, bool* page_in, Status* status)
       LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A pin whose page-in failed holds nothing: unpinned and counted.
-  void UndoFailedPin(ChunkId c) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UndoFailedPin(ChunkId c, const void* ptr) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // With the learned policy, a pin (or unpin) of page `c` at `ptr` is one
+  // of the object starting there (LearnedPolicy::ObjectPinned).
+  void FollowObjectPin(ChunkId c, const void* ptr, bool pinned)
+      LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Bytes that turn active when the unit is pinned (an allocation's granules,
   // a page's objects).
   int64_t UnitLiveBytes(ChunkId id) const LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -53,6 +53,18 @@ Status Engine::ObtainDeviceGranules(uint64_t granules, bool may_evict) {
   return OutOfMemory(granules, "the request");
 }
 
+Status Engine::Foresee(uint64_t now, const void* ptr, uint64_t next_use) {
+  MutexLock lock(mu_);
+  if (!learning_) return FailedPrecondition("foresight needs the learned policy");
+  const ChunkId c = UnitAt(ptr);
+  if (c == kNoChunk) {
+    return NotFound("foresee of " + FormatAddress(ptr) + ": not inside a live allocation");
+  }
+  learned_.SetClock(now);
+  learned_.Foresee(c, next_use);
+  return Status::Ok();
+}
+
 Status Engine::Prefetch(uint64_t lookahead, uint64_t* units) {
   MutexLock lock(mu_);
   *units = 0;

@@ -49,6 +49,12 @@ void* Engine::AllocateSmall(size_t bytes, Hold hold, bool optional, Status* stat
   (residency_.record(page.unit).pin_count > 0 ? stats_.bytes_active
                                               : stats_.bytes_inactive) += allocated;
   stats_.largest_alloc_size = std::max(stats_.largest_alloc_size, allocated);
+  if (learning_) {
+    learned_.ObjectBorn(page.unit, page.size_class, o,
+                        LearnedPolicy::Key(StrictMonitor::ThreadLabel(), bytes,
+                                           StrictMonitor::CountLabelledAllocation(bytes)),
+                        pin);
+  }
   // Recency is per page: a new object makes its page the most recently used.
   // One written outside any kernel keeps the page off the LRU list until it
   // is claimed (Note [Writers outside kernels]).
@@ -96,6 +102,7 @@ Status Engine::FreeSmall(ChunkId page_unit, const void* ptr) {
   page.bytes -= allocated;
   stats_.bytes_in_use -= allocated;
   (r.pin_count > 0 ? stats_.bytes_active : stats_.bytes_inactive) -= allocated;
+  if (learning_) learned_.ObjectReleased(page.size_class, o);
   small_.arena_of(r.segment).Free(o);
   if (page.objects == 0 && r.pin_count == 0) ReleaseSmallPage(r.segment);
   return Status::Ok();

@@ -21,14 +21,20 @@ LearnedPolicy::Unit& LearnedPolicy::unit(ChunkId id) {
   return units_[id];
 }
 
+LearnedPolicy::Unit& LearnedPolicy::object(uint64_t handle) {
+  std::vector<Unit>& objects = objects_[handle >> 32];
+  const ChunkId id = static_cast<ChunkId>(handle);
+  if (id >= objects.size()) objects.resize(id + 1);
+  return objects[id];
+}
+
 void LearnedPolicy::Born(ChunkId id, bool pinned) {
   Unit& u = unit(id);
   u = Unit();
   if (pinned) {
-    ++tick_;
-    u.active = true;
+    Activate(u, /*tick=*/true);
   } else {
-    Deactivated(id);
+    Deactivate(u);
   }
 }
 
@@ -38,15 +44,59 @@ void LearnedPolicy::Released(ChunkId id) {
   u = Unit();
 }
 
-void LearnedPolicy::Activated(ChunkId id) {
-  Unit& u = unit(id);
-  ++tick_;
+void LearnedPolicy::Activated(ChunkId id) { Activate(unit(id), /*tick=*/true); }
+
+void LearnedPolicy::Deactivated(ChunkId id) { Deactivate(unit(id)); }
+
+void LearnedPolicy::ObjectBorn(ChunkId page, int size_class, ChunkId id, uint64_t key,
+                               bool pinned) {
+  const uint64_t handle = Handle(size_class, id);
+  Unit& o = object(handle);
+  o = Unit();
+  o.key = key;
+  o.holder = page;
+  std::vector<uint64_t>& objects = unit(page).objects;
+  o.index = static_cast<uint32_t>(objects.size());
+  objects.push_back(handle);
+  if (pinned) {
+    o.pins = 1;
+    Activate(o, /*tick=*/false);
+  } else {
+    Deactivate(o);
+  }
+}
+
+void LearnedPolicy::ObjectPinned(int size_class, ChunkId id) {
+  Unit& o = object(Handle(size_class, id));
+  if (o.holder == kNoChunk) return;
+  if (o.pins++ == 0) Activate(o, /*tick=*/false);
+}
+
+void LearnedPolicy::ObjectUnpinned(int size_class, ChunkId id) {
+  Unit& o = object(Handle(size_class, id));
+  if (o.holder == kNoChunk || o.pins == 0) return;
+  if (--o.pins == 0) Deactivate(o);
+}
+
+void LearnedPolicy::ObjectReleased(int size_class, ChunkId id) {
+  Unit& o = object(Handle(size_class, id));
+  if (o.holder == kNoChunk) return;
+  if (!o.active && o.periods > 0) EndPeriod(o, kNever);
+  std::vector<uint64_t>& objects = unit(o.holder).objects;
+  const uint64_t last = objects.back();
+  objects[o.index] = last;
+  object(last).index = o.index;
+  objects.pop_back();
+  o = Unit();
+}
+
+void LearnedPolicy::Activate(Unit& u, bool tick) {
+  if (tick) ++tick_;
   if (!u.active && u.periods > 0) EndPeriod(u, tick_ - u.last_unpin);
   u.active = true;
 }
 
-void LearnedPolicy::Deactivated(ChunkId id) {
-  Unit& u = unit(id);
+void LearnedPolicy::Deactivate(Unit& u) {
   u.active = false;
   u.last_unpin = tick_;
   u.predicted = kUnknown;
@@ -87,14 +137,34 @@ void LearnedPolicy::EndPeriod(Unit& u, uint64_t length) {
   it->second[period] = length;
 }
 
+void LearnedPolicy::Foresee(ChunkId id, uint64_t next_use) {
+  foreseeing_ = true;
+  unit(id).foreseen = next_use;
+}
+
 bool LearnedPolicy::trusted() const {
+  if (foreseeing_) return true;
   if (window_size_ < kWindow / 2) return true;
   const uint64_t mask =
       window_size_ == kWindow ? ~uint64_t{0} : (uint64_t{1} << window_size_) - 1;
   return 2 * __builtin_popcountll(window_ & mask) >= window_size_;
 }
 
+uint64_t LearnedPolicy::PageDistance(const Unit& page) const {
+  uint64_t soonest = kUnknown;
+  for (uint64_t handle : page.objects) {
+    const Unit& o = objects_[handle >> 32][static_cast<ChunkId>(handle)];
+    if (o.active) return 0;
+    if (o.predicted != kUnknown) soonest = std::min(soonest, Distance(o));
+  }
+  return soonest != kUnknown ? soonest : Distance(page);
+}
+
 uint64_t LearnedPolicy::Distance(const Unit& u) const {
+  if (foreseeing_ && u.foreseen != kUnknown) {
+    if (u.foreseen == kNever) return kNever;
+    return u.foreseen > now_ ? u.foreseen - now_ : 0;
+  }
   if (u.predicted == kNever) return kNever;
   if (u.predicted == kUnknown) return tick_ - u.last_unpin;  // its age: LRU's order
   const uint64_t due = u.last_unpin + u.predicted;
@@ -126,7 +196,9 @@ bool LearnedPolicy::Plan(const Residency& residency, uint64_t granules_needed,
   std::vector<std::pair<uint64_t, ChunkId>> candidates;  // (distance, unit), LRU order
   for (ChunkId c = residency.LeastRecentlyUsed(); c != kNoChunk;
        c = residency.NextMoreRecent(c)) {
-    candidates.emplace_back(Distance(unit(c)), c);
+    const Unit& u = unit(c);
+    candidates.emplace_back(
+        u.page && !foreseeing_ ? PageDistance(u) : Distance(u), c);
   }
   std::stable_sort(candidates.begin(), candidates.end(),
                    [](const auto& a, const auto& b) { return a.first > b.first; });

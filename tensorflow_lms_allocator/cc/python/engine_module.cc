@@ -300,6 +300,19 @@ NB_MODULE(_engine, m) {
            "With policy=\"learned\": pages in, into free device memory only, the\n"
            "evicted units predicted to be used within `lookahead` uses; returns\n"
            "how many (0 with LRU or while predictions are not trusted).")
+      .def(
+          "foresee",
+          [](PyEngine& e, uint64_t now, uintptr_t address, std::optional<uint64_t> next_use) {
+            e.Call([&] {
+              return e.engine().Foresee(now, reinterpret_cast<const void*>(address),
+                                        next_use.value_or(lms::LearnedPolicy::kNever));
+            });
+          },
+          nb::arg("now"), nb::arg("address"), nb::arg("next_use").none(),
+          "With policy=\"learned\", for replay's perfect-foresight reference: it is\n"
+          "`now` and the unit holding `address` is next used at\n"
+          "`next_use` (None: not again) on the caller's clock. From the first\n"
+          "call on, reclaims order units by what they were told.")
       .def("start_trace", &PyEngine::StartTrace, nb::arg("path"), nb::arg("max_bytes"),
            "Records every later allocate, free, pin, unpin, eviction and page-in\n"
            "into `path` (tensorflow_lms_allocator.trace reads it), at most\n"
