@@ -215,7 +215,7 @@ bool LearnedPolicy::Plan(const Residency& residency, uint64_t granules_needed,
   if (plan->victims.size() > 1) {
     for (const auto& [distance, c] : candidates) {
       if (residency.record(c).granules < granules_needed) continue;
-      if (distance >= nearest / 2) plan->victims.assign(1, c);
+      if (distance >= nearest / 4) plan->victims.assign(1, c);
       break;
     }
   }
