@@ -12,9 +12,10 @@
    the offline Belady simulation (objects one by one, no pages), and prints
    swap bytes per step (out + in) for each, with the lower bound and two
    ratios: learned/oracle (what the predictions cost) and oracle/Belady (what
-   the engine's units cost: small objects move a 2 MiB page at a time). The learned policy learns from the previous
-   step, so the first replayed step is its learning step: swap per step is
-   the mean over the steps after it, and the first step is shown apart.
+   the engine's units cost: small objects move a 2 MiB page at a time). The
+   learned policy learns from the previous step, so the first replayed step
+   is its learning step: swap per step is the mean over the steps after it,
+   and the first step is shown apart.
 3. Trains ResNet-50 for real at 1/2 of its peak with LRU, with the learned
    policy (with and without prefetching), and uncapped without LMS (the same
    emulated device and kernels), and prints step time as a ratio to uncapped
