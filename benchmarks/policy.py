@@ -51,6 +51,8 @@ from probe_process import run_probe_process  # noqa: E402
 
 MIB = 1 << 20
 MODELS = ("resnet50", "densenet121", "mobilenetv2", "transformer")
+# Also replayable on request: thousands of small tensors a step (mincap.py's rnn).
+OTHER_MODELS = ("rnn",)
 ROOMY_MB = 8192
 
 
@@ -128,7 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[:1] == ["--child"]:
         return child(argv[1:])
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
+    p.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS + OTHER_MODELS)
     p.add_argument("--steps", type=int, default=4, help="recorded steps per model")
     p.add_argument("--train-steps", type=int, default=8)
     p.add_argument("--skip-training", action="store_true")
