@@ -384,6 +384,22 @@ def replay_engine(events: Events, device_bytes: int, granule: int, steps: int,
     return result
 
 
+def _uses(events: Events) -> dict[int, list[int]]:
+    """Each allocation's uses (its pins, and its birth if born pinned), by event index."""
+    uses: dict[int, list[int]] = {}
+    for i, e in enumerate(events.events):
+        if e.kind == PIN or (e.kind == ALLOC and e.born_pinned):
+            uses.setdefault(e.allocation, []).append(i)
+    return uses
+
+
+def _next_use(uses: dict[int, list[int]], a: int, now: int) -> float:
+    """The index of allocation `a`'s first use after event `now`, or infinity."""
+    u = uses.get(a, [])
+    k = bisect.bisect_right(u, now)
+    return u[k] if k < len(u) else math.inf
+
+
 class _Foresight:
     """Tells the engine each unit's true next use (replay's ``oracle``).
 
@@ -394,10 +410,7 @@ class _Foresight:
 
     def __init__(self, events: Events, engine) -> None:
         self.engine = engine
-        self.uses: dict[int, list[int]] = {}
-        for i, e in enumerate(events.events):
-            if e.kind == PIN or (e.kind == ALLOC and e.born_pinned):
-                self.uses.setdefault(e.allocation, []).append(i)
+        self.uses = _uses(events)
         self.unit: dict[int, int] = {}  # live allocation -> its unit's id
         self.next: dict[int, float] = {}  # live allocation -> its next use
         self.heaps: dict[int, list[tuple[float, int]]] = {}  # unit -> (next use, allocation)
@@ -411,9 +424,7 @@ class _Foresight:
             if e.kind == ALLOC:
                 self.unit[a] = self.engine.inspect(addresses[a])["unit_id"]
             unit = self.unit.get(a)
-            uses = self.uses.get(a, [])
-            k = bisect.bisect_right(uses, i)
-            self.next[a] = uses[k] if k < len(uses) else math.inf
+            self.next[a] = _next_use(self.uses, a, i)
             if unit is not None:
                 heapq.heappush(self.heaps.setdefault(unit, []), (self.next[a], a))
         else:
@@ -432,19 +443,10 @@ class _Foresight:
 def replay_belady(events: Events, device_bytes: int, granule: int, steps: int) -> Result:
     """Offline: on a shortfall, evicts the inactive allocation pinned farthest ahead."""
     sizes = [modelled_size(s, granule) for s in events.sizes]
-    uses: dict[int, list[int]] = {}
-    for i, e in enumerate(events.events):
-        if e.kind == PIN or (e.kind == ALLOC and e.born_pinned):
-            uses.setdefault(e.allocation, []).append(i)
-    cursor: dict[int, int] = {}
+    uses = _uses(events)
 
     def next_use(a: int, now: int) -> float:
-        u = uses.get(a, [])
-        k = cursor.get(a, 0)
-        while k < len(u) and u[k] <= now:
-            k += 1
-        cursor[a] = k
-        return u[k] if k < len(u) else math.inf
+        return _next_use(uses, a, now)
 
     resident: set[int] = set()
     unclaimed: set[int] = set()  # Note [Writers outside kernels]: never evicted
