@@ -14,6 +14,7 @@
 #include <cstring>
 #include <string>
 
+#include "backends/streaming_copy.h"
 #include "engine/scoped_nanos.h"
 
 namespace lms {
@@ -147,7 +148,7 @@ Status PosixBackend::CopyGranules(PoolKind dst_pool, const GranuleId* dst,
   ScopedNanos timed(&stats_.copy_ns);
   char* dst_window = pools_[static_cast<int>(dst_pool)].window;
   const char* src_window = pools_[static_cast<int>(src_pool)].window;
-  // Consecutive ids on both sides are one memcpy.
+  // Consecutive ids on both sides are one copy.
   size_t i = 0;
   while (bytes > 0) {
     size_t run = 1;
@@ -156,8 +157,8 @@ Status PosixBackend::CopyGranules(PoolKind dst_pool, const GranuleId* dst,
       ++run;
     }
     const size_t n = std::min(bytes, run * granule_);
-    std::memcpy(dst_window + size_t{dst[i]} * granule_,
-                src_window + size_t{src[i]} * granule_, n);
+    StreamingCopy(dst_window + size_t{dst[i]} * granule_,
+                  src_window + size_t{src[i]} * granule_, n);
     ++stats_.copies;
     stats_.bytes_copied += static_cast<int64_t>(n);
     bytes -= n;

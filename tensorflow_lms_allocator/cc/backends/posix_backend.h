@@ -7,7 +7,8 @@
 // pages can appear at the allocation's address and in the pool's window: a
 // second, permanent mapping of the whole memfd that copies go through.
 // Copies between windows touch page tables that are already populated, so an
-// eviction or page-in costs a memcpy plus one mmap per run of granules.
+// eviction or page-in costs a copy (streaming_copy.h) plus one mmap per run
+// of granules.
 //
 // Device granules are mapped populated (MAP_POPULATE): a fresh mapping has
 // no page table entries, and the kernels that touch it next would fault once
