@@ -6,23 +6,29 @@ uncapped (LMS on, nothing evicted), uncapped with LMS off (the fast path's
 cost: `lms_on_vs_off_without_pressure`, the worst model's step time ratio,
 printed before the last line), then at 1/2 and at 1/4 of its peak, the
 cases of each model one after the other (interleaved, so a slow spell of the
-machine touches all three). The single-thread memcpy bandwidth of this
-machine is measured in the same run. Per case (medians of the steps after
-the first, which traces the function):
+machine touches all three). All of that is one round; `--rounds` (3) runs it
+again, so that each case's step is the median of its rounds: on this
+project's 2-core machines the same case's step moves by 10-30% from one
+process to the next, which is more than LMS adds at 1/2 of the peak. The
+single-thread memcpy bandwidth of this machine is measured in the same run.
+Per case (a round's figure is the median of the steps after the first,
+which traces the function; the case's, the median of its rounds):
 
-  ratio      step time over the uncapped step;
+  ratio      step time over the uncapped step (its rounds' range after it);
   moved      bytes copied per step (evictions and page-ins);
   floor      the copy floor: moved / memcpy bandwidth, what copying alone costs;
   the time LMS accounted per step (time_*_ns statistics): evicting, paging
   in, and their parts (copying, mapping, unmapping; waiting and fencing are
-  0 on the emulated device);
+  0 on the emulated device), the copies' rate, and
+  accounted = (evicting + paging in) / copy floor: LMS's own time, free of
+  the step's noise;
   overhead_vs_copy_floor = (LMS step - uncapped step) / copy floor.
 
 The last line is the worst case: `overhead_vs_copy_floor R`.
 
 Example:
     make bench-overhead
-    .venv/bin/python benchmarks/overhead.py --models transformer --steps 3
+    .venv/bin/python benchmarks/overhead.py --models transformer --steps 3 --rounds 1
 """
 
 from __future__ import annotations
@@ -60,26 +66,46 @@ def run_probe_in_this_process(model_name: str, steps: int, result_path: Path) ->
 
 @dataclass
 class Case:
-    """One model at one device size: per-step medians after the first step."""
+    """One model at one device size, over its rounds: per-step medians after the first step."""
 
     model: str
     cap_mb: int
-    step: float
-    per_step: dict[str, float]  # statistic deltas per step: bytes and nanoseconds
+    steps: list[float]  # one per round
+    per_step: dict[str, float]  # statistic deltas per step, median of the rounds
     peak_mb: float
     failed: str = ""
 
+    @property
+    def step(self) -> float:
+        return statistics.median(self.steps)
+
 
 def run_case(model: str, cap_mb: int, steps: int, timeout: float, mode: str = "lms") -> Case:
+    """One round of one case."""
     result, failed = run_probe_script(Path(__file__), model, cap_mb, steps, timeout, mode)
     if result is None:
-        return Case(model, cap_mb, float("nan"), {}, 0, failed)
+        return Case(model, cap_mb, [], {}, 0, failed)
     stats = result["statistics"]
     later = range(2, len(stats))  # the deltas of the steps after the first
     per_step = {name: statistics.median(stats[i][name] - stats[i - 1][name] for i in later)
                 for name in stats[-1] if name.startswith(("time_", "bytes_copied"))}
-    return Case(model, cap_mb, statistics.median(result["step_seconds"][1:]), per_step,
+    return Case(model, cap_mb, [statistics.median(result["step_seconds"][1:])], per_step,
                 stats[-1]["peak_bytes_in_use"] / MIB)
+
+
+def merge(rounds: list[Case]) -> Case:
+    """One case from its rounds: the medians of their steps and statistics.
+
+    Example:
+        merge([run_case("resnet50", 444, 4, 900) for _ in range(3)]).step
+    """
+    failed = next((r for r in rounds if r.failed), None)
+    if failed is not None:
+        return failed
+    names = rounds[0].per_step.keys()
+    return Case(rounds[0].model, rounds[0].cap_mb, [s for r in rounds for s in r.steps],
+                {name: statistics.median(r.per_step[name] for r in rounds) for name in names},
+                max(r.peak_mb for r in rounds))
 
 
 def memcpy_bandwidth() -> float:
@@ -106,20 +132,36 @@ def report(case: Case, uncapped: Case, bandwidth: float) -> float | None:
     ms = {name: case.per_step.get(f"time_{name}_ns", 0) / 1e6
           for name in ("evicting", "paging_in", *PARTS)}
     overhead = (case.step - uncapped.step) / floor if floor > 0 else None
+    accounted = (ms["evicting"] + ms["paging_in"]) / 1e3 / floor if floor > 0 else None
+    copy_rate = moved / (ms["copying"] / 1e3) / 1e9 if ms["copying"] > 0 else 0.0
     print(f"  {case.model:<12} {case.cap_mb:>6} MiB  step {case.step:6.2f} s "
-          f"({case.step / uncapped.step:4.2f}x)  moved {moved / MIB:7.1f} MiB  "
+          f"({case.step / uncapped.step:4.2f}x, {spread(case, uncapped)})  "
+          f"moved {moved / MIB:7.1f} MiB  "
           f"floor {floor * 1e3:7.1f} ms  evicting {ms['evicting']:7.1f} ms  "
-          f"paging in {ms['paging_in']:7.1f} ms  (copying {ms['copying']:.1f}, mapping "
-          f"{ms['mapping']:.1f}, unmapping {ms['unmapping']:.1f}, waiting {ms['waiting']:.1f})"
+          f"paging in {ms['paging_in']:7.1f} ms  (copying {ms['copying']:.1f} at "
+          f"{copy_rate:.1f} GB/s, mapping {ms['mapping']:.1f}, unmapping "
+          f"{ms['unmapping']:.1f}, waiting {ms['waiting']:.1f})"
+          + (f"  accounted {accounted:.1f}x" if accounted is not None else "")
           + (f"  overhead_vs_copy_floor {overhead:.1f}" if overhead is not None else ""),
           flush=True)
     return overhead
+
+
+def spread(case: Case, uncapped: Case) -> str:
+    """The range of the case's rounds over the uncapped median: how far noise reaches."""
+    if len(case.steps) < 2:
+        return "one round"
+    return (f"rounds {min(case.steps) / uncapped.step:.2f}-"
+            f"{max(case.steps) / uncapped.step:.2f}x")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))
     parser.add_argument("--steps", type=int, default=4, help="training steps per case (>= 3)")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="times every case runs, interleaved (>= 1; each case's step "
+                             "is the median of its rounds)")
     parser.add_argument("--timeout", type=float, default=900, help="seconds per case")
     parser.add_argument("--probe", choices=MODELS, help=argparse.SUPPRESS)
     parser.add_argument("--result", type=Path, help=argparse.SUPPRESS)
@@ -129,26 +171,42 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.steps < 3:
         parser.error(f"--steps {args.steps}: at least 3 (the first traces the function, "
                      "and a per-step figure needs two steps after it)")
+    if args.rounds < 1:
+        parser.error(f"--rounds {args.rounds}: at least 1")
     bandwidth = memcpy_bandwidth()
     print(f"single-thread memcpy: {bandwidth / 1e9:.1f} GB/s (256 MiB, best of 5)", flush=True)
+    # runs[model][case name]: that case's rounds so far; the caps come from the
+    # first round's uncapped peak.
+    runs: dict[str, dict[str, list[Case]]] = {m: {} for m in args.models}
+    caps: dict[str, dict[str, int]] = {}
+    for round_index in range(args.rounds):
+        print(f"round {round_index + 1} of {args.rounds}", flush=True)
+        for model in args.models:
+            cases = runs[model]
+            for name, mode in (("uncapped", "lms"), ("off", "lms-off")):
+                case = run_case(model, UNCAPPED_MB, args.steps, args.timeout, mode)
+                if case.failed:
+                    print(f"{model}: does not train uncapped{' with LMS off' * (mode != 'lms')}: "
+                          f"{case.failed}")
+                    return 1
+                cases.setdefault(name, []).append(case)
+            if model not in caps:
+                peak = cases["uncapped"][0].peak_mb
+                caps[model] = {f"1/{round(1 / f)}": max(GRANULE_MB, int(peak * f) // GRANULE_MB
+                                                          * GRANULE_MB) for f in FRACTIONS}
+            for name, cap in caps[model].items():
+                cases.setdefault(name, []).append(
+                    run_case(model, cap, args.steps, args.timeout))
     worst = None
     on_vs_off: list[float] = []  # uncapped step, LMS on over LMS off
-    for model in args.models:
-        uncapped = run_case(model, UNCAPPED_MB, args.steps, args.timeout)
-        if uncapped.failed:
-            print(f"{model}: does not train uncapped: {uncapped.failed}")
-            return 1
-        off = run_case(model, UNCAPPED_MB, args.steps, args.timeout, mode="lms-off")
-        if off.failed:
-            print(f"{model}: does not train uncapped with LMS off: {off.failed}")
-            return 1
+    for model, cases in runs.items():
+        uncapped, off = merge(cases["uncapped"]), merge(cases["off"])
         on_vs_off.append(uncapped.step / off.step)
         print(f"{model}: peak {uncapped.peak_mb:.0f} MiB, step {uncapped.step:.2f} s uncapped "
-              f"({off.step:.2f} s with LMS off: {on_vs_off[-1]:.3f}x)", flush=True)
-        for fraction in FRACTIONS:
-            cap = max(GRANULE_MB, int(uncapped.peak_mb * fraction) // GRANULE_MB * GRANULE_MB)
-            overhead = report(run_case(model, cap, args.steps, args.timeout), uncapped,
-                              bandwidth)
+              f"({spread(uncapped, uncapped)}; {off.step:.2f} s with LMS off: "
+              f"{on_vs_off[-1]:.3f}x)", flush=True)
+        for name in caps[model]:
+            overhead = report(merge(cases[name]), uncapped, bandwidth)
             if overhead is not None:
                 worst = overhead if worst is None else max(worst, overhead)
     if worst is None:
