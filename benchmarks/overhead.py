@@ -19,7 +19,8 @@ which traces the function; the case's, the median of its rounds):
   floor      the copy floor: moved / memcpy bandwidth, what copying alone costs;
   the time LMS accounted per step (time_*_ns statistics): evicting, paging
   in, and their parts (copying, mapping, unmapping; waiting and fencing are
-  0 on the emulated device), the copies' rate, and
+  0 on the emulated device), the copies' rate, the time threads waited for
+  the engine's lock (held by evictions and page-ins as they copy), and
   accounted = (evicting + paging in) / copy floor: LMS's own time, free of
   the step's noise;
   overhead_vs_copy_floor = (LMS step - uncapped step) / copy floor.
@@ -49,7 +50,7 @@ from mincap import GRANULE_MB, UNCAPPED_MB, build_model, run_probe_script  # noq
 MIB = 1 << 20
 MODELS = ("resnet50", "densenet121", "transformer")
 FRACTIONS = (0.5, 0.25)
-PARTS = ("copying", "mapping", "unmapping", "waiting", "fencing")
+PARTS = ("copying", "mapping", "unmapping", "waiting", "fencing", "lock_waiting")
 
 
 def run_probe_in_this_process(model_name: str, steps: int, result_path: Path) -> int:
@@ -140,7 +141,8 @@ def report(case: Case, uncapped: Case, bandwidth: float) -> float | None:
           f"floor {floor * 1e3:7.1f} ms  evicting {ms['evicting']:7.1f} ms  "
           f"paging in {ms['paging_in']:7.1f} ms  (copying {ms['copying']:.1f} at "
           f"{copy_rate:.1f} GB/s, mapping {ms['mapping']:.1f}, unmapping "
-          f"{ms['unmapping']:.1f}, waiting {ms['waiting']:.1f})"
+          f"{ms['unmapping']:.1f}, waiting {ms['waiting']:.1f}; waiting for the lock "
+          f"{ms['lock_waiting']:.1f})"
           + (f"  accounted {accounted:.1f}x" if accounted is not None else "")
           + (f"  overhead_vs_copy_floor {overhead:.1f}" if overhead is not None else ""),
           flush=True)
@@ -202,9 +204,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     for model, cases in runs.items():
         uncapped, off = merge(cases["uncapped"]), merge(cases["off"])
         on_vs_off.append(uncapped.step / off.step)
+        lock_ms = uncapped.per_step.get("time_lock_waiting_ns", 0) / 1e6
         print(f"{model}: peak {uncapped.peak_mb:.0f} MiB, step {uncapped.step:.2f} s uncapped "
-              f"({spread(uncapped, uncapped)}; {off.step:.2f} s with LMS off: "
-              f"{on_vs_off[-1]:.3f}x)", flush=True)
+              f"({spread(uncapped, uncapped)}; waiting for the lock {lock_ms:.1f} ms; "
+              f"{off.step:.2f} s with LMS off: {on_vs_off[-1]:.3f}x)", flush=True)
         for name in caps[model]:
             overhead = report(merge(cases[name]), uncapped, bandwidth)
             if overhead is not None:

@@ -200,16 +200,19 @@ TEST(ConcurrentUseUnderPressureLosesNoByte) {
     EXPECT_EQ(s.host_bytes_in_use, 0);
     EXPECT_TRUE(s.num_evictions > 0);
     EXPECT_TRUE(s.num_page_ins > 0);
+    // Six threads evicting under one lock: some waited for another's turn.
+    EXPECT_TRUE(s.time_lock_waiting_ns > 0);
     EXPECT_EQ(engine->small_pages(), 0u);  // every page went back
     EXPECT_TRUE(engine->CheckInvariants().ok());
     std::printf("  defrag=%d policy=%s evictions=%lld born_evicted=%lld page_ins=%lld "
-                "defrags=%lld fences=%lld host_waits=%lld prefetches=%lld\n",
+                "defrags=%lld fences=%lld host_waits=%lld prefetches=%lld "
+                "lock_waiting_ms=%.1f\n",
                 defrag, PolicyName(policy), static_cast<long long>(s.num_evictions),
                 static_cast<long long>(s.num_born_evicted),
                 static_cast<long long>(s.num_page_ins),
                 static_cast<long long>(s.num_defragmentations),
                 static_cast<long long>(s.num_fences), static_cast<long long>(s.num_host_waits),
-                static_cast<long long>(s.num_prefetches));
+                static_cast<long long>(s.num_prefetches), s.time_lock_waiting_ns / 1e6);
   }
 }
 

@@ -677,6 +677,7 @@ Statistics Engine::GetStatistics() const {
   s.time_creating_memory_ns = b.create_ns;
   s.time_mapping_ns = b.map_ns;
   s.time_unmapping_ns = b.unmap_ns;
+  s.time_lock_waiting_ns = mu_.waited_ns();
   s.num_predictions = static_cast<int64_t>(learned_.num_predictions());
   s.num_prediction_hits = static_cast<int64_t>(learned_.num_prediction_hits());
   return s;

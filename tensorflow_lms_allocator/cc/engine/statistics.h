@@ -99,6 +99,10 @@
     "nanoseconds mapping granules at addresses (a GPU: cuMemMap and "           \
     "cuMemSetAccess)")                                                          \
   X(time_unmapping_ns, "nanoseconds unmapping granules (a GPU: cuMemUnmap)")    \
+  X(time_lock_waiting_ns,                                                       \
+    "nanoseconds threads waited for the allocator's lock while another thread " \
+    "held it: evictions and page-ins copy and remap under it, so a kernel "     \
+    "allocating or pinning meanwhile waits")                                    \
   X(num_learned_reclaims,                                                       \
     "reclaims whose victims the learned policy chose (farthest predicted next " \
     "use; 0 with the LRU policy)")                                              \

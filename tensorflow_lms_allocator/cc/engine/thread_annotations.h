@@ -10,6 +10,7 @@
 #define TENSORFLOW_LMS_ALLOCATOR_CC_ENGINE_THREAD_ANNOTATIONS_H_
 
 #include <chrono>
+#include <cstdint>
 #include <condition_variable>
 #include <mutex>
 
@@ -32,11 +33,24 @@
 
 namespace lms {
 
-// A std::mutex the analysis knows as a capability.
+// A std::mutex the analysis knows as a capability, which counts the time
+// threads waited for it: an uncontended Lock is one try_lock, as a plain
+// lock(); only a thread that finds it held reads the clock.
 class LMS_CAPABILITY("mutex") Mutex {
  public:
-  void Lock() LMS_ACQUIRE() { mu_.lock(); }
+  void Lock() LMS_ACQUIRE() {
+    if (mu_.try_lock()) return;
+    const auto start = std::chrono::steady_clock::now();
+    mu_.lock();
+    waited_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(
+                      std::chrono::steady_clock::now() - start)
+                      .count();
+  }
   void Unlock() LMS_RELEASE() { mu_.unlock(); }
+
+  // Nanoseconds Lock() waited while another thread held the mutex, in all
+  // (time in AwaitWithTimeout is not counted).
+  int64_t waited_ns() const LMS_EXCLUSIVE_LOCKS_REQUIRED(this) { return waited_ns_; }
 
   // Waits on `cv` until pred() or the timeout; the mutex is held on entry
   // and on return (released while waiting).
@@ -51,6 +65,8 @@ class LMS_CAPABILITY("mutex") Mutex {
 
  private:
   std::mutex mu_;
+  // Written and read only with mu_ held.
+  int64_t waited_ns_ = 0;
 };
 
 // Holds a Mutex for its scope.
