@@ -39,12 +39,7 @@ namespace lms {
 class LMS_CAPABILITY("mutex") Mutex {
  public:
   void Lock() LMS_ACQUIRE() {
-    if (mu_.try_lock()) return;
-    const auto start = std::chrono::steady_clock::now();
-    mu_.lock();
-    waited_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(
-                      std::chrono::steady_clock::now() - start)
-                      .count();
+    if (!mu_.try_lock()) LockHeld();
   }
   void Unlock() LMS_RELEASE() { mu_.unlock(); }
 
@@ -64,6 +59,15 @@ class LMS_CAPABILITY("mutex") Mutex {
   }
 
  private:
+  // Out of line, so that Lock stays a try_lock where it is inlined.
+  __attribute__((noinline)) void LockHeld() LMS_ACQUIRE() {
+    const auto start = std::chrono::steady_clock::now();
+    mu_.lock();
+    waited_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(
+                      std::chrono::steady_clock::now() - start)
+                      .count();
+  }
+
   std::mutex mu_;
   // Written and read only with mu_ held.
   int64_t waited_ns_ = 0;
