@@ -50,7 +50,7 @@ from mincap import GRANULE_MB, UNCAPPED_MB, build_model, run_probe_script  # noq
 MIB = 1 << 20
 MODELS = ("resnet50", "densenet121", "transformer")
 FRACTIONS = (0.5, 0.25)
-PARTS = ("copying", "mapping", "unmapping", "waiting", "fencing", "lock_waiting")
+PARTS = ("copying", "mapping", "unmapping", "waiting", "fencing")  # of evicting and paging in
 
 
 def run_probe_in_this_process(model_name: str, steps: int, result_path: Path) -> int:
@@ -131,7 +131,7 @@ def report(case: Case, uncapped: Case, bandwidth: float) -> float | None:
     moved = case.per_step.get("bytes_copied", 0)
     floor = moved / bandwidth
     ms = {name: case.per_step.get(f"time_{name}_ns", 0) / 1e6
-          for name in ("evicting", "paging_in", *PARTS)}
+          for name in ("evicting", "paging_in", *PARTS, "lock_waiting")}
     overhead = (case.step - uncapped.step) / floor if floor > 0 else None
     accounted = (ms["evicting"] + ms["paging_in"]) / 1e3 / floor if floor > 0 else None
     copy_rate = moved / (ms["copying"] / 1e3) / 1e9 if ms["copying"] > 0 else 0.0

@@ -444,10 +444,6 @@ def replay_belady(events: Events, device_bytes: int, granule: int, steps: int) -
     """Offline: on a shortfall, evicts the inactive allocation pinned farthest ahead."""
     sizes = [modelled_size(s, granule) for s in events.sizes]
     uses = _uses(events)
-
-    def next_use(a: int, now: int) -> float:
-        return _next_use(uses, a, now)
-
     resident: set[int] = set()
     unclaimed: set[int] = set()  # Note [Writers outside kernels]: never evicted
     pins: dict[int, int] = {}
@@ -462,7 +458,7 @@ def replay_belady(events: Events, device_bytes: int, granule: int, steps: int) -
             candidates = [a for a in resident if pins.get(a, 0) == 0 and a not in unclaimed]
             if not candidates:
                 raise ReplayError("pinned and unclaimed memory exceeds the device")
-            victim = max(candidates, key=lambda a: (next_use(a, now), sizes[a]))
+            victim = max(candidates, key=lambda a: (_next_use(uses, a, now), sizes[a]))
             resident.discard(victim)
             used -= sizes[victim]
             moved += sizes[victim]
