@@ -50,7 +50,7 @@ VENV_CUDA_INCLUDE := $(VENV)/cuda_include
 CUDA_INCLUDE ?= $(VENV_CUDA_INCLUDE)
 # The engine's C++ tests run over both backends (tests/cc/test_backend.h):
 # POSIX, then CUDA over the fake driver built with the same sanitizer.
-ENGINE_TEST_HDRS := tests/cc/test_backend.h tests/cc/fake_cuda_access.h \
+ENGINE_TEST_HDRS := tests/cc/test_backend.h tests/cc/gated_backend.h tests/cc/fake_cuda_access.h \
                     $(FAKE_CUDA_DIR)/fake_cuda.h
 ENGINE_TEST_CXXFLAGS := -Itests
 CUDA_TEST_ASAN := LMS_TEST_BACKEND=cuda TF_LMS_CUDA_DRIVER_PATH=$(FAKE_CUDA_ASAN_LIB)

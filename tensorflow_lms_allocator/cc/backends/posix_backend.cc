@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
@@ -145,9 +146,11 @@ Status PosixBackend::Unmap(uintptr_t address, size_t count) {
 Status PosixBackend::CopyGranules(PoolKind dst_pool, const GranuleId* dst,
                                   PoolKind src_pool, const GranuleId* src,
                                   size_t bytes) {
-  ScopedNanos timed(&stats_.copy_ns);
+  const auto start = std::chrono::steady_clock::now();
   char* dst_window = pools_[static_cast<int>(dst_pool)].window;
   const char* src_window = pools_[static_cast<int>(src_pool)].window;
+  int64_t copies = 0;
+  const int64_t bytes_copied = static_cast<int64_t>(bytes);
   // Consecutive ids on both sides are one copy.
   size_t i = 0;
   while (bytes > 0) {
@@ -159,12 +162,23 @@ Status PosixBackend::CopyGranules(PoolKind dst_pool, const GranuleId* dst,
     const size_t n = std::min(bytes, run * granule_);
     StreamingCopy(dst_window + size_t{dst[i]} * granule_,
                   src_window + size_t{src[i]} * granule_, n);
-    ++stats_.copies;
-    stats_.bytes_copied += static_cast<int64_t>(n);
+    ++copies;
     bytes -= n;
     i += run;
   }
+  const int64_t copy_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                              std::chrono::steady_clock::now() - start)
+                              .count();
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  stats_.copy_ns += copy_ns;
+  stats_.copies += copies;
+  stats_.bytes_copied += bytes_copied;
   return Status::Ok();
+}
+
+BackendStatistics PosixBackend::GetStatistics() const {
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  return stats_;
 }
 
 // fork(): Note [Fork] in engine/fork_handlers.h. All of this runs with the

@@ -37,6 +37,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <mutex>
 #include <utility>
 #include <vector>
 
@@ -63,7 +64,10 @@ class PosixBackend : public Backend {
                       size_t bytes) override;
   Status CopiesAfterCompute() override { return Status::Ok(); }
   Status WaitForCopies() override { return Status::Ok(); }
-  BackendStatistics GetStatistics() const override { return stats_; }
+  // Copies read and write only the pool windows, mapped once at CreatePool
+  // and replaced only by fork's handlers, which run with no copy in flight.
+  bool CopiesMayRunUnlocked() const override { return true; }
+  BackendStatistics GetStatistics() const override;
   void PrepareFork() override;
   void AfterForkInParent() override;
   void AfterForkInChild() override;
@@ -93,7 +97,12 @@ class PosixBackend : public Backend {
 
   const size_t granule_;
   PoolFile pools_[2];
-  BackendStatistics stats_;  // copies only: nothing here waits or fences
+  // Copies only: nothing here waits or fences. Copies run beside each other
+  // and beside the engine's other calls (CopiesMayRunUnlocked), so their
+  // counts are added under stats_mu_; the mapping times are written with
+  // the engine's lock held.
+  mutable std::mutex stats_mu_;
+  BackendStatistics stats_;
   // Reserved address ranges (base, bytes): what a fork child must cut off
   // from the parent's memory if it cannot have its own copy.
   std::vector<std::pair<uintptr_t, size_t>> reserved_;

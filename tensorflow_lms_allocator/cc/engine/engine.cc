@@ -159,10 +159,10 @@ void* Engine::AllocateLarge(size_t bytes, Hold hold, bool optional, Status* stat
         " free; raise TF_GPU_HOST_MEM_LIMIT_IN_MB");
     return nullptr;
   }
-  const ChunkId c =
-      PlaceUnit(n, hold,
-                /*may_evict=*/!optional && (hold != Hold::kWriter || WriterMayEvict(n)),
-                /*may_be_born_evicted=*/!optional && hold != Hold::kPin, status);
+  const bool may_evict = !optional && (hold != Hold::kWriter || WriterMayEvict(n));
+  if (may_evict) MakeRoomUnlocked(n);
+  const ChunkId c = PlaceUnit(n, hold, may_evict,
+                              /*may_be_born_evicted=*/!optional && hold != Hold::kPin, status);
   if (c == kNoChunk) return nullptr;
   if (learning_) {
     learned_.SetKey(c, LearnedPolicy::Key(StrictMonitor::ThreadLabel(), bytes,
@@ -214,7 +214,10 @@ ChunkId Engine::PlaceUnit(uint64_t n, Hold hold, bool may_evict,
   // Cached slots in the range keep their granules: no mapping call. They
   // leave the cache first, so defragmentation below cannot take them.
   const uint64_t unmapped = n - backing_.TakeCachedRun(first, n);
-  Status s = unmapped > 0 ? ObtainDeviceGranules(unmapped, may_evict) : Status::Ok();
+  // The lock is held from the range's placement on: evictions here copy
+  // under it (MakeRoomUnlocked ran before, where records were whole).
+  Status s = unmapped > 0 ? ObtainDeviceGranules(unmapped, may_evict, /*may_unlock=*/false)
+                          : Status::Ok();
   if (s.ok() && unmapped > 0) {
     scratch_.resize(unmapped);
     device_pool_.Take(unmapped, scratch_.data());
@@ -280,6 +283,7 @@ ChunkId Engine::PlaceUnit(uint64_t n, Hold hold, bool may_evict,
 
 Status Engine::Free(void* ptr) {
   MutexLock lock(mu_);
+  AwaitPageIn(ptr);
   Trace(TraceEvent::kFree, reinterpret_cast<uintptr_t>(ptr), 0, 0);
   const ChunkId c = UnitAt(ptr);
   if (c != kNoChunk && residency_.IsPage(c)) {
@@ -349,6 +353,7 @@ int64_t Engine::UnitLiveBytes(ChunkId c) const {
 }
 
 uint32_t Engine::PinUnit(ChunkId c) {
+  residency_.AbandonEviction(c);
   const uint32_t count = residency_.Pin(c);
   if (count == 1) {
     if (learning_) learned_.Activated(c);
@@ -439,13 +444,14 @@ void Engine::FollowObjectPin(ChunkId c, const void* ptr, bool pinned) {
 
 Status Engine::Pin(const void* ptr, uint64_t* unit_id) {
   MutexLock lock(mu_);
+  AwaitPageIn(ptr);
   uint64_t id = 0;
   bool page_in = false;
   Status s;
   const ChunkId c = PinPointer(ptr, &id, &page_in, &s);
   if (unit_id != nullptr) *unit_id = id;
   if (page_in) {
-    s = PageIn(c);
+    s = PageIn(c, /*may_unlock=*/true);
     if (!s.ok()) UndoFailedPin(c, ptr);
   }
   RefreshPoolStatistics();
@@ -461,6 +467,14 @@ Status Engine::PinAll(const void* const* ptrs, size_t count, uint64_t* ids) {
       failure = s;
     }
   };
+  // Every page-in another pin started ends first: nothing is pinned while
+  // waiting, so no waiter holds memory a page-in may need to evict.
+  mu_.Await(moved_, [&]() LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return std::none_of(ptrs, ptrs + count, [&](const void* p)
+                                                LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+                                                  return PagingIn(p);
+                                                });
+  });
   pin_units_.assign(count, kNoChunk);
   page_ins_.clear();
   for (size_t i = 0; i < count; ++i) {
@@ -474,16 +488,20 @@ Status Engine::PinAll(const void* const* ptrs, size_t count, uint64_t* ids) {
     }
   }
   if (!page_ins_.empty()) {
-    page_in_results_.assign(page_ins_.size(), Status::Ok());
-    PageInUnits(page_ins_.data(), page_ins_.size(), page_in_results_.data());
+    // Copies: the page-in may release the lock, and another PinAll reuse
+    // the members meanwhile.
+    const std::vector<ChunkId> units = pin_units_;
+    const std::vector<ChunkId> page_ins = page_ins_;
+    std::vector<Status> results(page_ins.size());
+    PageInUnits(page_ins.data(), page_ins.size(), results.data(), /*may_unlock=*/true);
     for (size_t i = 0; i < count; ++i) {
-      if (pin_units_[i] == kNoChunk) continue;
-      const size_t j = std::find(page_ins_.begin(), page_ins_.end(), pin_units_[i]) -
-                       page_ins_.begin();
-      if (j == page_ins_.size() || page_in_results_[j].ok()) continue;
-      note(page_in_results_[j]);
+      if (units[i] == kNoChunk) continue;
+      const size_t j =
+          std::find(page_ins.begin(), page_ins.end(), units[i]) - page_ins.begin();
+      if (j == page_ins.size() || results[j].ok()) continue;
+      note(results[j]);
       ids[i] = 0;
-      UndoFailedPin(pin_units_[i], ptrs[i]);
+      UndoFailedPin(units[i], ptrs[i]);
     }
   }
   RefreshPoolStatistics();
@@ -588,12 +606,15 @@ Status Engine::Evict(const void* ptr) {
   const Residency::Record& r = residency_.record(c);
   if (r.evicted) return FailedPrecondition("evict of " + FormatAddress(ptr) + ": already evicted");
   if (r.pin_count > 0) return FailedPrecondition("evict of " + FormatAddress(ptr) + ": it is pinned");
+  if (r.move != Residency::Move::kNone) {
+    return FailedPrecondition("evict of " + FormatAddress(ptr) + ": it is being moved");
+  }
   if (r.unclaimed > 0) {
     return FailedPrecondition("evict of " + FormatAddress(ptr) +
                               ": it holds memory allocated outside any kernel that no "
                               "pin has claimed yet (its writer may still be writing it)");
   }
-  Status s = EvictChunks({c});
+  Status s = EvictChunks({c}, /*may_unlock=*/false);
   RefreshPoolStatistics();
   return s;
 }
@@ -702,7 +723,9 @@ Status Engine::CopyToHost(const void* ptr, void* dst, size_t bytes) const {
 
 Status Engine::CopyFromHost(void* ptr, const void* src, size_t bytes) {
   MutexLock lock(mu_);
+  AwaitPageIn(ptr);
   LMS_RETURN_IF_ERROR(CheckCopyRange(ptr, bytes));
+  residency_.AbandonEviction(UnitAt(ptr));
   return backend_->CopyFromHost(reinterpret_cast<uintptr_t>(ptr), src, bytes);
 }
 

@@ -61,9 +61,37 @@
 // device must not push out everything kernels use and leave them nothing to
 // evict). Only its claiming pin pages a born-evicted one in.
 //
-// Thread-safety: one mutex guards all state. Copies run under it (POSIX) or
-// are enqueued and waited for under it (CUDA): none is in flight when it is
-// free. Allocate/Free/Pin/Unpin are the fast paths (engine.cc); small objects
+// Note [Copies outside the lock]. On a backend whose copies are the calling
+// thread's own (the emulated device: Backend::CopiesMayRunUnlocked), an
+// eviction or a page-in releases the engine's lock while it copies, so
+// kernels on other threads allocate, free and pin meanwhile instead of
+// waiting for the bytes (they waited 0.6-1.0x the copies' time a step for
+// the lock). The units being copied are *moving* (Residency::Move), and
+// their granules in transit: the copy's destination is out of its pool and
+// mapped nowhere, counted in transit_granules_. While the lock is free:
+//   - an evicting unit stays mapped from its device granules, off the LRU
+//     list. A pin of it, a new object in its page or a CopyFromHost into it
+//     *abandons* the eviction (the device memory may be written after the
+//     copy read it): the evictor gives the host granules back and the unit
+//     stays resident. Freed meanwhile, its record is gone (or belongs to a
+//     later unit: the allocation id tells) and the same happens;
+//   - a unit paging in is pinned by its pinner and stays mapped from its
+//     host granules until the remap. Pin, PinAll, Free and CopyFromHost of
+//     it wait for the move to end (moved_), so nothing writes bytes the copy
+//     already read, and no second page-in starts;
+//   - the lock is released only where every record is whole: before a new
+//     unit's range is placed (MakeRoomUnlocked), and once a pin is taken;
+//     never inside PlaceUnit, Prefetch or the Evict tool, which copy under
+//     the lock as the CUDA backend always does;
+//   - fork waits for the moves in flight and lets none start (PrepareFork).
+// A reclaim whose victims were abandoned or whose room other threads took
+// plans again, a bounded number of rounds.
+//
+// Thread-safety: one mutex guards all state. Copies run under it or, on the
+// emulated device, beside it on units marked moving (Note [Copies outside
+// the lock]); on a GPU they are enqueued and waited for under it: none is in
+// flight on a unit that is not moving while it is free.
+// Allocate/Free/Pin/Unpin are the fast paths (engine.cc); small objects
 // are in engine_small.cc; eviction and page-in in engine_reclaim.cc;
 // CheckInvariants in engine_invariants.cc.
 #ifndef TENSORFLOW_LMS_ALLOCATOR_CC_ENGINE_ENGINE_H_
@@ -400,9 +428,50 @@ class Engine {
 
   // Out-of-memory path, eviction and page-in (engine_reclaim.cc).
   // Ensures the device pool holds at least `granules` free granules, by
-  // defragmentation and, if `may_evict`, eviction.
-  Status ObtainDeviceGranules(uint64_t granules, bool may_evict = true)
+  // defragmentation and, if `may_evict`, eviction. With `may_unlock` (only
+  // where every record is whole) evictions may copy without the lock (Note
+  // [Copies outside the lock]).
+  Status ObtainDeviceGranules(uint64_t granules, bool may_evict, bool may_unlock)
       LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Before a new unit of `n` granules is placed: evicts, copying without the
+  // lock, until free and cached device granules could cover it, so that
+  // PlaceUnit, which holds the lock throughout, rarely evicts itself.
+  // Best effort: PlaceUnit's own path reports what is short.
+  void MakeRoomUnlocked(uint64_t n) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Plans a reclaim of `needed` granules by the policy and evicts its
+  // victims. False (with *status OK) if the policy found too few inactive
+  // granules; *status is the eviction's outcome otherwise.
+  bool Reclaim(uint64_t needed, bool may_unlock, Status* status)
+      LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether a move may release the lock now: the backend's copies allow it
+  // and no fork is waiting for the moves in flight.
+  bool MayCopyUnlocked() const LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return backend_->CopiesMayRunUnlocked() && !fork_waiting_;
+  }
+  // Runs `copies` (which touches no guarded state), without the lock if
+  // `unlocked`; the caller calls NoteMovesEnded once the move's units are
+  // settled.
+  template <typename Copies>
+  Status RunCopies(bool unlocked, const Copies& copies) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (!unlocked) return copies();
+    // Other threads read the pools' counters and check every invariant
+    // while the lock is free.
+    RefreshPoolStatistics();
+    ++moves_in_flight_;
+    mu_.Unlock();
+    Status s = copies();
+    mu_.Lock();
+    --moves_in_flight_;
+    return s;
+  }
+  // While other threads' evictions copy, their victims are off the LRU list:
+  // a reclaim that found too few waits for one of those moves to end (true)
+  // rather than fail; false if none is in flight.
+  bool AwaitOtherMoves() LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void NoteMovesEnded() LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether the unit holding `ptr`, if any, is paging in; waits until not.
+  bool PagingIn(const void* ptr) const LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AwaitPageIn(const void* ptr) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint64_t StealCachedGranules(uint64_t granules)
       LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Evicts `victims` as one batch: one fence, every copy, one host wait for
@@ -412,16 +481,21 @@ class Engine {
   // evicted and the rest keep their device granules; when the copies can be
   // neither ordered nor waited for, every victim goes back to its device
   // granules. No granule is lost.
-  Status EvictChunks(const std::vector<ChunkId>& victims)
+  // With `may_unlock` the copies may run without the lock, and a victim
+  // reached meanwhile stays resident (Note [Copies outside the lock]).
+  Status EvictChunks(const std::vector<ChunkId>& victims, bool may_unlock)
       LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  Status PageIn(ChunkId id) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Status PageIn(ChunkId id, bool may_unlock) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Pages in ids[0..count) (distinct evicted units, each no larger than the
   // device) as one batch: one fence before the copies, one host wait before
   // the remaps and one order of the fenced streams after the copies, not one
   // of each per unit (Note [Stream protocol]). out[i] is ids[i]'s outcome; a
   // unit that failed stays evicted with every byte. If the device cannot
-  // hold them all at once, each is paged in alone, in order.
-  void PageInUnits(const ChunkId* ids, size_t count, Status* out)
+  // hold them all at once, each is paged in alone, in order. With
+  // `may_unlock` (the units pinned by the caller) the copies may run without
+  // the lock; the units are moving from the start, so no other pin pages
+  // them in too.
+  void PageInUnits(const ChunkId* ids, size_t count, Status* out, bool may_unlock)
       LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The snapshot a trace starts with (Note [Access trace format]): every
   // live allocation, then its unit's pins.
@@ -483,6 +557,14 @@ class Engine {
   // Mutable, guarded by mu_.
   mutable Mutex mu_;
   mutable std::condition_variable released_;
+  // Notified when moves end (Note [Copies outside the lock]).
+  std::condition_variable moved_;
+  int moves_in_flight_ LMS_GUARDED_BY(mu_) = 0;
+  uint64_t moves_ended_ LMS_GUARDED_BY(mu_) = 0;
+  bool fork_waiting_ LMS_GUARDED_BY(mu_) = false;
+  // Granules out of their pool as the destination of a copy in flight, by
+  // PoolKind (host for evictions, device for page-ins).
+  uint64_t transit_granules_[2] LMS_GUARDED_BY(mu_) = {0, 0};
   uint64_t release_epoch_ LMS_GUARDED_BY(mu_) = 0;
   mutable int release_waiters_ LMS_GUARDED_BY(mu_) = 0;
   GranulePool device_pool_ LMS_GUARDED_BY(mu_);
@@ -504,11 +586,10 @@ class Engine {
   uint64_t stranded_granules_[2] LMS_GUARDED_BY(mu_) = {0, 0};
   // Granule ids for PlaceUnit, kept to avoid allocating on every call.
   std::vector<GranuleId> scratch_ LMS_GUARDED_BY(mu_);
-  // PinAll's unit per pointer, the units it pages in and their outcomes,
-  // kept for the same reason.
+  // PinAll's unit per pointer and the units it pages in, kept for the same
+  // reason (copied before a page-in that may release the lock).
   std::vector<ChunkId> pin_units_ LMS_GUARDED_BY(mu_);
   std::vector<ChunkId> page_ins_ LMS_GUARDED_BY(mu_);
-  std::vector<Status> page_in_results_ LMS_GUARDED_BY(mu_);
   std::unique_ptr<TraceRecorder> trace_ LMS_GUARDED_BY(mu_);
 };
 

@@ -80,6 +80,13 @@ void UnregisterForFork(Engine* engine) {
 
 void Engine::PrepareFork() {
   mu_.Lock();  // released by AfterForkInParent / AfterForkInChild
+  // A copy in flight without the lock (Note [Copies outside the lock]) would
+  // be half done in the child, where its thread does not exist: the moves
+  // end first, and none starts while this waits.
+  fork_waiting_ = true;
+  mu_.Await(moved_,
+            [this]() LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return moves_in_flight_ == 0; });
+  fork_waiting_ = false;
   backend_->PrepareFork();
 }
 
@@ -94,6 +101,14 @@ void Engine::AfterForkInChild() {
   // condition variable that counts phantom waiters may block a notify: start
   // a fresh one (nobody can be waiting on it in this one-thread process).
   new (&released_) std::condition_variable();
+  new (&moved_) std::condition_variable();
+  // Page-ins that the parent's threads claimed and had not begun to copy
+  // (waiting for other moves): those threads are not here to end them.
+  for (ChunkId c = 0; c < residency_.size(); ++c) {
+    if (residency_.tracked(c) && residency_.record(c).move != Residency::Move::kNone) {
+      residency_.EndMove(c);
+    }
+  }
   release_waiters_ = 0;
   mu_.Unlock();
 }

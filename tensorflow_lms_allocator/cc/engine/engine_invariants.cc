@@ -84,6 +84,10 @@ Status Engine::CheckInvariantsLocked() const {
     const Residency::Record& r = residency_.record(id);
     if (r.granules != ch.size) bad = Eq("a unit's granules", r.granules, ch.size);
     if (r.pin_count >= (1u << 31)) bad = "a pin count went below zero";
+    if (r.move == Residency::Move::kPagingIn && (!r.evicted || r.pin_count == 0)) {
+      bad = "a unit paging in is not evicted and pinned";
+    }
+    if (r.move == Residency::Move::kEvicting && r.evicted) bad = "an evicting unit is evicted";
     if (r.in_lru != Residency::Evictable(r)) {
       bad = "a unit is on the LRU list iff it is resident, unpinned and has nothing "
             "unclaimed: not so at slot " + std::to_string(ch.start);
@@ -149,12 +153,14 @@ Status Engine::CheckInvariantsLocked() const {
   } equations[] = {
       {"device granules in use", static_cast<int64_t>(device_pool_.in_use()),
        static_cast<int64_t>(resident + cached +
-                            stranded_granules_[static_cast<int>(PoolKind::kDevice)])},
+                            stranded_granules_[static_cast<int>(PoolKind::kDevice)] +
+                            transit_granules_[static_cast<int>(PoolKind::kDevice)])},
       {"cached granules", static_cast<int64_t>(backing_.cached_count()),
        static_cast<int64_t>(cached)},
       {"host granules in use", static_cast<int64_t>(host_pool_.in_use()),
        static_cast<int64_t>(evicted +
-                            stranded_granules_[static_cast<int>(PoolKind::kHost)])},
+                            stranded_granules_[static_cast<int>(PoolKind::kHost)] +
+                            transit_granules_[static_cast<int>(PoolKind::kHost)])},
       {"LRU granules", static_cast<int64_t>(residency_.inactive_resident_granules()),
        static_cast<int64_t>(lru)},
       {"unclaimed resident granules",

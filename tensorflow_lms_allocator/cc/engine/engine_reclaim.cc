@@ -29,28 +29,83 @@
 
 namespace lms {
 
-Status Engine::ObtainDeviceGranules(uint64_t granules, bool may_evict) {
-  if (device_pool_.free_count() >= granules) return Status::Ok();
-  if (defrag_enabled_ && backing_.cached_count() > 0) {
-    const uint64_t stolen =
-        StealCachedGranules(granules - device_pool_.free_count());
-    ++stats_.num_defragmentations;
-    stats_.bytes_defragged += static_cast<int64_t>(stolen * granule_);
+namespace {
+
+// Reclaims that plan again after other threads took the room an eviction
+// made, or pinned its victims while they were copied without the lock.
+constexpr int kMaxReclaimRounds = 8;
+
+}  // namespace
+
+Status Engine::ObtainDeviceGranules(uint64_t granules, bool may_evict, bool may_unlock) {
+  for (int round = 0;; ++round) {
     if (device_pool_.free_count() >= granules) return Status::Ok();
-  }
-  if (lms_enabled_ && may_evict) {
-    ReclaimPlan plan;
-    const uint64_t needed = granules - device_pool_.free_count();
-    const bool learned = learning_ && learned_.trusted();
-    if (learned ? learned_.Plan(residency_, needed, &plan)
-                : PlanReclaim(residency_, needed, &plan)) {
-      LMS_RETURN_IF_ERROR(EvictChunks(plan.victims));
-      ++(plan.single ? stats_.num_single_reclaims : stats_.num_full_reclaims);
-      if (learned) ++stats_.num_learned_reclaims;
+    if (defrag_enabled_ && backing_.cached_count() > 0) {
+      const uint64_t stolen =
+          StealCachedGranules(granules - device_pool_.free_count());
+      ++stats_.num_defragmentations;
+      stats_.bytes_defragged += static_cast<int64_t>(stolen * granule_);
       if (device_pool_.free_count() >= granules) return Status::Ok();
     }
+    if (!lms_enabled_ || !may_evict || round == kMaxReclaimRounds) break;
+    Status evicted;
+    if (!Reclaim(granules - device_pool_.free_count(), may_unlock, &evicted)) {
+      if (may_unlock && AwaitOtherMoves()) continue;
+      break;
+    }
+    LMS_RETURN_IF_ERROR(evicted);
   }
   return OutOfMemory(granules, "the request");
+}
+
+void Engine::MakeRoomUnlocked(uint64_t n) {
+  if (!lms_enabled_ || !defrag_enabled_ || !MayCopyUnlocked()) return;
+  for (int round = 0; round < kMaxReclaimRounds; ++round) {
+    // Cached granules count as room: PlaceUnit takes them at the new range
+    // or, defragmenting, from another.
+    const uint64_t room = device_pool_.free_count() + backing_.cached_count();
+    if (room >= n) return;
+    Status evicted;
+    if (!Reclaim(n - room, /*may_unlock=*/true, &evicted)) {
+      if (AwaitOtherMoves()) continue;
+      return;
+    }
+    if (!evicted.ok()) return;
+  }
+}
+
+bool Engine::AwaitOtherMoves() {
+  if (moves_in_flight_ == 0) return false;
+  const uint64_t ended = moves_ended_;
+  mu_.Await(moved_, [&]() LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return moves_ended_ != ended; });
+  return true;
+}
+
+void Engine::NoteMovesEnded() {
+  ++moves_ended_;
+  moved_.notify_all();
+}
+
+bool Engine::Reclaim(uint64_t needed, bool may_unlock, Status* status) {
+  ReclaimPlan plan;
+  const bool learned = learning_ && learned_.trusted();
+  if (!(learned ? learned_.Plan(residency_, needed, &plan)
+                : PlanReclaim(residency_, needed, &plan))) {
+    return false;
+  }
+  *status = EvictChunks(plan.victims, may_unlock);
+  ++(plan.single ? stats_.num_single_reclaims : stats_.num_full_reclaims);
+  if (learned) ++stats_.num_learned_reclaims;
+  return true;
+}
+
+bool Engine::PagingIn(const void* ptr) const {
+  const ChunkId c = UnitAt(ptr);
+  return c != kNoChunk && residency_.record(c).move == Residency::Move::kPagingIn;
+}
+
+void Engine::AwaitPageIn(const void* ptr) {
+  mu_.Await(moved_, [&]() LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !PagingIn(ptr); });
 }
 
 Status Engine::Foresee(uint64_t now, const void* ptr, uint64_t next_use) {
@@ -77,7 +132,8 @@ Status Engine::Prefetch(uint64_t lookahead, uint64_t* units) {
     const uint64_t available =
         device_pool_.free_count() + (defrag_enabled_ ? backing_.cached_count() : 0);
     if (available < n) break;  // a prefetch never evicts
-    LMS_RETURN_IF_ERROR(PageIn(c));
+    // Under the lock: the units due are listed, not pinned.
+    LMS_RETURN_IF_ERROR(PageIn(c, /*may_unlock=*/false));
     ++stats_.num_prefetches;
     ++*units;
   }
@@ -159,12 +215,14 @@ bool Engine::RestoreMapping(uint64_t first_slot, uint64_t count, PoolKind pool,
   return false;
 }
 
-Status Engine::EvictChunks(const std::vector<ChunkId>& victims) {
+Status Engine::EvictChunks(const std::vector<ChunkId>& victims, bool may_unlock) {
   ScopedNanos timed(&stats_.time_evicting_ns);
   struct Victim {
     ChunkId id;
+    uint64_t allocation_id;
     uint64_t first;
     uint64_t n;
+    size_t bytes;
     std::vector<GranuleId> host;
     std::vector<GranuleId> device;
   };
@@ -176,18 +234,56 @@ Status Engine::EvictChunks(const std::vector<ChunkId>& victims) {
   // it are still evicted, and the shortage is what the caller hears.
   Status shortage;
   for (ChunkId id : victims) {
-    Victim v{id, arena_.chunk(id).start, residency_.record(id).granules, {}, {}};
+    const BestFitArena::Chunk& chunk = arena_.chunk(id);
+    Victim v{id, chunk.allocation_id, chunk.start, residency_.record(id).granules,
+             chunk.requested_bytes, {}, {}};
     shortage = TakeHostGranules(v.n, "evicting", &v.host);
     if (!shortage.ok()) break;
     v.device.resize(v.n);
     for (uint64_t i = 0; i < v.n; ++i) v.device[i] = backing_.at(v.first + i).granule;
     batch.push_back(std::move(v));
   }
+  const bool unlocked = may_unlock && !batch.empty() && MayCopyUnlocked();
+  if (unlocked) {
+    for (const Victim& v : batch) {
+      residency_.BeginMove(v.id, Residency::Move::kEvicting);
+      transit_granules_[static_cast<int>(PoolKind::kHost)] += v.n;
+    }
+  }
   Status s = batch.empty() ? Status::Ok() : backend_->CopiesAfterCompute();
-  for (size_t i = 0; s.ok() && i < batch.size(); ++i) {
-    s = backend_->CopyGranules(PoolKind::kHost, batch[i].host.data(), PoolKind::kDevice,
-                               batch[i].device.data(),
-                               arena_.chunk(batch[i].id).requested_bytes);
+  if (s.ok()) {
+    s = RunCopies(unlocked, [&] {
+      Status copied;
+      for (size_t i = 0; copied.ok() && i < batch.size(); ++i) {
+        copied = backend_->CopyGranules(PoolKind::kHost, batch[i].host.data(),
+                                        PoolKind::kDevice, batch[i].device.data(),
+                                        batch[i].bytes);
+      }
+      return copied;
+    });
+  }
+  if (unlocked) {
+    // A victim pinned, given a new object, written or freed meanwhile stays
+    // where it is (Note [Copies outside the lock]); its copy is dropped.
+    size_t kept = 0;
+    for (size_t i = 0; i < batch.size(); ++i) {
+      Victim& v = batch[i];
+      transit_granules_[static_cast<int>(PoolKind::kHost)] -= v.n;
+      const bool same = residency_.tracked(v.id) &&
+                        arena_.chunk(v.id).allocation_id == v.allocation_id &&
+                        residency_.record(v.id).move == Residency::Move::kEvicting;
+      const bool abandoned = !same || residency_.record(v.id).move_abandoned;
+      if (same) residency_.EndMove(v.id);
+      if (abandoned) {
+        host_pool_.Give(v.host.data(), v.n);
+        ++stats_.num_evictions_abandoned;
+      } else {
+        if (kept != i) batch[kept] = std::move(v);
+        ++kept;
+      }
+    }
+    batch.resize(kept);
+    NoteMovesEnded();
   }
   // The host waits once for the work queued on the victims' mappings, not
   // for the copies: they read the device pool's window, not the addresses,
@@ -294,40 +390,55 @@ void Engine::NoteEvicted(ChunkId id) {
   stats_.UpdatePeaks();
 }
 
-Status Engine::PageIn(ChunkId id) {
+Status Engine::PageIn(ChunkId id, bool may_unlock) {
   Status s;
-  PageInUnits(&id, 1, &s);
+  PageInUnits(&id, 1, &s, may_unlock);
   return s;
 }
 
-void Engine::PageInUnits(const ChunkId* ids, size_t count, Status* out) {
+void Engine::PageInUnits(const ChunkId* ids, size_t count, Status* out, bool may_unlock) {
   uint64_t total = 0;
   for (size_t i = 0; i < count; ++i) total += residency_.record(ids[i]).granules;
-  Status room = ObtainDeviceGranules(total);
+  // Moving before the reclaim below can release the lock: a pin of these
+  // units meanwhile waits for this page-in instead of starting its own.
+  const bool unlocked = may_unlock && MayCopyUnlocked();
+  const auto end_moves = [&]() LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (!unlocked) return;
+    for (size_t i = 0; i < count; ++i) residency_.EndMove(ids[i]);
+    NoteMovesEnded();
+  };
+  if (unlocked) {
+    for (size_t i = 0; i < count; ++i) residency_.BeginMove(ids[i], Residency::Move::kPagingIn);
+  }
+  Status room = ObtainDeviceGranules(total, /*may_evict=*/true, unlocked);
   if (!room.ok() && count > 1) {
     // Not all at once: each as far as the device allows, in order.
-    for (size_t i = 0; i < count; ++i) PageInUnits(&ids[i], 1, &out[i]);
+    end_moves();
+    for (size_t i = 0; i < count; ++i) PageInUnits(&ids[i], 1, &out[i], may_unlock);
     return;
   }
   if (!room.ok()) {
+    end_moves();
     out[0] = ResourceExhausted("cannot page in " + FormatBytes(total * granule_) + ": " +
                                room.message());
     return;
   }
   // Timed from here: the evictions that made room count as evictions.
   ScopedNanos timed(&stats_.time_paging_in_ns);
-  struct Move {
+  struct Arrival {
     uint64_t first;
     uint64_t n;
+    size_t bytes;
     std::vector<GranuleId> device;
     std::vector<GranuleId> host;
     // A restore failed: the device granules may still be mapped at the slots.
     bool stranded = false;
   };
-  std::vector<Move> moves(count);
+  std::vector<Arrival> moves(count);
   for (size_t i = 0; i < count; ++i) {
-    Move& m = moves[i];
+    Arrival& m = moves[i];
     m.first = arena_.chunk(ids[i]).start;
+    m.bytes = arena_.chunk(ids[i]).requested_bytes;
     m.n = residency_.record(ids[i]).granules;
     m.device.resize(m.n);
     m.host.resize(m.n);
@@ -342,10 +453,18 @@ void Engine::PageInUnits(const ChunkId* ids, size_t count, Status* out) {
   // The copies follow queued work too: TensorFlow's own host-to-device
   // copies write tensors nobody pinned (a born-evicted one), over the bus.
   Status batch = backend_->CopiesAfterCompute();
-  for (size_t i = 0; batch.ok() && i < count; ++i) {
-    batch = backend_->CopyGranules(PoolKind::kDevice, moves[i].device.data(), PoolKind::kHost,
-                                   moves[i].host.data(), arena_.chunk(ids[i]).requested_bytes);
+  if (unlocked) transit_granules_[static_cast<int>(PoolKind::kDevice)] += total;
+  if (batch.ok()) {
+    batch = RunCopies(unlocked, [&] {
+      Status copied;
+      for (size_t i = 0; copied.ok() && i < count; ++i) {
+        copied = backend_->CopyGranules(PoolKind::kDevice, moves[i].device.data(),
+                                        PoolKind::kHost, moves[i].host.data(), moves[i].bytes);
+      }
+      return copied;
+    });
   }
+  if (unlocked) transit_granules_[static_cast<int>(PoolKind::kDevice)] -= total;
   // The host waits once for every access queued on the host mappings, not
   // for the copies; the pinning kernel's stream (every fenced stream) waits
   // for the copies instead (Note [Stream protocol]).
@@ -353,7 +472,7 @@ void Engine::PageInUnits(const ChunkId* ids, size_t count, Status* out) {
   bool all_mapped = batch.ok();
   const Access evicted_access = strict_ ? Access::kNone : Access::kReadWrite;
   for (size_t i = 0; i < count; ++i) {
-    Move& m = moves[i];
+    Arrival& m = moves[i];
     out[i] = batch;
     if (!batch.ok()) continue;
     out[i] = MapSlots(m.first, m.n, PoolKind::kDevice, m.device.data(), Access::kReadWrite);
@@ -369,7 +488,7 @@ void Engine::PageInUnits(const ChunkId* ids, size_t count, Status* out) {
   // the pool) the copies are waited for here.
   if (!ordered.ok() || !all_mapped) ordered = backend_->WaitForCopies();
   for (size_t i = 0; i < count; ++i) {
-    Move& m = moves[i];
+    Arrival& m = moves[i];
     const ChunkId id = ids[i];
     if (out[i].ok() && !ordered.ok()) {
       out[i] = ordered;
@@ -402,6 +521,7 @@ void Engine::PageInUnits(const ChunkId* ids, size_t count, Status* out) {
     stats_.current_bytes_reclaimed -= bytes;
     Trace(TraceEvent::kPageIn, SlotAddress(m.first), static_cast<uint64_t>(bytes), 0);
   }
+  end_moves();
 }
 
 Status Engine::PlaceBornEvicted(ChunkId id) {

@@ -23,10 +23,10 @@ void* Engine::AllocateSmall(size_t bytes, Hold hold, bool optional, Status* stat
     uint64_t segment = 0;
     *status = NewSmallPage(hold, size_class, &segment, optional);
     if (status->ok()) {
-      // A new page is empty; when born evicted it is not available, so the
-      // object is placed there directly.
-      o = arena->segment_available(segment) ? arena->Allocate(units)
-                                            : arena->AllocateInEmptySegment(segment, units);
+      // Placed in the new page, available or not (born evicted): room that
+      // frees elsewhere while NewSmallPage evicts without the lock must not
+      // leave the new page empty.
+      o = arena->AllocateInEmptySegment(segment, units);
     } else {
       // No page to be had: a resident page of the other class with room
       // takes it (Note [Size classes]).
@@ -39,6 +39,9 @@ void* Engine::AllocateSmall(size_t bytes, Hold hold, bool optional, Status* stat
   BestFitArena::Chunk& object = arena->chunk(o);
   const uint64_t segment = arena->SegmentOf(object.start);
   SmallPages::Page& page = small_.page(segment);
+  // Its user writes the object at once, maybe unpinned: an eviction of the
+  // page copying meanwhile is abandoned (Note [Copies outside the lock]).
+  residency_.AbandonEviction(page.unit);
   object.requested_bytes = bytes;
   object.allocation_id = next_allocation_id_++;
   object.unclaimed = hold == Hold::kWriter;
@@ -110,6 +113,8 @@ Status Engine::FreeSmall(ChunkId page_unit, const void* ptr) {
 
 Status Engine::NewSmallPage(Hold hold, int size_class, uint64_t* segment,
                             bool optional) {
+  const bool may_evict = !optional && (hold != Hold::kWriter || WriterMayEvict(1));
+  if (may_evict) MakeRoomUnlocked(1);
   if (!small_.TakeSegment(segment)) {
     return ResourceExhausted("the small-object region has no room for another "
                              "page (" + std::to_string(small_.live_pages()) +
@@ -118,8 +123,7 @@ Status Engine::NewSmallPage(Hold hold, int size_class, uint64_t* segment,
   Status s;
   // Tracked unheld: the object placed in it next holds it as `hold` says.
   const ChunkId c =
-      PlaceUnit(1, Hold::kNone,
-                /*may_evict=*/!optional && (hold != Hold::kWriter || WriterMayEvict(1)),
+      PlaceUnit(1, Hold::kNone, may_evict,
                 /*may_be_born_evicted=*/!optional && hold != Hold::kPin, &s);
   if (c == kNoChunk) {
     small_.ReturnSegment(*segment);

@@ -28,6 +28,21 @@ uint32_t Residency::Unpin(ChunkId id) {
   return records_[id].pin_count;
 }
 
+void Residency::BeginMove(ChunkId id, Move move) {
+  Apply(id, [move](Record& r) {
+    assert(r.move == Move::kNone);
+    r.move = move;
+    r.move_abandoned = false;
+  });
+}
+
+void Residency::EndMove(ChunkId id) {
+  Apply(id, [](Record& r) {
+    r.move = Move::kNone;
+    r.move_abandoned = false;
+  });
+}
+
 void Residency::MarkEvicted(ChunkId id) {
   Apply(id, [](Record& r) { r.evicted = true; });
 }

@@ -9,8 +9,11 @@
 //   - an unclaimed count: allocations of the unit made outside any kernel
 //     that no pin has claimed yet (Note [Writers outside kernels] in
 //     engine.h); their writers may still be writing them;
-//   - the LRU list holds exactly the *evictable* units: resident, unpinned
-//     and with nothing unclaimed. Its front is the least recently unpinned;
+//   - a move: an eviction or a page-in whose copy runs without the engine's
+//     lock (Note [Copies outside the lock] in engine.h), and whether a pin
+//     or a writer reached the unit meanwhile (an eviction then abandoned);
+//   - the LRU list holds exactly the *evictable* units: resident, unpinned,
+//     not moving and with nothing unclaimed. Its front is the least recently unpinned;
 //     eviction takes from there. An evicted unit is not on the list (nothing
 //     to reclaim), and neither is a pinned or unclaimed one (it may not be
 //     reclaimed).
@@ -33,12 +36,19 @@ class Residency {
  public:
   static constexpr uint64_t kNoSegment = ~uint64_t{0};
 
+  // What is being done to a unit while the engine's lock is released.
+  enum class Move : uint8_t { kNone, kEvicting, kPagingIn };
+
   struct Record {
     uint64_t granules = 0;
     uint32_t pin_count = 0;
     uint32_t unclaimed = 0;  // unclaimed allocations in the unit
     bool live = false;
     bool evicted = false;
+    Move move = Move::kNone;
+    // Set while evicting: a pin or a new object reached the unit, whose
+    // device memory may have been written after its copy read it.
+    bool move_abandoned = false;
     ChunkId lru_prev = kNoChunk;
     ChunkId lru_next = kNoChunk;
     bool in_lru = false;
@@ -79,10 +89,21 @@ class Residency {
   void MarkEvicted(ChunkId id);
   void MarkResident(ChunkId id);
 
+  // A move starts (the unit leaves the LRU list) or ends (it may rejoin).
+  void BeginMove(ChunkId id, Move move);
+  void EndMove(ChunkId id);
+  // The unit's device memory may be written from now on: an eviction in
+  // flight is abandoned. No-op for any other unit.
+  void AbandonEviction(ChunkId id) {
+    Record& r = records_[id];
+    if (r.move == Move::kEvicting) r.move_abandoned = true;
+  }
+
   const Record& record(ChunkId id) const { return records_[id]; }
   // Whether the unit belongs on the LRU list.
   static bool Evictable(const Record& r) {
-    return r.live && !r.evicted && r.pin_count == 0 && r.unclaimed == 0;
+    return r.live && !r.evicted && r.pin_count == 0 && r.unclaimed == 0 &&
+           r.move == Move::kNone;
   }
   // Whether the unit holds device granules for an unclaimed allocation.
   static bool HeldByWriter(const Record& r) {

@@ -54,6 +54,9 @@
   X(num_page_ins, "pins that copied a unit back to the device")                 \
   X(bytes_paged_in, "bytes copied back by page-ins, cumulative")                \
   X(num_evictions, "units copied to host memory")                               \
+  X(num_evictions_abandoned,                                                    \
+    "emulated device: evictions dropped because a kernel pinned the unit (or "  \
+    "a new object or a write reached it) while its copy ran without the lock")  \
   X(num_born_evicted,                                                           \
     "allocations no kernel held that were placed in host memory because the "  \
     "device was full")                                                          \

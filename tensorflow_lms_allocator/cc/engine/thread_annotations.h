@@ -47,6 +47,15 @@ class LMS_CAPABILITY("mutex") Mutex {
   // (time in AwaitWithTimeout is not counted).
   int64_t waited_ns() const LMS_EXCLUSIVE_LOCKS_REQUIRED(this) { return waited_ns_; }
 
+  // Waits on `cv` until pred(); the mutex is held on entry and on return
+  // (released while waiting).
+  template <typename Pred>
+  void Await(std::condition_variable& cv, Pred pred) LMS_EXCLUSIVE_LOCKS_REQUIRED(this) {
+    std::unique_lock<std::mutex> lock(mu_, std::adopt_lock);
+    cv.wait(lock, pred);
+    lock.release();
+  }
+
   // Waits on `cv` until pred() or the timeout; the mutex is held on entry
   // and on return (released while waiting).
   template <typename Pred>
