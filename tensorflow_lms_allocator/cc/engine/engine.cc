@@ -283,7 +283,7 @@ ChunkId Engine::PlaceUnit(uint64_t n, Hold hold, bool may_evict,
 
 Status Engine::Free(void* ptr) {
   MutexLock lock(mu_);
-  AwaitPageIn(ptr);
+  AwaitMove(ptr, /*or_evicting=*/true);
   Trace(TraceEvent::kFree, reinterpret_cast<uintptr_t>(ptr), 0, 0);
   const ChunkId c = UnitAt(ptr);
   if (c != kNoChunk && residency_.IsPage(c)) {
@@ -444,7 +444,7 @@ void Engine::FollowObjectPin(ChunkId c, const void* ptr, bool pinned) {
 
 Status Engine::Pin(const void* ptr, uint64_t* unit_id) {
   MutexLock lock(mu_);
-  AwaitPageIn(ptr);
+  AwaitMove(ptr, /*or_evicting=*/false);  // an eviction is abandoned instead
   uint64_t id = 0;
   bool page_in = false;
   Status s;
@@ -470,10 +470,10 @@ Status Engine::PinAll(const void* const* ptrs, size_t count, uint64_t* ids) {
   // Every page-in another pin started ends first: nothing is pinned while
   // waiting, so no waiter holds memory a page-in may need to evict.
   mu_.Await(moved_, [&]() LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return std::none_of(ptrs, ptrs + count, [&](const void* p)
-                                                LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-                                                  return PagingIn(p);
-                                                });
+    for (size_t i = 0; i < count; ++i) {
+      if (MovingAt(ptrs[i], /*or_evicting=*/false)) return false;
+    }
+    return true;
   });
   pin_units_.assign(count, kNoChunk);
   page_ins_.clear();
@@ -723,7 +723,7 @@ Status Engine::CopyToHost(const void* ptr, void* dst, size_t bytes) const {
 
 Status Engine::CopyFromHost(void* ptr, const void* src, size_t bytes) {
   MutexLock lock(mu_);
-  AwaitPageIn(ptr);
+  AwaitMove(ptr, /*or_evicting=*/false);
   LMS_RETURN_IF_ERROR(CheckCopyRange(ptr, bytes));
   residency_.AbandonEviction(UnitAt(ptr));
   return backend_->CopyFromHost(reinterpret_cast<uintptr_t>(ptr), src, bytes);

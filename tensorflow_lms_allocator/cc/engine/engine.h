@@ -73,8 +73,8 @@
 //     list. A pin of it, a new object in its page or a CopyFromHost into it
 //     *abandons* the eviction (the device memory may be written after the
 //     copy read it): the evictor gives the host granules back and the unit
-//     stays resident. Freed meanwhile, its record is gone (or belongs to a
-//     later unit: the allocation id tells) and the same happens;
+//     stays resident. A Free of it waits for the move to end, so its device
+//     granules go to no other unit while the copy reads them;
 //   - a unit paging in is pinned by its pinner and stays mapped from its
 //     host granules until the remap. Pin, PinAll, Free and CopyFromHost of
 //     it wait for the move to end (moved_), so nothing writes bytes the copy
@@ -469,9 +469,10 @@ class Engine {
   // rather than fail; false if none is in flight.
   bool AwaitOtherMoves() LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void NoteMovesEnded() LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Whether the unit holding `ptr`, if any, is paging in; waits until not.
-  bool PagingIn(const void* ptr) const LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void AwaitPageIn(const void* ptr) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether the unit holding `ptr`, if any, is paging in (with
+  // `or_evicting`, or evicting); AwaitMove waits until it is not.
+  bool MovingAt(const void* ptr, bool or_evicting) const LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AwaitMove(const void* ptr, bool or_evicting) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint64_t StealCachedGranules(uint64_t granules)
       LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Evicts `victims` as one batch: one fence, every copy, one host wait for

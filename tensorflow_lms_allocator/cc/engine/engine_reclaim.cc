@@ -21,6 +21,7 @@
 //     a mapped range and the granule may back another slot next;
 //   - nothing here moves an address: only the granules behind it change.
 #include <algorithm>
+#include <cassert>
 #include <string>
 
 #include "engine/engine.h"
@@ -99,13 +100,18 @@ bool Engine::Reclaim(uint64_t needed, bool may_unlock, Status* status) {
   return true;
 }
 
-bool Engine::PagingIn(const void* ptr) const {
+bool Engine::MovingAt(const void* ptr, bool or_evicting) const {
   const ChunkId c = UnitAt(ptr);
-  return c != kNoChunk && residency_.record(c).move == Residency::Move::kPagingIn;
+  if (c == kNoChunk) return false;
+  const Residency::Move move = residency_.record(c).move;
+  return move == Residency::Move::kPagingIn ||
+         (or_evicting && move == Residency::Move::kEvicting);
 }
 
-void Engine::AwaitPageIn(const void* ptr) {
-  mu_.Await(moved_, [&]() LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !PagingIn(ptr); });
+void Engine::AwaitMove(const void* ptr, bool or_evicting) {
+  mu_.Await(moved_, [&]() LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return !MovingAt(ptr, or_evicting);
+  });
 }
 
 Status Engine::Foresee(uint64_t now, const void* ptr, uint64_t next_use) {
@@ -219,7 +225,6 @@ Status Engine::EvictChunks(const std::vector<ChunkId>& victims, bool may_unlock)
   ScopedNanos timed(&stats_.time_evicting_ns);
   struct Victim {
     ChunkId id;
-    uint64_t allocation_id;
     uint64_t first;
     uint64_t n;
     size_t bytes;
@@ -235,8 +240,7 @@ Status Engine::EvictChunks(const std::vector<ChunkId>& victims, bool may_unlock)
   Status shortage;
   for (ChunkId id : victims) {
     const BestFitArena::Chunk& chunk = arena_.chunk(id);
-    Victim v{id, chunk.allocation_id, chunk.start, residency_.record(id).granules,
-             chunk.requested_bytes, {}, {}};
+    Victim v{id, chunk.start, residency_.record(id).granules, chunk.requested_bytes, {}, {}};
     shortage = TakeHostGranules(v.n, "evicting", &v.host);
     if (!shortage.ok()) break;
     v.device.resize(v.n);
@@ -263,17 +267,16 @@ Status Engine::EvictChunks(const std::vector<ChunkId>& victims, bool may_unlock)
     });
   }
   if (unlocked) {
-    // A victim pinned, given a new object, written or freed meanwhile stays
-    // where it is (Note [Copies outside the lock]); its copy is dropped.
+    // A victim pinned, given a new object or written meanwhile stays where
+    // it is (Note [Copies outside the lock]); its copy is dropped. None was
+    // freed: Free waits for the move.
     size_t kept = 0;
     for (size_t i = 0; i < batch.size(); ++i) {
       Victim& v = batch[i];
       transit_granules_[static_cast<int>(PoolKind::kHost)] -= v.n;
-      const bool same = residency_.tracked(v.id) &&
-                        arena_.chunk(v.id).allocation_id == v.allocation_id &&
-                        residency_.record(v.id).move == Residency::Move::kEvicting;
-      const bool abandoned = !same || residency_.record(v.id).move_abandoned;
-      if (same) residency_.EndMove(v.id);
+      assert(residency_.record(v.id).move == Residency::Move::kEvicting);
+      const bool abandoned = residency_.record(v.id).move_abandoned;
+      residency_.EndMove(v.id);
       if (abandoned) {
         host_pool_.Give(v.host.data(), v.n);
         ++stats_.num_evictions_abandoned;
