@@ -89,7 +89,8 @@ def run_case(model: str, cap_mb: int, steps: int, timeout: float, mode: str = "l
     stats = result["statistics"]
     later = range(2, len(stats))  # the deltas of the steps after the first
     per_step = {name: statistics.median(stats[i][name] - stats[i - 1][name] for i in later)
-                for name in stats[-1] if name.startswith(("time_", "bytes_copied"))}
+                for name in stats[-1]
+                if name.startswith(("time_", "bytes_copied", "num_evictions"))}
     return Case(model, cap_mb, [statistics.median(result["step_seconds"][1:])], per_step,
                 stats[-1]["peak_bytes_in_use"] / MIB)
 
@@ -142,7 +143,8 @@ def report(case: Case, uncapped: Case, bandwidth: float) -> float | None:
           f"paging in {ms['paging_in']:7.1f} ms  (copying {ms['copying']:.1f} at "
           f"{copy_rate:.1f} GB/s, mapping {ms['mapping']:.1f}, unmapping "
           f"{ms['unmapping']:.1f}, waiting {ms['waiting']:.1f}; waiting for the lock "
-          f"{ms['lock_waiting']:.1f})"
+          f"{ms['lock_waiting']:.1f}; evictions {case.per_step.get('num_evictions', 0):.0f}, "
+          f"abandoned {case.per_step.get('num_evictions_abandoned', 0):.0f})"
           + (f"  accounted {accounted:.1f}x" if accounted is not None else "")
           + (f"  overhead_vs_copy_floor {overhead:.1f}" if overhead is not None else ""),
           flush=True)

@@ -78,14 +78,16 @@
 //   - a unit paging in is pinned by its pinner and stays mapped from its
 //     host granules until the remap. Pin, PinAll, Free and CopyFromHost of
 //     it wait for the move to end (moved_), so nothing writes bytes the copy
-//     already read, and no second page-in starts;
+//     already read, and no second page-in starts (a prefetch takes no
+//     pinned unit);
 //   - the lock is released only where every record is whole: before a new
 //     unit's range is placed (MakeRoomUnlocked), and once a pin is taken;
 //     never inside PlaceUnit, Prefetch or the Evict tool, which copy under
 //     the lock as the CUDA backend always does;
 //   - fork waits for the moves in flight and lets none start (PrepareFork).
 // A reclaim whose victims were abandoned or whose room other threads took
-// plans again, a bounded number of rounds.
+// plans again, a bounded number of rounds; one that finds too few inactive
+// units while other threads' victims are moving waits for a move to end.
 //
 // Thread-safety: one mutex guards all state. Copies run under it or, on the
 // emulated device, beside it on units marked moving (Note [Copies outside

@@ -167,12 +167,16 @@ Status Engine::OutOfMemory(uint64_t granules, const char* what) const {
   const uint64_t free = device_pool_.free_count();
   const uint64_t cached = backing_.cached_count();
   const uint64_t inactive = residency_.inactive_resident_granules();
-  // Pinned units holding unclaimed allocations count as pinned below.
-  uint64_t unclaimed = 0;
-  for (ChunkId c = 0; unclaimed < residency_.unclaimed_resident_granules() &&
-                      c < residency_.size(); ++c) {
+  // Pinned units holding unclaimed allocations count as pinned below, and
+  // so do units another thread's eviction has pinned or written meanwhile.
+  uint64_t unclaimed = 0, evicting = 0;
+  for (ChunkId c = 0; c < residency_.size(); ++c) {
     const Residency::Record& r = residency_.record(c);
-    if (Residency::HeldByWriter(r) && r.pin_count == 0) unclaimed += r.granules;
+    if (Residency::HeldByWriter(r) && r.pin_count == 0) {
+      unclaimed += r.granules;
+    } else if (r.live && r.move == Residency::Move::kEvicting && r.pin_count == 0) {
+      evicting += r.granules;
+    }
   }
   std::string m = "out of device memory: " + std::string(what) + " needs " +
                   FormatBytes(granules * granule_) + ", " +
@@ -193,7 +197,11 @@ Status Engine::OutOfMemory(uint64_t granules, const char* what) const {
          " allocated outside kernels and not yet used by one (tf.data batches, "
          "converted NumPy arrays: never evicted while they may be being written)";
   }
-  m += ", " + FormatBytes((device_pool_.in_use() - cached - inactive - unclaimed) * granule_) +
+  if (evicting > 0) {
+    m += ", " + FormatBytes(evicting * granule_) + " being evicted by other threads";
+  }
+  m += ", " + FormatBytes((device_pool_.in_use() - cached - inactive - unclaimed - evicting) *
+                          granule_) +
        " pinned by running kernels (" +
        std::to_string(small_.resident_pages()) + " small-object pages of " +
        FormatBytes(granule_) + " resident in all)";
