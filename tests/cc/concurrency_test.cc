@@ -258,16 +258,36 @@ TwoInactive FillTwo(Engine& e) {
   return {a, b};
 }
 
-TEST(APinDuringAnEvictionsUnlockedCopyKeepsItsWrites) {
+// Two inactive tensors, a and b, on a full device of eight granules; a
+// kernel's allocation c of four evicts a (the least recently used), whose
+// copy the constructor leaves held at the gate. Finish() lets it through.
+class HeldEviction {
+ public:
+  static constexpr size_t kSize = 4;  // granules
+  HeldEviction() : e(lms_test::MakeGatedEngine(8, 16, kGranule, &gate)), t(FillTwo(*e)) {
+    allocator_ = std::thread([this] { c = e->Allocate(kSize * kGranule, /*pin=*/true, nullptr); });
+    held = gate->AwaitCopy();
+  }
+  ~HeldEviction() { Finish(); }
+  void Finish() {
+    gate->Open();
+    if (allocator_.joinable()) allocator_.join();
+  }
+
   lms_test::GatedBackend* gate = nullptr;
-  std::unique_ptr<Engine> e = lms_test::MakeGatedEngine(8, 16, kGranule, &gate);
-  const size_t size = 4 * kGranule;
-  const TwoInactive t = FillTwo(*e);
-  // A kernel's allocation needs a's granules: a (least recently used) is
-  // copied out, held at the gate.
+  std::unique_ptr<Engine> e;
+  const TwoInactive t;
+  bool held = false;
   void* c = nullptr;
-  std::thread allocator([&] { c = e->Allocate(size, /*pin=*/true, nullptr); });
-  ASSERT_TRUE(gate->AwaitCopy());
+
+ private:
+  std::thread allocator_;
+};
+
+TEST(APinDuringAnEvictionsUnlockedCopyKeepsItsWrites) {
+  HeldEviction h;
+  ASSERT_TRUE(h.held);
+  const size_t size = HeldEviction::kSize * kGranule;
   // Meanwhile a kernel pins a and writes it: the lock is free, and the
   // eviction, whose copy read a's old bytes, is abandoned. (A request that
   // finds no room first hears what is being evicted.)
@@ -275,58 +295,51 @@ TEST(APinDuringAnEvictionsUnlockedCopyKeepsItsWrites) {
   EXPECT_TRUE(FinishesWhileCopyIsHeld(
       [&] {
         Status refused;
-        EXPECT_TRUE(e->Allocate(size, Hold::kPin, &refused, nullptr, 256, /*optional=*/true) ==
-                    nullptr);
+        EXPECT_TRUE(h.e->Allocate(size, Hold::kPin, &refused, nullptr, 256,
+                                  /*optional=*/true) == nullptr);
         EXPECT_TRUE(refused.message().find(FormatBytes(size) +
                                            " being evicted by other threads") !=
                     std::string::npos);
         uint64_t id = 0;
-        EXPECT_OK(e->Pin(t.a, &id));
-        FillAllocation(*e, t.a, size, 3);
-        EXPECT_OK(e->Unpin(t.a, id));
+        EXPECT_OK(h.e->Pin(h.t.a, &id));
+        FillAllocation(*h.e, h.t.a, size, 3);
+        EXPECT_OK(h.e->Unpin(h.t.a, id));
       },
       &kernel));
-  gate->Open();
+  h.Finish();
   kernel.join();
-  allocator.join();
-  ASSERT_TRUE(c != nullptr);
+  ASSERT_TRUE(h.c != nullptr);
   // The reclaim planned again and took b instead.
-  EXPECT_EQ(VerifyAllocation(*e, t.a, size, 3), -1);
-  EXPECT_EQ(VerifyAllocation(*e, t.b, size, 2), -1);
+  EXPECT_EQ(VerifyAllocation(*h.e, h.t.a, size, 3), -1);
+  EXPECT_EQ(VerifyAllocation(*h.e, h.t.b, size, 2), -1);
   AllocationInfo ia, ib;
-  EXPECT_OK(e->Inspect(t.a, &ia));
-  EXPECT_OK(e->Inspect(t.b, &ib));
+  EXPECT_OK(h.e->Inspect(h.t.a, &ia));
+  EXPECT_OK(h.e->Inspect(h.t.b, &ib));
   EXPECT_TRUE(!ia.evicted && ib.evicted);
-  const Statistics s = e->GetStatistics();
+  const Statistics s = h.e->GetStatistics();
   EXPECT_EQ(s.num_evictions_abandoned, 1);
   EXPECT_EQ(s.num_evictions, 1);
   EXPECT_EQ(s.host_bytes_in_use, static_cast<int64_t>(size));
-  EXPECT_OK(e->CheckInvariants());
+  EXPECT_OK(h.e->CheckInvariants());
 }
 
 TEST(AFreeOfAUnitBeingEvictedWaitsForItsCopy) {
-  lms_test::GatedBackend* gate = nullptr;
-  std::unique_ptr<Engine> e = lms_test::MakeGatedEngine(8, 16, kGranule, &gate);
-  const size_t size = 4 * kGranule;
-  const TwoInactive t = FillTwo(*e);
-  void* c = nullptr;
-  std::thread allocator([&] { c = e->Allocate(size, /*pin=*/true, nullptr); });
-  ASSERT_TRUE(gate->AwaitCopy());
+  HeldEviction h;
+  ASSERT_TRUE(h.held);
   // Freed now, a's device granules could back another tensor written while
   // the copy still reads them: the free waits.
   std::thread user;
-  EXPECT_TRUE(!FinishesWhileCopyIsHeld([&] { EXPECT_OK(e->Free(t.a)); }, &user,
+  EXPECT_TRUE(!FinishesWhileCopyIsHeld([&] { EXPECT_OK(h.e->Free(h.t.a)); }, &user,
                                        std::chrono::milliseconds(200)));
-  gate->Open();
+  h.Finish();
   user.join();
-  allocator.join();
-  ASSERT_TRUE(c != nullptr);
-  EXPECT_EQ(VerifyAllocation(*e, t.b, size, 2), -1);
-  const Statistics s = e->GetStatistics();
+  ASSERT_TRUE(h.c != nullptr);
+  EXPECT_EQ(VerifyAllocation(*h.e, h.t.b, HeldEviction::kSize * kGranule, 2), -1);
+  const Statistics s = h.e->GetStatistics();
   EXPECT_EQ(s.num_evictions, 1);
   EXPECT_EQ(s.num_evictions_abandoned, 0);
   EXPECT_EQ(s.host_bytes_in_use, 0);  // a was evicted, then freed
-  EXPECT_OK(e->CheckInvariants());
+  EXPECT_OK(h.e->CheckInvariants());
 }
 
 TEST(APinOfAUnitPagingInWaitsForItsCopyWhileOthersAllocate) {
@@ -404,26 +417,22 @@ TEST(AReclaimShortOfInactiveMemoryWaitsForAnEvictionInFlight) {
 }
 
 TEST(ForkWaitsForACopyOutsideTheLock) {
-  lms_test::GatedBackend* gate = nullptr;
-  std::unique_ptr<Engine> e = lms_test::MakeGatedEngine(8, 16, kGranule, &gate);
-  const size_t size = 4 * kGranule;
-  const TwoInactive t = FillTwo(*e);
-  std::thread allocator([&] { EXPECT_TRUE(e->Allocate(size, /*pin=*/true, nullptr)); });
-  ASSERT_TRUE(gate->AwaitCopy());
+  HeldEviction h;
+  ASSERT_TRUE(h.held);
   // A child forked now would hold half a copy: fork's handler waits.
   std::thread forker;
   EXPECT_TRUE(!FinishesWhileCopyIsHeld(
       [&] {
-        e->PrepareFork();
-        e->AfterForkInParent();
+        h.e->PrepareFork();
+        h.e->AfterForkInParent();
       },
       &forker, std::chrono::milliseconds(200)));
-  gate->Open();
+  h.Finish();
   forker.join();
-  allocator.join();
-  EXPECT_EQ(e->GetStatistics().num_evictions, 1);
-  EXPECT_EQ(VerifyAllocation(*e, t.a, size, 1), -1);
-  EXPECT_OK(e->CheckInvariants());
+  EXPECT_TRUE(h.c != nullptr);
+  EXPECT_EQ(h.e->GetStatistics().num_evictions, 1);
+  EXPECT_EQ(VerifyAllocation(*h.e, h.t.a, HeldEviction::kSize * kGranule, 1), -1);
+  EXPECT_OK(h.e->CheckInvariants());
 }
 
 // A writer outside any kernel (a tf.data thread filling a batch; on a GPU, a
