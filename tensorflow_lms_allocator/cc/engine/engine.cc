@@ -283,9 +283,8 @@ ChunkId Engine::PlaceUnit(uint64_t n, Hold hold, bool may_evict,
 
 Status Engine::Free(void* ptr) {
   MutexLock lock(mu_);
-  AwaitMove(ptr, /*or_evicting=*/true);
+  const ChunkId c = SettledUnitAt(ptr, /*or_evicting=*/true);
   Trace(TraceEvent::kFree, reinterpret_cast<uintptr_t>(ptr), 0, 0);
-  const ChunkId c = UnitAt(ptr);
   if (c != kNoChunk && residency_.IsPage(c)) {
     Status s = FreeSmall(c, ptr);
     RefreshAfterRelease();
@@ -401,9 +400,8 @@ uint32_t Engine::UnpinUnit(ChunkId c) {
   return count;
 }
 
-ChunkId Engine::PinPointer(const void* ptr, uint64_t* unit_id, bool* page_in,
+ChunkId Engine::PinPointer(ChunkId c, const void* ptr, uint64_t* unit_id, bool* page_in,
                            Status* status) {
-  const ChunkId c = UnitAt(ptr);
   *unit_id = 0;
   *page_in = false;
   if (c == kNoChunk) {
@@ -444,11 +442,12 @@ void Engine::FollowObjectPin(ChunkId c, const void* ptr, bool pinned) {
 
 Status Engine::Pin(const void* ptr, uint64_t* unit_id) {
   MutexLock lock(mu_);
-  AwaitMove(ptr, /*or_evicting=*/false);  // an eviction is abandoned instead
   uint64_t id = 0;
   bool page_in = false;
   Status s;
-  const ChunkId c = PinPointer(ptr, &id, &page_in, &s);
+  // An eviction in flight is abandoned by the pin; a page-in is waited for.
+  const ChunkId c =
+      PinPointer(SettledUnitAt(ptr, /*or_evicting=*/false), ptr, &id, &page_in, &s);
   if (unit_id != nullptr) *unit_id = id;
   if (page_in) {
     s = PageIn(c, /*may_unlock=*/true);
@@ -469,19 +468,21 @@ Status Engine::PinAll(const void* const* ptrs, size_t count, uint64_t* ids) {
   };
   // Every page-in another pin started ends first: nothing is pinned while
   // waiting, so no waiter holds memory a page-in may need to evict.
-  mu_.Await(moved_, [&]() LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    for (size_t i = 0; i < count; ++i) {
-      if (MovingAt(ptrs[i], /*or_evicting=*/false)) return false;
+  pin_units_.resize(count);
+  for (size_t i = 0; i < count;) {
+    pin_units_[i] = UnitAt(ptrs[i]);
+    if (pin_units_[i] != kNoChunk && Moving(pin_units_[i], /*or_evicting=*/false)) {
+      AwaitMoveEnd();
+      i = 0;  // look again from the first
+    } else {
+      ++i;
     }
-    return true;
-  });
-  pin_units_.assign(count, kNoChunk);
+  }
   page_ins_.clear();
   for (size_t i = 0; i < count; ++i) {
     bool page_in = false;
     Status s;
-    const ChunkId c = PinPointer(ptrs[i], &ids[i], &page_in, &s);
-    pin_units_[i] = c;
+    const ChunkId c = PinPointer(pin_units_[i], ptrs[i], &ids[i], &page_in, &s);
     if (c == kNoChunk) note(s);
     if (page_in && std::find(page_ins_.begin(), page_ins_.end(), c) == page_ins_.end()) {
       page_ins_.push_back(c);
@@ -723,9 +724,9 @@ Status Engine::CopyToHost(const void* ptr, void* dst, size_t bytes) const {
 
 Status Engine::CopyFromHost(void* ptr, const void* src, size_t bytes) {
   MutexLock lock(mu_);
-  AwaitMove(ptr, /*or_evicting=*/false);
+  const ChunkId c = SettledUnitAt(ptr, /*or_evicting=*/false);
   LMS_RETURN_IF_ERROR(CheckCopyRange(ptr, bytes));
-  residency_.AbandonEviction(UnitAt(ptr));
+  residency_.AbandonEviction(c);
   return backend_->CopyFromHost(reinterpret_cast<uintptr_t>(ptr), src, bytes);
 }
 

@@ -350,12 +350,12 @@ class Engine {
   Status ReleaseUnit(ChunkId id) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The unit containing ptr, or kNoChunk.
   ChunkId UnitAt(const void* ptr) const LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Pin's part for one pointer, before any page-in: pins the unit containing
-  // `ptr` (returned; *unit_id its id) and claims what `ptr` names; *page_in
-  // says whether the unit must be paged in for the pin to hold. kNoChunk
-  // (*unit_id 0, *status kNotFound) if no live allocation contains `ptr`.
-  ChunkId PinPointer(const void* ptr, uint64_t* unit_id, bool* page_in, Status* status)
-      LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Pin's part for one pointer, before any page-in: pins unit `c`, the one
+  // containing `ptr` (UnitAt; returned, *unit_id its id) and claims what
+  // `ptr` names; *page_in says whether the unit must be paged in for the pin
+  // to hold. kNoChunk (*unit_id 0, *status kNotFound) if `c` is kNoChunk.
+  ChunkId PinPointer(ChunkId c, const void* ptr, uint64_t* unit_id, bool* page_in,
+                     Status* status) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A pin whose page-in failed holds nothing: unpinned and counted.
   void UndoFailedPin(ChunkId c, const void* ptr) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // With the learned policy, a pin (or unpin) of page `c` at `ptr` is one
@@ -471,10 +471,24 @@ class Engine {
   // rather than fail; false if none is in flight.
   bool AwaitOtherMoves() LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void NoteMovesEnded() LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Whether the unit holding `ptr`, if any, is paging in (with
-  // `or_evicting`, or evicting); AwaitMove waits until it is not.
-  bool MovingAt(const void* ptr, bool or_evicting) const LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void AwaitMove(const void* ptr, bool or_evicting) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Waits until some move ends.
+  void AwaitMoveEnd() LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether unit `c` is paging in (with `or_evicting`, or evicting).
+  bool Moving(ChunkId c, bool or_evicting) const LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const Residency::Move move = residency_.record(c).move;
+    return move == Residency::Move::kPagingIn ||
+           (or_evicting && move == Residency::Move::kEvicting);
+  }
+  // UnitAt(ptr), once it is not moving as Moving says (waiting for that):
+  // one lookup on the fast paths, which find nothing moving.
+  ChunkId SettledUnitAt(const void* ptr, bool or_evicting) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    ChunkId c = UnitAt(ptr);
+    while (c != kNoChunk && Moving(c, or_evicting)) {
+      AwaitMoveEnd();
+      c = UnitAt(ptr);
+    }
+    return c;
+  }
   uint64_t StealCachedGranules(uint64_t granules)
       LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Evicts `victims` as one batch: one fence, every copy, one host wait for

@@ -77,9 +77,13 @@ void Engine::MakeRoomUnlocked(uint64_t n) {
 
 bool Engine::AwaitOtherMoves() {
   if (moves_in_flight_ == 0) return false;
+  AwaitMoveEnd();
+  return true;
+}
+
+void Engine::AwaitMoveEnd() {
   const uint64_t ended = moves_ended_;
   mu_.Await(moved_, [&]() LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return moves_ended_ != ended; });
-  return true;
 }
 
 void Engine::NoteMovesEnded() {
@@ -98,20 +102,6 @@ bool Engine::Reclaim(uint64_t needed, bool may_unlock, Status* status) {
   ++(plan.single ? stats_.num_single_reclaims : stats_.num_full_reclaims);
   if (learned) ++stats_.num_learned_reclaims;
   return true;
-}
-
-bool Engine::MovingAt(const void* ptr, bool or_evicting) const {
-  const ChunkId c = UnitAt(ptr);
-  if (c == kNoChunk) return false;
-  const Residency::Move move = residency_.record(c).move;
-  return move == Residency::Move::kPagingIn ||
-         (or_evicting && move == Residency::Move::kEvicting);
-}
-
-void Engine::AwaitMove(const void* ptr, bool or_evicting) {
-  mu_.Await(moved_, [&]() LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return !MovingAt(ptr, or_evicting);
-  });
 }
 
 Status Engine::Foresee(uint64_t now, const void* ptr, uint64_t next_use) {
