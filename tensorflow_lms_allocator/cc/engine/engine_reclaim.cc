@@ -413,9 +413,15 @@ void Engine::PageInUnits(const ChunkId* ids, size_t count, Status* out, bool may
   }
   Status room = ObtainDeviceGranules(total, /*may_evict=*/true, unlocked);
   if (!room.ok() && count > 1) {
-    // Not all at once: each as far as the device allows, in order.
+    // Not all at once: each as far as the device allows, in order. While
+    // one copies without the lock, another pin of a later one may page it
+    // in: that one is waited for, and then needs nothing.
     end_moves();
-    for (size_t i = 0; i < count; ++i) PageInUnits(&ids[i], 1, &out[i], may_unlock);
+    for (size_t i = 0; i < count; ++i) {
+      while (Moving(ids[i], /*or_evicting=*/false)) AwaitMoveEnd();
+      out[i] = Status::Ok();
+      if (residency_.record(ids[i]).evicted) PageInUnits(&ids[i], 1, &out[i], may_unlock);
+    }
     return;
   }
   if (!room.ok()) {
