@@ -295,7 +295,7 @@ Status Engine::EvictChunks(const std::vector<ChunkId>& victims, bool may_unlock)
   bool restored = true;
   for (; s.ok() && remapped < batch.size(); ++remapped) {
     const Victim& v = batch[remapped];
-    s = MapEvicted(v.id, v.host.data(), arena_.chunk(v.id).requested_bytes);
+    s = MapEvicted(v.id, v.host.data(), v.bytes);
     if (!s.ok()) {
       // The device granules still hold the bytes: they go back to the address.
       restored = RestoreMapping(v.first, v.n, PoolKind::kDevice, v.device.data(),
