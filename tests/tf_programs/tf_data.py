@@ -91,7 +91,7 @@ def fit(runs: int) -> dict:
         x = tf.sin(i * 0.37 + tf.range(64 * 64 * 3, dtype=tf.float32) * 0.01)
         return tf.reshape(x, (64, 64, 3)), tf.cast(tf.math.floormod(i, 10.0), tf.int32)
 
-    ds = (tf.data.Dataset.range(8 * 32).map(example, num_parallel_calls=4)
+    ds = (tf.data.Dataset.range(4 * 32).map(example, num_parallel_calls=4)
           .batch(32).prefetch(3))
     inputs = tf.keras.Input((64, 64, 3))
     x = inputs
