@@ -27,9 +27,18 @@ which traces the function; the case's, the median of its rounds):
 
 The last line is the worst case: `overhead_vs_copy_floor R`.
 
+The emulated device maps its memory in transparent huge pages where the
+machine's /sys/kernel/mm/transparent_hugepage/shmem_enabled allows
+(posix_backend.h); the first line says which. `--huge-pages both` (root: it
+writes that setting, and puts it back) runs every capped case with `never`
+and then with `advise`, side by side in each round, and prints both: the
+line before the last is `overhead_vs_copy_floor_without_huge_pages R`, the
+last line the worst case with them.
+
 Example:
     make bench-overhead
     .venv/bin/python benchmarks/overhead.py --models transformer --steps 3 --rounds 1
+    sudo .venv/bin/python benchmarks/overhead.py --huge-pages both --rounds 2
 """
 
 from __future__ import annotations
@@ -51,6 +60,53 @@ MIB = 1 << 20
 MODELS = ("resnet50", "densenet121", "transformer")
 FRACTIONS = (0.5, 0.25)
 PARTS = ("copying", "mapping", "unmapping", "waiting", "fencing")  # of evicting and paging in
+SHMEM_ENABLED = Path("/sys/kernel/mm/transparent_hugepage/shmem_enabled")
+
+
+def tlb_shootdowns() -> int:
+    """TLB shootdown interrupts this machine's CPUs took so far (0 where unreadable).
+
+    Replacing a populated mapping (an eviction's or a page-in's remap) while
+    another thread of the process last ran on another CPU makes the kernel
+    interrupt that CPU to flush its TLB: in a virtual machine, an exit.
+
+    Example:
+        >>> tlb_shootdowns() >= 0
+        True
+    """
+    try:
+        with open("/proc/interrupts") as interrupts:
+            for line in interrupts:
+                name, _, counts = line.partition(":")
+                if name.strip() == "TLB":
+                    return sum(int(c) for c in counts.split() if c.isdigit())
+    except OSError:
+        pass
+    return 0
+
+
+def shmem_enabled() -> str:
+    """The machine's shared-memory huge page setting (the bracketed word), or "unknown".
+
+    Example:
+        >>> shmem_enabled() in ("always", "within_size", "advise", "never", "deny", "force",
+        ...                     "unknown")
+        True
+    """
+    try:
+        words = SHMEM_ENABLED.read_text().split()
+    except OSError:
+        return "unknown"
+    return next((w[1:-1] for w in words if w.startswith("[")), "unknown")
+
+
+def set_shmem_enabled(value: str) -> None:
+    """Writes the machine's setting; SystemExit saying what to do where it cannot."""
+    try:
+        SHMEM_ENABLED.write_text(value)
+    except OSError as error:
+        raise SystemExit(f"--huge-pages both writes {SHMEM_ENABLED} ({error}): run it as "
+                         "root, or leave --huge-pages at machine") from error
 
 
 def run_probe_in_this_process(model_name: str, steps: int, result_path: Path) -> int:
@@ -58,9 +114,10 @@ def run_probe_in_this_process(model_name: str, steps: int, result_path: Path) ->
     import tensorflow_lms_allocator as lms  # before tensorflow
 
     model, inputs, labels = build_model(model_name)
-    stats = [lms.get_statistics(0)]
+    sample = lambda: {**lms.get_statistics(0), "tlb_shootdowns": tlb_shootdowns()}  # noqa: E731
+    stats = [sample()]
     seconds = train_and_time(model, inputs, labels, steps,
-                             after_step=lambda: stats.append(lms.get_statistics(0)))
+                             after_step=lambda: stats.append(sample()))
     result_path.write_text(json.dumps({"step_seconds": seconds, "statistics": stats}))
     return 0
 
@@ -90,7 +147,7 @@ def run_case(model: str, cap_mb: int, steps: int, timeout: float, mode: str = "l
     later = range(2, len(stats))  # the deltas of the steps after the first
     per_step = {name: statistics.median(stats[i][name] - stats[i - 1][name] for i in later)
                 for name in stats[-1]
-                if name.startswith(("time_", "bytes_copied", "num_evictions"))}
+                if name.startswith(("time_", "bytes_copied", "num_evictions", "tlb_"))}
     return Case(model, cap_mb, [statistics.median(result["step_seconds"][1:])], per_step,
                 stats[-1]["peak_bytes_in_use"] / MIB)
 
@@ -144,7 +201,8 @@ def report(case: Case, uncapped: Case, bandwidth: float) -> float | None:
           f"{copy_rate:.1f} GB/s, mapping {ms['mapping']:.1f}, unmapping "
           f"{ms['unmapping']:.1f}, waiting {ms['waiting']:.1f}; waiting for the lock "
           f"{ms['lock_waiting']:.1f}; evictions {case.per_step.get('num_evictions', 0):.0f}, "
-          f"abandoned {case.per_step.get('num_evictions_abandoned', 0):.0f})"
+          f"abandoned {case.per_step.get('num_evictions_abandoned', 0):.0f}; TLB shootdowns "
+          f"{case.per_step.get('tlb_shootdowns', 0):.0f})"
           + (f"  accounted {accounted:.1f}x" if accounted is not None else "")
           + (f"  overhead_vs_copy_floor {overhead:.1f}" if overhead is not None else ""),
           flush=True)
@@ -167,6 +225,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="times every case runs, interleaved (>= 1; each case's step "
                              "is the median of its rounds)")
     parser.add_argument("--timeout", type=float, default=900, help="seconds per case")
+    parser.add_argument("--huge-pages", choices=("machine", "both"), default="machine",
+                        help="machine: as this machine's shmem_enabled allows; both: every "
+                             "capped case without huge pages and with them (root)")
     parser.add_argument("--probe", choices=MODELS, help=argparse.SUPPRESS)
     parser.add_argument("--result", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -177,16 +238,34 @@ def main(argv: Sequence[str] | None = None) -> int:
                      "and a per-step figure needs two steps after it)")
     if args.rounds < 1:
         parser.error(f"--rounds {args.rounds}: at least 1")
+    machine_setting = shmem_enabled()
+    # The capped cases' shmem_enabled values: None leaves the machine's.
+    settings: list[str | None] = [None] if args.huge_pages == "machine" else ["never", "advise"]
+    if args.huge_pages == "both":
+        set_shmem_enabled(machine_setting if machine_setting != "unknown" else "never")
     bandwidth = memcpy_bandwidth()
-    print(f"single-thread memcpy: {bandwidth / 1e9:.1f} GB/s (256 MiB, best of 5)", flush=True)
-    # runs[model][case name]: that case's rounds so far; the caps come from the
+    print(f"single-thread memcpy: {bandwidth / 1e9:.1f} GB/s (256 MiB, best of 5); shared "
+          f"memory huge pages: {machine_setting} (shmem_enabled)", flush=True)
+    try:
+        return run_rounds(args, settings, bandwidth)
+    finally:
+        if args.huge_pages == "both":
+            set_shmem_enabled(machine_setting)
+
+
+def run_rounds(args: argparse.Namespace, settings: list[str | None], bandwidth: float) -> int:
+    """Runs the rounds of every case and prints the report (main's second half)."""
+    # runs[model][case]: that case's rounds so far ("uncapped", "off", and each
+    # capped case as (cap's name, shmem_enabled value)); the caps come from the
     # first round's uncapped peak.
-    runs: dict[str, dict[str, list[Case]]] = {m: {} for m in args.models}
+    runs: dict[str, dict[object, list[Case]]] = {m: {} for m in args.models}
     caps: dict[str, dict[str, int]] = {}
     for round_index in range(args.rounds):
         print(f"round {round_index + 1} of {args.rounds}", flush=True)
         for model in args.models:
             cases = runs[model]
+            if settings[0] is not None:  # the uncapped cases map nothing after their first step
+                set_shmem_enabled(settings[0])
             for name, mode in (("uncapped", "lms"), ("off", "lms-off")):
                 case = run_case(model, UNCAPPED_MB, args.steps, args.timeout, mode)
                 if case.failed:
@@ -199,26 +278,36 @@ def main(argv: Sequence[str] | None = None) -> int:
                 caps[model] = {f"1/{round(1 / f)}": max(GRANULE_MB, int(peak * f) // GRANULE_MB
                                                           * GRANULE_MB) for f in FRACTIONS}
             for name, cap in caps[model].items():
-                cases.setdefault(name, []).append(
-                    run_case(model, cap, args.steps, args.timeout))
-    worst = None
+                for setting in settings:
+                    if setting is not None:
+                        set_shmem_enabled(setting)
+                    cases.setdefault((name, setting), []).append(
+                        run_case(model, cap, args.steps, args.timeout))
+    worst: dict[str | None, float] = {}
     on_vs_off: list[float] = []  # uncapped step, LMS on over LMS off
     for model, cases in runs.items():
         uncapped, off = merge(cases["uncapped"]), merge(cases["off"])
         on_vs_off.append(uncapped.step / off.step)
         lock_ms = uncapped.per_step.get("time_lock_waiting_ns", 0) / 1e6
         print(f"{model}: peak {uncapped.peak_mb:.0f} MiB, step {uncapped.step:.2f} s uncapped "
-              f"({spread(uncapped, uncapped)}; waiting for the lock {lock_ms:.1f} ms; "
+              f"({spread(uncapped, uncapped)}; waiting for the lock {lock_ms:.1f} ms; TLB "
+              f"shootdowns {uncapped.per_step.get('tlb_shootdowns', 0):.0f}; "
               f"{off.step:.2f} s with LMS off: {on_vs_off[-1]:.3f}x)", flush=True)
         for name in caps[model]:
-            overhead = report(merge(cases[name]), uncapped, bandwidth)
-            if overhead is not None:
-                worst = overhead if worst is None else max(worst, overhead)
-    if worst is None:
+            for setting in settings:
+                if setting is not None:
+                    print(f"  huge pages {'on' if setting == 'advise' else 'off'} "
+                          f"(shmem_enabled {setting}):")
+                overhead = report(merge(cases[(name, setting)]), uncapped, bandwidth)
+                if overhead is not None:
+                    worst[setting] = max(worst.get(setting, overhead), overhead)
+    if len(worst) < len(settings):
         print("no case moved bytes: no overhead to compare with a copy floor")
         return 1
     print(f"lms_on_vs_off_without_pressure {max(on_vs_off):.3f}")
-    print(f"overhead_vs_copy_floor {worst:.1f}")
+    if "never" in worst:
+        print(f"overhead_vs_copy_floor_without_huge_pages {worst['never']:.1f}")
+    print(f"overhead_vs_copy_floor {worst[settings[-1]]:.1f}")
     return 0
 
 

@@ -58,9 +58,14 @@ inline size_t TestGranule() {
 }
 
 // Aborts with the reason if the backend cannot be made: every test needs it.
+// LMS_TEST_HUGE_PAGES=on|off: the POSIX backend's huge pages (posix_backend.h)
+// whatever the machine's setting; unset, as the machine allows.
 inline std::unique_ptr<lms::Backend> MakeTestBackend(size_t granule) {
   lms::BackendSpec spec;
   spec.granule_bytes = granule;
+  if (const char* huge = std::getenv("LMS_TEST_HUGE_PAGES")) {
+    spec.huge_pages = std::strcmp(huge, "on") == 0 ? lms::HugePages::kOn : lms::HugePages::kOff;
+  }
   if (UsingCuda()) spec.kind = lms::BackendKind::kCuda;
   if (UsingFakeCuda()) {
     // Each test's engine is gone before the next one is made, so the fake

@@ -23,7 +23,7 @@ const char* BackendKindName(BackendKind kind) {
 Status CreateBackend(const BackendSpec& spec, std::unique_ptr<Backend>* out) {
   switch (spec.kind) {
     case BackendKind::kPosix:
-      return PosixBackend::Create(spec.granule_bytes, out);
+      return PosixBackend::Create(spec.granule_bytes, out, spec.huge_pages);
     case BackendKind::kCuda: {
       std::unique_ptr<CudaBackend> cuda;
       LMS_RETURN_IF_ERROR(CudaBackend::Create(spec.device_ordinal, spec.granule_bytes,

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/posix_backend.h"
 #include "engine/backend.h"
 #include "engine/status.h"
 
@@ -36,6 +37,8 @@ struct BackendSpec {
   // this device's memory: TensorFlow's peer GPUs. Each mapping grants them
   // access (cuMemSetAccess; peer access does not cover VMM memory).
   std::vector<int> peer_ordinals;
+  // kPosix: whether pool memory uses transparent huge pages (posix_backend.h).
+  HugePages huge_pages = HugePages::kAuto;
 };
 
 // "posix" or "cuda" -> *kind; anything else is kInvalidArgument naming the

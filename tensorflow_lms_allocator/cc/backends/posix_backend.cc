@@ -13,10 +13,16 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <string>
 
 #include "backends/streaming_copy.h"
 #include "engine/scoped_nanos.h"
+
+// Linux 5.14; older C libraries lack the name.
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
 
 namespace lms {
 namespace {
@@ -31,7 +37,19 @@ const char* PoolName(PoolKind pool) {
 
 }  // namespace
 
-Status PosixBackend::Create(size_t granule_bytes, std::unique_ptr<Backend>* out) {
+bool MachineAllowsSharedHugePages() {
+  std::ifstream setting("/sys/kernel/mm/transparent_hugepage/shmem_enabled");
+  std::string word;
+  while (setting >> word) {  // "always within_size advise [never] deny force"
+    if (word.front() != '[') continue;
+    return word == "[always]" || word == "[within_size]" || word == "[advise]" ||
+           word == "[force]";
+  }
+  return false;
+}
+
+Status PosixBackend::Create(size_t granule_bytes, std::unique_ptr<Backend>* out,
+                            HugePages huge_pages) {
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   if (granule_bytes == 0 || (granule_bytes & (granule_bytes - 1)) != 0 ||
       granule_bytes % page != 0) {
@@ -39,7 +57,9 @@ Status PosixBackend::Create(size_t granule_bytes, std::unique_ptr<Backend>* out)
                            " is not a power of two multiple of the page size (" +
                            std::to_string(page) + ")");
   }
-  out->reset(new PosixBackend(granule_bytes));
+  const bool huge = huge_pages == HugePages::kOn ||
+                    (huge_pages == HugePages::kAuto && MachineAllowsSharedHugePages());
+  out->reset(new PosixBackend(granule_bytes, huge));
   return Status::Ok();
 }
 
@@ -98,9 +118,33 @@ Status PosixBackend::CreatePool(PoolKind pool, size_t granules) {
     close(fd);
     return s;
   }
+  // Copies into a granule touch it through the window first: its pages are
+  // made huge there, and every later mapping of them maps them huge.
+  AdviseHugePages(w, bytes);
   p.fd = fd;
   p.granules = granules;
   p.window = static_cast<char*>(w);
+  return Status::Ok();
+}
+
+void PosixBackend::AdviseHugePages(void* at, size_t bytes) const {
+  if (huge_pages_) madvise(at, bytes, MADV_HUGEPAGE);
+}
+
+Status PosixBackend::Populate(void* at, size_t bytes, const PoolFile& pool,
+                              off_t offset) const {
+  if (huge_pages_) {
+    // A granule no copy has touched yet gets its huge page here.
+    AdviseHugePages(at, bytes);
+    if (madvise(at, bytes, MADV_POPULATE_WRITE) == 0) return Status::Ok();
+    if (errno != EINVAL) return Errno("populating " + FormatBytes(bytes) + " at " +
+                                      FormatAddress(at));
+    // EINVAL: a kernel older than 5.14; populate as without huge pages.
+  }
+  void* r = mmap(at, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED | MAP_POPULATE,
+                 pool.fd, offset);
+  if (r == MAP_FAILED) return Errno("populating " + FormatBytes(bytes) + " at " +
+                                    FormatAddress(at));
   return Status::Ok();
 }
 
@@ -110,18 +154,21 @@ Status PosixBackend::Map(uintptr_t address, PoolKind pool, const GranuleId* ids,
   const PoolFile& p = pools_[static_cast<int>(pool)];
   const int prot = access == Access::kNone ? PROT_NONE : PROT_READ | PROT_WRITE;
   // Populated device mappings: the header's comment says why.
-  const int populate =
-      pool == PoolKind::kDevice && access != Access::kNone ? MAP_POPULATE : 0;
+  const bool populate = pool == PoolKind::kDevice && access != Access::kNone;
   // One mmap per run of consecutive granule ids: they are one file range.
   for (size_t i = 0; i < count;) {
     size_t run = 1;
     while (i + run < count && ids[i + run] == ids[i] + run) ++run;
     void* at = reinterpret_cast<void*>(address + i * granule_);
-    void* r = mmap(at, run * granule_, prot, MAP_SHARED | MAP_FIXED | populate, p.fd,
-                   static_cast<off_t>(ids[i]) * static_cast<off_t>(granule_));
-    if (r == MAP_FAILED) {
-      Status failed = Errno("mapping " + std::to_string(run) + " " + PoolName(pool) +
-                            " granule(s) at " + FormatAddress(at));
+    const off_t offset = static_cast<off_t>(ids[i]) * static_cast<off_t>(granule_);
+    Status failed;
+    if (mmap(at, run * granule_, prot, MAP_SHARED | MAP_FIXED, p.fd, offset) == MAP_FAILED) {
+      failed = Errno("mapping " + std::to_string(run) + " " + PoolName(pool) +
+                     " granule(s) at " + FormatAddress(at));
+    } else if (populate) {
+      failed = Populate(at, run * granule_, p, offset);
+    }
+    if (!failed.ok()) {
       // All or nothing (backend.h): no slot keeps an earlier run's or its
       // previous mapping.
       Status undone = Unmap(address, count);
@@ -217,6 +264,8 @@ void PosixBackend::AfterForkInChild() {
       fork_error_ = "mapping the copy at " +
                     FormatAddress(reinterpret_cast<void*>(m.start)) +
                     " failed: " + std::strerror(errno);
+    } else {
+      AdviseHugePages(r, m.bytes);
     }
   }
   if (fork_error_.empty()) {
