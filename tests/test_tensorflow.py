@@ -339,8 +339,12 @@ def test_users_can_tell_lms_is_on():
     lines = [x for x in proc.stderr.splitlines() if "LMS serves" in x]
     assert len(lines) == 1, proc.stderr
     assert log_severity(lines[0]) == "I", lines[0]  # TensorFlow's INFO
+    setting = Path("/sys/kernel/mm/transparent_hugepage/shmem_enabled")
+    huge = setting.exists() and any(f"[{word}]" in setting.read_text()
+                                    for word in ("always", "within_size", "advise", "force"))
     for part in ("CPU:0, the emulated device", "device memory 64.0 MiB",
-                 "host memory for evicted tensors 16.0 MiB", "LMS on", "policy lru"):
+                 "host memory for evicted tensors 16.0 MiB", "LMS on", "policy lru",
+                 f"huge pages {'on' if huge else 'off'} (shmem_enabled)"):
         assert part in lines[0], lines[0]
     assert "by allocator lms_emulated_device" in result["error"]
     assert "LMS is on: too few inactive bytes are left to evict" in result["error"]

@@ -6,7 +6,7 @@
 //   cached granules     == device-mapped slots no unit covers (cached iff free)
 //   host pool in use    == granules of evicted units + stranded granules
 //   LRU granules        == granules of resident unpinned units with nothing
-//                          unclaimed
+//                          unclaimed and not moving
 //   bytes_unclaimed     == unclaimed large allocations' granules + unclaimed
 //                          objects' bytes; a unit's unclaimed count == its
 //                          unclaimed allocations
@@ -89,8 +89,8 @@ Status Engine::CheckInvariantsLocked() const {
     }
     if (r.move == Residency::Move::kEvicting && r.evicted) bad = "an evicting unit is evicted";
     if (r.in_lru != Residency::Evictable(r)) {
-      bad = "a unit is on the LRU list iff it is resident, unpinned and has nothing "
-            "unclaimed: not so at slot " + std::to_string(ch.start);
+      bad = "a unit is on the LRU list iff it is resident, unpinned, not moving and has "
+            "nothing unclaimed: not so at slot " + std::to_string(ch.start);
     }
     const PoolKind pool = r.evicted ? PoolKind::kHost : PoolKind::kDevice;
     for (uint64_t s = ch.start; s < ch.start + ch.size; ++s) {
