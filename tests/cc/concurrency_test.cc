@@ -394,6 +394,57 @@ TEST(APinOfAUnitPagingInWaitsForItsCopyWhileOthersAllocate) {
   EXPECT_OK(e->CheckInvariants());
 }
 
+// A kernel's two evicted inputs do not fit the device together (a pinned
+// tensor holds the rest), so PinAll pages them in one by one. While the
+// first one's copy runs without the lock, the pinned tensor is freed and
+// another kernel pins the second input, paging it in beside: PinAll waits
+// for that page-in and skips the input, instead of paging it in again.
+TEST(PinAllsOneByOneFallbackSkipsAnInputAnotherPinPagesIn) {
+  lms_test::GatedBackend* gate = nullptr;
+  std::unique_ptr<Engine> e = lms_test::MakeGatedEngine(6, 16, kGranule, &gate);
+  const size_t size = 3 * kGranule;
+  void* inputs[2];
+  for (int i = 0; i < 2; ++i) {
+    inputs[i] = e->Allocate(size, /*pin=*/false, nullptr);
+    ASSERT_TRUE(inputs[i] != nullptr);
+    FillAllocation(*e, inputs[i], size, 30 + i);
+  }
+  gate->Open();
+  for (void* input : inputs) EXPECT_OK(e->Evict(input));  // under the lock: the tool's
+  gate->Close();
+  uint64_t held_id = 0;  // a kernel's output, pinned: 4 of 6 granules left
+  void* held = e->Allocate(2 * kGranule, /*pin=*/true, nullptr, &held_id);
+  ASSERT_TRUE(held != nullptr);
+  uint64_t kernel_ids[2] = {0, 0};
+  std::thread kernel([&] {
+    const void* ptrs[] = {inputs[0], inputs[1]};
+    EXPECT_OK(e->PinAll(ptrs, 2, kernel_ids));
+  });
+  ASSERT_TRUE(gate->AwaitCopy());  // the first input's copy, alone
+  // The lock is free: that kernel ends, its output is freed, room for the
+  // second input.
+  EXPECT_OK(e->Unpin(held, held_id));
+  EXPECT_OK(e->Free(held));
+  uint64_t other_id = 0;
+  std::thread other([&] { EXPECT_OK(e->Pin(inputs[1], &other_id)); });
+  ASSERT_TRUE(gate->AwaitCopy(2));  // both page-ins copy at once
+  gate->Open();
+  kernel.join();
+  other.join();
+  EXPECT_EQ(e->GetStatistics().num_page_ins, 2);  // each input once
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(VerifyAllocation(*e, inputs[i], size, 30 + i), -1);
+    AllocationInfo info;
+    EXPECT_OK(e->Inspect(inputs[i], &info));
+    EXPECT_TRUE(!info.evicted);
+    EXPECT_EQ(info.pin_count, i == 0 ? 1u : 2u);
+    EXPECT_OK(e->Unpin(inputs[i], kernel_ids[i]));
+  }
+  EXPECT_OK(e->Unpin(inputs[1], other_id));
+  EXPECT_OK(e->CheckInvariants());
+  for (void* input : inputs) EXPECT_OK(e->Free(input));
+}
+
 TEST(AReclaimShortOfInactiveMemoryWaitsForAnEvictionInFlight) {
   lms_test::GatedBackend* gate = nullptr;
   std::unique_ptr<Engine> e = lms_test::MakeGatedEngine(8, 16, kGranule, &gate);

@@ -28,10 +28,10 @@ class GatedBackend : public lms::Backend {
  public:
   explicit GatedBackend(std::unique_ptr<lms::Backend> posix) : b_(std::move(posix)) {}
 
-  // Blocks until a copy waits at the closed gate; false after `timeout`.
-  bool AwaitCopy(std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
+  // Blocks until `copies` copies wait at the closed gate; false after `timeout`.
+  bool AwaitCopy(int copies = 1, std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
     std::unique_lock<std::mutex> lock(mu_);
-    return cv_.wait_for(lock, timeout, [this] { return waiting_ > 0; });
+    return cv_.wait_for(lock, timeout, [this, copies] { return waiting_ >= copies; });
   }
   // Lets every copy through, now and from now on.
   void Open() {
