@@ -131,16 +131,14 @@ void PosixBackend::AdviseHugePages(void* at, size_t bytes) const {
   if (huge_pages_) madvise(at, bytes, MADV_HUGEPAGE);
 }
 
-Status PosixBackend::Populate(void* at, size_t bytes, const PoolFile& pool,
-                              off_t offset) const {
-  if (huge_pages_) {
-    // A granule no copy has touched yet gets its huge page here.
-    AdviseHugePages(at, bytes);
-    if (madvise(at, bytes, MADV_POPULATE_WRITE) == 0) return Status::Ok();
-    if (errno != EINVAL) return Errno("populating " + FormatBytes(bytes) + " at " +
-                                      FormatAddress(at));
-    // EINVAL: a kernel older than 5.14; populate as without huge pages.
-  }
+Status PosixBackend::PopulateHuge(void* at, size_t bytes, const PoolFile& pool,
+                                  off_t offset) const {
+  // A granule no copy has touched yet gets its huge page here.
+  AdviseHugePages(at, bytes);
+  if (madvise(at, bytes, MADV_POPULATE_WRITE) == 0) return Status::Ok();
+  if (errno != EINVAL) return Errno("populating " + FormatBytes(bytes) + " at " +
+                                    FormatAddress(at));
+  // EINVAL: a kernel older than 5.14; populate as without huge pages.
   void* r = mmap(at, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED | MAP_POPULATE,
                  pool.fd, offset);
   if (r == MAP_FAILED) return Errno("populating " + FormatBytes(bytes) + " at " +
@@ -161,12 +159,14 @@ Status PosixBackend::Map(uintptr_t address, PoolKind pool, const GranuleId* ids,
     while (i + run < count && ids[i + run] == ids[i] + run) ++run;
     void* at = reinterpret_cast<void*>(address + i * granule_);
     const off_t offset = static_cast<off_t>(ids[i]) * static_cast<off_t>(granule_);
+    // With huge pages, populated after the advice (PopulateHuge).
+    const int flags = MAP_SHARED | MAP_FIXED | (populate && !huge_pages_ ? MAP_POPULATE : 0);
     Status failed;
-    if (mmap(at, run * granule_, prot, MAP_SHARED | MAP_FIXED, p.fd, offset) == MAP_FAILED) {
+    if (mmap(at, run * granule_, prot, flags, p.fd, offset) == MAP_FAILED) {
       failed = Errno("mapping " + std::to_string(run) + " " + PoolName(pool) +
                      " granule(s) at " + FormatAddress(at));
-    } else if (populate) {
-      failed = Populate(at, run * granule_, p, offset);
+    } else if (populate && huge_pages_) {
+      failed = PopulateHuge(at, run * granule_, p, offset);
     }
     if (!failed.ok()) {
       // All or nothing (backend.h): no slot keeps an earlier run's or its

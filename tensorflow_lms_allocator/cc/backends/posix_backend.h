@@ -122,8 +122,9 @@ class PosixBackend : public Backend {
   // MADV_HUGEPAGE on [at, at + bytes) when huge_pages_; best effort (a
   // kernel without THP refuses the advice and the memory works as before).
   void AdviseHugePages(void* at, size_t bytes) const;
-  // Fills the page tables of a fresh read-write device mapping.
-  Status Populate(void* at, size_t bytes, const PoolFile& pool, off_t offset) const;
+  // Fills the page tables of a fresh read-write device mapping, made without
+  // MAP_POPULATE, in huge pages.
+  Status PopulateHuge(void* at, size_t bytes, const PoolFile& pool, off_t offset) const;
 
   const size_t granule_;
   const bool huge_pages_;
