@@ -28,28 +28,49 @@ def probe(name: str, *args: str, env: dict[str, str] | None = None):
 
 # --- settings refused at import ------------------------------------------------
 
-@pytest.mark.parametrize("variable,value,why", [
+REFUSED_DEVICE_VALUES = [
     ("TF_LMS_CPU_DEVICE_MEMORY_MB", "0", "is less than one granule (2 MiB)"),
     ("TF_LMS_CPU_DEVICE_MEMORY_MB", "1", "is less than one granule (2 MiB)"),
     ("TF_LMS_CPU_DEVICE_MEMORY_MB", str(MAX_MIB + 2), "is more than this machine's memory"),
     ("TF_LMS_CPU_DEVICE_MEMORY_MB", "999999999999", "is more than this machine's memory"),
     ("TF_GPU_HOST_MEM_LIMIT_IN_MB", "1", "is less than one granule (2 MiB)"),
     ("TF_GPU_HOST_MEM_LIMIT_IN_MB", "99999999999", "is more than this machine's memory"),
-])
+]
+REFUSED_GRANULES = ["0", "1", "3", "12", "2048", "8x", "-8"]
+
+
+@pytest.fixture(scope="module")
+def refused():
+    """Every refused value's import outcome, from one process (each import
+    of TensorFlow takes seconds): {"VARIABLE=VALUE": [type, message]}, each
+    value set over TF_LMS_CPU_DEVICE_MEMORY_MB=64 alone."""
+    assignments = [f"{variable}={value}" for variable, value, _ in REFUSED_DEVICE_VALUES]
+    assignments += ["TF_LMS_CPU_DEVICE_MEMORY_MB=-2"]
+    assignments += [f"TF_LMS_GRANULE_MB={value}" for value in REFUSED_GRANULES]
+    run = probe("refused_values", *assignments, env={"TF_LMS_CPU_DEVICE_MEMORY_MB": "64"})
+    assert set(run.result["outcomes"]) == set(assignments), describe(run)
+    return run.result["outcomes"]
+
+
+def refusal(refused: dict, assignment: str) -> tuple[str, str]:
+    """(type, message) of the import with ASSIGNMENT; fails if it imported."""
+    outcome = refused[assignment]
+    assert outcome is not None, f"the import with {assignment} succeeded"
+    return tuple(outcome)
+
+
+@pytest.mark.parametrize("variable,value,why", REFUSED_DEVICE_VALUES)
 def test_a_value_that_cannot_give_a_working_device_is_a_value_error_at_import(
-        variable, value, why):
-    env = {"TF_LMS_CPU_DEVICE_MEMORY_MB": "64", variable: value}
-    run = probe("import_outcome", env=env)
-    kind, message = run.result["error"]
-    assert kind == "ValueError", describe(run)
+        refused, variable, value, why):
+    kind, message = refusal(refused, f"{variable}={value}")
+    assert kind == "ValueError", message
     assert message.startswith(f"{variable}='{value}' "), message
     assert why in message, message
     assert f"from 2 to {MAX_MIB}" in message, message  # the valid range
 
 
-def test_a_negative_value_is_said_to_be_negative():
-    run = probe("import_outcome", env={"TF_LMS_CPU_DEVICE_MEMORY_MB": "-2"})
-    kind, message = run.result["error"]
+def test_a_negative_value_is_said_to_be_negative(refused):
+    kind, message = refusal(refused, "TF_LMS_CPU_DEVICE_MEMORY_MB=-2")
     assert kind == "ValueError" and "TF_LMS_CPU_DEVICE_MEMORY_MB='-2' is negative" in message
 
 
@@ -69,12 +90,10 @@ def test_a_value_between_granules_is_rounded_down_with_a_warning(variable, value
     assert run.stderr.count(line) == 1, run.stderr
 
 
-def test_a_granule_that_is_not_a_power_of_two_from_2_to_1024_is_a_value_error():
-    bad = ["0", "1", "3", "12", "2048", "8x", "-8"]
-    run = probe("granule_values", *bad, env={"TF_LMS_CPU_DEVICE_MEMORY_MB": "64"})
-    for value in bad:
-        kind, message = run.result["outcomes"][value]
-        assert kind == "ValueError", describe(run)
+def test_a_granule_that_is_not_a_power_of_two_from_2_to_1024_is_a_value_error(refused):
+    for value in REFUSED_GRANULES:
+        kind, message = refusal(refused, f"TF_LMS_GRANULE_MB={value}")
+        assert kind == "ValueError", message
         assert message.startswith(f"TF_LMS_GRANULE_MB='{value}' is not a power of two "
                                   "from 2 to 1024"), message
 

@@ -21,7 +21,7 @@ Usage: python settings_probes.py NAME
   oom_logging         an allocation that does not fit (for TF_CPP_MIN_LOG_LEVEL)
   error_codes         C API calls that fail, and the exception each raises
   granule             the allocation of a 9 MiB tensor (rounded up to the granule)
-  granule_values      an import for each TF_LMS_GRANULE_MB value given
+  refused_values      an import for each VARIABLE=VALUE given (each refused)
 """
 
 from __future__ import annotations
@@ -69,17 +69,25 @@ def granule() -> None:
           "sum": float(tf.reduce_sum(tensor))})
 
 
-def granule_values() -> None:
-    """Imports once for each TF_LMS_GRANULE_MB value given (argv[2:], all
-    refused): a failed import can be retried (retry_import)."""
+def refused_values() -> None:
+    """Imports once for each VARIABLE=VALUE given (argv[2:], all refused),
+    the variable set over the environment given and put back after: a failed
+    import can be retried (retry_import), so one TensorFlow import serves them
+    all."""
     outcomes = {}
-    for value in sys.argv[2:]:
-        os.environ["TF_LMS_GRANULE_MB"] = value
+    for assignment in sys.argv[2:]:
+        variable, value = assignment.split("=", 1)
+        before = os.environ.get(variable)
+        os.environ[variable] = value
         try:
             import tensorflow_lms_allocator  # noqa: F401
-            outcomes[value] = None
+            outcomes[assignment] = None
         except Exception as error:
-            outcomes[value] = describe_error(error)
+            outcomes[assignment] = describe_error(error)
+        if before is None:
+            del os.environ[variable]
+        else:
+            os.environ[variable] = before
     emit({"outcomes": outcomes})
 
 
@@ -344,4 +352,4 @@ if __name__ == "__main__":
      "device_unavailable": device_unavailable, "device_names": device_names,
      "strict_faulthandler": strict_faulthandler, "aligned": aligned, "no_retry": no_retry,
      "oom_logging": oom_logging, "error_codes": error_codes,
-     "granule": granule, "granule_values": granule_values}[sys.argv[1]]()
+     "granule": granule, "refused_values": refused_values}[sys.argv[1]]()
