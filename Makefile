@@ -126,8 +126,10 @@ test-asan: $(BUILD)/cc/engine_test_asan $(BUILD)/cc/concurrency_test_asan \
 	@echo "== Engine tests under ASan/UBSan (POSIX backend)"
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 $(BUILD)/cc/engine_test_asan
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 $(BUILD)/cc/concurrency_test_asan
-	@echo "== Engine tests under ASan/UBSan (POSIX backend, huge pages whatever the machine allows)"
-	LMS_TEST_HUGE_PAGES=on ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 $(BUILD)/cc/engine_test_asan
+	@echo "== Engine tests under ASan/UBSan (POSIX backend, each way to huge pages whatever the machine allows; 2 MiB granules to collapse)"
+	LMS_TEST_HUGE_PAGES=advise ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 $(BUILD)/cc/engine_test_asan
+	LMS_TEST_HUGE_PAGES=collapse LMS_TEST_GRANULE=2097152 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+	  $(BUILD)/cc/engine_test_asan
 	@echo "== Engine tests under ASan/UBSan (CUDA backend, fake driver)"
 	$(CUDA_TEST_ASAN) ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 $(BUILD)/cc/engine_test_asan
 	$(CUDA_TEST_ASAN) ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 $(BUILD)/cc/concurrency_test_asan

@@ -47,6 +47,7 @@ def refused():
     assignments = [f"{variable}={value}" for variable, value, _ in REFUSED_DEVICE_VALUES]
     assignments += ["TF_LMS_CPU_DEVICE_MEMORY_MB=-2"]
     assignments += [f"TF_LMS_GRANULE_MB={value}" for value in REFUSED_GRANULES]
+    assignments += ["TF_LMS_HUGE_PAGES=on"]
     run = probe("refused_values", *assignments, env={"TF_LMS_CPU_DEVICE_MEMORY_MB": "64"})
     assert set(run.result["outcomes"]) == set(assignments), describe(run)
     return run.result["outcomes"]
@@ -96,6 +97,20 @@ def test_a_granule_that_is_not_a_power_of_two_from_2_to_1024_is_a_value_error(re
         assert kind == "ValueError", message
         assert message.startswith(f"TF_LMS_GRANULE_MB='{value}' is not a power of two "
                                   "from 2 to 1024"), message
+
+
+def test_huge_pages_are_auto_or_off(refused):
+    """TF_LMS_HUGE_PAGES=off: the emulated device maps small pages whatever
+    the machine allows, and its log line says so; any other word than auto
+    or off is refused."""
+    kind, message = refusal(refused, "TF_LMS_HUGE_PAGES=on")
+    assert kind == "ValueError", message
+    assert message.startswith("TF_LMS_HUGE_PAGES='on' is not auto (the default"), message
+    run = probe("import_outcome", env={"TF_LMS_CPU_DEVICE_MEMORY_MB": "64",
+                                       "TF_LMS_HUGE_PAGES": "off", "TF_CPP_MIN_LOG_LEVEL": "0"})
+    assert run.result["error"] is None, describe(run)
+    lines = [line for line in run.stderr.splitlines() if "LMS serves" in line]
+    assert len(lines) == 1 and lines[0].endswith(", huge pages off"), run.stderr
 
 
 def test_a_larger_granule_rounds_allocations_and_the_device():

@@ -9,7 +9,9 @@ TensorFlow's Eigen CPU kernels; the cap is 128 MiB.
 
 from __future__ import annotations
 
+import ctypes
 import json
+import mmap
 import os
 import subprocess
 import sys
@@ -323,6 +325,39 @@ def test_the_adapter_refuses_a_tensorflow_version_it_was_not_built_for():
             f"{run.result['other']}") in run.result["message"]
 
 
+def machine_huge_pages() -> str:
+    """How this machine gives shared memory huge pages, as the log line says
+    it (posix_backend.h): shmem_enabled allows them, or MADV_COLLAPSE makes
+    a memfd's 2 MiB one huge page (asked here through the C library)."""
+    setting = Path("/sys/kernel/mm/transparent_hugepage/shmem_enabled")
+    if setting.exists() and any(f"[{word}]" in setting.read_text()
+                                for word in ("always", "within_size", "advise", "force")):
+        return "on (shmem_enabled)"
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                          ctypes.c_int, ctypes.c_long]
+    huge = 2 << 20
+    fd = os.memfd_create("collapse-probe")
+    try:
+        os.ftruncate(fd, huge)
+        os.posix_fallocate(fd, 0, 4096)
+        # A 2 MiB-aligned window of the file: reserve twice its size, map at the boundary.
+        PROT_NONE = 0
+        spare = libc.mmap(None, 2 * huge, PROT_NONE,
+                          mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)
+        at = (spare + huge - 1) & ~(huge - 1)
+        MAP_FIXED = 0x10
+        assert libc.mmap(at, huge, mmap.PROT_READ | mmap.PROT_WRITE,
+                         mmap.MAP_SHARED | MAP_FIXED, fd, 0) == at
+        MADV_COLLAPSE = 25
+        collapsed = libc.madvise(ctypes.c_void_p(at), ctypes.c_size_t(huge), MADV_COLLAPSE) == 0
+        libc.munmap(ctypes.c_void_p(spare), ctypes.c_size_t(2 * huge))
+    finally:
+        os.close(fd)
+    return "on (MADV_COLLAPSE)" if collapsed else "off"
+
+
 def test_users_can_tell_lms_is_on():
     """One log line per device when LMS starts serving it (as TensorFlow logs
     the devices it creates), shown by default: the package no longer raises
@@ -339,12 +374,9 @@ def test_users_can_tell_lms_is_on():
     lines = [x for x in proc.stderr.splitlines() if "LMS serves" in x]
     assert len(lines) == 1, proc.stderr
     assert log_severity(lines[0]) == "I", lines[0]  # TensorFlow's INFO
-    setting = Path("/sys/kernel/mm/transparent_hugepage/shmem_enabled")
-    huge = setting.exists() and any(f"[{word}]" in setting.read_text()
-                                    for word in ("always", "within_size", "advise", "force"))
     for part in ("CPU:0, the emulated device", "device memory 64.0 MiB",
                  "host memory for evicted tensors 16.0 MiB", "LMS on", "policy lru",
-                 f"huge pages {'on' if huge else 'off'} (shmem_enabled)"):
+                 f"huge pages {machine_huge_pages()}"):
         assert part in lines[0], lines[0]
     assert "by allocator lms_emulated_device" in result["error"]
     assert "LMS is on: too few inactive bytes are left to evict" in result["error"]

@@ -58,13 +58,19 @@ inline size_t TestGranule() {
 }
 
 // Aborts with the reason if the backend cannot be made: every test needs it.
-// LMS_TEST_HUGE_PAGES=on|off: the POSIX backend's huge pages (posix_backend.h)
-// whatever the machine's setting; unset, as the machine allows.
+// LMS_TEST_HUGE_PAGES=advise|collapse|off: the POSIX backend's huge pages
+// (posix_backend.h) whatever the machine allows; unset, as it allows.
 inline std::unique_ptr<lms::Backend> MakeTestBackend(size_t granule) {
   lms::BackendSpec spec;
   spec.granule_bytes = granule;
   if (const char* huge = std::getenv("LMS_TEST_HUGE_PAGES")) {
-    spec.huge_pages = std::strcmp(huge, "on") == 0 ? lms::HugePages::kOn : lms::HugePages::kOff;
+    spec.huge_pages = std::strcmp(huge, "advise") == 0     ? lms::HugePages::kAdvise
+                      : std::strcmp(huge, "collapse") == 0 ? lms::HugePages::kCollapse
+                                                           : lms::HugePages::kOff;
+    if (spec.huge_pages == lms::HugePages::kOff && std::strcmp(huge, "off") != 0) {
+      std::printf("LMS_TEST_HUGE_PAGES=%s is not advise, collapse or off\n", huge);
+      std::abort();
+    }
   }
   if (UsingCuda()) spec.kind = lms::BackendKind::kCuda;
   if (UsingFakeCuda()) {

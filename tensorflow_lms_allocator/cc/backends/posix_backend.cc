@@ -19,9 +19,12 @@
 #include "backends/streaming_copy.h"
 #include "engine/scoped_nanos.h"
 
-// Linux 5.14; older C libraries lack the name.
+// Linux 5.14 and 6.1; older C libraries lack the names.
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
+#endif
+#ifndef MADV_COLLAPSE
+#define MADV_COLLAPSE 25
 #endif
 
 namespace lms {
@@ -35,7 +38,44 @@ const char* PoolName(PoolKind pool) {
   return pool == PoolKind::kDevice ? "device" : "host";
 }
 
+// The size of a transparent huge page (2 MiB on x86-64).
+size_t HugePageBytes() {
+  static const size_t bytes = [] {
+    std::ifstream setting("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size");
+    size_t value = 0;
+    return setting >> value && value != 0 ? value : size_t{2} << 20;
+  }();
+  return bytes;
+}
+
+// Inaccessible address space of `bytes` at a multiple of `alignment` (a
+// power of two): over-reserved by `alignment` and trimmed.
+void* ReserveAligned(size_t bytes, size_t alignment) {
+  const size_t padded = bytes + alignment;
+  void* p = mmap(nullptr, padded, PROT_NONE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) return nullptr;
+  const uintptr_t start = reinterpret_cast<uintptr_t>(p);
+  const uintptr_t aligned = (start + alignment - 1) & ~(uintptr_t{alignment} - 1);
+  if (aligned > start) munmap(p, aligned - start);
+  const uintptr_t end = start + padded;
+  if (end > aligned + bytes) {
+    munmap(reinterpret_cast<void*>(aligned + bytes), end - (aligned + bytes));
+  }
+  return reinterpret_cast<void*>(aligned);
+}
+
 }  // namespace
+
+const char* HugePagesName(HugePages mode) {
+  switch (mode) {
+    case HugePages::kAuto: return "auto";
+    case HugePages::kAdvise: return "advise";
+    case HugePages::kCollapse: return "collapse";
+    case HugePages::kOff: return "off";
+  }
+  return "?";
+}
 
 bool MachineAllowsSharedHugePages() {
   std::ifstream setting("/sys/kernel/mm/transparent_hugepage/shmem_enabled");
@@ -48,6 +88,25 @@ bool MachineAllowsSharedHugePages() {
   return false;
 }
 
+bool MachineCollapsesSharedHugePages() {
+  static const bool collapses = [] {
+    const size_t bytes = HugePageBytes();
+    const int fd = memfd_create("tf-lms-collapse-probe", MFD_CLOEXEC);
+    if (fd < 0) return false;
+    bool ok = false;
+    void* at = ReserveAligned(bytes, bytes);
+    if (ftruncate(fd, static_cast<off_t>(bytes)) == 0 && at != nullptr &&
+        mmap(at, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) != MAP_FAILED &&
+        fallocate(fd, 0, 0, sysconf(_SC_PAGESIZE)) == 0) {
+      ok = madvise(at, bytes, MADV_COLLAPSE) == 0;
+    }
+    if (at != nullptr) munmap(at, bytes);
+    close(fd);
+    return ok;
+  }();
+  return collapses;
+}
+
 Status PosixBackend::Create(size_t granule_bytes, std::unique_ptr<Backend>* out,
                             HugePages huge_pages) {
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
@@ -57,9 +116,18 @@ Status PosixBackend::Create(size_t granule_bytes, std::unique_ptr<Backend>* out,
                            " is not a power of two multiple of the page size (" +
                            std::to_string(page) + ")");
   }
-  const bool huge = huge_pages == HugePages::kOn ||
-                    (huge_pages == HugePages::kAuto && MachineAllowsSharedHugePages());
-  out->reset(new PosixBackend(granule_bytes, huge));
+  HugePages mode = huge_pages;
+  if (mode == HugePages::kAuto) {
+    mode = MachineAllowsSharedHugePages()     ? HugePages::kAdvise
+           : MachineCollapsesSharedHugePages() ? HugePages::kCollapse
+                                               : HugePages::kOff;
+  }
+  // A granule smaller than a huge page is mapped in small pages whatever
+  // memory is behind it: nothing to collapse.
+  if (mode == HugePages::kCollapse && granule_bytes % HugePageBytes() != 0) {
+    mode = HugePages::kOff;
+  }
+  out->reset(new PosixBackend(granule_bytes, mode));
   return Status::Ok();
 }
 
@@ -71,23 +139,13 @@ PosixBackend::~PosixBackend() {
 }
 
 Status PosixBackend::ReserveAddressRange(size_t bytes, uintptr_t* base) {
-  // Over-reserve by one granule and trim, so the range is granule aligned.
-  const size_t padded = bytes + granule_;
-  void* p = mmap(nullptr, padded, PROT_NONE,
-                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (p == MAP_FAILED) {
+  void* p = ReserveAligned(bytes, granule_);
+  if (p == nullptr) {
     return ResourceExhausted("reserving " + FormatBytes(bytes) +
                              " of address space failed: " + std::strerror(errno));
   }
-  const uintptr_t start = reinterpret_cast<uintptr_t>(p);
-  const uintptr_t aligned = (start + granule_ - 1) & ~(uintptr_t{granule_} - 1);
-  if (aligned > start) munmap(p, aligned - start);
-  const uintptr_t end = start + padded;
-  if (end > aligned + bytes) {
-    munmap(reinterpret_cast<void*>(aligned + bytes), end - (aligned + bytes));
-  }
-  *base = aligned;
-  reserved_.emplace_back(aligned, bytes);
+  *base = reinterpret_cast<uintptr_t>(p);
+  reserved_.emplace_back(*base, bytes);
   return Status::Ok();
 }
 
@@ -111,10 +169,15 @@ Status PosixBackend::CreatePool(PoolKind pool, size_t granules) {
     close(fd);
     return s;
   }
-  void* w = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
-                 MAP_SHARED | MAP_NORESERVE, fd, 0);
+  // At a huge page boundary, or no huge page fits in it.
+  void* const reserved = ReserveAligned(bytes, std::max(granule_, HugePageBytes()));
+  void* w = reserved == nullptr
+                ? MAP_FAILED
+                : mmap(reserved, bytes, PROT_READ | PROT_WRITE,
+                       MAP_SHARED | MAP_NORESERVE | MAP_FIXED, fd, 0);
   if (w == MAP_FAILED) {
     Status s = Errno("mapping the " + std::string(PoolName(pool)) + " pool window");
+    if (reserved != nullptr) munmap(reserved, bytes);
     close(fd);
     return s;
   }
@@ -124,11 +187,29 @@ Status PosixBackend::CreatePool(PoolKind pool, size_t granules) {
   p.fd = fd;
   p.granules = granules;
   p.window = static_cast<char*>(w);
+  if (huge_pages_ == HugePages::kCollapse) {
+    p.collapsed.reset(new std::atomic<bool>[granules]);
+    for (size_t i = 0; i < granules; ++i) p.collapsed[i].store(false, std::memory_order_relaxed);
+  }
   return Status::Ok();
 }
 
 void PosixBackend::AdviseHugePages(void* at, size_t bytes) const {
-  if (huge_pages_) madvise(at, bytes, MADV_HUGEPAGE);
+  if (huge_pages_ == HugePages::kAdvise) madvise(at, bytes, MADV_HUGEPAGE);
+}
+
+void PosixBackend::EnsureHuge(PoolFile& pool, const GranuleId* ids, size_t count) {
+  if (huge_pages_ != HugePages::kCollapse) return;
+  for (size_t i = 0; i < count; ++i) {
+    if (pool.collapsed[ids[i]].exchange(true, std::memory_order_relaxed)) continue;
+    const off_t offset = static_cast<off_t>(ids[i]) * static_cast<off_t>(granule_);
+    // The kernel collapses only ranges with a page in memory (EINVAL
+    // otherwise); fallocate adds one if there is none, writing nothing, so
+    // a call that maps or copies into this granule beside us loses nothing.
+    if (fallocate(pool.fd, 0, offset, sysconf(_SC_PAGESIZE)) == 0) {
+      madvise(pool.window + offset, granule_, MADV_COLLAPSE);
+    }
+  }
 }
 
 Status PosixBackend::PopulateHuge(void* at, size_t bytes, const PoolFile& pool,
@@ -149,8 +230,9 @@ Status PosixBackend::PopulateHuge(void* at, size_t bytes, const PoolFile& pool,
 Status PosixBackend::Map(uintptr_t address, PoolKind pool, const GranuleId* ids,
                          size_t count, Access access) {
   ScopedNanos timed(&stats_.map_ns);
-  const PoolFile& p = pools_[static_cast<int>(pool)];
+  PoolFile& p = pools_[static_cast<int>(pool)];
   const int prot = access == Access::kNone ? PROT_NONE : PROT_READ | PROT_WRITE;
+  if (access != Access::kNone) EnsureHuge(p, ids, count);
   // Populated device mappings: the header's comment says why.
   const bool populate = pool == PoolKind::kDevice && access != Access::kNone;
   // One mmap per run of consecutive granule ids: they are one file range.
@@ -160,12 +242,13 @@ Status PosixBackend::Map(uintptr_t address, PoolKind pool, const GranuleId* ids,
     void* at = reinterpret_cast<void*>(address + i * granule_);
     const off_t offset = static_cast<off_t>(ids[i]) * static_cast<off_t>(granule_);
     // With huge pages, populated after the advice (PopulateHuge).
-    const int flags = MAP_SHARED | MAP_FIXED | (populate && !huge_pages_ ? MAP_POPULATE : 0);
+    const bool advised = huge_pages_ == HugePages::kAdvise;
+    const int flags = MAP_SHARED | MAP_FIXED | (populate && !advised ? MAP_POPULATE : 0);
     Status failed;
     if (mmap(at, run * granule_, prot, flags, p.fd, offset) == MAP_FAILED) {
       failed = Errno("mapping " + std::to_string(run) + " " + PoolName(pool) +
                      " granule(s) at " + FormatAddress(at));
-    } else if (populate && huge_pages_) {
+    } else if (populate && advised) {
       failed = PopulateHuge(at, run * granule_, p, offset);
     }
     if (!failed.ok()) {
@@ -194,6 +277,7 @@ Status PosixBackend::CopyGranules(PoolKind dst_pool, const GranuleId* dst,
                                   PoolKind src_pool, const GranuleId* src,
                                   size_t bytes) {
   const auto start = std::chrono::steady_clock::now();
+  EnsureHuge(pools_[static_cast<int>(dst_pool)], dst, (bytes + granule_ - 1) / granule_);
   char* dst_window = pools_[static_cast<int>(dst_pool)].window;
   const char* src_window = pools_[static_cast<int>(src_pool)].window;
   int64_t copies = 0;
@@ -274,6 +358,10 @@ void PosixBackend::AfterForkInChild() {
       close(pools_[i].fd);
       pools_[i].fd = fork_fds_[i];
       fork_fds_[i] = -1;
+      // The copies are in small pages: collapsed again as they are used.
+      for (size_t g = 0; pools_[i].collapsed != nullptr && g < pools_[i].granules; ++g) {
+        pools_[i].collapsed[g].store(false, std::memory_order_relaxed);
+      }
     }
   } else {
     // No copy: the child must not reach the parent's pages. Every reserved

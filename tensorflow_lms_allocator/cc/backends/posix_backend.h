@@ -21,16 +21,25 @@
 // touched only by writers outside kernels and strict mode, if at all.
 //
 // Huge pages. Populating costs 512 page table entries a 2 MiB granule: on
-// this project's machines 140-230 us a granule, 70-120 ms a GiB paged in,
-// about as much as the copy itself. Where the machine lets shared memory use
-// transparent huge pages (/sys/kernel/mm/transparent_hugepage/shmem_enabled
-// other than never or deny), the windows and every device mapping are
-// advised MADV_HUGEPAGE, so a granule is one 2 MiB page mapped by one page
-// middle directory entry: 6-14 us a granule mapped (microbenchmark, both
-// settings on one machine). A mapping is then populated with
-// MADV_POPULATE_WRITE after the advice (MAP_POPULATE would populate before
-// it, with small pages); without huge pages that is slower than MAP_POPULATE
-// (420 against 230 us), so it is used only with them.
+// this project's machines 140-300 us a granule, 70-150 ms a GiB paged in,
+// about as much as the copy itself. In a 2 MiB huge page a granule is mapped
+// by one page middle directory entry: 6-14 us a granule (microbenchmark, one
+// machine). Two ways to get them for shared memory:
+//  - Where the machine's /sys/kernel/mm/transparent_hugepage/shmem_enabled
+//    is always, within_size, advise or force (kAdvise), the windows and
+//    every device mapping are advised MADV_HUGEPAGE and the first touch of a
+//    granule allocates its huge page. A mapping is then populated with
+//    MADV_POPULATE_WRITE after the advice (MAP_POPULATE would populate before
+//    it, with small pages); without huge pages that is slower than
+//    MAP_POPULATE (420 against 230 us), so it is used only with them.
+//  - Where it is never (most distributions' default), MADV_COLLAPSE (Linux
+//    6.1) still makes a range of shared memory huge on request: the kernel
+//    ignores shmem_enabled for it unless it is deny (kCollapse). Each pool
+//    granule is collapsed once, before its first use (EnsureHuge): 350-2,500
+//    us a granule, once, against 150-300 us saved on every later remap of
+//    it. Its page stays huge: pool files never give memory back (a fork
+//    child's copies are collapsed again as the child uses them).
+// Granules that are not a whole number of huge pages get neither.
 //
 // Copies are synchronous, so CopiesAfterCompute and WaitForCopies have
 // nothing to wait for.
@@ -45,6 +54,7 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -57,14 +67,21 @@
 
 namespace lms {
 
-// Whether pool memory is advised to use transparent huge pages: as the
-// machine allows (kAuto), or always (kOn: tests take that path on machines
-// whose setting is never; it stays correct, only slower) or never (kOff).
-enum class HugePages { kAuto, kOn, kOff };
+// How pool memory gets transparent huge pages (the comment above says why):
+// as the machine allows (kAuto: kAdvise, else kCollapse, else kOff), or one
+// way whatever the machine (tests take each path on machines that refuse it;
+// it stays correct, only slower).
+enum class HugePages { kAuto, kAdvise, kCollapse, kOff };
 
-// kAuto's answer on this machine: shmem_enabled is always, within_size,
-// advise or force.
+// "advise", "collapse", "off" ("auto" for kAuto).
+const char* HugePagesName(HugePages mode);
+
+// kAdvise's condition: shmem_enabled is always, within_size, advise or force.
 bool MachineAllowsSharedHugePages();
+
+// kCollapse's: MADV_COLLAPSE made a granule of a memfd one huge page when
+// this was first asked (a probe of 2 MiB).
+bool MachineCollapsesSharedHugePages();
 
 class PosixBackend : public Backend {
  public:
@@ -94,16 +111,22 @@ class PosixBackend : public Backend {
   void AfterForkInParent() override;
   void AfterForkInChild() override;
 
-  bool huge_pages() const { return huge_pages_; }
+  // kAdvise, kCollapse or kOff: what kAuto became on this machine.
+  HugePages huge_pages() const { return huge_pages_; }
 
  private:
-  PosixBackend(size_t granule_bytes, bool huge_pages)
+  PosixBackend(size_t granule_bytes, HugePages huge_pages)
       : granule_(granule_bytes), huge_pages_(huge_pages) {}
 
   struct PoolFile {
     int fd = -1;
     size_t granules = 0;
     char* window = nullptr;  // the whole file, mapped once
+    // kCollapse: granule i was collapsed (or tried) when collapsed[i] is set.
+    // Set before the collapse by whichever call first uses the granule, so
+    // a call beside it may map or copy while the kernel collapses: the
+    // kernel keeps every byte either way.
+    std::unique_ptr<std::atomic<bool>[]> collapsed;
   };
 
   // One mapping of a pool file in this process, as /proc/self/maps lists it.
@@ -119,15 +142,20 @@ class PosixBackend : public Backend {
   // Every current mapping of the pool files, allocations' slots and windows.
   Status ListPoolMappings(std::vector<PoolMapping>* out) const;
   void CloseSnapshots();
-  // MADV_HUGEPAGE on [at, at + bytes) when huge_pages_; best effort (a
-  // kernel without THP refuses the advice and the memory works as before).
+  // MADV_HUGEPAGE on [at, at + bytes) with kAdvise; best effort (a kernel
+  // without THP refuses the advice and the memory works as before).
   void AdviseHugePages(void* at, size_t bytes) const;
+  // kCollapse: collapses granules ids[0, count) of `pool` into huge pages,
+  // each the first time it is asked; best effort, as the advice. Called
+  // before a granule is mapped or copied into. Writes no byte: the kernel
+  // keeps a granule's contents as it collapses it.
+  void EnsureHuge(PoolFile& pool, const GranuleId* ids, size_t count);
   // Fills the page tables of a fresh read-write device mapping, made without
   // MAP_POPULATE, in huge pages.
   Status PopulateHuge(void* at, size_t bytes, const PoolFile& pool, off_t offset) const;
 
   const size_t granule_;
-  const bool huge_pages_;
+  const HugePages huge_pages_;
   PoolFile pools_[2];
   // Copies only: nothing here waits or fences. Copies run beside each other
   // and beside the engine's other calls (CopiesMayRunUnlocked), so their

@@ -54,9 +54,11 @@ std::string LmsDevice::Describe(const std::string& device) const {
   line += engine.defrag_enabled() ? ", defragmentation on" : ", defragmentation off";
   if (spec_.backend.kind == BackendKind::kPosix) {
     // Remaps cost 10-20x less with them (posix_backend.h): say which it is.
-    line += static_cast<const PosixBackend*>(backend_)->huge_pages()
-                ? ", huge pages on (shmem_enabled)"
-                : ", huge pages off (shmem_enabled)";
+    switch (static_cast<const PosixBackend*>(backend_)->huge_pages()) {
+      case HugePages::kAdvise: line += ", huge pages on (shmem_enabled)"; break;
+      case HugePages::kCollapse: line += ", huge pages on (MADV_COLLAPSE)"; break;
+      default: line += ", huge pages off"; break;
+    }
   }
   if (options.strict) line += ", strict mode (TF_LMS_STRICT)";
   return line;

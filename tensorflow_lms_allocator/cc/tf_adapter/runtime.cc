@@ -54,6 +54,7 @@ LmsDeviceSpec Runtime::EmulatedDeviceSpec() const {
   spec.name = kEmulatedDeviceName;
   spec.backend.kind = BackendKind::kPosix;
   spec.backend.granule_bytes = settings_.granule_bytes;
+  spec.backend.huge_pages = settings_.huge_pages;
   spec.engine = settings_.engine;
   spec.prefetch = settings_.prefetch;
   return spec;

@@ -51,6 +51,14 @@ Status ReadSettings(Settings* out) {
     }
   }
   LMS_RETURN_IF_ERROR(GranuleFromEnv(&s.granule_bytes));
+  if (const char* huge = std::getenv("TF_LMS_HUGE_PAGES"); huge != nullptr && *huge != '\0') {
+    if (std::strcmp(huge, "auto") != 0 && std::strcmp(huge, "off") != 0) {
+      return InvalidArgument(std::string("TF_LMS_HUGE_PAGES='") + huge +
+                             "' is not auto (the default: the emulated device's memory in "
+                             "huge pages where the machine allows) or off");
+    }
+    s.huge_pages = std::strcmp(huge, "off") == 0 ? HugePages::kOff : HugePages::kAuto;
+  }
   LMS_RETURN_IF_ERROR(
       MegabytesFromEnv("TF_LMS_CPU_DEVICE_MEMORY_MB", &device_present, &engine.device_bytes));
   std::string rounded;

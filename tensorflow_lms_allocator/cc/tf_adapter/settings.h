@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <string>
 
+#include "backends/posix_backend.h"
 #include "engine/engine.h"
 #include "engine/reclaim_policy.h"
 #include "engine/status.h"
@@ -44,10 +45,14 @@ struct Settings {
   // driver's remap costs per mapping, not per byte, so on a GPU a larger
   // granule moves a swapped byte faster (benchmarks/README.md).
   size_t granule_bytes = kDefaultGranuleBytes;
+  // TF_LMS_HUGE_PAGES: the emulated device's memory in transparent huge
+  // pages as the machine allows (auto, the default) or never (off: what
+  // remaps cost without them, or a machine whose huge pages misbehave).
+  HugePages huge_pages = HugePages::kAuto;
 };
 
 // Reads TF_LMS_ENABLED, TF_LMS_DEFRAG_ENABLED, TF_LMS_STRICT, TF_LMS_POLICY,
-// TF_LMS_PREFETCH, TF_LMS_GRANULE_MB,
+// TF_LMS_PREFETCH, TF_LMS_GRANULE_MB, TF_LMS_HUGE_PAGES,
 // TF_LMS_CPU_DEVICE_MEMORY_MB and TF_GPU_HOST_MEM_LIMIT_IN_MB into *out.
 // kInvalidArgument names the variable, its value and what is valid.
 Status ReadSettings(Settings* out);
