@@ -129,15 +129,17 @@ class Probe:
 
 
 def run_probe_script(script: Path, model_name: str, cap_mb: int, steps: int,
-                     timeout: float, mode: str = "lms") -> tuple[dict | None, str]:
+                     timeout: float, mode: str = "lms", settings: dict[str, str] | None = None
+                     ) -> tuple[dict | None, str]:
     """Runs `script --probe` in a fresh process on a device of `cap_mb` (LMS on, or
-    off with mode "lms-off"): (its JSON result, "") or (None, why it failed).
-    Shared with overhead.py."""
+    off with mode "lms-off"; `settings`, more TF_LMS_* variables): (its JSON result,
+    "") or (None, why it failed). Shared with overhead.py."""
     with tempfile.TemporaryDirectory(prefix="probe-") as tmp:
         result_path = Path(tmp) / "result.json"
         command = [sys.executable, "-X", "faulthandler", str(script.resolve()),
                    "--probe", model_name, "--steps", str(steps), "--result", str(result_path)]
-        done = run_probe_process(command, probe_environment(mode, cap_mb, None), timeout,
+        env = {**probe_environment(mode, cap_mb, None), **(settings or {})}
+        done = run_probe_process(command, env, timeout,
                                  f"{model_name} on {cap_mb} MiB"
                                  + (" with LMS off" if mode == "lms-off" else ""))
         if done.returncode == 0 and result_path.exists():

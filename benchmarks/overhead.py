@@ -27,18 +27,20 @@ which traces the function; the case's, the median of its rounds):
 
 The last line is the worst case: `overhead_vs_copy_floor R`.
 
-The emulated device maps its memory in transparent huge pages where the
-machine's /sys/kernel/mm/transparent_hugepage/shmem_enabled allows
-(posix_backend.h); the first line says which. `--huge-pages both` (root: it
-writes that setting, and puts it back) runs every capped case with `never`
-and then with `advise`, side by side in each round, and prints both: the
-line before the last is `overhead_vs_copy_floor_without_huge_pages R`, the
-last line the worst case with them.
+The emulated device maps its memory in transparent huge pages as the machine
+allows (posix_backend.h: by advice where
+/sys/kernel/mm/transparent_hugepage/shmem_enabled lets shared memory have
+them, else by MADV_COLLAPSE on Linux 6.1 and later); the `LMS serves` log
+line says which, the first line here the machine's setting. `--huge-pages
+both` runs every capped case with TF_LMS_HUGE_PAGES=off and then with auto,
+side by side in each round, and prints both: the line before the last is
+`overhead_vs_copy_floor_without_huge_pages R`, the last line the worst case
+with them.
 
 Example:
     make bench-overhead
     .venv/bin/python benchmarks/overhead.py --models transformer --steps 3 --rounds 1
-    sudo .venv/bin/python benchmarks/overhead.py --huge-pages both --rounds 2
+    .venv/bin/python benchmarks/overhead.py --huge-pages both --rounds 2
 """
 
 from __future__ import annotations
@@ -100,15 +102,6 @@ def shmem_enabled() -> str:
     return next((w[1:-1] for w in words if w.startswith("[")), "unknown")
 
 
-def set_shmem_enabled(value: str) -> None:
-    """Writes the machine's setting; SystemExit saying what to do where it cannot."""
-    try:
-        SHMEM_ENABLED.write_text(value)
-    except OSError as error:
-        raise SystemExit(f"--huge-pages both writes {SHMEM_ENABLED} ({error}): run it as "
-                         "root, or leave --huge-pages at machine") from error
-
-
 def run_probe_in_this_process(model_name: str, steps: int, result_path: Path) -> int:
     """Trains `steps` steps; writes each step's seconds and the statistics after it."""
     import tensorflow_lms_allocator as lms  # before tensorflow
@@ -138,9 +131,12 @@ class Case:
         return statistics.median(self.steps)
 
 
-def run_case(model: str, cap_mb: int, steps: int, timeout: float, mode: str = "lms") -> Case:
-    """One round of one case."""
-    result, failed = run_probe_script(Path(__file__), model, cap_mb, steps, timeout, mode)
+def run_case(model: str, cap_mb: int, steps: int, timeout: float, mode: str = "lms",
+             huge_pages: str | None = None) -> Case:
+    """One round of one case (`huge_pages`: TF_LMS_HUGE_PAGES, None to leave it unset)."""
+    settings = {"TF_LMS_HUGE_PAGES": huge_pages} if huge_pages else None
+    result, failed = run_probe_script(Path(__file__), model, cap_mb, steps, timeout, mode,
+                                      settings)
     if result is None:
         return Case(model, cap_mb, [], {}, 0, failed)
     stats = result["statistics"]
@@ -226,8 +222,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "is the median of its rounds)")
     parser.add_argument("--timeout", type=float, default=900, help="seconds per case")
     parser.add_argument("--huge-pages", choices=("machine", "both"), default="machine",
-                        help="machine: as this machine's shmem_enabled allows; both: every "
-                             "capped case without huge pages and with them (root)")
+                        help="machine: as this machine allows; both: every capped case "
+                             "with TF_LMS_HUGE_PAGES=off and then auto")
     parser.add_argument("--probe", choices=MODELS, help=argparse.SUPPRESS)
     parser.add_argument("--result", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -238,34 +234,25 @@ def main(argv: Sequence[str] | None = None) -> int:
                      "and a per-step figure needs two steps after it)")
     if args.rounds < 1:
         parser.error(f"--rounds {args.rounds}: at least 1")
-    machine_setting = shmem_enabled()
-    # The capped cases' shmem_enabled values: None leaves the machine's.
-    settings: list[str | None] = [None] if args.huge_pages == "machine" else ["never", "advise"]
-    if args.huge_pages == "both":
-        set_shmem_enabled(machine_setting if machine_setting != "unknown" else "never")
+    # The capped cases' TF_LMS_HUGE_PAGES values: None leaves it unset.
+    settings: list[str | None] = [None] if args.huge_pages == "machine" else ["off", "auto"]
     bandwidth = memcpy_bandwidth()
     print(f"single-thread memcpy: {bandwidth / 1e9:.1f} GB/s (256 MiB, best of 5); shared "
-          f"memory huge pages: {machine_setting} (shmem_enabled)", flush=True)
-    try:
-        return run_rounds(args, settings, bandwidth)
-    finally:
-        if args.huge_pages == "both":
-            set_shmem_enabled(machine_setting)
+          f"memory huge pages: {shmem_enabled()} (shmem_enabled)", flush=True)
+    return run_rounds(args, settings, bandwidth)
 
 
 def run_rounds(args: argparse.Namespace, settings: list[str | None], bandwidth: float) -> int:
     """Runs the rounds of every case and prints the report (main's second half)."""
     # runs[model][case]: that case's rounds so far ("uncapped", "off", and each
-    # capped case as (cap's name, shmem_enabled value)); the caps come from the
-    # first round's uncapped peak.
+    # capped case as (cap's name, TF_LMS_HUGE_PAGES value)); the caps come from
+    # the first round's uncapped peak.
     runs: dict[str, dict[object, list[Case]]] = {m: {} for m in args.models}
     caps: dict[str, dict[str, int]] = {}
     for round_index in range(args.rounds):
         print(f"round {round_index + 1} of {args.rounds}", flush=True)
         for model in args.models:
             cases = runs[model]
-            if settings[0] is not None:  # the uncapped cases map nothing after their first step
-                set_shmem_enabled(settings[0])
             for name, mode in (("uncapped", "lms"), ("off", "lms-off")):
                 case = run_case(model, UNCAPPED_MB, args.steps, args.timeout, mode)
                 if case.failed:
@@ -279,10 +266,8 @@ def run_rounds(args: argparse.Namespace, settings: list[str | None], bandwidth: 
                                                           * GRANULE_MB) for f in FRACTIONS}
             for name, cap in caps[model].items():
                 for setting in settings:
-                    if setting is not None:
-                        set_shmem_enabled(setting)
                     cases.setdefault((name, setting), []).append(
-                        run_case(model, cap, args.steps, args.timeout))
+                        run_case(model, cap, args.steps, args.timeout, huge_pages=setting))
     worst: dict[str | None, float] = {}
     on_vs_off: list[float] = []  # uncapped step, LMS on over LMS off
     for model, cases in runs.items():
@@ -296,8 +281,7 @@ def run_rounds(args: argparse.Namespace, settings: list[str | None], bandwidth: 
         for name in caps[model]:
             for setting in settings:
                 if setting is not None:
-                    print(f"  huge pages {'on' if setting == 'advise' else 'off'} "
-                          f"(shmem_enabled {setting}):")
+                    print(f"  TF_LMS_HUGE_PAGES={setting}:")
                 overhead = report(merge(cases[(name, setting)]), uncapped, bandwidth)
                 if overhead is not None:
                     worst[setting] = max(worst.get(setting, overhead), overhead)
@@ -305,8 +289,8 @@ def run_rounds(args: argparse.Namespace, settings: list[str | None], bandwidth: 
         print("no case moved bytes: no overhead to compare with a copy floor")
         return 1
     print(f"lms_on_vs_off_without_pressure {max(on_vs_off):.3f}")
-    if "never" in worst:
-        print(f"overhead_vs_copy_floor_without_huge_pages {worst['never']:.1f}")
+    if "off" in worst:
+        print(f"overhead_vs_copy_floor_without_huge_pages {worst['off']:.1f}")
     print(f"overhead_vs_copy_floor {worst[settings[-1]]:.1f}")
     return 0
 
