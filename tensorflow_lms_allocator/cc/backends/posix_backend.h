@@ -39,7 +39,8 @@
 //    us a granule, once, against 150-300 us saved on every later remap of
 //    it. Its page stays huge: pool files never give memory back (a fork
 //    child's copies are collapsed again as the child uses them).
-// Granules that are not a whole number of huge pages get neither.
+// A granule smaller than a huge page is mapped in small pages either way,
+// and not collapsed.
 //
 // Copies are synchronous, so CopiesAfterCompute and WaitForCopies have
 // nothing to wait for.
