@@ -201,7 +201,12 @@ void PosixBackend::AdviseHugePages(void* at, size_t bytes) const {
 void PosixBackend::EnsureHuge(PoolFile& pool, const GranuleId* ids, size_t count) {
   if (huge_pages_ != HugePages::kCollapse) return;
   for (size_t i = 0; i < count; ++i) {
-    if (pool.collapsed[ids[i]].exchange(true, std::memory_order_relaxed)) continue;
+    // Every map and copy asks: a load, not a write, once the granule is done.
+    std::atomic<bool>& collapsed = pool.collapsed[ids[i]];
+    if (collapsed.load(std::memory_order_relaxed) ||
+        collapsed.exchange(true, std::memory_order_relaxed)) {
+      continue;
+    }
     const off_t offset = static_cast<off_t>(ids[i]) * static_cast<off_t>(granule_);
     // The kernel collapses only ranges with a page in memory (EINVAL
     // otherwise); fallocate adds one if there is none, writing nothing, so
@@ -235,14 +240,14 @@ Status PosixBackend::Map(uintptr_t address, PoolKind pool, const GranuleId* ids,
   if (access != Access::kNone) EnsureHuge(p, ids, count);
   // Populated device mappings: the header's comment says why.
   const bool populate = pool == PoolKind::kDevice && access != Access::kNone;
+  // With advised huge pages, populated after the advice (PopulateHuge).
+  const bool advised = huge_pages_ == HugePages::kAdvise;
   // One mmap per run of consecutive granule ids: they are one file range.
   for (size_t i = 0; i < count;) {
     size_t run = 1;
     while (i + run < count && ids[i + run] == ids[i] + run) ++run;
     void* at = reinterpret_cast<void*>(address + i * granule_);
     const off_t offset = static_cast<off_t>(ids[i]) * static_cast<off_t>(granule_);
-    // With huge pages, populated after the advice (PopulateHuge).
-    const bool advised = huge_pages_ == HugePages::kAdvise;
     const int flags = MAP_SHARED | MAP_FIXED | (populate && !advised ? MAP_POPULATE : 0);
     Status failed;
     if (mmap(at, run * granule_, prot, flags, p.fd, offset) == MAP_FAILED) {
