@@ -524,9 +524,10 @@ bench-mincap: build
 
 # Where a swapped byte's time goes: step time at 1/2 and 1/4 of the peak over
 # the uncapped step, beside the copy floor and the time LMS accounted
-# (benchmarks/overhead.py; last line overhead_vs_copy_floor).
+# (benchmarks/overhead.py; last line overhead_vs_copy_floor). PAIRED=1: each
+# model's sizes in one process, by holding device memory (overhead_paired.py).
 bench-overhead: build
-	$(PY) benchmarks/overhead.py
+	$(PY) benchmarks/overhead.py $(if $(PAIRED),--paired)
 
 # Eviction policies (LRU, learned, Belady) on traces and real training
 # (benchmarks/README.md).

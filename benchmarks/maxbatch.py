@@ -92,13 +92,11 @@ def probe_environment(mode: str, cap_mb: int, inter_op_threads: int | None
     return env
 
 
-def train_and_time(model: Any, inputs: Any, labels: Any, steps: int,
-                   after_step: Callable[[], None] | None = None) -> list[float]:
-    """Trains `steps` steps (SGD with momentum, under tf.function); their seconds.
-    `after_step`, if given, runs after each step, outside its time.
+def make_train_step(model: Any, inputs: Any, labels: Any) -> Callable[[], Any]:
+    """One training step (SGD with momentum) as a tf.function; it returns the loss.
 
     Example:
-        seconds = train_and_time(model, images, labels, steps=3)  # [trace, step, step]
+        step = make_train_step(model, images, labels); float(step())
     """
     import keras
     import tensorflow as tf
@@ -114,6 +112,18 @@ def train_and_time(model: Any, inputs: Any, labels: Any, steps: int,
         optimizer.apply_gradients(zip(gradients, model.trainable_variables))
         return loss
 
+    return train_step
+
+
+def train_and_time(model: Any, inputs: Any, labels: Any, steps: int,
+                   after_step: Callable[[], None] | None = None) -> list[float]:
+    """Trains `steps` steps (make_train_step's); their seconds.
+    `after_step`, if given, runs after each step, outside its time.
+
+    Example:
+        seconds = train_and_time(model, images, labels, steps=3)  # [trace, step, step]
+    """
+    train_step = make_train_step(model, inputs, labels)
     step_seconds = []
     for _ in range(steps):
         start = time.perf_counter()

@@ -27,6 +27,12 @@ which traces the function; the case's, the median of its rounds):
 
 The last line is the worst case: `overhead_vs_copy_floor R`.
 
+`--paired` (benchmarks/overhead_paired.py) runs each model's uncapped, 1/2
+and 1/4 steps in one process instead, taking the smaller devices by
+tensorflow_lms_allocator.hold_device_memory, in `--blocks` blocks, and sets
+each capped phase against the uncapped phase of its own block: the noise
+between processes leaves the comparison.
+
 The emulated device maps its memory in transparent huge pages as the machine
 allows (posix_backend.h: by advice where
 /sys/kernel/mm/transparent_hugepage/shmem_enabled lets shared memory have
@@ -41,6 +47,7 @@ Example:
     make bench-overhead
     .venv/bin/python benchmarks/overhead.py --models transformer --steps 3 --rounds 1
     .venv/bin/python benchmarks/overhead.py --huge-pages both --rounds 2
+    .venv/bin/python benchmarks/overhead.py --paired --blocks 3
 """
 
 from __future__ import annotations
@@ -216,7 +223,9 @@ def spread(case: Case, uncapped: Case) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))
-    parser.add_argument("--steps", type=int, default=4, help="training steps per case (>= 3)")
+    parser.add_argument("--steps", type=int,
+                        help="training steps per case (>= 3; 4), with --paired per phase "
+                             "after its first (3)")
     parser.add_argument("--rounds", type=int, default=3,
                         help="times every case runs, interleaved (>= 1; each case's step "
                              "is the median of its rounds)")
@@ -224,21 +233,38 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--huge-pages", choices=("machine", "both"), default="machine",
                         help="machine: as this machine allows; both: every capped case "
                              "with TF_LMS_HUGE_PAGES=off and then auto")
+    parser.add_argument("--paired", action="store_true",
+                        help="each model's caps in one process, by holding device memory "
+                             "(benchmarks/overhead_paired.py); --steps per phase, --blocks")
+    parser.add_argument("--blocks", type=int, default=5,
+                        help="with --paired: times each model's uncapped, 1/2 and 1/4 "
+                             "phases run in turn (>= 1)")
     parser.add_argument("--probe", choices=MODELS, help=argparse.SUPPRESS)
     parser.add_argument("--result", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.probe:
         return run_probe_in_this_process(args.probe, args.steps, args.result)
+    if args.steps is None:
+        args.steps = 3 if args.paired else 4
     if args.steps < 3:
         parser.error(f"--steps {args.steps}: at least 3 (the first traces the function, "
                      "and a per-step figure needs two steps after it)")
     if args.rounds < 1:
         parser.error(f"--rounds {args.rounds}: at least 1")
+    if args.blocks < 1:
+        parser.error(f"--blocks {args.blocks}: at least 1")
+    if args.paired and args.huge_pages != "machine":
+        parser.error("--paired runs as this machine allows: leave out --huge-pages")
     # The capped cases' TF_LMS_HUGE_PAGES values: None leaves it unset.
     settings: list[str | None] = [None] if args.huge_pages == "machine" else ["off", "auto"]
     bandwidth = memcpy_bandwidth()
     print(f"single-thread memcpy: {bandwidth / 1e9:.1f} GB/s (256 MiB, best of 5); shared "
           f"memory huge pages: {shmem_enabled()} (shmem_enabled)", flush=True)
+    if args.paired:
+        import overhead_paired
+
+        return overhead_paired.main(args.models, args.blocks, args.steps, args.timeout,
+                                    bandwidth)
     return run_rounds(args, settings, bandwidth)
 
 

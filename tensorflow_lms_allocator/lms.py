@@ -297,6 +297,47 @@ def record_trace(path: str | Path, device: int | str = 0,
                               "dropped": dropped.value, "max_bytes": cap.value})
 
 
+@contextlib.contextmanager
+def hold_device_memory(num_bytes: int, device: int | str | Any = 0) -> Iterator[None]:
+    """Inside the block, `device` trains as if it had `num_bytes` less memory.
+
+    The bytes (rounded up to whole granules) are taken from the device and
+    pinned there, so nothing else can use them; what was live is evicted to
+    make room. Given back when the block ends. For trying a model on a smaller
+    GPU than this one, and for comparing steps with and without memory
+    pressure in one process (`make bench-overhead`). `num_bytes` must be a
+    positive integer no larger than the device (a ValueError naming it
+    otherwise); a hold that what is pinned now leaves no room for is a
+    MemoryError, raised when the block is entered.
+
+    Example:
+        >>> device_bytes = tf.config.experimental.get_bytes_limit(0)  # doctest: +SKIP
+        >>> with tensorflow_lms_allocator.hold_device_memory(device_bytes // 2):  # doctest: +SKIP
+        ...     model.fit(x, y, epochs=1)  # as on a device half this size
+    """
+    if (not isinstance(num_bytes, numbers.Integral) or isinstance(num_bytes, bool)
+            or num_bytes <= 0):
+        raise ValueError(f"hold_device_memory(num_bytes={num_bytes!r}): num_bytes must be a "
+                         "positive whole number of bytes")
+    name = _device_name(device)
+    import tensorflow as tf
+
+    tf.config.list_logical_devices()  # creates the devices if they are not yet
+    lib = activation.adapter()
+    message = activation.message_buffer()
+    held = ctypes.c_void_p()
+    code = lib.tf_lms_hold_device_memory(name.encode(), int(num_bytes), ctypes.byref(held),
+                                         message, len(message))
+    if code != 0:
+        raise activation.error(code, message)
+    try:
+        yield
+    finally:
+        code = lib.tf_lms_release_device_memory(name.encode(), held, message, len(message))
+        if code != 0:
+            raise activation.error(code, message)
+
+
 @dataclass(frozen=True)
 class UnpinnedTouch:
     """A read or write of evicted memory that no kernel pinned (strict mode)."""

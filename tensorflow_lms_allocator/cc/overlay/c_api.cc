@@ -102,6 +102,38 @@ int tf_lms_stop_trace(const char* device, uint64_t* events, uint64_t* dropped,
   return code;
 }
 
+int tf_lms_hold_device_memory(const char* device, uint64_t bytes, void** held,
+                              char* message, size_t message_len) {
+  lms::Status status;
+  lms::LmsDevice* lms_device =
+      lms::Runtime::Get().DeviceNamed(device != nullptr ? device : "", &status);
+  if (lms_device == nullptr) return lms::ReportToC(status, message, message_len);
+  const int64_t device_bytes = lms_device->engine().GetStatistics().bytes_limit;
+  if (bytes == 0 || bytes > static_cast<uint64_t>(device_bytes)) {
+    return lms::FailToC(TF_LMS_INVALID_ARGUMENT,
+                        "cannot hold " + std::to_string(bytes) + " bytes of " + device +
+                            ", a device of " + std::to_string(device_bytes) +
+                            " bytes: hold between 1 byte and the device's size",
+                        message, message_len);
+  }
+  // Pinned from birth and never unpinned: no eviction chooses it.
+  *held = lms_device->engine().Allocate(bytes, lms::Hold::kPin, &status);
+  if (*held != nullptr) return TF_LMS_OK;
+  return lms::ReportToC(lms::Status(status.code(), "cannot hold " + std::to_string(bytes) +
+                                                       " bytes of " + device + ": " +
+                                                       status.message()),
+                        message, message_len);
+}
+
+int tf_lms_release_device_memory(const char* device, void* held, char* message,
+                                 size_t message_len) {
+  lms::Status status;
+  lms::LmsDevice* lms_device =
+      lms::Runtime::Get().DeviceNamed(device != nullptr ? device : "", &status);
+  if (lms_device == nullptr) return lms::ReportToC(status, message, message_len);
+  return lms::ReportToC(lms_device->engine().Free(held), message, message_len);
+}
+
 char* tf_lms_unpinned_touches(void) {
   lms::Engine* engine = lms::Runtime::Get().DeviceEngine();
   if (engine == nullptr) return nullptr;

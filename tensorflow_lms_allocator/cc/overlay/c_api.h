@@ -75,6 +75,21 @@ TF_LMS_EXPORT int tf_lms_stop_trace(const char* device, uint64_t* events,
                                     uint64_t* dropped, uint64_t* max_bytes,
                                     char* message, size_t message_len);
 
+// Holds `bytes` of `device`'s memory (rounded up to whole granules) pinned
+// in device memory until tf_lms_release_device_memory: the device then
+// trains as one with that much less memory would, evicting where it did not
+// before. What is live is evicted to make room, so a hold can be taken and
+// given back between steps. *held is the handle to give back.
+//   TF_LMS_NOT_FOUND            no such LMS device
+//   TF_LMS_INVALID_ARGUMENT     bytes is 0 or more than the device has
+//   TF_LMS_RESOURCE_EXHAUSTED   what is pinned now leaves no room for it
+TF_LMS_EXPORT int tf_lms_hold_device_memory(const char* device, uint64_t bytes,
+                                            void** held, char* message,
+                                            size_t message_len);
+// Gives back a hold of `device`; TF_LMS_NOT_FOUND if `held` is not one.
+TF_LMS_EXPORT int tf_lms_release_device_memory(const char* device, void* held,
+                                               char* message, size_t message_len);
+
 // Strict mode's report as lines "address allocation_id allocation_address
 // allocation_bytes label\n", in a buffer the caller frees with
 // tf_lms_free_string. Null if there is no LMS device.
