@@ -53,7 +53,8 @@ ThreadContexts& ThisThread() {
 }
 
 // Whether `kernel` reads or writes the data a variable named by its resource
-// inputs holds when it starts. TensorFlow names such ops Resource*
+// inputs holds when it starts, and whether it is an XLA kernel (which may
+// free a variable's buffer on its error path). TensorFlow names such ops Resource*
 // (ResourceGather, ResourceScatterAdd, ResourceApplyAdam,
 // ResourceSparseApply*, ...) or *VariableOp (ReadVariableOp,
 // AssignAddVariableOp, AssignSubVariableOp); XLA runs a compiled cluster as
@@ -64,18 +65,22 @@ ThreadContexts& ThisThread() {
 // bytes about to be freed); VarIsInitializedOp, VariableShape,
 // DestroyResourceOp, function calls and control flow (they pass or inspect
 // the handle only).
-__attribute__((noinline)) bool TouchesVariableData(const tensorflow::OpKernel& kernel) {
+enum class VariableAccess { kNone, kVariableOp, kXla };
+
+// The names are checked first: an op that names itself Resource* or
+// *VariableOp is not XLA's, and the XLA check reads the kernel's NodeDef
+// attributes (once per variable pinned, it showed in the step's profile).
+__attribute__((noinline)) VariableAccess VariableAccessOf(const tensorflow::OpKernel& kernel) {
   static constexpr char kPrefix[] = "Resource";
   static constexpr char kSuffix[] = "VariableOp";
+  const absl::string_view op = kernel.type_string_view();  // held by the kernel itself
   constexpr size_t kPrefixLen = sizeof(kPrefix) - 1;
   constexpr size_t kSuffixLen = sizeof(kSuffix) - 1;
-  const std::string& op = kernel.type_string();
-  if (op.compare(0, kPrefixLen, kPrefix) == 0) return true;
-  if (op.size() >= kSuffixLen &&
-      op.compare(op.size() - kSuffixLen, kSuffixLen, kSuffix) == 0) {
-    return op != "AssignVariableOp";
+  if (op.substr(0, kPrefixLen) == kPrefix) return VariableAccess::kVariableOp;
+  if (op.size() >= kSuffixLen && op.substr(op.size() - kSuffixLen) == kSuffix) {
+    return op != "AssignVariableOp" ? VariableAccess::kVariableOp : VariableAccess::kNone;
   }
-  return LiveVariables::IsXlaKernel(kernel);
+  return LiveVariables::IsXlaKernel(kernel) ? VariableAccess::kXla : VariableAccess::kNone;
 }
 
 // The variable `handle` names, with a reference the caller drops, or null if
@@ -124,7 +129,11 @@ void KernelPins::OnContextCreated(void* context, void* params) {
   }
   ThreadContexts& thread = ThisThread();
   const uint64_t serial = ++thread.last_serial;
-  const char* label = p->op_kernel != nullptr ? p->op_kernel->name().c_str() : nullptr;
+  // name_view() views the NodeDef's std::string, so its data() ends in a
+  // NUL; name() would reach it through the kernel's NodeProperties and
+  // NodeDef, two more lines from memory per kernel (measured: most of this
+  // hook's time in DenseNet121's steps).
+  const char* label = p->op_kernel != nullptr ? p->op_kernel->name_view().data() : nullptr;
   entry.serial = serial;
   entry.creator = t_owner;
   Entry replaced;
@@ -320,10 +329,13 @@ Status KernelPins::PinBatch(const void* const* data, size_t count, std::vector<P
 __attribute__((noinline)) Status KernelPins::PinVariableInputs(
     tensorflow::OpKernelContext* ctx, void* params, std::vector<Pin>* pins, bool all_or_none) {
   auto* p = static_cast<tensorflow::OpKernelContext::Params*>(params);
-  if (p->op_kernel == nullptr || !TouchesVariableData(*p->op_kernel)) return Status::Ok();
+  if (p->op_kernel == nullptr) return Status::Ok();
+  const VariableAccess access = VariableAccessOf(*p->op_kernel);
+  if (access == VariableAccess::kNone) return Status::Ok();
   for (const tensorflow::TensorValue& value : p->inputs) {
     if (value.tensor == nullptr || value.tensor->dtype() != tensorflow::DT_RESOURCE) continue;
-    Status s = PinVariables(ctx, *value.tensor, pins, all_or_none);
+    Status s = PinVariables(ctx, *value.tensor, access == VariableAccess::kXla, pins,
+                            all_or_none);
     if (s.code() == StatusCode::kResourceExhausted) return s;
   }
   return Status::Ok();
@@ -369,7 +381,7 @@ __attribute__((noinline)) void KernelPins::PinInputsTakingTurns(
 }
 
 __attribute__((noinline)) Status KernelPins::PinVariables(
-    tensorflow::OpKernelContext* context, const tensorflow::Tensor& handles,
+    tensorflow::OpKernelContext* context, const tensorflow::Tensor& handles, bool xla,
     std::vector<Pin>* pins, bool all_or_none) {
   // TypeIndex hashes the type's name (the wheel is built with RTTI), so this
   // equals the hash TensorFlow's own libraries put in Var handles.
@@ -394,7 +406,7 @@ __attribute__((noinline)) Status KernelPins::PinVariables(
       if (data == nullptr || !engine_->Owns(data)) continue;
       s = PinOne(data, pins);
       // XLA's error path may free it while the variable holds it.
-      if (s.ok() && LiveVariables::IsXlaKernel(context->op_kernel())) {
+      if (s.ok() && xla) {
         pins->back().variable = var;
         live_variables_.Add(data, var);
       }

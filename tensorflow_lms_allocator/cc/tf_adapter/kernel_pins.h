@@ -299,11 +299,12 @@ class KernelPins {
                            std::vector<Pin>* pins, bool all_or_none);
   // Inputs pinned by one PinAll; a kernel with more takes several.
   static constexpr size_t kPinBatch = 16;
-  // `handles` is a DT_RESOURCE input of the kernel `context` runs. With
+  // `handles` is a DT_RESOURCE input of the kernel `context` runs (`xla`: an
+  // XLA kernel's, whose variables are registered with live_variables_). With
   // `all_or_none`, stops at the first kResourceExhausted and returns it;
   // without, skips what the device cannot take.
   Status PinVariables(tensorflow::OpKernelContext* context, const tensorflow::Tensor& handles,
-                      std::vector<Pin>* pins, bool all_or_none = true);
+                      bool xla, std::vector<Pin>* pins, bool all_or_none);
   // Removes the context with `serial` from its creator's stack; returns the
   // label of the creator's innermost remaining context (null if none).
   static const char* Forget(ThreadContexts& creator, uint64_t serial);

@@ -10,7 +10,7 @@
 namespace lms {
 
 bool LiveVariables::IsXlaKernel(const tensorflow::OpKernel& kernel) {
-  const std::string& op = kernel.type_string();
+  const absl::string_view op = kernel.type_string_view();
   if (op == "XlaLaunch" || op == "XlaLaunchV2" || op == "_XlaRun") return true;
   const auto& attrs = kernel.def().attr();
   const auto it = attrs.find("_XlaMustCompile");
