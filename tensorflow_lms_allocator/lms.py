@@ -305,7 +305,7 @@ def hold_device_memory(num_bytes: int, device: int | str | Any = 0) -> Iterator[
     pinned there, so nothing else can use them; what was live is evicted to
     make room. Given back when the block ends. For trying a model on a smaller
     GPU than this one, and for comparing steps with and without memory
-    pressure in one process (`make bench-overhead`). `num_bytes` must be a
+    pressure in one process (`make bench-overhead PAIRED=1`). `num_bytes` must be a
     positive integer no larger than the device (a ValueError naming it
     otherwise); a hold that what is pinned now leaves no room for is a
     MemoryError, raised when the block is entered.
