@@ -109,6 +109,12 @@ class EngineModel(RuleBasedStateMachine):
         TOTALS["learned_reclaims"] += stats["num_learned_reclaims"]
         TOTALS["predictions"] += stats["num_predictions"]
         set_thread_label(None)
+        # Destroyed now, not when the garbage collector finds the machine: a
+        # CUDA engine's host granules count against the process's one pinned
+        # host budget (pinned_host_budget.h) until it is destroyed, and the
+        # next example's engine, made at once, would find it spent (a first
+        # allocation refused in CI, with 16 of 16 MiB "made").
+        self.engine = None
 
     def _unit(self, live: Live) -> dict:
         return self.engine.inspect(live.address)
