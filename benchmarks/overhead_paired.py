@@ -125,7 +125,7 @@ def main(models: Sequence[str], blocks: int, steps: int, timeout: float,
     worst = -math.inf
     on_vs_off = []  # uncapped step, LMS on over LMS off, each in a process of its own
     for model in models:
-        uncapped, off = (run_case(model, UNCAPPED_MB, max(steps, 3), timeout, mode)
+        uncapped, off = (run_case(model, UNCAPPED_MB, steps, timeout, mode)
                          for mode in ("lms", "lms-off"))
         for case, mode in ((uncapped, ""), (off, " with LMS off")):
             if case.failed:
@@ -159,7 +159,7 @@ if __name__ == "__main__":
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--probe", required=True)
-    parser.add_argument("--steps", type=int)
+    parser.add_argument("--steps", type=int)  # run_probe_script's; the plan has the steps
     parser.add_argument("--result", type=Path, required=True)
     args: Any = parser.parse_args()
     sys.exit(run_probe_in_this_process(args.probe, args.result))

@@ -16,21 +16,14 @@ import tensorflow_lms_allocator as lms  # before tensorflow
 import numpy as np
 import tensorflow as tf
 
-STEPS = 5
-HELD_STEPS = range(1, 4)  # the steps run inside the hold
+from models import small_cnn
+
+STEPS = 5  # one before the hold, three inside it, one after
 
 
 def build() -> tf.keras.Model:
     tf.keras.utils.set_random_seed(1)
-    inputs = tf.keras.Input((64, 64, 3))
-    x = inputs
-    for _ in range(6):
-        x = tf.keras.layers.Conv2D(32, 3, padding="same", activation="relu")(x)
-    x = tf.keras.layers.GlobalAveragePooling2D()(x)
-    model = tf.keras.Model(inputs, tf.keras.layers.Dense(10)(x))
-    model.compile(optimizer=tf.keras.optimizers.SGD(0.01),
-                  loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    return model
+    return small_cnn(conv_layers=6)
 
 
 def evictions() -> int:
@@ -63,20 +56,18 @@ def main() -> None:
     granule = 2 << 20
     hold = device_bytes - peak // 2 // granule * granule
     model = build()
-    held, phases, in_use = [], {}, {}
-    for step in range(STEPS):
-        if step == HELD_STEPS[0]:
-            before = evictions()
-            holder = lms.hold_device_memory(hold)
-            holder.__enter__()
-            in_use = {k: lms.get_statistics(0)[k] for k in ("bytes_in_use", "bytes_active")}
-            phases["taking"] = evictions() - before
-            before = evictions()
-        held.append(float(model.train_on_batch(images, labels)))
-        if step == HELD_STEPS[-1]:
-            phases["held"] = evictions() - before
-            holder.__exit__(None, None, None)
-            before = evictions()
+    train = lambda steps: [float(model.train_on_batch(images, labels))  # noqa: E731
+                           for _ in range(steps)]
+    held, phases = train(1), {}
+    before = evictions()
+    with lms.hold_device_memory(hold):
+        in_use = {k: lms.get_statistics(0)[k] for k in ("bytes_in_use", "bytes_active")}
+        phases["taking"] = evictions() - before
+        before = evictions()
+        held += train(3)
+        phases["held"] = evictions() - before
+    before = evictions()
+    held += train(1)
     phases["after"] = evictions() - before
     after_in_use = lms.get_statistics(0)["bytes_in_use"]
     same_weights = all(np.array_equal(a, w.numpy()) for a, w in zip(plain_weights, model.weights))

@@ -32,6 +32,8 @@ else:
 import numpy as np
 import tensorflow as tf
 
+from models import small_cnn
+
 ELEMENT_VALUES = (3 << 20) // 4  # int32 values per element: 3 MiB
 PER_BATCH = 4
 BATCHES = 40
@@ -93,14 +95,7 @@ def fit(runs: int) -> dict:
 
     ds = (tf.data.Dataset.range(4 * 32).map(example, num_parallel_calls=4)
           .batch(32).prefetch(3))
-    inputs = tf.keras.Input((64, 64, 3))
-    x = inputs
-    for _ in range(6):
-        x = tf.keras.layers.Conv2D(32, 3, padding="same", activation="relu")(x)
-    x = tf.keras.layers.GlobalAveragePooling2D()(x)
-    model = tf.keras.Model(inputs, tf.keras.layers.Dense(10)(x))
-    model.compile(optimizer=tf.keras.optimizers.SGD(0.01),
-                  loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model = small_cnn(conv_layers=6)
     losses: list[float] = []
     cb = tf.keras.callbacks.LambdaCallback(
         on_train_batch_end=lambda b, logs: losses.append(float(logs["loss"])))

@@ -17,6 +17,8 @@ import tensorflow_lms_allocator as lms  # before tensorflow
 import numpy as np
 import tensorflow as tf
 
+from models import small_cnn
+
 from tensorflow_lms_allocator import trace
 
 
@@ -25,14 +27,7 @@ def main() -> None:
     max_mb = float(sys.argv[2]) if len(sys.argv) > 2 else trace.DEFAULT_MAX_MB
     steps = int(sys.argv[3]) if len(sys.argv) > 3 else 1
     tf.keras.utils.set_random_seed(1)
-    inputs = tf.keras.Input((64, 64, 3))
-    x = inputs
-    for _ in range(8):
-        x = tf.keras.layers.Conv2D(32, 3, padding="same", activation="relu")(x)
-    x = tf.keras.layers.GlobalAveragePooling2D()(x)
-    model = tf.keras.Model(inputs, tf.keras.layers.Dense(10)(x))
-    model.compile(optimizer=tf.keras.optimizers.SGD(0.01),
-                  loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model = small_cnn(conv_layers=8)
     rng = np.random.default_rng(0)
     images = rng.standard_normal((32, 64, 64, 3), dtype=np.float32)
     labels = rng.integers(0, 10, 32).astype(np.int32)

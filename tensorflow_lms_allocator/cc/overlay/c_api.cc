@@ -108,8 +108,9 @@ int tf_lms_hold_device_memory(const char* device, uint64_t bytes, void** held,
   lms::LmsDevice* lms_device =
       lms::Runtime::Get().DeviceNamed(device != nullptr ? device : "", &status);
   if (lms_device == nullptr) return lms::ReportToC(status, message, message_len);
-  const int64_t device_bytes = lms_device->engine().GetStatistics().bytes_limit;
-  if (bytes == 0 || bytes > static_cast<uint64_t>(device_bytes)) {
+  const lms::Engine& engine = lms_device->engine();
+  const uint64_t device_bytes = engine.device_granules() * engine.granule_bytes();
+  if (bytes == 0 || bytes > device_bytes) {
     return lms::FailToC(TF_LMS_INVALID_ARGUMENT,
                         "cannot hold " + std::to_string(bytes) + " bytes of " + device +
                             ", a device of " + std::to_string(device_bytes) +
