@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <cstdio>
 #include <functional>
@@ -162,6 +163,60 @@ class BusyStreams {
   std::atomic<bool> stop_{false};
   std::atomic<bool> ok_{true};
 };
+
+// The engine's Mutex (engine/thread_annotations.h) under more threads than
+// cores, some holding it past the spin so that others sleep on the futex:
+// no two threads inside at once (the counter is a plain int64_t, so TSan also
+// reports a race if they are), and every thread ends (a sleeper is woken by an
+// unlock or its timed sleep).
+TEST(TheEngineMutexExcludesAndEverySleeperWakes) {
+  Mutex mu;
+  int64_t counter = 0;
+  bool inside = false;
+  std::atomic<int> overlaps{0};
+  constexpr int kThreads = 8;
+  constexpr int kIterations = 2000;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kIterations; ++i) {
+        MutexLock lock(mu);
+        if (inside) ++overlaps;
+        inside = true;
+        ++counter;
+        // Longer than the spin (about 11 us): the waiters go to sleep.
+        if ((i + t) % 64 == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
+        inside = false;
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  MutexLock lock(mu);
+  EXPECT_EQ(counter, int64_t{kThreads} * kIterations);
+  EXPECT_EQ(overlaps.load(), 0);
+  EXPECT_TRUE(mu.waited_ns() > 0);
+}
+
+// Await releases the mutex while it waits and holds it again on return.
+TEST(TheEngineMutexIsReleasedWhileAThreadAwaits) {
+  Mutex mu;
+  std::condition_variable_any cv;
+  bool ready = false;
+  bool seen = false;
+  std::thread waiter([&] {
+    MutexLock lock(mu);
+    mu.Await(cv, [&]() LMS_EXCLUSIVE_LOCKS_REQUIRED(mu) { return ready; });
+    seen = ready;
+  });
+  {
+    MutexLock lock(mu);  // taken while the waiter waits (or before it starts)
+    ready = true;
+    cv.notify_all();
+  }
+  waiter.join();
+  MutexLock lock(mu);
+  EXPECT_TRUE(seen);
+}
 
 TEST(ConcurrentUseUnderPressureLosesNoByte) {
   // (defrag, policy): the learned policy runs with a prefetching thread, as

@@ -30,7 +30,7 @@ struct Stream {
   uint64_t completed LMS_GUARDED_BY(g_stream_mu) = 0;
   // cuStreamDestroy: the worker drains the queue, then exits.
   bool stopping LMS_GUARDED_BY(g_stream_mu) = false;
-  std::condition_variable work_cv;  // queue non-empty, or stopping
+  std::condition_variable_any work_cv;  // queue non-empty, or stopping
   std::thread worker;               // set once by cuStreamCreate
 };
 
@@ -52,7 +52,7 @@ struct StreamState {
   std::map<CUevent, std::shared_ptr<Event>> events LMS_GUARDED_BY(g_stream_mu);
   // Notified whenever an operation completes (streams drain, records are
   // reached).
-  std::condition_variable progress_cv;
+  std::condition_variable_any progress_cv;
 };
 
 // Never destroyed: workers of streams nobody destroyed run until exit.
@@ -63,7 +63,7 @@ StreamState& State() {
 
 // Waits on `cv` until pred(); g_stream_mu is held on entry and on return.
 template <typename Pred>
-void Await(std::condition_variable& cv, Pred pred)
+void Await(std::condition_variable_any& cv, Pred pred)
     LMS_EXCLUSIVE_LOCKS_REQUIRED(g_stream_mu) {
   while (!g_stream_mu.AwaitWithTimeout(cv, std::chrono::milliseconds(1000), pred)) {
   }

@@ -573,9 +573,9 @@ class Engine {
 
   // Mutable, guarded by mu_.
   mutable Mutex mu_;
-  mutable std::condition_variable released_;
+  mutable std::condition_variable_any released_;
   // Notified when moves end (Note [Copies outside the lock]).
-  std::condition_variable moved_;
+  std::condition_variable_any moved_;
   int moves_in_flight_ LMS_GUARDED_BY(mu_) = 0;
   uint64_t moves_ended_ LMS_GUARDED_BY(mu_) = 0;
   bool fork_waiting_ LMS_GUARDED_BY(mu_) = false;

@@ -55,7 +55,7 @@ void ChildHandler() LMS_THREAD_ANNOTATION(no_thread_safety_analysis) {
     (*it)->AfterForkInChild();
   }
   // The forking thread locked it in PrepareHandler and is the child's only
-  // thread: unlocking a default (non-error-checking) mutex here is sound.
+  // thread: unlocking it here is sound (a store; nobody sleeps on it).
   r.mu.Unlock();
 }
 
@@ -100,8 +100,8 @@ void Engine::AfterForkInChild() {
   // Threads that waited for a release in the parent do not exist here, and a
   // condition variable that counts phantom waiters may block a notify: start
   // a fresh one (nobody can be waiting on it in this one-thread process).
-  new (&released_) std::condition_variable();
-  new (&moved_) std::condition_variable();
+  new (&released_) std::condition_variable_any();
+  new (&moved_) std::condition_variable_any();
   // Page-ins that the parent's threads claimed and had not begun to copy
   // (waiting for other moves): those threads are not here to end them.
   for (ChunkId c = 0; c < residency_.size(); ++c) {

@@ -4,15 +4,19 @@
 // The engine has no TensorFlow dependency, so it carries its own copies.
 // Under GCC they expand to nothing; `make test` compiles the engine with
 // clang -Wthread-safety -Werror (make test-thread-safety), which makes every
-// LMS_GUARDED_BY a check: std::mutex carries no capability attribute, so the
-// engine locks a Mutex through a MutexLock.
+// LMS_GUARDED_BY a check: the engine locks a Mutex through a MutexLock.
 #ifndef TENSORFLOW_LMS_ALLOCATOR_CC_ENGINE_THREAD_ANNOTATIONS_H_
 #define TENSORFLOW_LMS_ALLOCATOR_CC_ENGINE_THREAD_ANNOTATIONS_H_
 
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
 #include <chrono>
-#include <cstdint>
 #include <condition_variable>
-#include <mutex>
+#include <cstdint>
+#include <ctime>
 
 #if defined(__clang__)
 #define LMS_THREAD_ANNOTATION(x) __attribute__((x))
@@ -33,15 +37,40 @@
 
 namespace lms {
 
-// A std::mutex the analysis knows as a capability, which counts the time
-// threads waited for it: an uncontended Lock is one try_lock, as a plain
-// lock(); only a thread that finds it held reads the clock.
+// A mutex the analysis knows as a capability, which counts the time threads
+// waited for it.
+//
+// Every engine operation takes it once and holds it a fraction of a
+// microsecond (copies run outside it), so its two atomic instructions were a
+// fifth of an allocate+free pair. The uncontended path is one compare-and-swap
+// to lock and one plain store to unlock (a std::mutex unlocks with a second
+// locked instruction); only a thread that finds it held reads the clock.
+//
+// State: 0 free, 1 held, 2 held and a thread may be asleep on it. A thread
+// that finds it held spins a few microseconds, then marks it 2 and sleeps on
+// the futex. Unlock stores 0 and wakes one sleeper if it saw 2. Its load and
+// store are not one atomic step, so a thread that marks the state 2 between
+// them and falls asleep before the store lands is not woken by this unlock
+// (its mark is overwritten); every sleep therefore ends after kSleep, when the
+// sleeper tries again. Invariants: only a successful compare-and-swap or an
+// exchange that returns 0 takes the lock (mutual exclusion); a sleeper wakes
+// within kSleep whatever happens (progress); a lost wake costs at most kSleep,
+// and needs the unlocking thread stopped between two adjacent instructions.
+//
+// BasicLockable (lock/unlock) for std::condition_variable_any, which the
+// engine waits on through Await.
 class LMS_CAPABILITY("mutex") Mutex {
  public:
   void Lock() LMS_ACQUIRE() {
-    if (!mu_.try_lock()) LockHeld();
+    if (!TryLock()) LockHeld();
   }
-  void Unlock() LMS_RELEASE() { mu_.unlock(); }
+  void Unlock() LMS_RELEASE() {
+    const int state = state_.load(std::memory_order_relaxed);
+    state_.store(kFree, std::memory_order_release);
+    if (state == kHeldWithSleepers) WakeOne();
+  }
+  void lock() LMS_ACQUIRE() { Lock(); }
+  void unlock() LMS_RELEASE() { Unlock(); }
 
   // Nanoseconds Lock() waited while another thread held the mutex, in all
   // (time in AwaitWithTimeout is not counted).
@@ -50,42 +79,59 @@ class LMS_CAPABILITY("mutex") Mutex {
   // Waits on `cv` until pred(); the mutex is held on entry and on return
   // (released while waiting).
   template <typename Pred>
-  void Await(std::condition_variable& cv, Pred pred) LMS_EXCLUSIVE_LOCKS_REQUIRED(this) {
-    std::unique_lock<std::mutex> lock(mu_, std::adopt_lock);
-    cv.wait(lock, pred);
-    lock.release();
+  void Await(std::condition_variable_any& cv, Pred pred) LMS_EXCLUSIVE_LOCKS_REQUIRED(this) {
+    cv.wait(*this, pred);
   }
 
   // Waits on `cv` until pred() or the timeout; the mutex is held on entry
   // and on return (released while waiting).
   template <typename Pred>
-  bool AwaitWithTimeout(std::condition_variable& cv, std::chrono::milliseconds timeout,
+  bool AwaitWithTimeout(std::condition_variable_any& cv, std::chrono::milliseconds timeout,
                         Pred pred) LMS_EXCLUSIVE_LOCKS_REQUIRED(this) {
-    std::unique_lock<std::mutex> lock(mu_, std::adopt_lock);
-    const bool result = cv.wait_for(lock, timeout, pred);
-    lock.release();  // still held: the caller's MutexLock unlocks it
-    return result;
+    return cv.wait_for(*this, timeout, pred);
   }
 
  private:
-  // Out of line, so that Lock stays a try_lock where it is inlined.
+  static constexpr int kFree = 0;
+  static constexpr int kHeld = 1;
+  static constexpr int kHeldWithSleepers = 2;
+
+  bool TryLock() {
+    int expected = kFree;
+    return state_.compare_exchange_strong(expected, kHeld, std::memory_order_acquire,
+                                          std::memory_order_relaxed);
+  }
+
+  // Out of line, so that Lock stays one compare-and-swap where it is inlined.
   //
-  // Spins a few microseconds before sleeping: the engine holds its lock for
-  // bookkeeping only (copies run outside it), a fraction of a microsecond,
-  // while a thread put to sleep on a futex is woken by an interprocessor
-  // interrupt (in a virtual machine, an exit on both sides), which costs
-  // several microseconds on the critical path of the kernel that waits.
+  // Spins a few microseconds before sleeping: a thread put to sleep on a
+  // futex is woken by an interprocessor interrupt (in a virtual machine, an
+  // exit on both sides), which costs several microseconds on the critical
+  // path of the kernel that waits.
   __attribute__((noinline)) void LockHeld() LMS_ACQUIRE() {
     const auto start = std::chrono::steady_clock::now();
     for (int attempt = 0; attempt < kSpinAttempts; ++attempt) {
       for (int i = 0; i < kPausesPerAttempt; ++i) CpuRelax();
-      if (mu_.try_lock()) {
+      if (TryLock()) {
         Waited(start);
         return;
       }
     }
-    mu_.lock();
+    // Taken with the sleepers' mark: whoever takes it this way may have
+    // overwritten another sleeper's mark, so its own unlock wakes one.
+    while (state_.exchange(kHeldWithSleepers, std::memory_order_acquire) != kFree) {
+      Sleep();
+    }
     Waited(start);
+  }
+
+  // Sleeps while the state is kHeldWithSleepers, for at most kSleep.
+  void Sleep() {
+    timespec timeout{0, kSleep.count()};
+    syscall(SYS_futex, &state_, FUTEX_WAIT_PRIVATE, kHeldWithSleepers, &timeout, nullptr, 0);
+  }
+  __attribute__((noinline)) void WakeOne() {
+    syscall(SYS_futex, &state_, FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
   }
 
   void Waited(std::chrono::steady_clock::time_point start) {
@@ -105,9 +151,11 @@ class LMS_CAPABILITY("mutex") Mutex {
   // About 64 x 8 pauses, 2-20 us depending on the CPU's pause.
   static constexpr int kSpinAttempts = 64;
   static constexpr int kPausesPerAttempt = 8;
+  // The longest sleep: what a lost wake can cost.
+  static constexpr std::chrono::nanoseconds kSleep{1000000};
 
-  std::mutex mu_;
-  // Written and read only with mu_ held.
+  std::atomic<int> state_{kFree};
+  // Written and read only with the mutex held.
   int64_t waited_ns_ = 0;
 };
 
