@@ -73,7 +73,8 @@ class LMS_CAPABILITY("mutex") Mutex {
   void unlock() LMS_RELEASE() { Unlock(); }
 
   // Nanoseconds Lock() waited while another thread held the mutex, in all
-  // (time in AwaitWithTimeout is not counted).
+  // (the time Await waits for its condition is not counted; taking the mutex
+  // again after it is).
   int64_t waited_ns() const LMS_EXCLUSIVE_LOCKS_REQUIRED(this) { return waited_ns_; }
 
   // Waits on `cv` until pred(); the mutex is held on entry and on return
