@@ -56,8 +56,10 @@ def main() -> None:
     granule = 2 << 20
     hold = device_bytes - peak // 2 // granule * granule
     model = build()
-    train = lambda steps: [float(model.train_on_batch(images, labels))  # noqa: E731
-                           for _ in range(steps)]
+
+    def train(steps: int) -> list[float]:
+        return [float(model.train_on_batch(images, labels)) for _ in range(steps)]
+
     held, phases = train(1), {}
     before = evictions()
     with lms.hold_device_memory(hold):

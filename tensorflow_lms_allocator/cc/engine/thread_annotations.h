@@ -153,7 +153,7 @@ class LMS_CAPABILITY("mutex") Mutex {
   static constexpr int kSpinAttempts = 64;
   static constexpr int kPausesPerAttempt = 8;
   // The longest sleep: what a lost wake can cost.
-  static constexpr std::chrono::nanoseconds kSleep{1000000};
+  static constexpr std::chrono::nanoseconds kSleep = std::chrono::milliseconds(1);
 
   std::atomic<int> state_{kFree};
   // Written and read only with the mutex held.
