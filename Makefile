@@ -455,7 +455,7 @@ QUICK_TESTS := tests/test_engine_behaviour.py tests/test_engine_model.py \
                tests/test_engine_threads.py tests/test_c_api.py tests/test_progress.py \
                tests/test_stats_tools.py tests/test_trace.py tests/test_replay.py \
                tests/test_config_proto.py
-test-quick: build $(BUILD)/cc/engine_test_plain $(BUILD)/cc/concurrency_test_plain
+test-quick: build $(FAKE_CUDA_LIB) $(BUILD)/cc/engine_test_plain $(BUILD)/cc/concurrency_test_plain
 	@echo "== Engine tests (POSIX backend, no sanitizer)"
 	$(BUILD)/cc/engine_test_plain
 	$(BUILD)/cc/concurrency_test_plain

@@ -55,3 +55,15 @@ def test_the_cuda_abi_check_takes_cuda_h_from_the_venv_not_a_toolkit():
     assert "#define CUDA_VERSION 13000" in cuda_h.read_text()
     requirements = (ROOT / "requirements-dev.txt").read_text()
     assert re.search(r"^nvidia-cuda-runtime==13\.0\.\d+$", requirements, re.M)
+
+
+def test_test_quick_builds_the_fake_driver_before_its_pytest_files():
+    """The quick pytest files run the engine over the fake CUDA driver too (conftest's
+    backends), so on a fresh clone `make test-quick` must build the driver first: it
+    once did not, and 4 tests failed and 16 errored there."""
+    commands = make("-n", "-B", "test-quick").splitlines()
+    builds = [i for i, line in enumerate(commands)
+              if line.endswith("-o build/fake_cuda/libfakecuda.so")]
+    runs = [i for i, line in enumerate(commands) if " -m pytest " in line]
+    assert builds, "make test-quick does not build build/fake_cuda/libfakecuda.so"
+    assert runs and builds[0] < runs[0], commands
