@@ -35,7 +35,8 @@ TSAN_FLAGS := -O1 -fsanitize=thread
 FAKE_CUDA_DIR := tests/fake_cuda
 FAKE_CUDA_SRCS := $(wildcard $(FAKE_CUDA_DIR)/*.cc)
 FAKE_CUDA_HDRS := $(wildcard $(FAKE_CUDA_DIR)/*.h) $(FAKE_CUDA_DIR)/exports.map \
-                  $(CC_SRC)/backends/cuda_driver_api.h $(CC_SRC)/engine/thread_annotations.h
+                  $(CC_SRC)/backends/cuda_driver_api.h $(CC_SRC)/engine/thread_annotations.h \
+                  $(CC_SRC)/engine/mutex.h
 FAKE_CUDA_CXXFLAGS := -std=c++17 -g -Wall -Wextra -fPIC -shared -fvisibility=hidden \
                       -I$(CC_SRC) -I$(FAKE_CUDA_DIR) -pthread \
                       -Wl,--version-script=$(FAKE_CUDA_DIR)/exports.map

@@ -4,7 +4,7 @@
 #include <map>
 #include <utility>
 
-#include "engine/thread_annotations.h"
+#include "engine/mutex.h"
 #include "knobs.h"
 
 namespace lms {

@@ -18,7 +18,7 @@
 #include <map>
 #include <vector>
 
-#include "engine/thread_annotations.h"
+#include "engine/mutex.h"
 #include "knobs.h"
 
 namespace lms {

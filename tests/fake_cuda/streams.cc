@@ -9,7 +9,7 @@
 #include <thread>
 #include <utility>
 
-#include "engine/thread_annotations.h"
+#include "engine/mutex.h"
 #include "entry_points.h"
 
 namespace lms {

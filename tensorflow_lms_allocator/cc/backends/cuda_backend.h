@@ -147,7 +147,7 @@
 
 #include "backends/cuda_driver.h"
 #include "engine/backend.h"
-#include "engine/thread_annotations.h"
+#include "engine/mutex.h"
 
 namespace lms {
 

@@ -18,7 +18,7 @@
 #include <cstddef>
 #include <set>
 
-#include "engine/thread_annotations.h"
+#include "engine/mutex.h"
 
 namespace lms {
 

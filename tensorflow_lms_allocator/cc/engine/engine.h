@@ -111,6 +111,7 @@
 #include "engine/best_fit_arena.h"
 #include "engine/granule_pool.h"
 #include "engine/learned_policy.h"
+#include "engine/mutex.h"
 #include "engine/reclaim_policy.h"
 #include "engine/residency.h"
 #include "engine/run_pool.h"
@@ -118,7 +119,6 @@
 #include "engine/statistics.h"
 #include "engine/status.h"
 #include "engine/strict_monitor.h"
-#include "engine/thread_annotations.h"
 #include "engine/trace_recorder.h"
 
 namespace lms {

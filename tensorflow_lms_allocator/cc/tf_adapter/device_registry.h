@@ -23,7 +23,7 @@
 #include <set>
 #include <vector>
 
-#include "engine/thread_annotations.h"
+#include "engine/mutex.h"
 #include "tf_adapter/lms_device.h"
 
 namespace lms {

@@ -30,8 +30,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/mutex.h"
 #include "engine/status.h"
-#include "engine/thread_annotations.h"
 #include "tf_adapter/kernel_pins.h"
 #include "tf_adapter/lms_allocator.h"
 #include "tf_adapter/lms_device.h"
