@@ -10,9 +10,11 @@
    its peak under LRU, the learned policy, the engine with perfect foresight
    (`oracle`: the learned policy's rules with every unit's true next use) and
    the offline Belady simulation (objects one by one, no pages), and prints
-   swap bytes per step (out + in) for each, with the lower bound and two
-   ratios: learned/oracle (what the predictions cost) and oracle/Belady (what
-   the engine's units cost: small objects move a 2 MiB page at a time). The
+   swap bytes per step for each (bytes copied out and in: a page copies its
+   live objects only, Note [Live bytes only] in engine.h), with the lower
+   bound (device bytes) and two ratios: learned/oracle (what the predictions
+   cost) and oracle/Belady (what the engine's units cost: small objects take
+   device memory a 2 MiB page at a time). The
    learned policy learns from the previous step, so the first replayed step
    is its learning step: swap per step is the mean over the steps after it,
    and the first step is shown apart.
@@ -81,7 +83,7 @@ def child(argv: list[str]) -> int:
         model.train_on_batch(inputs, labels)
         seconds.append(time.perf_counter() - start)
     after = lms.get_statistics(0)
-    swapped = sum(after[k] - before[k] for k in ("bytes_reclaimed", "bytes_paged_in"))
+    swapped = sum(after[k] - before[k] for k in ("bytes_copied_out", "bytes_copied_in"))
     result.write_text(json.dumps({"step_seconds": seconds, "swap_per_step": swapped / steps,
                                   "learned_reclaims": after["num_learned_reclaims"]}))
     return 0
@@ -115,7 +117,7 @@ def replay_cases(name: str, path: Path, steps: int) -> list[tuple]:
         device = max(peak // fraction // (2 * MIB), 1) * 2 * MIB
         for policy in ("lru", "learned", "oracle", "belady"):
             result = replay.run(events, device, policy, steps)
-            per_step = [s.swapped_out + s.paged_in for s in result.steps]
+            per_step = [s.copied for s in result.steps]
             swap = statistics.mean(per_step[1:])
             rows.append((name, f"1/{fraction}", device // MIB, policy, result.fits, swap,
                          result.lower_bound, peak, per_step[0]))

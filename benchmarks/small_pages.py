@@ -44,7 +44,7 @@ FRACTIONS = (0.25, 0.3, 0.45, 0.6)
 
 
 def swap_per_step(result) -> float:
-    return statistics.mean(s.swapped_out + s.paged_in for s in result.steps)
+    return statistics.mean(s.copied for s in result.steps)
 
 
 def compare(name: str, path: Path, steps: int) -> list[tuple]:

@@ -125,10 +125,11 @@ def print_table(result: replay.Result) -> None:
           + ("fits" if result.fits else f"DOES NOT FIT ({result.failure})"))
     projected = any(s.projected_ms is not None for s in result.steps)
     print(f"{'step':>4} {'swapped out MiB':>16} {'(born evicted)':>15} {'paged in MiB':>13} "
-          f"{'reclaims':>9} {'peak live MiB':>14}" + (f" {'model ms':>9}" if projected else ""))
+          f"{'copied MiB':>11} {'reclaims':>9} {'peak live MiB':>14}"
+          + (f" {'model ms':>9}" if projected else ""))
     for k, s in enumerate(result.steps):
         print(f"{k:>4} {mib(s.swapped_out):>16} {mib(s.born_evicted):>15} {mib(s.paged_in):>13} "
-              f"{s.reclaims:>9} {mib(s.peak_live):>14}"
+              f"{mib(s.copied):>11} {s.reclaims:>9} {mib(s.peak_live):>14}"
               + (f" {s.projected_ms:>9.1f}" if projected else ""))
     print(f"lower bound: at least {mib(result.lower_bound)} MiB must leave the device "
           "(the largest excess of live bytes over it)")

@@ -16,7 +16,9 @@ size and reports what it would move:
   allocation on it, a page's objects included) instead of a learned guess:
   what perfect predictions would move with the engine's own units and
   pages, so ``learned`` over ``oracle`` is what the predictions cost and
-  ``oracle`` over ``belady`` what whole 2 MiB pages cost.
+  ``oracle`` over ``belady`` what 2 MiB pages cost (a page copies its live
+  objects only, but takes a whole granule of device memory while any of
+  them is resident).
 - ``belady``: an offline simulation with knowledge of the whole trace: on a
   shortfall it evicts the inactive allocation whose next pin is farthest
   ahead. Allocations are modelled one by one (small objects rounded to 256
@@ -28,8 +30,12 @@ size and reports what it would move:
   off the device, so the largest such excess over the trace must have left
   the device at least once. No policy moves fewer bytes off the device.
 
-"Swapped out" is bytes evicted plus bytes placed in host memory at birth
-(the engine's born-evicted allocations); "paged in" is bytes copied back.
+"Swapped out" is device bytes freed by evictions plus bytes placed in host
+memory at birth (the engine's born-evicted allocations); "paged in" is device
+bytes filled again. "Copied" is what the moves copied, out and in: a large
+allocation's requested bytes, a small object's (a page copies its live objects
+only: Note [Live bytes only] in ``cc/engine/engine.h``). That is what takes
+time, and what policies are compared by.
 
 With a link bandwidth and a compute time per step, ``project`` models the
 step time on a GPU with one copy stream (a model, not a measurement): the
@@ -101,6 +107,7 @@ class StepResult:
     paged_in: int = 0
     reclaims: int = 0
     peak_live: int = 0
+    copied: int = 0
     projected_ms: float | None = None
 
     @property
@@ -300,12 +307,13 @@ def _fill_steps(result: Result, bounds: list[int], per_event: Callable[[int], tu
     for step in range(len(bounds) - 1):
         s = StepResult()
         for i in range(bounds[step], bounds[step + 1]):
-            ev, born, paged, reclaims, live = per_event(i)
+            ev, born, paged, reclaims, live, copied = per_event(i)
             s.evicted += ev
             s.born_evicted += born
             s.paged_in += paged
             s.reclaims += reclaims
             s.peak_live = max(s.peak_live, live)
+            s.copied += copied
         result.steps.append(s)
 
 
@@ -369,17 +377,20 @@ def replay_engine(events: Events, device_bytes: int, granule: int, steps: int,
             now = engine.stats()
             evicted = now["bytes_reclaimed"] - last["bytes_reclaimed"]
             paged = now["bytes_paged_in"] - last["bytes_paged_in"]
+            copied_out = now["bytes_copied_out"] - last["bytes_copied_out"]
+            copied_in = now["bytes_copied_in"] - last["bytes_copied_in"]
             reclaims = (now["num_single_reclaims"] + now["num_full_reclaims"]
                         - last["num_single_reclaims"] - last["num_full_reclaims"])
-            rows.append((evicted, born, paged, reclaims, now["bytes_in_use"]))
-            if evicted:
-                result.evicted_at[i] = evicted
-            if paged:
-                result.paged_in_at[i] = paged
+            rows.append((evicted, born, paged, reclaims, now["bytes_in_use"],
+                         copied_out + copied_in))
+            if copied_out:
+                result.evicted_at[i] = copied_out
+            if copied_in:
+                result.paged_in_at[i] = copied_in
             last = now
     finally:
         set_thread_label(None)
-    rows += [(0, 0, 0, 0, 0)] * (len(events.events) - len(rows))
+    rows += [(0, 0, 0, 0, 0, 0)] * (len(events.events) - len(rows))
     _fill_steps(result, step_bounds(events, steps), lambda i: rows[i])
     return result
 
@@ -443,6 +454,9 @@ class _Foresight:
 def replay_belady(events: Events, device_bytes: int, granule: int, steps: int) -> Result:
     """Offline: on a shortfall, evicts the inactive allocation pinned farthest ahead."""
     sizes = [modelled_size(s, granule) for s in events.sizes]
+    # What a move copies: a large allocation's requested bytes, a small
+    # object's (the engine copies no more: Note [Live bytes only]).
+    copied = [s if s >= granule else m for s, m in zip(events.sizes, sizes)]
     uses = _uses(events)
     resident: set[int] = set()
     unclaimed: set[int] = set()  # Note [Writers outside kernels]: never evicted
@@ -451,9 +465,10 @@ def replay_belady(events: Events, device_bytes: int, granule: int, steps: int) -
     result = Result("belady", device_bytes, True)
     rows: list[tuple] = []
 
-    def make_room(need: int, now: int) -> int:
+    def make_room(need: int, now: int) -> tuple[int, int]:
+        """Evicts until `need` bytes are free: (device bytes freed, bytes copied)."""
         nonlocal used
-        moved = 0
+        freed = moved = 0
         while device_bytes - used < need:
             candidates = [a for a in resident if pins.get(a, 0) == 0 and a not in unclaimed]
             if not candidates:
@@ -461,15 +476,16 @@ def replay_belady(events: Events, device_bytes: int, granule: int, steps: int) -
             victim = max(candidates, key=lambda a: (_next_use(uses, a, now), sizes[a]))
             resident.discard(victim)
             used -= sizes[victim]
-            moved += sizes[victim]
-        return moved
+            freed += sizes[victim]
+            moved += copied[victim]
+        return freed, moved
 
     for i, e in enumerate(events.events):
         a = e.allocation
-        evicted = paged = 0
+        evicted = paged = moved_out = moved_in = 0
         try:
             if e.kind == ALLOC:
-                evicted = make_room(sizes[a], i)
+                evicted, moved_out = make_room(sizes[a], i)
                 resident.add(a)
                 used += sizes[a]
                 live += sizes[a]
@@ -479,10 +495,10 @@ def replay_belady(events: Events, device_bytes: int, granule: int, steps: int) -
             elif e.kind == PIN:
                 unclaimed.discard(a)
                 if a not in resident:
-                    evicted = make_room(sizes[a], i)
+                    evicted, moved_out = make_room(sizes[a], i)
                     resident.add(a)
                     used += sizes[a]
-                    paged = sizes[a]
+                    paged, moved_in = sizes[a], copied[a]
                 pins[a] = pins.get(a, 0) + 1
             elif e.kind == UNPIN:
                 pins[a] = max(pins.get(a, 0) - 1, 0)
@@ -497,12 +513,12 @@ def replay_belady(events: Events, device_bytes: int, granule: int, steps: int) -
             result.fits = False
             result.failure = f"event {i} ({e.kind}, op {events.ops[e.op]}): {error}"
             break
-        rows.append((evicted, 0, paged, 1 if evicted else 0, live))
-        if evicted:
-            result.evicted_at[i] = evicted
-        if paged:
-            result.paged_in_at[i] = paged
-    rows += [(0, 0, 0, 0, 0)] * (len(events.events) - len(rows))
+        rows.append((evicted, 0, paged, 1 if evicted else 0, live, moved_out + moved_in))
+        if moved_out:
+            result.evicted_at[i] = moved_out
+        if moved_in:
+            result.paged_in_at[i] = moved_in
+    rows += [(0, 0, 0, 0, 0, 0)] * (len(events.events) - len(rows))
     _fill_steps(result, step_bounds(events, steps), lambda i: rows[i])
     return result
 

@@ -29,7 +29,7 @@ COUNTERS = ("num_allocs", "peak_bytes_in_use", "largest_alloc_size", "peak_bytes
             "num_single_reclaims", "num_full_reclaims", "num_defragmentations",
             "bytes_defragged", "num_cached_placements", "host_peak_bytes_in_use", "num_page_ins", "bytes_paged_in",
             "num_evictions", "num_evictions_abandoned", "num_born_evicted", "num_failed_pins",
-            "num_copies", "bytes_copied")
+            "num_copies", "bytes_copied", "bytes_copied_out", "bytes_copied_in")
 # What nothing after the last training step changes (no eviction or page-in).
 SETTLED = (*SWAP_COUNTERS, "peak_bytes_in_use", "peak_bytes_reclaimed", "bytes_limit")
 

@@ -66,6 +66,8 @@ def test_lru_replay_at_the_recorded_size_gives_the_engines_own_figures(tmp_path)
     assert result.fits and len(result.steps) == 3
     assert sum(s.evicted for s in result.steps) == stats["bytes_reclaimed"]
     assert result.paged_in == stats["bytes_paged_in"]
+    assert sum(s.copied for s in result.steps) == \
+        stats["bytes_copied_out"] + stats["bytes_copied_in"]
     assert sum(s.reclaims for s in result.steps) == \
         stats["num_single_reclaims"] + stats["num_full_reclaims"]
     assert max(s.peak_live for s in result.steps) == stats["peak_bytes_in_use"]
@@ -127,6 +129,7 @@ def test_belady_moves_far_less_than_lru_on_a_loop(tmp_path):
     oracle = replay.run(events, 28 * MIB, "oracle")
     assert oracle.fits
     assert (oracle.swapped_out, oracle.paged_in) == (belady.swapped_out, belady.paged_in)
+    assert sum(s.copied for s in oracle.steps) == sum(s.copied for s in belady.steps)
     assert oracle.paged_in < learned.paged_in
 
 
@@ -135,10 +138,12 @@ def test_the_oracle_sees_a_page_as_soon_as_its_soonest_object(tmp_path):
     # (used right after the shortfall) and a 2 MiB tensor used last: the page
     # is the least recently used, so LRU evicts it and pages it back in for
     # `hot`; foresight evicts the tensor, whose use is farther than the page's.
+    # The two fill 7/8 of the page: a page mostly empty would go first, for
+    # it copies only its objects (Note [Learned eviction]).
     engine = Engine(64 * MIB, host_bytes=256 * MIB)
     with trace.record_engine(engine, tmp_path / "page"):
-        cold = engine.allocate(256 << 10)
-        hot = engine.allocate(256 << 10)
+        cold = engine.allocate(896 << 10)
+        hot = engine.allocate(896 << 10)
         assert engine.inspect(cold)["unit_id"] == engine.inspect(hot)["unit_id"]
         later = engine.allocate(2 * MIB)
         engine.pin(later)
@@ -160,6 +165,7 @@ def test_the_oracle_sees_a_page_as_soon_as_its_soonest_object(tmp_path):
     assert lru.fits and oracle.fits
     assert lru.paged_in == 2 * 2 * MIB  # the page, then the tensor
     assert oracle.paged_in == 2 * MIB  # the tensor only
+    assert [s.copied for s in lru.steps] == [2 * (2 * (896 << 10) + 2 * MIB)]
 
 
 def test_a_keras_training_trace_replays_below_its_peak(tmp_path):
@@ -231,6 +237,12 @@ def test_the_tool_prints_a_table_and_a_last_line(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "policy lru, device 24.0 MiB: fits" in done.stdout
     assert "model ms" in done.stdout and "not measured" in done.stdout
+    lines = done.stdout.splitlines()
+    header = next(k for k, line in enumerate(lines) if "copied MiB" in line)
+    # step, swapped out, born evicted, paged in, copied, ...: the fifth column
+    copied = sum(float(line.split()[4].replace(",", "")) for line in lines[header + 1:header + 4])
+    assert copied == pytest.approx((stats["bytes_copied_out"] + stats["bytes_copied_in"]) / MIB,
+                                   abs=0.2)
     name, value = done.stdout.strip().splitlines()[-1].split()
     assert name == "bytes_swapped_per_step"
     assert int(value) == round((stats["bytes_reclaimed"] + stats["bytes_paged_in"]) / 3)

@@ -995,7 +995,9 @@ TEST(ASmallObjectPageDoesNotExpectItsLastPeriodAgain) {
 // needs a granule, LRU evicts the page, and so would the learned policy if
 // it ranked the page by its age (longer than L's predicted distance) or by
 // its farthest object (`cold`: never); ranked by its soonest object, `hot`,
-// the page stays and L goes.
+// the page stays and L goes. Unless the page is mostly empty: a page whose
+// objects fill a quarter of it copies a quarter of L's bytes, and ranks as
+// if `hot` were used four times later than it is, after L.
 // `count` one-granule temporaries, each pinned at birth and freed: kernels
 // that tick the learned policy's clock.
 void Churn(Engine& e, int count) {
@@ -1008,49 +1010,67 @@ void Churn(Engine& e, int count) {
   }
 }
 
-TEST(TheLearnedPolicyRanksAPageByTheSoonestUseOfItsObjects) {
-  for (PolicyKind policy : {PolicyKind::kLru, PolicyKind::kLearned}) {
-    Setup setup{/*device=*/3, /*host=*/16};
-    setup.policy = policy;
-    auto e = MakeEngine(setup);
-    for (int step = 0; step < 4; ++step) {
-      StrictMonitor::SetThreadLabel("make_objects");
-      void* cold = MustAllocate(*e, kGranule / 8);
-      void* hot = MustAllocate(*e, kGranule / 8);
-      Churn(*e, 6);
-      StrictMonitor::SetThreadLabel("make_l");
-      void* l = MustAllocate(*e, kGranule, /*pin=*/true);
-      ASSERT_TRUE(cold && hot && l);
-      Fill(*e, hot, kGranule / 8, step);
-      Fill(*e, l, kGranule, 10 + step);
-      UnpinAt(*e, l);
-      StrictMonitor::SetThreadLabel("held");
-      void* held = MustAllocate(*e, kGranule, /*pin=*/true);
-      StrictMonitor::SetThreadLabel("kernel");
-      void* needs = MustAllocate(*e, kGranule, /*pin=*/true);  // the shortfall
-      ASSERT_TRUE(held && needs);
-      AllocationInfo page, large;
-      EXPECT_OK(e->Inspect(hot, &page));
-      EXPECT_OK(e->Inspect(l, &large));
-      if (policy == PolicyKind::kLru || step == 0) {
-        EXPECT_TRUE(page.evicted && !large.evicted);
-      } else {  // once a step has been seen
-        EXPECT_TRUE(!page.evicted && large.evicted);
-      }
-      for (void* p : {needs, held}) {
-        UnpinAt(*e, p);
-        EXPECT_OK(e->Free(p));
-      }
-      UseIn(*e, "use_hot", hot);
-      Churn(*e, 2);
-      UseIn(*e, "use_l", l);
-      EXPECT_EQ(Verify(*e, hot, kGranule / 8, step), -1);
-      EXPECT_EQ(Verify(*e, l, kGranule, 10 + step), -1);
-      StrictMonitor::SetThreadLabel(nullptr);
-      for (void* p : {cold, hot, l}) EXPECT_OK(e->Free(p));
+// Fills `page_evicted` with whether the page was evicted (else L), per step
+// after the first (LRU: always the page).
+void PageOrLargeEvicted(PolicyKind policy, size_t object_bytes,
+                        std::vector<bool>* page_evicted) {
+  Setup setup{/*device=*/3, /*host=*/16};
+  setup.policy = policy;
+  auto e = MakeEngine(setup);
+  for (int step = 0; step < 4; ++step) {
+    StrictMonitor::SetThreadLabel("make_objects");
+    void* cold = MustAllocate(*e, object_bytes);
+    void* hot = MustAllocate(*e, object_bytes);
+    Churn(*e, 6);
+    StrictMonitor::SetThreadLabel("make_l");
+    void* l = MustAllocate(*e, kGranule, /*pin=*/true);
+    ASSERT_TRUE(cold && hot && l);
+    Fill(*e, hot, object_bytes, step);
+    Fill(*e, l, kGranule, 10 + step);
+    UnpinAt(*e, l);
+    StrictMonitor::SetThreadLabel("held");
+    void* held = MustAllocate(*e, kGranule, /*pin=*/true);
+    StrictMonitor::SetThreadLabel("kernel");
+    void* needs = MustAllocate(*e, kGranule, /*pin=*/true);  // the shortfall
+    ASSERT_TRUE(held && needs);
+    AllocationInfo page, large;
+    EXPECT_OK(e->Inspect(hot, &page));
+    EXPECT_OK(e->Inspect(l, &large));
+    EXPECT_TRUE(page.evicted != large.evicted);
+    if (step == 0) {
+      EXPECT_TRUE(page.evicted);  // nothing learned yet: LRU's choice
+    } else {
+      page_evicted->push_back(page.evicted);
     }
-    EXPECT_OK(e->CheckInvariants());
+    for (void* p : {needs, held}) {
+      UnpinAt(*e, p);
+      EXPECT_OK(e->Free(p));
+    }
+    UseIn(*e, "use_hot", hot);
+    Churn(*e, 2);
+    UseIn(*e, "use_l", l);
+    EXPECT_EQ(Verify(*e, hot, object_bytes, step), -1);
+    EXPECT_EQ(Verify(*e, l, kGranule, 10 + step), -1);
+    StrictMonitor::SetThreadLabel(nullptr);
+    for (void* p : {cold, hot, l}) EXPECT_OK(e->Free(p));
   }
+  EXPECT_OK(e->CheckInvariants());
+}
+
+TEST(TheLearnedPolicyRanksAPageByTheSoonestUseOfItsObjects) {
+  // Objects filling 7/8 of the page: ranked by `hot`, it stays.
+  std::vector<bool> lru, learned;
+  PageOrLargeEvicted(PolicyKind::kLru, kGranule * 7 / 16, &lru);
+  PageOrLargeEvicted(PolicyKind::kLearned, kGranule * 7 / 16, &learned);
+  EXPECT_TRUE(lru == std::vector<bool>(3, true));
+  EXPECT_TRUE(learned == std::vector<bool>(3, false));
+}
+
+TEST(TheLearnedPolicyEvictsAMostlyEmptyPageBeforeAFullUnitNeededLater) {
+  // A quarter full: the page copies a quarter of L's bytes, and goes.
+  std::vector<bool> learned;
+  PageOrLargeEvicted(PolicyKind::kLearned, kGranule / 8, &learned);
+  EXPECT_TRUE(learned == std::vector<bool>(3, true));
 }
 
 // Seven tensors used round and round while each use also needs a 2-granule
@@ -1190,6 +1210,72 @@ TEST(AFullyCachedFreeRangeIsTakenInsteadOfRemappingGranules) {
   EXPECT_EQ(st.bytes_defragged, 0);
   EXPECT_EQ(e->cached_granules(), 0u);
   EXPECT_EQ(Verify(*e, c, 4 * kGranule, 9), -1);
+  EXPECT_OK(e->CheckInvariants());
+}
+
+// Note [Live bytes only]: an eviction and a page-in of a page copy its live
+// objects, one copy per run of them, none of the room between them; every
+// byte of the objects survives, and the room takes new objects after.
+TEST(APageCopiesOnlyItsLiveObjects) {
+  auto e = MakeEngine({/*device=*/4, /*host=*/16});
+  const size_t size = kGranule / 8;  // gaps of it are not worth a copy's call
+  std::vector<void*> objects;
+  for (int i = 0; i < 8; ++i) {
+    objects.push_back(MustAllocate(*e, size));
+    ASSERT_TRUE(objects.back() != nullptr);
+    Fill(*e, objects.back(), size, i);
+  }
+  EXPECT_EQ(e->small_pages(), 1u);
+  for (int i = 1; i < 8; i += 2) EXPECT_OK(e->Free(objects[i]));
+  const Statistics before = e->GetStatistics();
+  EXPECT_OK(e->Evict(objects[0]));
+  const Statistics out = e->GetStatistics();
+  EXPECT_EQ(out.bytes_reclaimed - before.bytes_reclaimed, static_cast<int64_t>(kGranule));
+  EXPECT_EQ(out.bytes_copied_out - before.bytes_copied_out, static_cast<int64_t>(4 * size));
+  EXPECT_EQ(out.bytes_copied - before.bytes_copied, static_cast<int64_t>(4 * size));
+  EXPECT_EQ(out.num_copies - before.num_copies, 4);
+  uint64_t id = 0;
+  EXPECT_OK(e->Pin(objects[2], &id));
+  const Statistics in = e->GetStatistics();
+  EXPECT_EQ(in.bytes_copied_in - out.bytes_copied_in, static_cast<int64_t>(4 * size));
+  EXPECT_EQ(in.num_copies - out.num_copies, 4);
+  for (int i = 0; i < 8; i += 2) EXPECT_EQ(Verify(*e, objects[i], size, i), -1);
+  for (int i = 1; i < 8; i += 2) {
+    objects[i] = MustAllocate(*e, size);
+    ASSERT_TRUE(objects[i] != nullptr);
+    Fill(*e, objects[i], size, 100 + i);
+  }
+  EXPECT_EQ(e->small_pages(), 1u);
+  EXPECT_OK(e->Unpin(objects[2], id));
+  EXPECT_OK(e->Evict(objects[0]));
+  EXPECT_EQ(e->GetStatistics().bytes_copied_out - in.bytes_copied_out,
+            static_cast<int64_t>(kGranule));  // full now: one copy of all of it
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_EQ(Verify(*e, objects[i], size, i % 2 == 0 ? i : 100 + i), -1);
+  }
+  for (void* p : objects) EXPECT_OK(e->Free(p));
+  EXPECT_OK(e->CheckInvariants());
+}
+
+TEST(ObjectsOfAPageCloseTogetherAreCopiedInOneCall) {
+  auto e = MakeEngine({/*device=*/4, /*host=*/16});
+  // Tiny objects, one page: A, B, C in a row; B's 256 bytes freed.
+  char* a = static_cast<char*>(MustAllocate(*e, 1024));
+  char* b = static_cast<char*>(MustAllocate(*e, 256));
+  char* c = static_cast<char*>(MustAllocate(*e, 1024));
+  ASSERT_TRUE(a != nullptr && b == a + 1024 && c == b + 256);
+  Fill(*e, a, 1024, 1);
+  Fill(*e, c, 1024, 3);
+  EXPECT_OK(e->Free(b));
+  const Statistics before = e->GetStatistics();
+  EXPECT_OK(e->Evict(a));
+  const Statistics out = e->GetStatistics();
+  EXPECT_EQ(out.bytes_copied_out - before.bytes_copied_out, 2304);
+  EXPECT_EQ(out.num_copies - before.num_copies, 1);
+  EXPECT_EQ(Verify(*e, a, 1024, 1), -1);
+  EXPECT_EQ(Verify(*e, c, 1024, 3), -1);
+  EXPECT_OK(e->Free(a));
+  EXPECT_OK(e->Free(c));
   EXPECT_OK(e->CheckInvariants());
 }
 
@@ -1570,6 +1656,10 @@ class FaultyBackend : public Backend {
   Status CopyGranules(PoolKind dst_pool, const GranuleId* dst, PoolKind src_pool,
                       const GranuleId* src, size_t bytes) override {
     return inner_->CopyGranules(dst_pool, dst, src_pool, src, bytes);
+  }
+  Status CopyRanges(PoolKind dst_pool, GranuleId dst, PoolKind src_pool, GranuleId src,
+                    const ByteRange* ranges, size_t count) override {
+    return inner_->CopyRanges(dst_pool, dst, src_pool, src, ranges, count);
   }
   Status CopiesAfterCompute() override { return inner_->CopiesAfterCompute(); }
   Status WaitForCopies() override {

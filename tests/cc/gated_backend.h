@@ -48,14 +48,15 @@ class GatedBackend : public lms::Backend {
   lms::Status CopyGranules(lms::PoolKind dst_pool, const lms::GranuleId* dst,
                            lms::PoolKind src_pool, const lms::GranuleId* src,
                            size_t bytes) override {
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      ++waiting_;
-      cv_.notify_all();
-      cv_.wait(lock, [this] { return open_; });
-      --waiting_;
-    }
+    Gate();
     return b_->CopyGranules(dst_pool, dst, src_pool, src, bytes);
+  }
+
+  lms::Status CopyRanges(lms::PoolKind dst_pool, lms::GranuleId dst, lms::PoolKind src_pool,
+                         lms::GranuleId src, const lms::ByteRange* ranges,
+                         size_t count) override {
+    Gate();
+    return b_->CopyRanges(dst_pool, dst, src_pool, src, ranges, count);
   }
 
   const char* Name() const override { return "gated posix"; }
@@ -85,6 +86,15 @@ class GatedBackend : public lms::Backend {
   void AfterForkInChild() override { b_->AfterForkInChild(); }
 
  private:
+  // Waits, counted, until the gate opens.
+  void Gate() {
+    std::unique_lock<std::mutex> lock(mu_);
+    ++waiting_;
+    cv_.notify_all();
+    cv_.wait(lock, [this] { return open_; });
+    --waiting_;
+  }
+
   const std::unique_ptr<lms::Backend> b_;
   std::mutex mu_;
   std::condition_variable cv_;

@@ -400,6 +400,28 @@ Status CudaBackend::CopyGranules(PoolKind dst_pool, const GranuleId* dst,
   return Status::Ok();
 }
 
+Status CudaBackend::CopyRanges(PoolKind dst_pool, GranuleId dst, PoolKind src_pool,
+                               GranuleId src, const ByteRange* ranges, size_t count) {
+  LMS_CUDA_SCOPE(*driver_, context_);
+  LMS_RETURN_IF_ERROR(EnsureGranules(dst_pool, &dst, 1));
+  LMS_RETURN_IF_ERROR(EnsureGranules(src_pool, &src, 1));
+  ScopedNanos timed(&stats_.copy_ns);
+  const cu::CUdeviceptr to = pools_[static_cast<int>(dst_pool)].window + size_t{dst} * granule_;
+  const cu::CUdeviceptr from =
+      pools_[static_cast<int>(src_pool)].window + size_t{src} * granule_;
+  for (size_t i = 0; i < count; ++i) {
+    LMS_RETURN_IF_ERROR(driver_->Check(
+        driver_->cuMemcpyAsync(to + ranges[i].offset, from + ranges[i].offset,
+                               ranges[i].bytes, copy_stream_),
+        "cuMemcpyAsync of " + FormatBytes(ranges[i].bytes) + " of a granule from the " +
+            PoolName(src_pool) + " pool to the " + PoolName(dst_pool) + " pool"));
+    copies_in_flight_ = true;
+    ++stats_.copies;
+    stats_.bytes_copied += static_cast<int64_t>(ranges[i].bytes);
+  }
+  return Status::Ok();
+}
+
 Status CudaBackend::CopyToHost(void* dst, uintptr_t address, size_t bytes) {
   return CopyHost(address, bytes, dst, nullptr);
 }

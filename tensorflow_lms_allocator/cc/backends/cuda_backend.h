@@ -186,6 +186,8 @@ class CudaBackend : public Backend {
   Status UnmapReleased(uintptr_t address, size_t count, uint64_t mark) override;
   Status CopyGranules(PoolKind dst_pool, const GranuleId* dst, PoolKind src_pool,
                       const GranuleId* src, size_t bytes) override;
+  Status CopyRanges(PoolKind dst_pool, GranuleId dst, PoolKind src_pool, GranuleId src,
+                    const ByteRange* ranges, size_t count) override;
   Status CopiesAfterCompute() override;
   Status WaitForCopies() override;
   Status BeginRemapBatch() override LMS_LOCKS_EXCLUDED(streams_mu_);

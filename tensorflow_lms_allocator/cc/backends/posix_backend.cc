@@ -312,6 +312,27 @@ Status PosixBackend::CopyGranules(PoolKind dst_pool, const GranuleId* dst,
   return Status::Ok();
 }
 
+Status PosixBackend::CopyRanges(PoolKind dst_pool, GranuleId dst, PoolKind src_pool,
+                                GranuleId src, const ByteRange* ranges, size_t count) {
+  const auto start = std::chrono::steady_clock::now();
+  EnsureHuge(pools_[static_cast<int>(dst_pool)], &dst, 1);
+  char* to = pools_[static_cast<int>(dst_pool)].window + size_t{dst} * granule_;
+  const char* from = pools_[static_cast<int>(src_pool)].window + size_t{src} * granule_;
+  int64_t bytes_copied = 0;
+  for (size_t i = 0; i < count; ++i) {
+    StreamingCopy(to + ranges[i].offset, from + ranges[i].offset, ranges[i].bytes);
+    bytes_copied += static_cast<int64_t>(ranges[i].bytes);
+  }
+  const int64_t copy_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                              std::chrono::steady_clock::now() - start)
+                              .count();
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  stats_.copy_ns += copy_ns;
+  stats_.copies += static_cast<int64_t>(count);
+  stats_.bytes_copied += bytes_copied;
+  return Status::Ok();
+}
+
 BackendStatistics PosixBackend::GetStatistics() const {
   std::lock_guard<std::mutex> lock(stats_mu_);
   return stats_;

@@ -102,6 +102,8 @@ class PosixBackend : public Backend {
   Status CopyGranules(PoolKind dst_pool, const GranuleId* dst,
                       PoolKind src_pool, const GranuleId* src,
                       size_t bytes) override;
+  Status CopyRanges(PoolKind dst_pool, GranuleId dst, PoolKind src_pool, GranuleId src,
+                    const ByteRange* ranges, size_t count) override;
   Status CopiesAfterCompute() override { return Status::Ok(); }
   Status WaitForCopies() override { return Status::Ok(); }
   // Copies read and write only the pool windows, mapped once at CreatePool

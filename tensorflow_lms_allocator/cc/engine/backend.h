@@ -56,11 +56,17 @@ struct GranuleRun {
 // that faults on every touch that did not go through a pin.
 enum class Access { kReadWrite, kNone };
 
+// Bytes [offset, offset + bytes) of a granule.
+struct ByteRange {
+  size_t offset = 0;
+  size_t bytes = 0;
+};
+
 // What a backend's copies and synchronisation have cost so far.
 struct BackendStatistics {
   int64_t fences = 0;      // rounds of events on the fenced streams
   int64_t host_waits = 0;  // times the host blocked on the device
-  int64_t copies = 0;      // copy calls issued (one per run of granules)
+  int64_t copies = 0;      // copy calls issued (one per run of granules or range)
   int64_t bytes_copied = 0;
   // Nanoseconds spent in the backend's calls, by kind (ScopedNanos); each
   // call counts in one kind only.
@@ -152,6 +158,13 @@ class Backend {
   virtual Status CopyGranules(PoolKind dst_pool, const GranuleId* dst,
                               PoolKind src_pool, const GranuleId* src,
                               size_t bytes) = 0;
+  // Copies the given byte ranges of granule `src` (each inside it, in
+  // increasing order, not overlapping) into the same bytes of granule `dst`:
+  // a small-object page's live objects (Note [Live bytes only] in engine.h).
+  // As CopyGranules otherwise; bytes outside the ranges are unspecified in
+  // `dst`.
+  virtual Status CopyRanges(PoolKind dst_pool, GranuleId dst, PoolKind src_pool,
+                            GranuleId src, const ByteRange* ranges, size_t count) = 0;
 
   // Orders the copies issued after this call behind all device work queued
   // so far that may touch LMS memory (on a GPU: the fenced streams, Note

@@ -13,11 +13,27 @@
 //   - Smaller objects are packed into *small-object pages*: one-granule units
 //     sub-allocated in 256-byte steps (small_pages.h). Pinning any object pins
 //     its page, so a page whose objects are all unpinned is inactive and is
-//     evicted as a whole; recency is per page. A page with no live object and
-//     no pin is released at once, so the small-object region shrinks.
+//     evicted as a whole (copying its objects only: Note [Live bytes only]);
+//     recency is per page. A page with no live object and no pin is released
+//     at once, so the small-object region shrinks.
 // Pin() returns the unit's id and Unpin() takes it, so a pin taken through
 // an object still releases its page after the object is freed, and an unpin
 // never lands on a later unit at a reused address.
+//
+// Note [Live bytes only]. An eviction or a page-in of a page copies its live
+// objects' bytes, not the whole granule: what lies between objects is no
+// tensor's (a new object's bytes are unspecified until its writer writes
+// them). Neighbours less than granule / kCopyGapsPerGranule apart are copied
+// as one range, so a page costs at most that many copy calls (on a GPU each
+// cuMemcpyAsync costs a few microseconds, about what PCIe moves of the 64 KiB
+// gap of a 2 MiB granule). Replayed DenseNet121 at 1/4 of its peak copied
+// 611 MiB a step this way under the learned policy, 649 with whole pages (LRU
+// 675 and 753); ResNet-50 at 1/4 1,067 and 1,080; merging close neighbours
+// cost nothing measurable against copying each object alone. Note [Learned
+// eviction] ranks pages by what they copy too.
+// Free and a new object cannot change the ranges while they copy: a Free
+// waits for the move, a new object abandons the eviction (Note [Copies
+// outside the lock]), and an evicted page takes no new object.
 //
 // Residency and pins (Residency): Pin() makes a unit active (a kernel uses
 // it) and pages it in first if it was evicted; Unpin() makes it inactive
@@ -411,6 +427,21 @@ class Engine {
                       uint64_t* unit_id)
       LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Status FreeSmall(ChunkId page, const void* ptr) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static constexpr size_t kCopyGapsPerGranule = 32;
+  // The byte ranges (from the page's start) of `page`'s live objects, in
+  // order, neighbours closer than granule / kCopyGapsPerGranule merged (Note
+  // [Live bytes only]).
+  std::vector<ByteRange> LiveRanges(ChunkId page) const LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // What moving unit `id` copies: its requested bytes, or a page's ranges.
+  struct CopyPlan {
+    size_t bytes = 0;
+    bool ranges_only = false;
+    std::vector<ByteRange> ranges;
+  };
+  CopyPlan PlanCopy(ChunkId id) const LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Copies unit `id`'s bytes per `plan` from granules src[] into dst[].
+  Status CopyUnit(const CopyPlan& plan, PoolKind dst_pool, const GranuleId* dst,
+                  PoolKind src_pool, const GranuleId* src);
   // The object starting at ptr in `page`, or kNoChunk.
   ChunkId SmallObjectAt(ChunkId page, const void* ptr) const
       LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);

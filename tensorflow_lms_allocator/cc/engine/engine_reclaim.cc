@@ -225,7 +225,7 @@ Status Engine::EvictChunks(const std::vector<ChunkId>& victims, bool may_unlock)
     ChunkId id;
     uint64_t first;
     uint64_t n;
-    size_t bytes;
+    CopyPlan copy;
     std::vector<GranuleId> host;
     std::vector<GranuleId> device;
   };
@@ -238,7 +238,7 @@ Status Engine::EvictChunks(const std::vector<ChunkId>& victims, bool may_unlock)
   Status shortage;
   for (ChunkId id : victims) {
     const BestFitArena::Chunk& chunk = arena_.chunk(id);
-    Victim v{id, chunk.start, residency_.record(id).granules, chunk.requested_bytes, {}, {}};
+    Victim v{id, chunk.start, residency_.record(id).granules, PlanCopy(id), {}, {}};
     shortage = TakeHostGranules(v.n, "evicting", &v.host);
     if (!shortage.ok()) break;
     v.device.resize(v.n);
@@ -257,9 +257,8 @@ Status Engine::EvictChunks(const std::vector<ChunkId>& victims, bool may_unlock)
     s = RunCopies(unlocked, [&] {
       Status copied;
       for (size_t i = 0; copied.ok() && i < batch.size(); ++i) {
-        copied = backend_->CopyGranules(PoolKind::kHost, batch[i].host.data(),
-                                        PoolKind::kDevice, batch[i].device.data(),
-                                        batch[i].bytes);
+        copied = CopyUnit(batch[i].copy, PoolKind::kHost, batch[i].host.data(),
+                          PoolKind::kDevice, batch[i].device.data());
       }
       return copied;
     });
@@ -295,7 +294,7 @@ Status Engine::EvictChunks(const std::vector<ChunkId>& victims, bool may_unlock)
   bool restored = true;
   for (; s.ok() && remapped < batch.size(); ++remapped) {
     const Victim& v = batch[remapped];
-    s = MapEvicted(v.id, v.host.data(), v.bytes);
+    s = MapEvicted(v.id, v.host.data(), arena_.chunk(v.id).requested_bytes);
     if (!s.ok()) {
       // The device granules still hold the bytes: they go back to the address.
       restored = RestoreMapping(v.first, v.n, PoolKind::kDevice, v.device.data(),
@@ -344,6 +343,7 @@ Status Engine::EvictChunks(const std::vector<ChunkId>& victims, bool may_unlock)
     NoteResidencyChange(v.id, /*resident=*/false);
     ++stats_.num_evictions;
     stats_.bytes_reclaimed += static_cast<int64_t>(v.n * granule_);
+    stats_.bytes_copied_out += static_cast<int64_t>(v.copy.bytes);
     NoteEvicted(v.id);
     Trace(TraceEvent::kEvict, SlotAddress(v.first), v.n * granule_, 0);
   }
@@ -435,7 +435,7 @@ void Engine::PageInUnits(const ChunkId* ids, size_t count, Status* out, bool may
   struct Arrival {
     uint64_t first;
     uint64_t n;
-    size_t bytes;
+    CopyPlan copy;
     std::vector<GranuleId> device;
     std::vector<GranuleId> host;
     // A restore failed: the device granules may still be mapped at the slots.
@@ -445,7 +445,7 @@ void Engine::PageInUnits(const ChunkId* ids, size_t count, Status* out, bool may
   for (size_t i = 0; i < count; ++i) {
     Arrival& m = moves[i];
     m.first = arena_.chunk(ids[i]).start;
-    m.bytes = arena_.chunk(ids[i]).requested_bytes;
+    m.copy = PlanCopy(ids[i]);
     m.n = residency_.record(ids[i]).granules;
     m.device.resize(m.n);
     m.host.resize(m.n);
@@ -465,8 +465,8 @@ void Engine::PageInUnits(const ChunkId* ids, size_t count, Status* out, bool may
     batch = RunCopies(unlocked, [&] {
       Status copied;
       for (size_t i = 0; copied.ok() && i < count; ++i) {
-        copied = backend_->CopyGranules(PoolKind::kDevice, moves[i].device.data(),
-                                        PoolKind::kHost, moves[i].host.data(), moves[i].bytes);
+        copied = CopyUnit(moves[i].copy, PoolKind::kDevice, moves[i].device.data(),
+                          PoolKind::kHost, moves[i].host.data());
       }
       return copied;
     });
@@ -525,6 +525,7 @@ void Engine::PageInUnits(const ChunkId* ids, size_t count, Status* out, bool may
     const int64_t bytes = static_cast<int64_t>(m.n * granule_);
     ++stats_.num_page_ins;
     stats_.bytes_paged_in += bytes;
+    stats_.bytes_copied_in += static_cast<int64_t>(m.copy.bytes);
     stats_.current_bytes_reclaimed -= bytes;
     Trace(TraceEvent::kPageIn, SlotAddress(m.first), static_cast<uint64_t>(bytes), 0);
   }

@@ -56,7 +56,7 @@ void* Engine::AllocateSmall(size_t bytes, Hold hold, bool optional, Status* stat
     learned_.ObjectBorn(page.unit, page.size_class, o,
                         LearnedPolicy::Key(StrictMonitor::ThreadLabel(), bytes,
                                            StrictMonitor::CountLabelledAllocation(bytes)),
-                        pin);
+                        pin, static_cast<uint64_t>(allocated));
   }
   // Recency is per page: a new object makes its page the most recently used.
   // One written outside any kernel keeps the page off the LRU list until it
@@ -83,6 +83,49 @@ ChunkId Engine::SmallObjectAt(ChunkId page, const void* ptr) const {
   const uint64_t segment = residency_.record(page).segment;
   return small_.arena_of(segment).ChunkAt(segment * small_.units_per_page() +
                                           offset / SmallPages::kUnit);
+}
+
+std::vector<ByteRange> Engine::LiveRanges(ChunkId page) const {
+  // Note [Live bytes only].
+  const size_t gap = granule_ / kCopyGapsPerGranule;
+  const uint64_t segment = residency_.record(page).segment;
+  const BestFitArena& arena = small_.arena_of(segment);
+  const uint64_t first = segment * small_.units_per_page();
+  std::vector<ByteRange> ranges;
+  for (ChunkId c = arena.SegmentHead(segment);
+       c != kNoChunk && arena.SegmentOf(arena.chunk(c).start) == segment;
+       c = arena.chunk(c).next) {
+    const BestFitArena::Chunk& object = arena.chunk(c);
+    if (object.free) continue;
+    const size_t offset = (object.start - first) * SmallPages::kUnit;
+    const size_t end = offset + object.size * SmallPages::kUnit;
+    if (!ranges.empty() && offset - (ranges.back().offset + ranges.back().bytes) < gap) {
+      ranges.back().bytes = end - ranges.back().offset;
+    } else {
+      ranges.push_back(ByteRange{offset, end - offset});
+    }
+  }
+  return ranges;
+}
+
+Engine::CopyPlan Engine::PlanCopy(ChunkId id) const {
+  CopyPlan plan;
+  if (!residency_.IsPage(id)) {
+    plan.bytes = arena_.chunk(id).requested_bytes;
+    return plan;
+  }
+  plan.ranges_only = true;
+  plan.ranges = LiveRanges(id);
+  for (const ByteRange& r : plan.ranges) plan.bytes += r.bytes;
+  return plan;
+}
+
+Status Engine::CopyUnit(const CopyPlan& plan, PoolKind dst_pool, const GranuleId* dst,
+                        PoolKind src_pool, const GranuleId* src) {
+  if (!plan.ranges_only) return backend_->CopyGranules(dst_pool, dst, src_pool, src, plan.bytes);
+  if (plan.ranges.empty()) return Status::Ok();
+  return backend_->CopyRanges(dst_pool, dst[0], src_pool, src[0], plan.ranges.data(),
+                              plan.ranges.size());
 }
 
 Status Engine::FreeSmall(ChunkId page_unit, const void* ptr) {
@@ -130,7 +173,7 @@ Status Engine::NewSmallPage(Hold hold, int size_class, uint64_t* segment,
     return s;
   }
   BestFitArena::Chunk& unit = arena_.chunk(c);
-  unit.requested_bytes = granule_;  // an eviction copies the whole page
+  unit.requested_bytes = granule_;  // its extent; a move copies its objects only
   residency_.SetSegment(c, *segment);
   if (learning_) learned_.MarkPage(c);
   small_.page(*segment).unit = c;

@@ -49,12 +49,14 @@ void LearnedPolicy::Activated(ChunkId id) { Activate(unit(id), /*tick=*/true); }
 void LearnedPolicy::Deactivated(ChunkId id) { Deactivate(unit(id)); }
 
 void LearnedPolicy::ObjectBorn(ChunkId page, int size_class, ChunkId id, uint64_t key,
-                               bool pinned) {
+                               bool pinned, uint64_t bytes) {
   const uint64_t handle = Handle(size_class, id);
   Unit& o = object(handle);
   o = Unit();
   o.key = key;
   o.holder = page;
+  o.bytes = bytes;
+  unit(page).bytes += bytes;
   std::vector<uint64_t>& objects = unit(page).objects;
   o.index = static_cast<uint32_t>(objects.size());
   objects.push_back(handle);
@@ -82,6 +84,7 @@ void LearnedPolicy::ObjectReleased(int size_class, ChunkId id) {
   Unit& o = object(Handle(size_class, id));
   if (o.holder == kNoChunk) return;
   if (!o.active && o.periods > 0) EndPeriod(o, kNever);
+  unit(o.holder).bytes -= o.bytes;
   std::vector<uint64_t>& objects = unit(o.holder).objects;
   const uint64_t last = objects.back();
   objects[o.index] = last;
@@ -160,6 +163,20 @@ uint64_t LearnedPolicy::PageDistance(const Unit& page) const {
   return soonest != kUnknown ? soonest : Distance(page);
 }
 
+uint64_t LearnedPolicy::Rank(const Unit& u) const {
+  if (!u.page) return Distance(u);
+  const uint64_t distance = foreseeing_ ? Distance(u) : PageDistance(u);
+  // Bytes copied both ways, against the granule it frees: a page a quarter
+  // full ranks as if needed four times farther ahead. Floored at 1/64 of a
+  // granule, so a nearly empty page needed soon still waits its turn.
+  const uint64_t live = std::max(u.bytes, granule_bytes_ / 64);
+  if (distance >= kNever || live >= granule_bytes_) return distance;
+  const double scaled = static_cast<double>(distance) * static_cast<double>(granule_bytes_) /
+                        static_cast<double>(live);
+  return scaled >= static_cast<double>(kNever - 1) ? kNever - 1
+                                                   : static_cast<uint64_t>(scaled);
+}
+
 uint64_t LearnedPolicy::Distance(const Unit& u) const {
   if (foreseeing_ && u.foreseen != kUnknown) {
     if (u.foreseen == kNever) return kNever;
@@ -196,9 +213,7 @@ bool LearnedPolicy::Plan(const Residency& residency, uint64_t granules_needed,
   std::vector<std::pair<uint64_t, ChunkId>> candidates;  // (distance, unit), LRU order
   for (ChunkId c = residency.LeastRecentlyUsed(); c != kNoChunk;
        c = residency.NextMoreRecent(c)) {
-    const Unit& u = unit(c);
-    candidates.emplace_back(
-        u.page && !foreseeing_ ? PageDistance(u) : Distance(u), c);
+    candidates.emplace_back(Rank(unit(c)), c);
   }
   std::stable_sort(candidates.begin(), candidates.end(),
                    [](const auto& a, const auto& b) { return a.first > b.first; });

@@ -80,6 +80,11 @@
     "emulated device)")                                                         \
   X(num_copies, "copy calls issued by evictions and page-ins")                  \
   X(bytes_copied, "bytes copied by evictions and page-ins, cumulative")         \
+  X(bytes_copied_out,                                                           \
+    "bytes evictions copied to host memory: a unit's requested bytes, a "        \
+    "small-object page's live objects only; cumulative")                         \
+  X(bytes_copied_in,                                                            \
+    "bytes page-ins copied back, counted as bytes_copied_out; cumulative")     \
   X(time_evicting_ns,                                                           \
     "nanoseconds in evictions, everything included: copies, waits, remaps, "    \
     "bookkeeping")                                                              \
