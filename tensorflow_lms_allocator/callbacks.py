@@ -66,7 +66,7 @@ CSV_LEADING_COLUMNS: tuple[str, ...] = ("epoch", "batch", "step", "step_time_s")
 # step's share is the counter's growth during it.
 SWAP_COUNTERS: tuple[str, ...] = ("bytes_reclaimed", "num_single_reclaims",
                                   "num_full_reclaims", "num_evictions", "num_page_ins",
-                                  "bytes_paged_in")
+                                  "bytes_paged_in", "bytes_copied_out", "bytes_copied_in")
 
 
 def statistic_names() -> list[str]:
@@ -298,7 +298,7 @@ class LMSStatsAverage(tf.keras.callbacks.Callback):
     Over the steps `start_batch` to `end_batch` (inclusive, counted from 0
     across epochs like the CSV's ``step`` column), records how much each swap
     counter grew (bytes reclaimed, single and full reclaims, evictions,
-    page-ins, bytes paged in) and the step time, and writes one JSON document
+    page-ins, bytes paged in, bytes copied out and in) and the step time, and writes one JSON document
     to `path` when step `end_batch` ends, or when training ends if it never
     got there (then ``"completed": false`` and the numbers cover the steps
     that ran). IBM TFLMS's examples averaged the same way to compare batch

@@ -210,7 +210,7 @@ bool LearnedPolicy::Plan(const Residency& residency, uint64_t granules_needed,
   plan->victims.clear();
   plan->single = false;
   if (residency.inactive_resident_granules() < granules_needed) return false;
-  std::vector<std::pair<uint64_t, ChunkId>> candidates;  // (distance, unit), LRU order
+  std::vector<std::pair<uint64_t, ChunkId>> candidates;  // (rank, unit), LRU order
   for (ChunkId c = residency.LeastRecentlyUsed(); c != kNoChunk;
        c = residency.NextMoreRecent(c)) {
     candidates.emplace_back(Rank(unit(c)), c);

@@ -134,9 +134,9 @@ class LearnedPolicy {
   // False while the recent predictions mostly missed (Note [Learned
   // eviction]): reclaims should use LRU.
   bool trusted() const;
-  // Fills `plan` with inactive units by predicted distance, farthest first,
-  // until they free `granules_needed`; false (as PlanReclaim) if all of them
-  // would not.
+  // Fills `plan` with inactive units by predicted distance (a page's scaled
+  // by what it copies), farthest first, until they free `granules_needed`;
+  // false (as PlanReclaim) if all of them would not.
   bool Plan(const Residency& residency, uint64_t granules_needed, ReclaimPlan* plan);
 
   // Evicted units whose next use is predicted within `lookahead` ticks (or
