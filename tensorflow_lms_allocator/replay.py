@@ -34,7 +34,8 @@ size and reports what it would move:
 memory at birth (the engine's born-evicted allocations); "paged in" is device
 bytes filled again. "Copied" is what the moves copied, out and in: a large
 allocation's requested bytes, a small object's (a page copies its live objects
-only: Note [Live bytes only] in ``cc/engine/engine.h``). That is what takes
+and the short gaps between them: Note [Live bytes only] in
+``cc/engine/engine.h``). That is what takes
 time, and what policies are compared by.
 
 With a link bandwidth and a compute time per step, ``project`` models the
@@ -455,7 +456,8 @@ def replay_belady(events: Events, device_bytes: int, granule: int, steps: int) -
     """Offline: on a shortfall, evicts the inactive allocation pinned farthest ahead."""
     sizes = [modelled_size(s, granule) for s in events.sizes]
     # What a move copies: a large allocation's requested bytes, a small
-    # object's (the engine copies no more: Note [Live bytes only]).
+    # object's (the engine copies a page's live objects, and the gaps under a
+    # 32nd of a granule between them: Note [Live bytes only]).
     copied = [s if s >= granule else m for s, m in zip(events.sizes, sizes)]
     uses = _uses(events)
     resident: set[int] = set()

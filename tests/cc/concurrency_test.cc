@@ -386,6 +386,9 @@ TEST(APinDuringAnEvictionsUnlockedCopyKeepsItsWrites) {
   EXPECT_EQ(s.num_evictions_abandoned, 1);
   EXPECT_EQ(s.num_evictions, 1);
   EXPECT_EQ(s.host_bytes_in_use, static_cast<int64_t>(size));
+  // b's copy counts as evicted; a's dropped one only among the copies made.
+  EXPECT_EQ(s.bytes_copied_out, static_cast<int64_t>(size));
+  EXPECT_EQ(s.bytes_copied, static_cast<int64_t>(2 * size));
   EXPECT_OK(h.e->CheckInvariants());
 }
 

@@ -1218,7 +1218,7 @@ TEST(AFullyCachedFreeRangeIsTakenInsteadOfRemappingGranules) {
 // byte of the objects survives, and the room takes new objects after.
 TEST(APageCopiesOnlyItsLiveObjects) {
   auto e = MakeEngine({/*device=*/4, /*host=*/16});
-  const size_t size = kGranule / 8;  // gaps of it are not worth a copy's call
+  const size_t size = kGranule / 8;  // gaps this wide are skipped: a call per object
   std::vector<void*> objects;
   for (int i = 0; i < 8; ++i) {
     objects.push_back(MustAllocate(*e, size));
@@ -1257,26 +1257,33 @@ TEST(APageCopiesOnlyItsLiveObjects) {
   EXPECT_OK(e->CheckInvariants());
 }
 
-TEST(ObjectsOfAPageCloseTogetherAreCopiedInOneCall) {
-  auto e = MakeEngine({/*device=*/4, /*host=*/16});
-  // Tiny objects, one page: A, B, C in a row; B's 256 bytes freed.
-  char* a = static_cast<char*>(MustAllocate(*e, 1024));
-  char* b = static_cast<char*>(MustAllocate(*e, 256));
-  char* c = static_cast<char*>(MustAllocate(*e, 1024));
-  ASSERT_TRUE(a != nullptr && b == a + 1024 && c == b + 256);
-  Fill(*e, a, 1024, 1);
-  Fill(*e, c, 1024, 3);
-  EXPECT_OK(e->Free(b));
-  const Statistics before = e->GetStatistics();
-  EXPECT_OK(e->Evict(a));
-  const Statistics out = e->GetStatistics();
-  EXPECT_EQ(out.bytes_copied_out - before.bytes_copied_out, 2304);
-  EXPECT_EQ(out.num_copies - before.num_copies, 1);
-  EXPECT_EQ(Verify(*e, a, 1024, 1), -1);
-  EXPECT_EQ(Verify(*e, c, 1024, 3), -1);
-  EXPECT_OK(e->Free(a));
-  EXPECT_OK(e->Free(c));
-  EXPECT_OK(e->CheckInvariants());
+// Neighbours less than a 32nd of a granule apart (Engine::kCopyGapsPerGranule)
+// are copied in one call, the gap with them; a gap that wide is skipped.
+TEST(ObjectsOfAPageLessThanAGapApartAreCopiedInOneCall) {
+  const size_t gap = kGranule / 32;
+  for (size_t hole : {gap - 256, gap}) {
+    auto e = MakeEngine({/*device=*/4, /*host=*/16});
+    // One size class for all three at any granule: A, the hole B, C in a row.
+    char* a = static_cast<char*>(MustAllocate(*e, gap));
+    char* b = static_cast<char*>(MustAllocate(*e, hole));
+    char* c = static_cast<char*>(MustAllocate(*e, gap));
+    ASSERT_TRUE(a != nullptr && b == a + gap && c == b + hole);
+    Fill(*e, a, gap, 1);
+    Fill(*e, c, gap, 3);
+    EXPECT_OK(e->Free(b));
+    const Statistics before = e->GetStatistics();
+    EXPECT_OK(e->Evict(a));
+    const Statistics out = e->GetStatistics();
+    const bool merged = hole < gap;
+    EXPECT_EQ(out.bytes_copied_out - before.bytes_copied_out,
+              static_cast<int64_t>(2 * gap + (merged ? hole : 0)));
+    EXPECT_EQ(out.num_copies - before.num_copies, merged ? 1 : 2);
+    EXPECT_EQ(Verify(*e, a, gap, 1), -1);
+    EXPECT_EQ(Verify(*e, c, gap, 3), -1);
+    EXPECT_OK(e->Free(a));
+    EXPECT_OK(e->Free(c));
+    EXPECT_OK(e->CheckInvariants());
+  }
 }
 
 TEST(SmallObjectsArePackedInPagesThatAreEvictedAndPagedInWhole) {
@@ -1616,11 +1623,12 @@ TEST(AFailedRequestCanWaitForAnotherUserToRelease) {
 class FaultyBackend : public Backend {
  public:
   explicit FaultyBackend(int* fail_next_map, int* fail_next_unmap = nullptr,
-                         int* fail_next_order = nullptr)
+                         int* fail_next_order = nullptr, int* fail_next_ranges = nullptr)
       : inner_(lms_test::MakeTestBackend(kGranule)),
         fail_next_map_(fail_next_map),
         fail_next_unmap_(fail_next_unmap),
-        fail_next_order_(fail_next_order) {}
+        fail_next_order_(fail_next_order),
+        fail_next_ranges_(fail_next_ranges) {}
   const char* Name() const override { return "faulty"; }
   size_t granule_bytes() const override { return inner_->granule_bytes(); }
   Status ReserveAddressRange(size_t bytes, uintptr_t* base) override {
@@ -1659,7 +1667,13 @@ class FaultyBackend : public Backend {
   }
   Status CopyRanges(PoolKind dst_pool, GranuleId dst, PoolKind src_pool, GranuleId src,
                     const ByteRange* ranges, size_t count) override {
-    return inner_->CopyRanges(dst_pool, dst, src_pool, src, ranges, count);
+    if (fail_next_ranges_ == nullptr || *fail_next_ranges_ == 0 || count < 2) {
+      return inner_->CopyRanges(dst_pool, dst, src_pool, src, ranges, count);
+    }
+    // Part way, as a GPU's copies fail after some were issued.
+    *fail_next_ranges_ = 0;
+    inner_->CopyRanges(dst_pool, dst, src_pool, src, ranges, 1);
+    return Internal("injected CopyRanges failure");
   }
   Status CopiesAfterCompute() override { return inner_->CopiesAfterCompute(); }
   Status WaitForCopies() override {
@@ -1692,23 +1706,62 @@ class FaultyBackend : public Backend {
   int* const fail_next_map_;
   int* const fail_next_unmap_;
   int* const fail_next_order_;
+  int* const fail_next_ranges_;
   bool fail_wait_ = false;
 };
 
 std::unique_ptr<Engine> MakeFaultyEngine(int* fail_next_map, int* fail_next_unmap = nullptr,
-                                         int* fail_next_order = nullptr) {
+                                         int* fail_next_order = nullptr,
+                                         int* fail_next_ranges = nullptr) {
   EngineOptions o;
   o.device_bytes = 4 * kGranule;
   o.host_bytes = 8 * kGranule;
   std::unique_ptr<Engine> e;
   if (!Engine::Create(o,
                       std::make_unique<FaultyBackend>(fail_next_map, fail_next_unmap,
-                                                      fail_next_order),
+                                                      fail_next_order, fail_next_ranges),
                       &e)
            .ok()) {
     std::abort();
   }
   return e;
+}
+
+// A page's copy that fails after its first range, evicting and then paging
+// in: the page stays where its bytes are whole, and is counted as not moved.
+TEST(APageWhoseCopyFailsPartWayKeepsEveryByte) {
+  int fail_map = 0, fail_unmap = 0, fail_order = 0, fail_ranges = 0;
+  auto e = MakeFaultyEngine(&fail_map, &fail_unmap, &fail_order, &fail_ranges);
+  const size_t size = kGranule / 8;  // a hole of it between: two ranges
+  void* a = MustAllocate(*e, size);
+  void* hole = MustAllocate(*e, size);
+  void* c = MustAllocate(*e, size);
+  ASSERT_TRUE(a != nullptr && hole != nullptr && c != nullptr);
+  Fill(*e, a, size, 41);
+  Fill(*e, c, size, 43);
+  EXPECT_OK(e->Free(hole));
+  fail_ranges = 1;
+  EXPECT_TRUE(Contains(e->Evict(a).message(), "injected CopyRanges failure"));
+  AllocationInfo info;
+  EXPECT_OK(e->Inspect(a, &info));
+  EXPECT_TRUE(!info.evicted);
+  EXPECT_EQ(e->GetStatistics().bytes_copied_out, 0);
+  EXPECT_OK(e->Evict(a));
+  fail_ranges = 1;
+  uint64_t id = 0;
+  EXPECT_TRUE(Contains(e->Pin(c, &id).message(), "injected CopyRanges failure"));
+  EXPECT_OK(e->Inspect(a, &info));
+  EXPECT_TRUE(info.evicted);
+  EXPECT_EQ(e->GetStatistics().bytes_copied_in, 0);
+  EXPECT_EQ(Verify(*e, a, size, 41), -1);
+  EXPECT_EQ(Verify(*e, c, size, 43), -1);
+  EXPECT_OK(e->Pin(c, &id));
+  EXPECT_EQ(e->GetStatistics().bytes_copied_in, static_cast<int64_t>(2 * size));
+  EXPECT_EQ(Verify(*e, a, size, 41), -1);
+  EXPECT_EQ(Verify(*e, c, size, 43), -1);
+  EXPECT_OK(e->Unpin(c, id));
+  EXPECT_OK(e->CheckInvariants());
+  for (void* p : {a, c}) EXPECT_OK(e->Free(p));
 }
 
 // An unpinned unit of two granules filled with `seed`'s pattern (null if

@@ -13,6 +13,7 @@
 //     ReleaseRuns or the backend's destruction, and is mapped in the pool's
 //     window all that time.
 #include <algorithm>
+#include <cassert>
 #include <string>
 
 #include "backends/cuda_backend.h"
@@ -410,6 +411,7 @@ Status CudaBackend::CopyRanges(PoolKind dst_pool, GranuleId dst, PoolKind src_po
   const cu::CUdeviceptr from =
       pools_[static_cast<int>(src_pool)].window + size_t{src} * granule_;
   for (size_t i = 0; i < count; ++i) {
+    assert(ranges[i].offset + ranges[i].bytes <= granule_);
     LMS_RETURN_IF_ERROR(driver_->Check(
         driver_->cuMemcpyAsync(to + ranges[i].offset, from + ranges[i].offset,
                                ranges[i].bytes, copy_stream_),

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cassert>
 #include <cerrno>
 #include <chrono>
 #include <cinttypes>
@@ -320,6 +321,7 @@ Status PosixBackend::CopyRanges(PoolKind dst_pool, GranuleId dst, PoolKind src_p
   const char* from = pools_[static_cast<int>(src_pool)].window + size_t{src} * granule_;
   int64_t bytes_copied = 0;
   for (size_t i = 0; i < count; ++i) {
+    assert(ranges[i].offset + ranges[i].bytes <= granule_);
     StreamingCopy(to + ranges[i].offset, from + ranges[i].offset, ranges[i].bytes);
     bytes_copied += static_cast<int64_t>(ranges[i].bytes);
   }

@@ -9,8 +9,8 @@
 //                                                      granule + cuMemSetAccess
 //   Unmap                 mmap(PROT_NONE, MAP_FIXED)   [drain] + cuMemUnmap
 //                         (no drain inside a remap batch, whose host wait came first)
-//   CopyGranules          memcpy between pool windows  cuMemcpyAsync on the copy
-//                         (without the engine's lock)  stream
+//   CopyGranules,         memcpy between pool windows  cuMemcpyAsync on the copy
+//   CopyRanges            (without the engine's lock)  stream
 //   CopiesAfterCompute    nothing (synchronous)        fence: an event on every
 //                                                      fenced stream, waited on
 //                                                      by the copy stream
@@ -195,10 +195,10 @@ class Backend {
   virtual Status BeginRemapBatch() { return WaitForCopies(); }
   virtual Status EndRemapBatch() { return Status::Ok(); }
 
-  // Whether CopyGranules is a synchronous copy on the calling thread that may
-  // run beside any other call of this backend on granules it does not name:
-  // the engine then copies without its lock (Note [Copies outside the lock]
-  // in engine.h). False where copies are issued to a stream, whose order
+  // Whether CopyGranules and CopyRanges are synchronous copies on the
+  // calling thread that may run beside any other call of this backend on
+  // granules they do not name: the engine then copies without its lock (Note
+  // [Copies outside the lock] in engine.h). False where copies are issued to a stream, whose order
   // with the fences and remap batches the engine's lock keeps.
   virtual bool CopiesMayRunUnlocked() const { return false; }
 

@@ -41,12 +41,13 @@
 //     its objects, 649 with every unit's true next use (replay.py's
 //     oracle); ResNet-50 at 1/4 1,277 and 1,247; the other cases within
 //     0.1%;
-//   - a reclaim orders the inactive units by distance, farthest first (never
-//     used again before all), and evicts in that order until it has freed
-//     enough; ties keep LRU order. But when that takes several units and one
-//     unit alone frees enough, the farthest such unit goes alone if its
-//     distance is at least a quarter of the nearest of theirs: fewer bytes
-//     move now (LRU's preference for one victim, which farthest-first alone
+//   - a reclaim orders the inactive units by rank (a unit's distance; a
+//     page's scaled, below), farthest first (never used again before all),
+//     and evicts in that order until it has freed enough; ties keep LRU
+//     order. But when that takes several units and one unit alone frees
+//     enough, the farthest such unit goes alone if its rank is at least a
+//     quarter of the nearest of theirs: fewer units move now, and mostly
+//     fewer bytes (LRU's preference for one victim, which farthest-first alone
 //     lost to on replayed Transformer traces: 1,184 against LRU's 1,156 MiB
 //     a step at 1/2 of the peak, 1,152 with this rule at a half; at 1/4 of
 //     the peak, two recordings moved 1,724 and 1,731 MiB at a half, 1,712

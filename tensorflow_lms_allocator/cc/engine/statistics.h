@@ -52,7 +52,9 @@
   X(host_bytes_in_use, "host-pool granules backing evicted units")              \
   X(host_peak_bytes_in_use, "highest host_bytes_in_use")                        \
   X(num_page_ins, "pins that copied a unit back to the device")                 \
-  X(bytes_paged_in, "bytes copied back by page-ins, cumulative")                \
+  X(bytes_paged_in,                                                             \
+    "device bytes (whole granules) filled again by page-ins, cumulative; "      \
+    "bytes_copied_in is what they copied")                                      \
   X(num_evictions, "units copied to host memory")                               \
   X(num_evictions_abandoned,                                                    \
     "emulated device: evictions dropped because a kernel pinned the unit (or "  \
@@ -81,10 +83,13 @@
   X(num_copies, "copy calls issued by evictions and page-ins")                  \
   X(bytes_copied, "bytes copied by evictions and page-ins, cumulative")         \
   X(bytes_copied_out,                                                           \
-    "bytes evictions copied to host memory: a unit's requested bytes, a "        \
-    "small-object page's live objects only; cumulative")                         \
+    "bytes completed evictions copied to host memory: a unit's requested "      \
+    "bytes, a small-object page's live objects (with gaps under a 32nd of a "   \
+    "granule between them); cumulative. bytes_copied also counts the copies "   \
+    "of abandoned and failed moves")                                            \
   X(bytes_copied_in,                                                            \
-    "bytes page-ins copied back, counted as bytes_copied_out; cumulative")     \
+    "bytes completed page-ins copied back, counted as bytes_copied_out; "       \
+    "cumulative")                                                               \
   X(time_evicting_ns,                                                           \
     "nanoseconds in evictions, everything included: copies, waits, remaps, "    \
     "bookkeeping")                                                              \
