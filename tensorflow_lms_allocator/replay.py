@@ -35,8 +35,8 @@ memory at birth (the engine's born-evicted allocations); "paged in" is device
 bytes filled again. "Copied" is what the moves copied, out and in: a large
 allocation's requested bytes, a small object's (a page copies its live objects
 and the short gaps between them: Note [Live bytes only] in
-``cc/engine/engine.h``). That is what takes
-time, and what policies are compared by.
+``cc/engine/engine.h``). That is what takes time, and what policies are
+compared by.
 
 With a link bandwidth and a compute time per step, ``project`` models the
 step time on a GPU with one copy stream (a model, not a measurement): the

@@ -198,8 +198,9 @@ class Backend {
   // Whether CopyGranules and CopyRanges are synchronous copies on the
   // calling thread that may run beside any other call of this backend on
   // granules they do not name: the engine then copies without its lock (Note
-  // [Copies outside the lock] in engine.h). False where copies are issued to a stream, whose order
-  // with the fences and remap batches the engine's lock keeps.
+  // [Copies outside the lock] in engine.h). False where copies are issued to
+  // a stream, whose order with the fences and remap batches the engine's
+  // lock keeps.
   virtual bool CopiesMayRunUnlocked() const { return false; }
 
   // Whether the host may read and write an allocation at its own address.
