@@ -387,14 +387,8 @@ Status CudaBackend::CopyGranules(PoolKind dst_pool, const GranuleId* dst,
       ++run;
     }
     const size_t n = std::min(bytes, run * granule_);
-    LMS_RETURN_IF_ERROR(driver_->Check(
-        driver_->cuMemcpyAsync(dst_window + size_t{dst[i]} * granule_,
-                               src_window + size_t{src[i]} * granule_, n, copy_stream_),
-        "cuMemcpyAsync of " + FormatBytes(n) + " from the " + PoolName(src_pool) +
-            " pool to the " + PoolName(dst_pool) + " pool"));
-    copies_in_flight_ = true;
-    ++stats_.copies;
-    stats_.bytes_copied += static_cast<int64_t>(n);
+    LMS_RETURN_IF_ERROR(IssueCopy(dst_pool, dst_window + size_t{dst[i]} * granule_, src_pool,
+                                  src_window + size_t{src[i]} * granule_, n));
     bytes -= n;
     i += run;
   }
@@ -412,15 +406,21 @@ Status CudaBackend::CopyRanges(PoolKind dst_pool, GranuleId dst, PoolKind src_po
       pools_[static_cast<int>(src_pool)].window + size_t{src} * granule_;
   for (size_t i = 0; i < count; ++i) {
     assert(ranges[i].offset + ranges[i].bytes <= granule_);
-    LMS_RETURN_IF_ERROR(driver_->Check(
-        driver_->cuMemcpyAsync(to + ranges[i].offset, from + ranges[i].offset,
-                               ranges[i].bytes, copy_stream_),
-        "cuMemcpyAsync of " + FormatBytes(ranges[i].bytes) + " of a granule from the " +
-            PoolName(src_pool) + " pool to the " + PoolName(dst_pool) + " pool"));
-    copies_in_flight_ = true;
-    ++stats_.copies;
-    stats_.bytes_copied += static_cast<int64_t>(ranges[i].bytes);
+    LMS_RETURN_IF_ERROR(IssueCopy(dst_pool, to + ranges[i].offset, src_pool,
+                                  from + ranges[i].offset, ranges[i].bytes));
   }
+  return Status::Ok();
+}
+
+Status CudaBackend::IssueCopy(PoolKind dst_pool, cu::CUdeviceptr to, PoolKind src_pool,
+                              cu::CUdeviceptr from, size_t bytes) {
+  LMS_RETURN_IF_ERROR(driver_->Check(
+      driver_->cuMemcpyAsync(to, from, bytes, copy_stream_),
+      "cuMemcpyAsync of " + FormatBytes(bytes) + " from the " + PoolName(src_pool) +
+          " pool to the " + PoolName(dst_pool) + " pool"));
+  copies_in_flight_ = true;
+  ++stats_.copies;
+  stats_.bytes_copied += static_cast<int64_t>(bytes);
   return Status::Ok();
 }
 

@@ -284,6 +284,9 @@ class CudaBackend : public Backend {
   Status CreatePiece(PoolKind pool, GranuleId first, Pool* p);
   // Creates the pieces of whichever of ids[0..count) do not exist yet.
   Status EnsureGranules(PoolKind pool, const GranuleId* ids, size_t count);
+  // One cuMemcpyAsync on the copy stream, between pool windows, counted.
+  Status IssueCopy(PoolKind dst_pool, cu::CUdeviceptr to, PoolKind src_pool,
+                   cu::CUdeviceptr from, size_t bytes);
   // Unmaps the piece starting at `first` from the window and releases it
   // (and a host piece's share of the PinnedHostBudget).
   void ReleasePiece(PoolKind kind, Pool* pool, GranuleId first);

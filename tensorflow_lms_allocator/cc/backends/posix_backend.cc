@@ -303,13 +303,7 @@ Status PosixBackend::CopyGranules(PoolKind dst_pool, const GranuleId* dst,
     bytes -= n;
     i += run;
   }
-  const int64_t copy_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                              std::chrono::steady_clock::now() - start)
-                              .count();
-  std::lock_guard<std::mutex> lock(stats_mu_);
-  stats_.copy_ns += copy_ns;
-  stats_.copies += copies;
-  stats_.bytes_copied += bytes_copied;
+  CountCopies(start, copies, bytes_copied);
   return Status::Ok();
 }
 
@@ -325,14 +319,19 @@ Status PosixBackend::CopyRanges(PoolKind dst_pool, GranuleId dst, PoolKind src_p
     StreamingCopy(to + ranges[i].offset, from + ranges[i].offset, ranges[i].bytes);
     bytes_copied += static_cast<int64_t>(ranges[i].bytes);
   }
+  CountCopies(start, static_cast<int64_t>(count), bytes_copied);
+  return Status::Ok();
+}
+
+void PosixBackend::CountCopies(std::chrono::steady_clock::time_point start, int64_t copies,
+                               int64_t bytes) {
   const int64_t copy_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
                               std::chrono::steady_clock::now() - start)
                               .count();
   std::lock_guard<std::mutex> lock(stats_mu_);
   stats_.copy_ns += copy_ns;
-  stats_.copies += static_cast<int64_t>(count);
-  stats_.bytes_copied += bytes_copied;
-  return Status::Ok();
+  stats_.copies += copies;
+  stats_.bytes_copied += bytes;
 }
 
 BackendStatistics PosixBackend::GetStatistics() const {

@@ -56,6 +56,7 @@
 #include <sys/types.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -156,6 +157,8 @@ class PosixBackend : public Backend {
   // Fills the page tables of a fresh read-write device mapping, made without
   // MAP_POPULATE, in huge pages.
   Status PopulateHuge(void* at, size_t bytes, const PoolFile& pool, off_t offset) const;
+  // Adds `copies` copy calls of `bytes` in all, begun at `start`, to stats_.
+  void CountCopies(std::chrono::steady_clock::time_point start, int64_t copies, int64_t bytes);
 
   const size_t granule_;
   const HugePages huge_pages_;

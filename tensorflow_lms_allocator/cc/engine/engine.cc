@@ -33,7 +33,6 @@ Engine::Engine(const EngineOptions& options, std::unique_ptr<Backend> backend)
       host_pool_(options.host_bytes / granule_),
       arena_(slots_, /*index_interior=*/true),
       backing_(slots_),
-      learned_(granule_),
       learning_(options.policy == PolicyKind::kLearned),
       small_(granule_, options.device_bytes / granule_ + options.host_bytes / granule_,
              options.tiny_object_threshold),

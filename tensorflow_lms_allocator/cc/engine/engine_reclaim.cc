@@ -94,7 +94,7 @@ void Engine::NoteMovesEnded() {
 bool Engine::Reclaim(uint64_t needed, bool may_unlock, Status* status) {
   ReclaimPlan plan;
   const bool learned = learning_ && learned_.trusted();
-  if (!(learned ? learned_.Plan(residency_, needed, &plan)
+  if (!(learned ? learned_.Plan(residency_, small_, needed, &plan)
                 : PlanReclaim(residency_, needed, &plan))) {
     return false;
   }

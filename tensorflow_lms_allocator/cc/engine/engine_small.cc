@@ -56,7 +56,7 @@ void* Engine::AllocateSmall(size_t bytes, Hold hold, bool optional, Status* stat
     learned_.ObjectBorn(page.unit, page.size_class, o,
                         LearnedPolicy::Key(StrictMonitor::ThreadLabel(), bytes,
                                            StrictMonitor::CountLabelledAllocation(bytes)),
-                        pin, static_cast<uint64_t>(allocated));
+                        pin);
   }
   // Recency is per page: a new object makes its page the most recently used.
   // One written outside any kernel keeps the page off the LRU list until it

@@ -49,14 +49,12 @@ void LearnedPolicy::Activated(ChunkId id) { Activate(unit(id), /*tick=*/true); }
 void LearnedPolicy::Deactivated(ChunkId id) { Deactivate(unit(id)); }
 
 void LearnedPolicy::ObjectBorn(ChunkId page, int size_class, ChunkId id, uint64_t key,
-                               bool pinned, uint64_t bytes) {
+                               bool pinned) {
   const uint64_t handle = Handle(size_class, id);
   Unit& o = object(handle);
   o = Unit();
   o.key = key;
   o.holder = page;
-  o.bytes = bytes;
-  unit(page).bytes += bytes;
   std::vector<uint64_t>& objects = unit(page).objects;
   o.index = static_cast<uint32_t>(objects.size());
   objects.push_back(handle);
@@ -84,7 +82,6 @@ void LearnedPolicy::ObjectReleased(int size_class, ChunkId id) {
   Unit& o = object(Handle(size_class, id));
   if (o.holder == kNoChunk) return;
   if (!o.active && o.periods > 0) EndPeriod(o, kNever);
-  unit(o.holder).bytes -= o.bytes;
   std::vector<uint64_t>& objects = unit(o.holder).objects;
   const uint64_t last = objects.back();
   objects[o.index] = last;
@@ -163,15 +160,16 @@ uint64_t LearnedPolicy::PageDistance(const Unit& page) const {
   return soonest != kUnknown ? soonest : Distance(page);
 }
 
-uint64_t LearnedPolicy::Rank(const Unit& u) const {
+uint64_t LearnedPolicy::Rank(const Unit& u, uint64_t live_bytes,
+                             uint64_t granule_bytes) const {
   if (!u.page) return Distance(u);
   const uint64_t distance = foreseeing_ ? Distance(u) : PageDistance(u);
   // Bytes copied both ways, against the granule it frees: a page a quarter
   // full ranks as if needed four times farther ahead. Floored at 1/64 of a
   // granule, so a nearly empty page needed soon still waits its turn.
-  const uint64_t live = std::max(u.bytes, granule_bytes_ / 64);
-  if (distance >= kNever || live >= granule_bytes_) return distance;
-  const double scaled = static_cast<double>(distance) * static_cast<double>(granule_bytes_) /
+  const uint64_t live = std::max(live_bytes, granule_bytes / 64);
+  if (distance >= kNever || live >= granule_bytes) return distance;
+  const double scaled = static_cast<double>(distance) * static_cast<double>(granule_bytes) /
                         static_cast<double>(live);
   return scaled >= static_cast<double>(kNever - 1) ? kNever - 1
                                                    : static_cast<uint64_t>(scaled);
@@ -205,15 +203,19 @@ std::vector<ChunkId> LearnedPolicy::DueSoon(const Residency& residency,
   return out;
 }
 
-bool LearnedPolicy::Plan(const Residency& residency, uint64_t granules_needed,
-                         ReclaimPlan* plan) {
+bool LearnedPolicy::Plan(const Residency& residency, const SmallPages& pages,
+                         uint64_t granules_needed, ReclaimPlan* plan) {
   plan->victims.clear();
   plan->single = false;
   if (residency.inactive_resident_granules() < granules_needed) return false;
+  const uint64_t granule_bytes = pages.units_per_page() * SmallPages::kUnit;
   std::vector<std::pair<uint64_t, ChunkId>> candidates;  // (rank, unit), LRU order
   for (ChunkId c = residency.LeastRecentlyUsed(); c != kNoChunk;
        c = residency.NextMoreRecent(c)) {
-    candidates.emplace_back(Rank(unit(c)), c);
+    const uint64_t segment = residency.record(c).segment;
+    const uint64_t live =
+        segment == Residency::kNoSegment ? 0 : static_cast<uint64_t>(pages.page(segment).bytes);
+    candidates.emplace_back(Rank(unit(c), live, granule_bytes), c);
   }
   std::stable_sort(candidates.begin(), candidates.end(),
                    [](const auto& a, const auto& b) { return a.first > b.first; });

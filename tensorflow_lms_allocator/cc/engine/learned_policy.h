@@ -92,14 +92,12 @@
 
 #include "engine/reclaim_policy.h"
 #include "engine/residency.h"
+#include "engine/small_pages.h"
 
 namespace lms {
 
 class LearnedPolicy {
  public:
-  // `granule_bytes`: a page's size, what evicting any page frees.
-  explicit LearnedPolicy(uint64_t granule_bytes) : granule_bytes_(granule_bytes) {}
-
   static constexpr uint64_t kNoKey = 0;
   static constexpr uint64_t kNever = ~uint64_t{0} - 1;
   static constexpr size_t kMaxKeys = 1 << 16;
@@ -116,12 +114,10 @@ class LearnedPolicy {
   // The unit is a small-object page: its periods are its objects' comings
   // and goings, so its last one says nothing of its next.
   void MarkPage(ChunkId id) { unit(id).page = true; }
-  // A small object (`object` in its class's arena, `bytes` allocated) was
-  // placed on `page`, with its key; it is followed like a unit, without
-  // ticking the clock, so that its page is ranked by the soonest predicted
-  // use of its objects.
-  void ObjectBorn(ChunkId page, int size_class, ChunkId object, uint64_t key, bool pinned,
-                  uint64_t bytes);
+  // A small object (`object` in its class's arena) was placed on `page`,
+  // with its key; it is followed like a unit, without ticking the clock,
+  // so that its page is ranked by the soonest predicted use of its objects.
+  void ObjectBorn(ChunkId page, int size_class, ChunkId object, uint64_t key, bool pinned);
   // A pin or unpin at the object's first byte (interior pins, of slices,
   // are not followed: finding their object would walk the page).
   void ObjectPinned(int size_class, ChunkId object);
@@ -136,9 +132,11 @@ class LearnedPolicy {
   // eviction]): reclaims should use LRU.
   bool trusted() const;
   // Fills `plan` with inactive units by predicted distance (a page's scaled
-  // by what it copies), farthest first, until they free `granules_needed`;
-  // false (as PlanReclaim) if all of them would not.
-  bool Plan(const Residency& residency, uint64_t granules_needed, ReclaimPlan* plan);
+  // by what it copies: its live bytes in `pages`), farthest first, until
+  // they free `granules_needed`; false (as PlanReclaim) if all of them would
+  // not.
+  bool Plan(const Residency& residency, const SmallPages& pages, uint64_t granules_needed,
+            ReclaimPlan* plan);
 
   // Evicted units whose next use is predicted within `lookahead` ticks (or
   // overdue), soonest first: what Engine::Prefetch pages in ahead of use.
@@ -175,8 +173,6 @@ class LearnedPolicy {
     uint32_t pins = 0;
     ChunkId holder = kNoChunk;
     uint32_t index = 0;
-    // An object: its allocated bytes; a page: its live objects'.
-    uint64_t bytes = 0;
   };
 
   static uint64_t Handle(int size_class, ChunkId object) {
@@ -195,10 +191,9 @@ class LearnedPolicy {
   uint64_t PageDistance(const Unit& page) const;
 
   // A reclaim's order: a page's distance scaled by what evicting it frees
-  // over what it copies (Note [Learned eviction]).
-  uint64_t Rank(const Unit& u) const;
+  // (a granule) over what it copies (`live_bytes`; Note [Learned eviction]).
+  uint64_t Rank(const Unit& u, uint64_t live_bytes, uint64_t granule_bytes) const;
 
-  const uint64_t granule_bytes_;
   std::vector<Unit> units_;  // by ChunkId
   std::vector<Unit> objects_[2];  // by size class, then ChunkId in its arena
   std::unordered_map<uint64_t, std::vector<uint64_t>> lengths_;  // key -> by period
