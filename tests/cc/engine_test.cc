@@ -989,6 +989,38 @@ TEST(ASmallObjectPageDoesNotExpectItsLastPeriodAgain) {
   EXPECT_EQ(PredictionsForATensorUsedRoundAndRound(1000), 6);  // the object's, none of its page
 }
 
+// A weight, made outside any kernel (so without a key), is used three times
+// a step with 3, 12 and 30 other kernels between (its forward use, its
+// gradient's, the optimizer's update): its inactive periods run 4, 13 and 31
+// ticks in turn. Expecting its last period again misses every time; its
+// periods repeat at a lag of three (Note [Periodic units]), so once two
+// steps are in its history every prediction hits, the other tensor's too.
+TEST(AUnitUsedSeveralTimesAStepPredictsEachOfItsPeriods) {
+  Setup setup{/*device=*/8, /*host=*/16};
+  setup.policy = PolicyKind::kLearned;
+  auto e = MakeEngine(setup);
+  void* weight = MustAllocate(*e, kGranule);
+  ASSERT_TRUE(weight != nullptr);
+  Fill(*e, weight, kGranule, 7);
+  const std::vector<void*> other = KernelTensors(*e, 1, 8);
+  const int kGaps[] = {3, 12, 30};
+  Statistics before;
+  for (int step = 0; step < 8; ++step) {
+    if (step == 4) before = e->GetStatistics();
+    for (int gap : kGaps) {
+      UseIn(*e, "use_weight", weight);
+      for (int i = 0; i < gap; ++i) UseIn(*e, "use_other", other[0]);
+    }
+  }
+  StrictMonitor::SetThreadLabel(nullptr);
+  const Statistics after = e->GetStatistics();
+  const int64_t predictions = after.num_predictions - before.num_predictions;
+  EXPECT_EQ(predictions, 4 * (3 + 45));  // four steps: the weight's 3 periods, the other's 45
+  EXPECT_EQ(after.num_prediction_hits - before.num_prediction_hits, predictions);
+  EXPECT_EQ(Verify(*e, weight, kGranule, 7), -1);
+  EXPECT_OK(e->CheckInvariants());
+}
+
 // Each step a page holds `cold` (freed unused) and `hot` (used right after
 // the shortfall), and L (one granule, used last) is more recently used than
 // the page, which has been inactive longer than L will be. When a kernel

@@ -106,25 +106,56 @@ void LearnedPolicy::Deactivate(Unit& u) {
       u.predicted = it->second[u.periods];
     }
   }
-  if (u.predicted == kUnknown && !u.page) u.predicted = u.last_length;
+  if (u.predicted == kUnknown && !u.page) u.predicted = PeriodicGuess(u.history);
   ++u.periods;
+}
+
+namespace {
+
+// Whether an inactive period of `actual` ticks (or kNever) is what
+// `predicted` said: within a quarter of it, or 2 ticks.
+bool Hits(uint64_t predicted, uint64_t actual) {
+  if (predicted == LearnedPolicy::kNever || actual == LearnedPolicy::kNever) {
+    return predicted == actual;
+  }
+  const uint64_t off = predicted > actual ? predicted - actual : actual - predicted;
+  return off <= std::max<uint64_t>(2, predicted / 4);
+}
+
+}  // namespace
+
+uint64_t LearnedPolicy::PeriodicGuess(const std::vector<uint64_t>& history) {
+  const size_t n = history.size();
+  if (n == 0) return kUnknown;
+  size_t best_lag = 0;
+  size_t best_matches = 0, best_pairs = 1;  // the best fraction so far
+  for (size_t lag = 1; 2 * lag <= n; ++lag) {
+    size_t matches = 0;
+    for (size_t j = lag; j < n; ++j) matches += Hits(history[j - lag], history[j]) ? 1 : 0;
+    const size_t pairs = n - lag;
+    if (matches * best_pairs > best_matches * pairs) {
+      best_lag = lag;
+      best_matches = matches;
+      best_pairs = pairs;
+    }
+  }
+  if (best_lag > 0 && 2 * best_matches >= best_pairs) return history[n - best_lag];
+  return history[n - 1];
 }
 
 void LearnedPolicy::EndPeriod(Unit& u, uint64_t length) {
   if (u.predicted != kUnknown) {
-    bool hit;
-    if (u.predicted == kNever || length == kNever) {
-      hit = u.predicted == length;
-    } else {
-      const uint64_t off = u.predicted > length ? u.predicted - length : length - u.predicted;
-      hit = off <= std::max<uint64_t>(2, u.predicted / 4);
-    }
+    const bool hit = Hits(u.predicted, length);
     ++predictions_;
     hits_ += hit ? 1 : 0;
     window_ = (window_ << 1) | (hit ? 1 : 0);
     window_size_ = std::min(window_size_ + 1, kWindow);
   }
-  u.last_length = length;
+  if (!u.page) {
+    if (u.history.empty()) u.history.reserve(kHistory);
+    if (u.history.size() == kHistory) u.history.erase(u.history.begin());
+    u.history.push_back(length);
+  }
   if (u.key == kNoKey) return;
   auto it = lengths_.find(u.key);
   if (it == lengths_.end()) {

@@ -25,9 +25,10 @@
 //     free; the latest step's value replaces the previous one;
 //   - prediction: a keyed unit whose n-th inactive period begins looks up
 //     (key, n): its next use is expected that many ticks after its unpin, or
-//     never. A unit that lives across steps (a weight, an optimizer slot)
-//     has new period numbers every step, so without (key, n) it expects its
-//     previous period's length again (reuse is periodic). A unit without a
+//     never. A unit that lives across steps (a weight, an optimizer slot,
+//     a small object made outside any kernel, so without a key) has new
+//     period numbers every step, so without (key, n) it predicts from its
+//     own last kHistory periods (Note [Periodic units]). A unit without a
 //     prediction (no key and no previous period, or nothing learned yet)
 //     counts its age (ticks since its unpin) as its distance: among
 //     such units the choice is LRU's. Small-object pages, whose objects
@@ -78,6 +79,29 @@
 // Correctness never depends on it: it only orders the same candidates LRU
 // would evict, and a prefetch is a page-in like a pin's, so a wrong guess
 // costs copies, never data.
+//
+// Note [Periodic units]
+// ======================
+// A unit used several times a step, and across steps, has periods of
+// different lengths in turn: a weight's from its forward use to its
+// gradient's, then to the optimizer's update, then to the next step's
+// forward use. Predicting its previous period's length again is wrong at
+// every turn. Its sequence of lengths repeats with the step, though, so the
+// policy looks for the lag k (1 to half its history) at which the most of
+// its last periods equal (within a quarter, as a hit) the ones k earlier,
+// the smallest such lag on ties, and predicts the length it had k periods
+// ago; with no lag matching at least half of them, its last length. A
+// replayed DenseNet121 trace at 1/4 of its peak: objects made outside
+// kernels end 15,400 inactive periods a run, and 25% of them were predicted
+// right by their last length; 48% by the smallest lag at which the last k
+// lengths all repeat. Of all predictions, 58%, 64% and, with this rule, 69%
+// hit, and a step moved 594, 583 and 569 MiB (the oracle: 566). ResNet-50
+// at 1/4: 1,058, 1,042 and 1,040; MobileNetV2 at 1/2: 407, 412 and 412;
+// the other cases within 0.3%. Requiring a third or three quarters of
+// the periods to match instead of half moved 580 on DenseNet121 at 1/4;
+// 16, 32 or 64 periods of history the same. The search compares at most
+// 92 pairs of lengths (16 of them kept) when a unit with no learned period
+// turns inactive, with the learned policy only.
 //
 // The engine calls it only with the learned policy on (EngineOptions::
 // policy), so LRU pays nothing. Thread-compatible: the engine's lock guards
@@ -157,6 +181,7 @@ class LearnedPolicy {
  private:
   static constexpr uint64_t kUnknown = ~uint64_t{0};
   static constexpr int kWindow = 64;
+  static constexpr size_t kHistory = 16;
 
   struct Unit {
     uint64_t key = kNoKey;
@@ -164,7 +189,8 @@ class LearnedPolicy {
     bool active = false;
     uint64_t last_unpin = 0;     // tick its current inactive period began
     uint64_t predicted = kUnknown;  // its length, kNever, or kUnknown
-    uint64_t last_length = kUnknown;  // of its previous inactive period
+    // Its last inactive periods' lengths, oldest first (not a page's).
+    std::vector<uint64_t> history;
     bool page = false;
     uint64_t foreseen = kUnknown;  // next use on the foresight clock
     // A page: its live objects (Handle()); an object: pins at its first
@@ -186,6 +212,9 @@ class LearnedPolicy {
   // Ends `u`'s current inactive period, of `length` ticks or kNever.
   void EndPeriod(Unit& u, uint64_t length);
   uint64_t Distance(const Unit& u) const;
+  // The next period's length from a unit's `history` (Note [Periodic
+  // units]), or kUnknown if it has none.
+  static uint64_t PeriodicGuess(const std::vector<uint64_t>& history);
   // A page's: the soonest predicted use of its inactive objects, or, if
   // none has a prediction, its own (its age).
   uint64_t PageDistance(const Unit& page) const;
