@@ -106,7 +106,7 @@
 // The engine calls it only with the learned policy on (EngineOptions::
 // policy), so LRU pays nothing. Thread-compatible: the engine's lock guards
 // every call. Memory is bounded: at most kMaxKeys keys and kMaxPeriods
-// periods per key are learned.
+// periods per key are learned, and a unit keeps kHistory period lengths.
 #ifndef TENSORFLOW_LMS_ALLOCATOR_CC_ENGINE_LEARNED_POLICY_H_
 #define TENSORFLOW_LMS_ALLOCATOR_CC_ENGINE_LEARNED_POLICY_H_
 
