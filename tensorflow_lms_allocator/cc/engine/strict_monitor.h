@@ -97,8 +97,11 @@ class StrictMonitor {
   // How many allocations of `bytes` this thread made before, counting this
   // one, since its label was last set: 0 for the first. A kernel that makes
   // two outputs of one size makes them in the same order every step, so the
-  // learned policy keys them apart by it.
+  // learned policy keys them apart by it. Always 0 without a label; and
+  // only a label's first kMaxLabelSizes sizes are counted (later ones are
+  // all 0), so an allocation compares at most that many.
   static uint32_t CountLabelledAllocation(uint64_t bytes);
+  static constexpr size_t kMaxLabelSizes = 32;
 
   // Called from the signal handler: true if the fault was a watched slot and
   // has been recorded and made accessible, or waited for its page-in.
