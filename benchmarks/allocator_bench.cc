@@ -6,14 +6,21 @@
 //       (tf_bfc.h), the baseline;
 //   (b) the engine (lms::Engine over lms::PosixBackend) with LMS off;
 //   (c) the engine with LMS on and a device pool with room to spare;
+//   (c') (c) under the learned policy, each allocation made under a kernel
+//       label as TensorFlow's are (TF_LMS_POLICY=learned). The trace's sizes
+//       never repeat as a training step's do, so every allocation is a new
+//       key to the policy: its table of keys fills (LearnedPolicy::kMaxKeys)
+//       and each allocation looks one up in it, a cache miss: the learned
+//       policy's worst case, as with shapes that change every step;
 //   (d) the engine with a device pool of a third of the trace's peak.
-// (a)-(c) time plain allocate+free pairs, the figure comparable across
+// (a)-(c') time plain allocate+free pairs, the figure comparable across
 // allocators. (d) pins each allocation while it is in use, as a kernel would
 // (allocated pinned and unpinned after; pinned and unpinned around each
 // read), so evictions and page-ins really happen; it is reported apart,
 // since its time is mostly copies.
 //
-// Then figures of the engine alone: pin+unpin of a resident allocation,
+// Then figures of the engine alone: pin+unpin of a resident allocation
+// (under either policy),
 // eviction and page-in bandwidth next to plain memcpy measured in the same run
 // over buffers of the same size, and what the first touch after a page-in
 // costs on POSIX.
@@ -44,6 +51,7 @@
 
 #include "backends/posix_backend.h"
 #include "engine/engine.h"
+#include "engine/strict_monitor.h"
 #include "tf_bfc.h"
 
 namespace lms_bench {
@@ -193,10 +201,18 @@ class BfcUnderTest {
   TfBfcAllocator* bfc_;
 };
 
+// With `labels`, each allocation is made under the next of them as the
+// thread's label, as TensorFlow's adapter sets a kernel's name when it starts
+// (the learned policy keys allocations by it).
 class EngineUnderTest {
  public:
-  explicit EngineUnderTest(lms::Engine* engine) : engine_(engine) {}
+  explicit EngineUnderTest(lms::Engine* engine, const std::vector<std::string>* labels = nullptr)
+      : engine_(engine), labels_(labels) {}
   void* Allocate(size_t bytes) {
+    if (labels_ != nullptr) {
+      lms::StrictMonitor::SetThreadLabel((*labels_)[next_label_].c_str());
+      next_label_ = (next_label_ + 1) % labels_->size();
+    }
     lms::Status status;
     void* p = engine_->Allocate(bytes, /*pin=*/false, &status);
     if (p == nullptr) Die("engine allocate: " + status.ToString());
@@ -206,7 +222,19 @@ class EngineUnderTest {
 
  private:
   lms::Engine* engine_;
+  const std::vector<std::string>* labels_;
+  size_t next_label_ = 0;
 };
+
+// Kernel names shaped like a Keras model's.
+std::vector<std::string> KernelLabels() {
+  std::vector<std::string> labels;
+  for (int i = 0; i < kLive; ++i) {
+    labels.push_back("functional_1/block_" + std::to_string(i / 4) + "/conv2d_" +
+                     std::to_string(i % 4) + "/Conv2D");
+  }
+  return labels;
+}
 
 // One replay of the whole trace: the initial allocations, every step, and the
 // final frees, so allocations and frees pair up.
@@ -254,13 +282,15 @@ std::vector<PairTiming> TimePairs(const Trace& trace,
 
 // The engine's default options (defragmentation on), with LMS on or off.
 std::unique_ptr<lms::Engine> MakeEngine(size_t device_bytes, size_t host_bytes,
-                                        bool lms_enabled) {
+                                        bool lms_enabled,
+                                        lms::PolicyKind policy = lms::PolicyKind::kLru) {
   std::unique_ptr<lms::Backend> backend;
   Check(lms::PosixBackend::Create(kGranule, &backend), "creating the POSIX backend");
   lms::EngineOptions options;
   options.device_bytes = device_bytes;
   options.host_bytes = host_bytes;
   options.lms_enabled = lms_enabled;
+  options.policy = policy;
   std::unique_ptr<lms::Engine> engine;
   Check(lms::Engine::Create(options, std::move(backend), &engine), "creating the engine");
   return engine;
@@ -336,8 +366,8 @@ PressureResult MeasurePressure(const Trace& trace, size_t num_steps,
 
 // Best nanoseconds for Pin+Unpin of a resident, inactive allocation: the cost
 // a kernel launch pays per tensor when nothing has to move.
-double PinUnpinNs() {
-  std::unique_ptr<lms::Engine> engine = MakeEngine(256 * kMiB, 0, true);
+double PinUnpinNs(lms::PolicyKind policy) {
+  std::unique_ptr<lms::Engine> engine = MakeEngine(256 * kMiB, 0, true, policy);
   lms::Status status;
   void* p = engine->Allocate(kCopyBytes, /*pin=*/false, &status);
   if (p == nullptr) Die("pin+unpin allocation: " + status.ToString());
@@ -483,8 +513,11 @@ struct Results {
   lms::Statistics lms_off_stats;
   PairTiming lms_on;       // (c)
   lms::Statistics lms_on_stats;
+  PairTiming learned;      // (c')
+  lms::Statistics learned_stats;
   PressureResult pressure;  // (d)
   double pin_unpin_ns = 0;
+  double learned_pin_unpin_ns = 0;
   Bandwidth bandwidth;
 };
 
@@ -496,30 +529,41 @@ Results Measure(const Trace& trace) {
   TfBfcAllocator bfc(r.roomy_bytes);
   std::unique_ptr<lms::Engine> lms_off = MakeEngine(r.roomy_bytes, r.roomy_bytes, false);
   std::unique_ptr<lms::Engine> lms_on = MakeEngine(r.roomy_bytes, r.roomy_bytes, true);
+  std::unique_ptr<lms::Engine> learned =
+      MakeEngine(r.roomy_bytes, r.roomy_bytes, true, lms::PolicyKind::kLearned);
+  const std::vector<std::string> labels = KernelLabels();
   BfcUnderTest a(&bfc);
   EngineUnderTest b(lms_off.get());
   EngineUnderTest c(lms_on.get());
+  EngineUnderTest c_learned(learned.get(), &labels);
   const std::vector<std::function<void()>> replays = {
       [&] { ReplayAllocFree(trace, a); },
       [&] { ReplayAllocFree(trace, b); },
       [&] { ReplayAllocFree(trace, c); },
+      [&] {
+        ReplayAllocFree(trace, c_learned);
+        lms::StrictMonitor::SetThreadLabel(nullptr);
+      },
   };
   Progress("[1/6] (a) TensorFlow BFC allocator, limit %.0f MiB: warm-up replay\n",
            MiB(r.roomy_bytes));
   replays[0]();
   Progress("[2/6] (b) engine, LMS off, device %.0f MiB: warm-up replay\n", MiB(r.roomy_bytes));
   replays[1]();
-  Progress("[3/6] (c) engine, LMS on, device %.0f MiB: warm-up replay; then (a), (b), (c) "
-           "take turns for %d timed replays each\n",
+  Progress("[3/6] (c) and (c') engine, LMS on, LRU and learned policy, device %.0f MiB: "
+           "warm-up replays; then (a) to (c') take turns for %d timed replays each\n",
            MiB(r.roomy_bytes), kAllocFreeReps);
   replays[2]();
+  replays[3]();
   const std::vector<PairTiming> timings = TimePairs(trace, replays);
   r.bfc = timings[0];
   r.lms_off = timings[1];
   r.lms_on = timings[2];
+  r.learned = timings[3];
   r.bfc_peak_held = bfc.PeakPoolBytes();
   r.lms_off_stats = lms_off->GetStatistics();
   r.lms_on_stats = lms_on->GetStatistics();
+  r.learned_stats = learned->GetStatistics();
 
   // The pressure is relative to the peak of the prefix (d) replays.
   const size_t pressure_peak = PeakBytes(trace, kPressureSteps, EngineBytes);
@@ -530,9 +574,11 @@ Results Measure(const Trace& trace) {
   r.pressure = MeasurePressure(trace, kPressureSteps, pressure_device,
                                RoundUp(2 * pressure_peak, kGranule));
 
-  Progress("[5/6] engine pin+unpin of a resident allocation: warm-up + %d x %d iterations\n",
+  Progress("[5/6] engine pin+unpin of a resident allocation, LRU and learned policy: "
+           "warm-up + %d x %d iterations each\n",
            kPinUnpinReps, kPinUnpinIters);
-  r.pin_unpin_ns = PinUnpinNs();
+  r.pin_unpin_ns = PinUnpinNs(lms::PolicyKind::kLru);
+  r.learned_pin_unpin_ns = PinUnpinNs(lms::PolicyKind::kLearned);
 
   Progress("[6/6] eviction, page-in and memcpy of %d x %.0f MiB: warm-up + %d repetitions\n",
            kCopyAllocations, MiB(kCopyBytes), kCopyReps);
@@ -572,6 +618,8 @@ void PrintReport(const Results& r) {
       std::to_string(r.lms_off_stats.num_evictions));
   row("(c) engine, LMS on, no pressure", r.lms_on, r.lms_on_stats.peak_bytes_reserved,
       std::to_string(r.lms_on_stats.num_evictions));
+  row("(c') (c), learned policy, kernel labels", r.learned,
+      r.learned_stats.peak_bytes_reserved, std::to_string(r.learned_stats.num_evictions));
 
   const PressureResult& p = r.pressure;
   std::printf("\nUnder pressure, pinned while in use (first %zu steps, best of %d replays)\n",
@@ -588,6 +636,7 @@ void PrintReport(const Results& r) {
   const double page_in_share = 100 * bw.page_in_gbps / bw.memcpy_gbps;
   std::printf("\nEngine operations (best of %d)\n", kCopyReps);
   std::printf("  pin+unpin of a resident allocation  %8.1f ns\n", r.pin_unpin_ns);
+  std::printf("    the same, learned policy          %8.1f ns\n", r.learned_pin_unpin_ns);
   std::printf("  eviction, %d x %.0f MiB              %8.2f GB/s  %5.1f%% of memcpy\n",
               kCopyAllocations, MiB(kCopyBytes), bw.eviction_gbps, evict_share);
   std::printf("  page-in, %d x %.0f MiB               %8.2f GB/s  %5.1f%% of memcpy\n",
@@ -602,6 +651,8 @@ void PrintReport(const Results& r) {
   std::printf("  alloc+free (c)/(a) <= 1.5, goal 1.0  %7.3f   %s\n", ratio, Verdict(ratio <= 1.5));
   std::printf("  pin+unpin < 100 ns                   %7.1f   %s\n", r.pin_unpin_ns,
               Verdict(r.pin_unpin_ns < 100));
+  std::printf("    learned policy                     %7.1f   %s\n", r.learned_pin_unpin_ns,
+              Verdict(r.learned_pin_unpin_ns < 100));
   std::printf("  eviction >= 70%% of memcpy            %6.1f%%   %s\n", evict_share,
               Verdict(evict_share >= 70));
   std::printf("  page-in >= 70%% of memcpy             %6.1f%%   %s\n", page_in_share,
