@@ -122,9 +122,20 @@ def test_belady_moves_far_less_than_lru_on_a_loop(tmp_path):
     assert lru.paged_in >= 40 * 4 * MIB
     assert belady.paged_in <= lru.paged_in / 4
     assert belady.swapped_out >= belady.lower_bound == 4 * MIB
-    # The learned policy needs a round to learn, then evicts as Belady does;
-    # perfect foresight on the engine's own units needs none.
-    assert learned.paged_in <= lru.paged_in / 3
+    # The learned policy needs two rounds to learn (the first round's periods
+    # run from each tensor's birth to its first use, not round the loop, so
+    # in the second every prediction misses and the choice is LRU's: Note
+    # [Overdue predictions]); from the third on it pages in one tensor every
+    # 7 uses (14 events), as Belady does. Perfect foresight on the engine's
+    # own units needs no round.
+    def page_ins_from_round(result, first):  # 8 allocations, then 16 events a round
+        return sorted(e for e in result.paged_in_at if e >= 8 + 16 * first)
+
+    for result, first in ((belady, 0), (learned, 2)):
+        later = page_ins_from_round(result, first)
+        assert len(later) >= 4 and {b - a for a, b in zip(later, later[1:])} == {14}, \
+            (result.policy, later)
+    assert learned.paged_in <= lru.paged_in * 2 // 5
     assert learned.swapped_out >= learned.lower_bound
     oracle = replay.run(events, 28 * MIB, "oracle")
     assert oracle.fits

@@ -1105,6 +1105,60 @@ TEST(TheLearnedPolicyEvictsAMostlyEmptyPageBeforeAFullUnitNeededLater) {
   EXPECT_TRUE(learned == std::vector<bool>(3, true));
 }
 
+// Each step B (keyed "make_b") is used right after a shortfall, and A (a
+// new key every step, as a loop's tensors have no period of their own in
+// the table) is read by three kernels in a row and then waits 8 kernels
+// more: its history predicts 1 tick, and by the shortfall that prediction
+// has missed (Note [Overdue predictions]). Counted as due, A would stay
+// and B, needed next, would go (as under LRU, B being older); counted by
+// its age, A goes, and it is not prefetched back. Every byte survives.
+TEST(AUnitPastItsPredictionRanksByItsAge) {
+  Setup setup{/*device=*/3, /*host=*/16};
+  setup.policy = PolicyKind::kLearned;
+  setup.defrag = true;  // freed granules are free for a prefetch
+  auto e = MakeEngine(setup);
+  static const char* const kMakeA[] = {"make_a0", "make_a1", "make_a2", "make_a3"};
+  for (int step = 0; step < 4; ++step) {
+    StrictMonitor::SetThreadLabel("make_b");
+    void* b = MustAllocate(*e, kGranule, /*pin=*/true);
+    StrictMonitor::SetThreadLabel(kMakeA[step]);
+    void* a = MustAllocate(*e, kGranule, /*pin=*/true);
+    ASSERT_TRUE(a && b);
+    Fill(*e, a, kGranule, step);
+    Fill(*e, b, kGranule, 10 + step);
+    UnpinAt(*e, b);
+    UnpinAt(*e, a);
+    for (const char* op : {"read_a1", "read_a2", "read_a3"}) UseIn(*e, op, a);
+    Churn(*e, 8);
+    StrictMonitor::SetThreadLabel("held");
+    void* held = MustAllocate(*e, kGranule, /*pin=*/true);
+    StrictMonitor::SetThreadLabel("kernel");
+    void* needs = MustAllocate(*e, kGranule, /*pin=*/true);  // the shortfall
+    ASSERT_TRUE(held && needs);
+    AllocationInfo info_a, info_b;
+    EXPECT_OK(e->Inspect(a, &info_a));
+    EXPECT_OK(e->Inspect(b, &info_b));
+    // Step 0 has learned nothing of B: its age, the older, sends it.
+    EXPECT_EQ(info_b.evicted, step == 0);
+    EXPECT_EQ(info_a.evicted, step > 0);
+    for (void* p : {needs, held}) {
+      UnpinAt(*e, p);
+      EXPECT_OK(e->Free(p));
+    }
+    uint64_t prefetched = 0;
+    EXPECT_OK(e->Prefetch(/*lookahead=*/4, &prefetched));
+    if (step > 0) EXPECT_EQ(prefetched, 0u);
+    UseIn(*e, "use_b", b);
+    Churn(*e, 2);
+    UseIn(*e, "use_a", a);
+    EXPECT_EQ(Verify(*e, a, kGranule, step), -1);
+    EXPECT_EQ(Verify(*e, b, kGranule, 10 + step), -1);
+    StrictMonitor::SetThreadLabel(nullptr);
+    for (void* p : {a, b}) EXPECT_OK(e->Free(p));
+  }
+  EXPECT_OK(e->CheckInvariants());
+}
+
 // Seven tensors used round and round while each use also needs a 2-granule
 // temporary, on 8 granules: the temporary evicts a tensor; once it is freed,
 // the prefetch pages in the tensor predicted next into its granules, so its

@@ -5,6 +5,24 @@
 
 namespace lms {
 
+namespace {
+
+// How far a period may end from a finite prediction and still hit it: a
+// quarter of it, or 2 ticks.
+uint64_t Tolerance(uint64_t predicted) { return std::max<uint64_t>(2, predicted / 4); }
+
+// Whether an inactive period of `actual` ticks (or kNever) is what
+// `predicted` said.
+bool Hits(uint64_t predicted, uint64_t actual) {
+  if (predicted == LearnedPolicy::kNever || actual == LearnedPolicy::kNever) {
+    return predicted == actual;
+  }
+  const uint64_t off = predicted > actual ? predicted - actual : actual - predicted;
+  return off <= Tolerance(predicted);
+}
+
+}  // namespace
+
 uint64_t LearnedPolicy::Key(const char* label, uint64_t bytes, uint32_t occurrence) {
   if (label == nullptr) return kNoKey;
   uint64_t h = 14695981039346656037ull;  // FNV-1a
@@ -19,6 +37,14 @@ uint64_t LearnedPolicy::Key(const char* label, uint64_t bytes, uint32_t occurren
 LearnedPolicy::Unit& LearnedPolicy::unit(ChunkId id) {
   if (id >= units_.size()) units_.resize(id + 1);
   return units_[id];
+}
+
+std::vector<uint64_t>* LearnedPolicy::Periods(uint64_t key) {
+  if (key == kNoKey) return nullptr;
+  auto it = lengths_.find(key);
+  if (it != lengths_.end()) return &it->second;
+  if (lengths_.size() >= kMaxKeys) return nullptr;
+  return &lengths_.emplace(key, std::vector<uint64_t>()).first->second;
 }
 
 LearnedPolicy::Unit& LearnedPolicy::object(uint64_t handle) {
@@ -53,7 +79,7 @@ void LearnedPolicy::ObjectBorn(ChunkId page, int size_class, ChunkId id, uint64_
   const uint64_t handle = Handle(size_class, id);
   Unit& o = object(handle);
   o = Unit();
-  o.key = key;
+  o.learned = Periods(key);
   o.holder = page;
   std::vector<uint64_t>& objects = unit(page).objects;
   o.index = static_cast<uint32_t>(objects.size());
@@ -100,47 +126,42 @@ void LearnedPolicy::Deactivate(Unit& u) {
   u.active = false;
   u.last_unpin = tick_;
   u.predicted = kUnknown;
-  if (u.key != kNoKey) {
-    auto it = lengths_.find(u.key);
-    if (it != lengths_.end() && u.periods < it->second.size()) {
-      u.predicted = it->second[u.periods];
-    }
+  if (u.learned != nullptr && u.periods < u.learned->size()) {
+    u.predicted = (*u.learned)[u.periods];
   }
-  if (u.predicted == kUnknown && !u.page) u.predicted = PeriodicGuess(u.history);
+  if (u.predicted == kUnknown && !u.page) u.predicted = u.history.Guess();
   ++u.periods;
 }
 
-namespace {
-
-// Whether an inactive period of `actual` ticks (or kNever) is what
-// `predicted` said: within a quarter of it, or 2 ticks.
-bool Hits(uint64_t predicted, uint64_t actual) {
-  if (predicted == LearnedPolicy::kNever || actual == LearnedPolicy::kNever) {
-    return predicted == actual;
+void LearnedPolicy::PeriodHistory::Add(uint64_t length) {
+  if (size_ == kHistory) {  // the oldest goes, and its pairs with it
+    for (size_t lag = 1; lag <= kMaxLag; ++lag) hits_[lag - 1] -= Hits(at(0), at(lag)) ? 1 : 0;
+    first_ = static_cast<uint8_t>((first_ + 1) % kHistory);
+    --size_;
   }
-  const uint64_t off = predicted > actual ? predicted - actual : actual - predicted;
-  return off <= std::max<uint64_t>(2, predicted / 4);
+  const uint32_t kept = static_cast<uint32_t>(std::min<uint64_t>(length, UINT32_MAX));
+  for (size_t lag = 1; lag <= kMaxLag && lag <= size_; ++lag) {
+    hits_[lag - 1] += Hits(at(size_ - lag), kept) ? 1 : 0;
+  }
+  lengths_[(first_ + size_) % kHistory] = kept;
+  ++size_;
 }
 
-}  // namespace
-
-uint64_t LearnedPolicy::PeriodicGuess(const std::vector<uint64_t>& history) {
-  const size_t n = history.size();
+uint64_t LearnedPolicy::PeriodHistory::Guess() const {
+  const size_t n = size_;
   if (n == 0) return kUnknown;
   size_t best_lag = 0;
   size_t best_matches = 0, best_pairs = 1;  // the best fraction so far
   for (size_t lag = 1; 2 * lag <= n; ++lag) {
-    size_t matches = 0;
-    for (size_t j = lag; j < n; ++j) matches += Hits(history[j - lag], history[j]) ? 1 : 0;
-    const size_t pairs = n - lag;
+    const size_t matches = hits_[lag - 1], pairs = n - lag;
     if (matches * best_pairs > best_matches * pairs) {
       best_lag = lag;
       best_matches = matches;
       best_pairs = pairs;
     }
   }
-  if (best_lag > 0 && 2 * best_matches >= best_pairs) return history[n - best_lag];
-  return history[n - 1];
+  if (best_lag > 0 && 2 * best_matches >= best_pairs) return at(n - best_lag);
+  return at(n - 1);
 }
 
 void LearnedPolicy::EndPeriod(Unit& u, uint64_t length) {
@@ -151,21 +172,13 @@ void LearnedPolicy::EndPeriod(Unit& u, uint64_t length) {
     window_ = (window_ << 1) | (hit ? 1 : 0);
     window_size_ = std::min(window_size_ + 1, kWindow);
   }
-  if (!u.page) {
-    if (u.history.empty()) u.history.reserve(kHistory);
-    if (u.history.size() == kHistory) u.history.erase(u.history.begin());
-    u.history.push_back(length);
-  }
-  if (u.key == kNoKey) return;
-  auto it = lengths_.find(u.key);
-  if (it == lengths_.end()) {
-    if (lengths_.size() >= kMaxKeys) return;
-    it = lengths_.emplace(u.key, std::vector<uint64_t>()).first;
-  }
+  // A period ending in a free is the unit's last: no guess follows it.
+  if (!u.page && length != kNever) u.history.Add(length);
+  if (u.learned == nullptr) return;
   const size_t period = u.periods - 1;
   if (period >= kMaxPeriods) return;
-  if (it->second.size() <= period) it->second.resize(period + 1, kUnknown);
-  it->second[period] = length;
+  if (u.learned->size() <= period) u.learned->resize(period + 1, kUnknown);
+  (*u.learned)[period] = length;
 }
 
 void LearnedPolicy::Foresee(ChunkId id, uint64_t next_use) {
@@ -206,13 +219,19 @@ uint64_t LearnedPolicy::Rank(const Unit& u, uint64_t live_bytes,
                                                    : static_cast<uint64_t>(scaled);
 }
 
+bool LearnedPolicy::Missed(const Unit& u) const {
+  return u.predicted < kNever && tick_ - u.last_unpin > u.predicted + Tolerance(u.predicted);
+}
+
 uint64_t LearnedPolicy::Distance(const Unit& u) const {
   if (foreseeing_ && u.foreseen != kUnknown) {
     if (u.foreseen == kNever) return kNever;
     return u.foreseen > now_ ? u.foreseen - now_ : 0;
   }
   if (u.predicted == kNever) return kNever;
-  if (u.predicted == kUnknown) return tick_ - u.last_unpin;  // its age: LRU's order
+  // Its age, LRU's order, without a prediction or once it has missed (Note
+  // [Overdue predictions]).
+  if (u.predicted == kUnknown || Missed(u)) return tick_ - u.last_unpin;
   const uint64_t due = u.last_unpin + u.predicted;
   return due > tick_ ? due - tick_ : 0;
 }
@@ -222,7 +241,7 @@ std::vector<ChunkId> LearnedPolicy::DueSoon(const Residency& residency,
   std::vector<std::pair<uint64_t, ChunkId>> due;
   for (ChunkId c = 0; c < units_.size() && c < residency.size(); ++c) {
     const Unit& u = units_[c];
-    if (u.active || u.predicted == kUnknown || u.predicted == kNever) continue;
+    if (u.active || u.predicted == kUnknown || u.predicted == kNever || Missed(u)) continue;
     if (!residency.tracked(c) || !residency.record(c).evicted) continue;
     const uint64_t at = u.last_unpin + u.predicted;
     if (at <= tick_ + lookahead) due.emplace_back(at, c);

@@ -29,12 +29,14 @@
 //     a small object made outside any kernel, so without a key) has new
 //     period numbers every step, so without (key, n) it predicts from its
 //     own last kHistory periods (Note [Periodic units]). A unit without a
-//     prediction (no key and no previous period, or nothing learned yet)
-//     counts its age (ticks since its unpin) as its distance: among
-//     such units the choice is LRU's. Small-object pages, whose objects
-//     come and go, never repeat their last period: a replayed DenseNet121
-//     trace at 1/4 of its peak moved 985 MiB a step with pages repeating
-//     (59% of all predictions hit) and 762 without (76% hit; LRU 806).
+//     prediction (no key and no previous period, or nothing learned yet),
+//     and one whose prediction has already missed (Note [Overdue
+//     predictions]), counts its age (ticks since its unpin) as its
+//     distance: among such units the choice is LRU's. Small-object
+//     pages, whose objects come and go, never repeat their last period: a
+//     replayed DenseNet121 trace at 1/4 of its peak moved 985 MiB a step
+//     with pages repeating (59% of all predictions hit) and 762 without
+//     (76% hit; LRU 806).
 //     Instead a page's distance is the soonest predicted use of its
 //     inactive objects (its age if none has a prediction): ranked by its
 //     age, a page that an object is about to use was evicted as often as a
@@ -99,9 +101,31 @@
 // at 1/4: 1,058, 1,042 and 1,040; MobileNetV2 at 1/2: 407, 412 and 412;
 // the other cases within 0.3%. Requiring a third or three quarters of
 // the periods to match instead of half moved 580 on DenseNet121 at 1/4;
-// 16, 32 or 64 periods of history the same. The search compares at most
-// 92 pairs of lengths (16 of them kept) when a unit with no learned period
-// turns inactive, with the learned policy only.
+// 16, 32 or 64 periods of history the same. A unit keeps, for each lag,
+// how many of its periods match the one that lag before, updated as a
+// period ends (with the 8 before it) and as the oldest of its 16 leaves (with
+// the 8 after it): at most 16 comparisons a period, not the 92 pairs of a
+// search from scratch, which made a pin and unpin cost 153 ns instead of
+// 50 (LRU: 27; `make bench-allocator`).
+//
+// Note [Overdue predictions]
+// ==========================
+// A unit still inactive later than its prediction's hit window (a quarter of
+// the predicted length, or 2 ticks, past it) has missed: its next use is as
+// unknown as that of a unit without a prediction, so it ranks by its age as
+// such a unit does, and is not prefetched. Ranked as due (distance 0), as it
+// was, every such unit counted as needed now: on a replayed trace of an
+// Embedding+LSTM+GRU model (benchmarks/mincap.py's rnn) the loops' tensors,
+// which share keys, expect one iteration's short period and then wait for
+// the backward pass, so at most reclaims every candidate was overdue and
+// the policy fell back to LRU's order among them, keeping pages of cold
+// tensors. Replayed, MiB copied a step, before / after (LRU; the oracle):
+// rnn at 1/2 of its peak 87.1 / 83.3 (84.0; 77.3), at 1/3 232.6 / 164.6
+// (265.5; 139.5); DenseNet121 at 1/2 371.3 / 373.5 (414.2), the
+// Transformer at 1/2 1,158.7 / 1,162.7 (1,156.0; the oracle 1,162.7);
+// ResNet-50, MobileNetV2 and the other cases within 0.2%. Its age less the
+// predicted length moved the same; skipping such objects when ranking a
+// page, 83.1 and 175.2 on rnn.
 //
 // The engine calls it only with the learned policy on (EngineOptions::
 // policy), so LRU pays nothing. Thread-compatible: the engine's lock guards
@@ -134,7 +158,7 @@ class LearnedPolicy {
   // A unit was created (`pinned`: it starts active), without a key; SetKey
   // gives a large allocation its key.
   void Born(ChunkId id, bool pinned);
-  void SetKey(ChunkId id, uint64_t key) { unit(id).key = key; }
+  void SetKey(ChunkId id, uint64_t key) { unit(id).learned = Periods(key); }
   // The unit is a small-object page: its periods are its objects' comings
   // and goings, so its last one says nothing of its next.
   void MarkPage(ChunkId id) { unit(id).page = true; }
@@ -163,7 +187,8 @@ class LearnedPolicy {
             ReclaimPlan* plan);
 
   // Evicted units whose next use is predicted within `lookahead` ticks (or
-  // overdue), soonest first: what Engine::Prefetch pages in ahead of use.
+  // overdue, within the prediction's hit window), soonest first: what
+  // Engine::Prefetch pages in ahead of use.
   std::vector<ChunkId> DueSoon(const Residency& residency, uint64_t lookahead) const;
 
   // Foresight, for replay.py's "oracle" reference only: a caller that knows
@@ -183,14 +208,35 @@ class LearnedPolicy {
   static constexpr int kWindow = 64;
   static constexpr size_t kHistory = 16;
 
+  // A unit's last kHistory inactive-period lengths, and for each lag k up
+  // to half of them how many hit (within the hit window of) the length k
+  // before, kept up as lengths come and go: 16 comparisons a period instead
+  // of up to 92 a guess (Note [Periodic units]). Lengths are kept to 32 bits
+  // (saturating: 4 billion ticks is never in practice).
+  class PeriodHistory {
+   public:
+    void Add(uint64_t length);
+    // The next period's length, or kUnknown if there is no period yet.
+    uint64_t Guess() const;
+
+   private:
+    static constexpr size_t kMaxLag = kHistory / 2;
+    uint64_t at(size_t i) const { return lengths_[(first_ + i) % kHistory]; }  // oldest first
+    uint32_t lengths_[kHistory] = {};
+    uint8_t first_ = 0;
+    uint8_t size_ = 0;
+    uint8_t hits_[kMaxLag] = {};  // hits_[k - 1]: pairs k apart that hit
+  };
+
   struct Unit {
-    uint64_t key = kNoKey;
+    // Its key's learned period lengths, in lengths_ (found once, at its
+    // birth: a map's elements stay put), or null: no key, or no room.
+    std::vector<uint64_t>* learned = nullptr;
     uint32_t periods = 0;        // inactive periods begun so far
     bool active = false;
     uint64_t last_unpin = 0;     // tick its current inactive period began
     uint64_t predicted = kUnknown;  // its length, kNever, or kUnknown
-    // Its last inactive periods' lengths, oldest first (not a page's).
-    std::vector<uint64_t> history;
+    PeriodHistory history;  // not a page's
     bool page = false;
     uint64_t foreseen = kUnknown;  // next use on the foresight clock
     // A page: its live objects (Handle()); an object: pins at its first
@@ -206,15 +252,18 @@ class LearnedPolicy {
   }
   Unit& unit(ChunkId id);
   Unit& object(uint64_t handle);
+  // `key`'s period lengths in lengths_, made if new and there is room;
+  // null for kNoKey or when kMaxKeys keys are learned.
+  std::vector<uint64_t>* Periods(uint64_t key);
   // A unit turns active (`tick`: the clock counts it) or inactive.
   void Activate(Unit& u, bool tick);
   void Deactivate(Unit& u);
   // Ends `u`'s current inactive period, of `length` ticks or kNever.
   void EndPeriod(Unit& u, uint64_t length);
+  // Whether `u`'s inactive period has outrun its prediction's hit window
+  // (Note [Overdue predictions]).
+  bool Missed(const Unit& u) const;
   uint64_t Distance(const Unit& u) const;
-  // The next period's length from a unit's `history` (Note [Periodic
-  // units]), or kUnknown if it has none.
-  static uint64_t PeriodicGuess(const std::vector<uint64_t>& history);
   // A page's: the soonest predicted use of its inactive objects, or, if
   // none has a prediction, its own (its age).
   uint64_t PageDistance(const Unit& page) const;
