@@ -1042,6 +1042,31 @@ void Churn(Engine& e, int count) {
   }
 }
 
+// A kernel ("kernel") needing one granule while another ("held") holds one,
+// both pinned: on a full device, the reclaim a test looks at. End() unpins
+// and frees them.
+class Shortfall {
+ public:
+  explicit Shortfall(Engine& e) : e_(e) {
+    StrictMonitor::SetThreadLabel("held");
+    held_ = MustAllocate(e, kGranule, /*pin=*/true);
+    StrictMonitor::SetThreadLabel("kernel");
+    needs_ = MustAllocate(e, kGranule, /*pin=*/true);
+    if (held_ == nullptr || needs_ == nullptr) std::abort();
+  }
+  void End() const {
+    for (void* p : {needs_, held_}) {
+      UnpinAt(e_, p);
+      EXPECT_OK(e_.Free(p));
+    }
+  }
+
+ private:
+  Engine& e_;
+  void* held_ = nullptr;
+  void* needs_ = nullptr;
+};
+
 // Fills `page_evicted` with whether the page was evicted (else L), per step
 // after the first (LRU: always the page).
 void PageOrLargeEvicted(PolicyKind policy, size_t object_bytes,
@@ -1060,11 +1085,7 @@ void PageOrLargeEvicted(PolicyKind policy, size_t object_bytes,
     Fill(*e, hot, object_bytes, step);
     Fill(*e, l, kGranule, 10 + step);
     UnpinAt(*e, l);
-    StrictMonitor::SetThreadLabel("held");
-    void* held = MustAllocate(*e, kGranule, /*pin=*/true);
-    StrictMonitor::SetThreadLabel("kernel");
-    void* needs = MustAllocate(*e, kGranule, /*pin=*/true);  // the shortfall
-    ASSERT_TRUE(held && needs);
+    const Shortfall shortfall(*e);
     AllocationInfo page, large;
     EXPECT_OK(e->Inspect(hot, &page));
     EXPECT_OK(e->Inspect(l, &large));
@@ -1074,10 +1095,7 @@ void PageOrLargeEvicted(PolicyKind policy, size_t object_bytes,
     } else {
       page_evicted->push_back(page.evicted);
     }
-    for (void* p : {needs, held}) {
-      UnpinAt(*e, p);
-      EXPECT_OK(e->Free(p));
-    }
+    shortfall.End();
     UseIn(*e, "use_hot", hot);
     Churn(*e, 2);
     UseIn(*e, "use_l", l);
@@ -1130,21 +1148,14 @@ TEST(AUnitPastItsPredictionRanksByItsAge) {
     UnpinAt(*e, a);
     for (const char* op : {"read_a1", "read_a2", "read_a3"}) UseIn(*e, op, a);
     Churn(*e, 8);
-    StrictMonitor::SetThreadLabel("held");
-    void* held = MustAllocate(*e, kGranule, /*pin=*/true);
-    StrictMonitor::SetThreadLabel("kernel");
-    void* needs = MustAllocate(*e, kGranule, /*pin=*/true);  // the shortfall
-    ASSERT_TRUE(held && needs);
+    const Shortfall shortfall(*e);
     AllocationInfo info_a, info_b;
     EXPECT_OK(e->Inspect(a, &info_a));
     EXPECT_OK(e->Inspect(b, &info_b));
     // Step 0 has learned nothing of B: its age, the older, sends it.
     EXPECT_EQ(info_b.evicted, step == 0);
     EXPECT_EQ(info_a.evicted, step > 0);
-    for (void* p : {needs, held}) {
-      UnpinAt(*e, p);
-      EXPECT_OK(e->Free(p));
-    }
+    shortfall.End();
     uint64_t prefetched = 0;
     EXPECT_OK(e->Prefetch(/*lookahead=*/4, &prefetched));
     if (step > 0) EXPECT_EQ(prefetched, 0u);
