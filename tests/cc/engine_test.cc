@@ -888,38 +888,73 @@ TEST(TheLearnedPolicyEvictsWhatALoopNeedsLast) {
 // would miss every step; keyed by their occurrence too, every prediction
 // hits once a step has been seen. (The eight kernels between make a
 // temporary each, of one size: their occurrences key them apart too.)
-TEST(TheLearnedPolicyTellsApartTwoSameSizedOutputsOfOneKernel) {
-  Setup setup{/*device=*/16, /*host=*/16};
-  setup.policy = PolicyKind::kLearned;
-  auto e = MakeEngine(setup);
+// Runs five such steps on `e` and checks the last three's predictions.
+void RunStepsOfASplitKernel(Engine& e) {
   Statistics before;
   for (int step = 0; step < 5; ++step) {
-    if (step == 2) before = e->GetStatistics();
+    if (step == 2) before = e.GetStatistics();
     StrictMonitor::SetThreadLabel("split");
-    void* first = MustAllocate(*e, kGranule, /*pin=*/true);
-    void* second = MustAllocate(*e, kGranule, /*pin=*/true);
+    void* first = MustAllocate(e, kGranule, /*pin=*/true);
+    void* second = MustAllocate(e, kGranule, /*pin=*/true);
     ASSERT_TRUE(first && second);
-    Fill(*e, second, kGranule, step);
-    UnpinAt(*e, first);
-    UnpinAt(*e, second);
-    UseIn(*e, "use_first", first);
+    Fill(e, second, kGranule, step);
+    UnpinAt(e, first);
+    UnpinAt(e, second);
+    UseIn(e, "use_first", first);
     StrictMonitor::SetThreadLabel("temporaries");
     for (int i = 0; i < 8; ++i) {
-      void* t = MustAllocate(*e, 2 * kGranule, /*pin=*/true);
+      void* t = MustAllocate(e, 2 * kGranule, /*pin=*/true);
       ASSERT_TRUE(t != nullptr);
-      UnpinAt(*e, t);
-      EXPECT_OK(e->Free(t));
+      UnpinAt(e, t);
+      EXPECT_OK(e.Free(t));
     }
-    UseIn(*e, "use_second", second);
-    EXPECT_EQ(Verify(*e, second, kGranule, step), -1);
+    UseIn(e, "use_second", second);
+    EXPECT_EQ(Verify(e, second, kGranule, step), -1);
     StrictMonitor::SetThreadLabel(nullptr);
-    EXPECT_OK(e->Free(first));
-    EXPECT_OK(e->Free(second));
+    EXPECT_OK(e.Free(first));
+    EXPECT_OK(e.Free(second));
   }
-  const Statistics after = e->GetStatistics();
+  const Statistics after = e.GetStatistics();
   const int64_t predictions = after.num_predictions - before.num_predictions;
   EXPECT_EQ(predictions, 3 * (2 * 2 + 8));  // three steps: two periods of each output, 8 temporaries
   EXPECT_EQ(after.num_prediction_hits - before.num_prediction_hits, predictions);
+}
+
+TEST(TheLearnedPolicyTellsApartTwoSameSizedOutputsOfOneKernel) {
+  Setup setup{/*device=*/16, /*host=*/16};
+  setup.policy = PolicyKind::kLearned;
+  RunStepsOfASplitKernel(*MakeEngine(setup));
+}
+
+// A run whose shapes changed every step for a while (here: 196,608 kernels,
+// each allocating a tensor under a label never seen again, three times the
+// keys the table holds) still learns the steps that follow (Note [Forgetting keys]);
+// a table that kept every key would be full and learn nothing more. A
+// tensor that stays live meanwhile holds its key's entry, which is never
+// forgotten (under ASan, a forgotten one would be used after its free when
+// the tensor is freed).
+TEST(TheLearnedPolicyForgetsKeysThatNeverComeBack) {
+  Setup setup{/*device=*/16, /*host=*/16};
+  setup.policy = PolicyKind::kLearned;
+  auto e = MakeEngine(setup);
+  StrictMonitor::SetThreadLabel("kept");
+  void* kept = MustAllocate(*e, 1000);
+  ASSERT_TRUE(kept != nullptr);
+  Fill(*e, kept, 1000, 3);
+  const size_t kShapes = 3 * LearnedPolicy::kMaxKeys;  // the hand goes round twice
+  for (size_t i = 0; i < kShapes; ++i) {
+    const std::string label = "shapes_" + std::to_string(i);
+    StrictMonitor::SetThreadLabel(label.c_str());
+    void* t = MustAllocate(*e, 1000, /*pin=*/true);
+    ASSERT_TRUE(t != nullptr);
+    UnpinAt(*e, t);
+    EXPECT_OK(e->Free(t));
+  }
+  StrictMonitor::SetThreadLabel(nullptr);
+  RunStepsOfASplitKernel(*e);
+  EXPECT_EQ(Verify(*e, kept, 1000, 3), -1);
+  EXPECT_OK(e->Free(kept));
+  EXPECT_OK(e->CheckInvariants());
 }
 
 // Each step a kernel needs 2 granules while B (1 granule, used last), C (3,

@@ -39,12 +39,47 @@ LearnedPolicy::Unit& LearnedPolicy::unit(ChunkId id) {
   return units_[id];
 }
 
-std::vector<uint64_t>* LearnedPolicy::Periods(uint64_t key) {
+LearnedPolicy::KeyEntry* LearnedPolicy::HoldKey(uint64_t key) {
   if (key == kNoKey) return nullptr;
-  auto it = lengths_.find(key);
-  if (it != lengths_.end()) return &it->second;
-  if (lengths_.size() >= kMaxKeys) return nullptr;
-  return &lengths_.emplace(key, std::vector<uint64_t>()).first->second;
+  auto it = keys_.find(key);
+  if (it == keys_.end()) {
+    if (keys_.empty()) {
+      keys_.reserve(kMaxKeys);
+      hand_ = keys_.end();
+    }
+    if (keys_.size() >= kMaxKeys && !ForgetAStaleKey()) return nullptr;
+    it = keys_.emplace(key, KeyEntry()).first;
+  }
+  ++it->second.units;
+  it->second.born = true;
+  return &it->second;
+}
+
+bool LearnedPolicy::ForgetAStaleKey() {
+  if (hand_ == keys_.end()) hand_ = keys_.begin();
+  for (int pass = 0; pass < kMaxPasses; ++pass) {
+    KeyEntry& entry = hand_->second;
+    if (entry.units == 0 && !entry.born) {
+      hand_ = keys_.erase(hand_);
+      if (hand_ == keys_.end()) hand_ = keys_.begin();
+      return true;
+    }
+    entry.born = false;
+    if (++hand_ == keys_.end()) hand_ = keys_.begin();
+  }
+  return false;
+}
+
+void LearnedPolicy::Reset(Unit& u) {
+  if (u.learned != nullptr) --u.learned->units;
+  u = Unit();
+}
+
+void LearnedPolicy::SetKey(ChunkId id, uint64_t key) {
+  Unit& u = unit(id);
+  KeyEntry* entry = HoldKey(key);
+  if (u.learned != nullptr) --u.learned->units;
+  u.learned = entry;
 }
 
 LearnedPolicy::Unit& LearnedPolicy::object(uint64_t handle) {
@@ -56,7 +91,7 @@ LearnedPolicy::Unit& LearnedPolicy::object(uint64_t handle) {
 
 void LearnedPolicy::Born(ChunkId id, bool pinned) {
   Unit& u = unit(id);
-  u = Unit();
+  Reset(u);
   if (pinned) {
     Activate(u, /*tick=*/true);
   } else {
@@ -67,7 +102,7 @@ void LearnedPolicy::Born(ChunkId id, bool pinned) {
 void LearnedPolicy::Released(ChunkId id) {
   Unit& u = unit(id);
   if (!u.active && u.periods > 0) EndPeriod(u, kNever);
-  u = Unit();
+  Reset(u);
 }
 
 void LearnedPolicy::Activated(ChunkId id) { Activate(unit(id), /*tick=*/true); }
@@ -78,8 +113,8 @@ void LearnedPolicy::ObjectBorn(ChunkId page, int size_class, ChunkId id, uint64_
                                bool pinned) {
   const uint64_t handle = Handle(size_class, id);
   Unit& o = object(handle);
-  o = Unit();
-  o.learned = Periods(key);
+  Reset(o);
+  o.learned = HoldKey(key);
   o.holder = page;
   std::vector<uint64_t>& objects = unit(page).objects;
   o.index = static_cast<uint32_t>(objects.size());
@@ -113,7 +148,7 @@ void LearnedPolicy::ObjectReleased(int size_class, ChunkId id) {
   objects[o.index] = last;
   object(last).index = o.index;
   objects.pop_back();
-  o = Unit();
+  Reset(o);
 }
 
 void LearnedPolicy::Activate(Unit& u, bool tick) {
@@ -126,8 +161,8 @@ void LearnedPolicy::Deactivate(Unit& u) {
   u.active = false;
   u.last_unpin = tick_;
   u.predicted = kUnknown;
-  if (u.learned != nullptr && u.periods < u.learned->size()) {
-    u.predicted = (*u.learned)[u.periods];
+  if (u.learned != nullptr && u.periods < u.learned->periods.size()) {
+    u.predicted = u.learned->periods[u.periods];
   }
   if (u.predicted == kUnknown && !u.page) u.predicted = u.history.Guess();
   ++u.periods;
@@ -177,8 +212,9 @@ void LearnedPolicy::EndPeriod(Unit& u, uint64_t length) {
   if (u.learned == nullptr) return;
   const size_t period = u.periods - 1;
   if (period >= kMaxPeriods) return;
-  if (u.learned->size() <= period) u.learned->resize(period + 1, kUnknown);
-  (*u.learned)[period] = length;
+  std::vector<uint64_t>& periods = u.learned->periods;
+  if (periods.size() <= period) periods.resize(period + 1, kUnknown);
+  periods[period] = length;
 }
 
 void LearnedPolicy::Foresee(ChunkId id, uint64_t next_use) {

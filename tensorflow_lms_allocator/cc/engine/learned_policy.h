@@ -130,7 +130,27 @@
 // The engine calls it only with the learned policy on (EngineOptions::
 // policy), so LRU pays nothing. Thread-compatible: the engine's lock guards
 // every call. Memory is bounded: at most kMaxKeys keys and kMaxPeriods
-// periods per key are learned, and a unit keeps kHistory period lengths.
+// periods per key are learned (Note [Forgetting keys]), and a unit keeps
+// kHistory period lengths.
+//
+// Note [Forgetting keys]
+// ======================
+// Shapes that change every step (text batched by its length, a last batch
+// smaller than the rest) make new keys every step, which never come back.
+// Before, a full table (kMaxKeys) learned nothing new for the rest of the
+// run. Now a new key takes the place of one that is stale, found as the
+// CLOCK algorithm finds a page to replace: a hand goes round the table,
+// forgetting the first key that no live unit holds and no unit was born
+// with since the hand last passed it, and marking the keys it passes
+// instead. So what a steady step learns is kept (its keys are born with
+// every step), and a run whose shapes changed long ago learns its new ones.
+// Units hold a pointer to their key's entry (found once, at birth: every
+// period's start and end reads it), so an entry is forgotten only while no
+// unit holds it: each counts the live units and objects born with it. The
+// hand passes at most kMaxPasses keys for one new key, which goes unlearned
+// if none of them could be forgotten: a full table costs a new key a few
+// steps of the hand, never a scan. The table is reserved whole at its first
+// key, so inserting never rehashes it and the hand stays valid.
 #ifndef TENSORFLOW_LMS_ALLOCATOR_CC_ENGINE_LEARNED_POLICY_H_
 #define TENSORFLOW_LMS_ALLOCATOR_CC_ENGINE_LEARNED_POLICY_H_
 
@@ -158,7 +178,7 @@ class LearnedPolicy {
   // A unit was created (`pinned`: it starts active), without a key; SetKey
   // gives a large allocation its key.
   void Born(ChunkId id, bool pinned);
-  void SetKey(ChunkId id, uint64_t key) { unit(id).learned = Periods(key); }
+  void SetKey(ChunkId id, uint64_t key);
   // The unit is a small-object page: its periods are its objects' comings
   // and goings, so its last one says nothing of its next.
   void MarkPage(ChunkId id) { unit(id).page = true; }
@@ -207,6 +227,7 @@ class LearnedPolicy {
   static constexpr uint64_t kUnknown = ~uint64_t{0};
   static constexpr int kWindow = 64;
   static constexpr size_t kHistory = 16;
+  static constexpr int kMaxPasses = 64;
 
   // A unit's last kHistory inactive-period lengths, and for each lag k up
   // to half of them how many hit (within the hit window of) the length k
@@ -228,10 +249,19 @@ class LearnedPolicy {
     uint8_t hits_[kMaxLag] = {};  // hits_[k - 1]: pairs k apart that hit
   };
 
+  // What is learned of one key: its period lengths, by period number, and
+  // what Note [Forgetting keys] needs.
+  struct KeyEntry {
+    std::vector<uint64_t> periods;
+    uint32_t units = 0;  // live units and objects holding it
+    bool born = true;    // a unit was born with it since the hand passed
+  };
+
   struct Unit {
-    // Its key's learned period lengths, in lengths_ (found once, at its
-    // birth: a map's elements stay put), or null: no key, or no room.
-    std::vector<uint64_t>* learned = nullptr;
+    // Its key's entry in keys_ (found once, at its birth: a map's elements
+    // stay put, and one is erased only while no unit holds it), or null: no
+    // key, or no room.
+    KeyEntry* learned = nullptr;
     uint32_t periods = 0;        // inactive periods begun so far
     bool active = false;
     uint64_t last_unpin = 0;     // tick its current inactive period began
@@ -252,9 +282,14 @@ class LearnedPolicy {
   }
   Unit& unit(ChunkId id);
   Unit& object(uint64_t handle);
-  // `key`'s period lengths in lengths_, made if new and there is room;
-  // null for kNoKey or when kMaxKeys keys are learned.
-  std::vector<uint64_t>* Periods(uint64_t key);
+  // `key`'s entry in keys_, held by one more unit; made if new and there is
+  // room (Note [Forgetting keys]); null for kNoKey or when there is none.
+  KeyEntry* HoldKey(uint64_t key);
+  // Forgets a stale key, moving the hand; false if the hand found none
+  // within kMaxPasses keys (Note [Forgetting keys]).
+  bool ForgetAStaleKey();
+  // `u` as a new unit, its key's entry let go.
+  void Reset(Unit& u);
   // A unit turns active (`tick`: the clock counts it) or inactive.
   void Activate(Unit& u, bool tick);
   void Deactivate(Unit& u);
@@ -274,7 +309,9 @@ class LearnedPolicy {
 
   std::vector<Unit> units_;  // by ChunkId
   std::vector<Unit> objects_[2];  // by size class, then ChunkId in its arena
-  std::unordered_map<uint64_t, std::vector<uint64_t>> lengths_;  // key -> by period
+  std::unordered_map<uint64_t, KeyEntry> keys_;
+  // The CLOCK hand: an element of keys_ once it is full, else end().
+  std::unordered_map<uint64_t, KeyEntry>::iterator hand_;
   uint64_t tick_ = 0;
   uint64_t predictions_ = 0;
   uint64_t hits_ = 0;
