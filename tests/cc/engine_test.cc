@@ -957,6 +957,15 @@ TEST(TheLearnedPolicyForgetsKeysThatNeverComeBack) {
   EXPECT_OK(e->CheckInvariants());
 }
 
+// `granules` granules allocated by the kernel `op`, pinned, then unpinned.
+void* MadeBy(Engine& e, const char* op, size_t granules) {
+  StrictMonitor::SetThreadLabel(op);
+  void* p = MustAllocate(e, granules * kGranule, /*pin=*/true);
+  if (p == nullptr) std::abort();
+  UnpinAt(e, p);
+  return p;
+}
+
 // Each step a kernel needs 2 granules while B (1 granule, used last), C (3,
 // used next-to-last) and A (2, used first) are inactive. Farthest first
 // would evict B and C (4 granules, paged in again later); C alone frees
@@ -966,21 +975,14 @@ TEST(TheLearnedPolicyEvictsOneUnitThatFreesEnoughInsteadOfSeveral) {
   setup.policy = PolicyKind::kLearned;
   setup.defrag = true;  // freed memory serves the next step wherever it lies
   auto e = MakeEngine(setup);
-  auto make = [&](const char* op, size_t granules) {
-    StrictMonitor::SetThreadLabel(op);
-    void* p = MustAllocate(*e, granules * kGranule, /*pin=*/true);
-    if (p == nullptr) std::abort();
-    UnpinAt(*e, p);
-    return p;
-  };
   Statistics before;
   for (int step = 0; step < 5; ++step) {
     if (step == 2) before = e->GetStatistics();
-    void* b = make("make_b", 1);
-    void* c = make("make_c", 3);
-    void* a = make("make_a", 2);
+    void* b = MadeBy(*e, "make_b", 1);
+    void* c = MadeBy(*e, "make_c", 3);
+    void* a = MadeBy(*e, "make_a", 2);
     Fill(*e, a, 2 * kGranule, step);
-    void* scratch = make("kernel", 4);  // needs 2 granules more than are free
+    void* scratch = MadeBy(*e, "kernel", 4);  // needs 2 granules more than are free
     AllocationInfo info;
     EXPECT_OK(e->Inspect(b, &info));
     EXPECT_TRUE(!info.evicted);
@@ -999,6 +1001,52 @@ TEST(TheLearnedPolicyEvictsOneUnitThatFreesEnoughInsteadOfSeveral) {
             static_cast<int64_t>(3 * 3 * kGranule));
   EXPECT_EQ(after.bytes_paged_in - before.bytes_paged_in,
             static_cast<int64_t>(3 * 3 * kGranule));
+}
+
+// Each step a kernel needs 1 granule more than is free while X (4 granules,
+// used last), Y (1) and A (2, used `before` times before Y and `between`
+// times between Y and X) are inactive. Farthest first would evict X,
+// freeing 3 granules more than needed; Y frees enough, and goes instead if
+// it is needed nearly as late: at least 3/4 of X's distance (Note [Learned
+// eviction]). Returns the granules evicted over the last three steps (each
+// comes back in).
+int64_t GranulesEvictedWithXYA(int before_y, int between) {
+  Setup setup{/*device=*/8, /*host=*/16};
+  setup.policy = PolicyKind::kLearned;
+  setup.defrag = true;  // freed memory serves the next step wherever it lies
+  auto e = MakeEngine(setup);
+  Statistics before;
+  for (int step = 0; step < 5; ++step) {
+    if (step == 2) before = e->GetStatistics();
+    void* y = MadeBy(*e, "make_y", 1);
+    void* x = MadeBy(*e, "make_x", 4);
+    void* a = MadeBy(*e, "make_a", 2);
+    Fill(*e, x, 4 * kGranule, step);
+    Fill(*e, y, kGranule, step + 10);
+    void* scratch = MadeBy(*e, "kernel", 2);  // needs 1 granule more than is free
+    EXPECT_OK(e->Free(scratch));
+    for (int use = 0; use < before_y; ++use) UseIn(*e, "use_a", a);
+    UseIn(*e, "use_y", y);
+    for (int use = 0; use < between; ++use) UseIn(*e, "use_a_again", a);
+    UseIn(*e, "use_x", x);
+    EXPECT_EQ(Verify(*e, x, 4 * kGranule, step), -1);
+    EXPECT_EQ(Verify(*e, y, kGranule, step + 10), -1);
+    StrictMonitor::SetThreadLabel(nullptr);
+    for (void* p : {a, x, y}) EXPECT_OK(e->Free(p));
+  }
+  const Statistics after = e->GetStatistics();
+  EXPECT_TRUE(after.num_learned_reclaims > before.num_learned_reclaims);
+  EXPECT_EQ(after.bytes_paged_in - before.bytes_paged_in,
+            after.bytes_reclaimed - before.bytes_reclaimed);
+  return (after.bytes_reclaimed - before.bytes_reclaimed) / static_cast<int64_t>(kGranule);
+}
+
+TEST(TheLearnedPolicyEvictsTheUnitThatFitsAmongThoseNeededNearlyAsLate) {
+  // Y needed one use before X, 3 uses of A ahead of both: Y goes, 1
+  // granule a step.
+  EXPECT_EQ(GranulesEvictedWithXYA(/*before_y=*/3, /*between=*/0), 3);
+  // Y needed about half as far ahead as X: X goes, 4 a step.
+  EXPECT_EQ(GranulesEvictedWithXYA(/*before_y=*/1, /*between=*/2), 12);
 }
 
 // A unit used round and round expects its last inactive period again: a

@@ -289,6 +289,24 @@ std::vector<ChunkId> LearnedPolicy::DueSoon(const Residency& residency,
   return out;
 }
 
+size_t LearnedPolicy::FitFrom(const Residency& residency,
+                             const std::vector<std::pair<uint64_t, ChunkId>>& candidates,
+                             const std::vector<bool>& taken, size_t next, uint64_t needed) {
+  uint64_t best = residency.record(candidates[next].second).granules;
+  if (best <= needed) return next;
+  const uint64_t floor = candidates[next].first - candidates[next].first / 4;
+  size_t pick = next;
+  const size_t end = std::min(candidates.size(), next + 1 + kFitWindow);
+  for (size_t j = next + 1; j < end && candidates[j].first >= floor; ++j) {
+    const uint64_t granules = residency.record(candidates[j].second).granules;
+    if (!taken[j] && granules >= needed && granules < best) {
+      best = granules;
+      pick = j;
+    }
+  }
+  return pick;
+}
+
 bool LearnedPolicy::Plan(const Residency& residency, const SmallPages& pages,
                          uint64_t granules_needed, ReclaimPlan* plan) {
   plan->victims.clear();
@@ -306,12 +324,18 @@ bool LearnedPolicy::Plan(const Residency& residency, const SmallPages& pages,
   std::stable_sort(candidates.begin(), candidates.end(),
                    [](const auto& a, const auto& b) { return a.first > b.first; });
   uint64_t freed = 0;
-  uint64_t nearest = kNever;  // of the victims taken farthest first
-  for (const auto& [distance, c] : candidates) {
-    if (freed >= granules_needed) break;
-    plan->victims.push_back(c);
-    freed += residency.record(c).granules;
-    nearest = distance;
+  uint64_t nearest = kNever;  // the lowest rank of the victims taken
+  std::vector<bool> taken(candidates.size(), false);
+  for (size_t next = 0; next < candidates.size() && freed < granules_needed;) {
+    if (taken[next]) {
+      ++next;
+      continue;
+    }
+    const size_t pick = FitFrom(residency, candidates, taken, next, granules_needed - freed);
+    taken[pick] = true;
+    plan->victims.push_back(candidates[pick].second);
+    freed += residency.record(candidates[pick].second).granules;
+    nearest = std::min(nearest, candidates[pick].first);
   }
   // One unit that frees enough alone, if it is not needed much sooner than
   // the nearest of those: it moves fewer bytes (Note [Learned eviction]).
