@@ -128,14 +128,13 @@ def test_a_larger_granule_rounds_allocations_and_the_device():
 
 
 def test_prefetching_without_the_learned_policy_is_said_to_do_nothing():
-    run = probe("import_outcome", env={"TF_LMS_CPU_DEVICE_MEMORY_MB": "64",
+    run = probe("import_outcome", env={"TF_LMS_CPU_DEVICE_MEMORY_MB": "64", "TF_LMS_POLICY": "lru",
                                        "TF_LMS_PREFETCH": "1", "TF_CPP_MIN_LOG_LEVEL": "1"})
     assert run.result["error"] is None, describe(run)
     assert "TF_LMS_PREFETCH=1 has no effect with TF_LMS_POLICY=lru" in run.stderr
     learned = probe("import_outcome", env={"TF_LMS_CPU_DEVICE_MEMORY_MB": "64",
-                                           "TF_LMS_PREFETCH": "1", "TF_LMS_POLICY": "learned",
-                                           "TF_CPP_MIN_LOG_LEVEL": "1"})
-    assert "TF_LMS_PREFETCH" not in learned.stderr
+                                           "TF_LMS_PREFETCH": "1", "TF_CPP_MIN_LOG_LEVEL": "1"})
+    assert "TF_LMS_PREFETCH" not in learned.stderr  # learned is the default
 
 
 def test_valid_values_the_process_cannot_reserve_are_a_memory_error_at_import():

@@ -67,9 +67,19 @@ def test_training_over_the_cap_completes_with_lms_and_identical_losses(mode, sto
     assert run.result["losses"] == stock_losses[mode]
 
 
+def test_lru_trains_with_identical_losses_and_learns_nothing(stock_losses):
+    """TF_LMS_POLICY=lru: least recently used first, the default until 2026-11-28."""
+    run = run_program("train.py", "fit", env={**LMS_ON, "TF_LMS_POLICY": "lru"})
+    assert run.result and run.result["error"] is None, describe(run)
+    stats = run.result["stats"]
+    assert stats["bytes_reclaimed"] > 0 and stats["num_page_ins"] > 0
+    assert stats["num_learned_reclaims"] == 0 and stats["num_predictions"] == 0
+    assert run.result["losses"] == stock_losses["fit"]
+
+
 def test_the_learned_policy_trains_with_identical_losses(stock_losses):
-    run = run_program("train.py", "fit", env={**LMS_ON, "TF_LMS_POLICY": "learned",
-                                              "TF_LMS_PREFETCH": "1"})
+    """The default policy (no TF_LMS_POLICY), with prefetching on."""
+    run = run_program("train.py", "fit", env={**LMS_ON, "TF_LMS_PREFETCH": "1"})
     assert run.result and run.result["error"] is None, describe(run)
     stats = run.result["stats"]
     assert stats["bytes_reclaimed"] > 0 and stats["num_page_ins"] > 0
