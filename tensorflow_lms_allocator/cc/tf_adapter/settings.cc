@@ -36,7 +36,7 @@ Status ReadSettings(Settings* out) {
   Settings s;
   EngineOptions& engine = s.engine;
   // The learned policy moved no more bytes than LRU in every case `make
-  // bench-policy` replays (benchmarks/README.md), and 3-35% fewer on CNNs.
+  // bench-policy` replays (benchmarks/README.md), and 4-33% fewer on CNNs.
   engine.policy = PolicyKind::kLearned;
   const size_t machine = MachineMemoryBytes();
   bool device_present = false;
