@@ -966,15 +966,21 @@ void* MadeBy(Engine& e, const char* op, size_t granules) {
   return p;
 }
 
+// A device of 8 granules under the learned policy, defragmented: freed
+// memory serves the next step wherever it lies.
+std::unique_ptr<Engine> EightGranulesLearnedDefrag() {
+  Setup setup{/*device=*/8, /*host=*/16};
+  setup.policy = PolicyKind::kLearned;
+  setup.defrag = true;
+  return MakeEngine(setup);
+}
+
 // Each step a kernel needs 2 granules while B (1 granule, used last), C (3,
 // used next-to-last) and A (2, used first) are inactive. Farthest first
 // would evict B and C (4 granules, paged in again later); C alone frees
 // enough, so the learned policy evicts it alone: 3 granules move each way.
 TEST(TheLearnedPolicyEvictsOneUnitThatFreesEnoughInsteadOfSeveral) {
-  Setup setup{/*device=*/8, /*host=*/16};
-  setup.policy = PolicyKind::kLearned;
-  setup.defrag = true;  // freed memory serves the next step wherever it lies
-  auto e = MakeEngine(setup);
+  auto e = EightGranulesLearnedDefrag();
   Statistics before;
   for (int step = 0; step < 5; ++step) {
     if (step == 2) before = e->GetStatistics();
@@ -1011,10 +1017,7 @@ TEST(TheLearnedPolicyEvictsOneUnitThatFreesEnoughInsteadOfSeveral) {
 // eviction]). Returns the granules evicted over the last three steps (each
 // comes back in).
 int64_t GranulesEvictedWithXYA(int before_y, int between) {
-  Setup setup{/*device=*/8, /*host=*/16};
-  setup.policy = PolicyKind::kLearned;
-  setup.defrag = true;  // freed memory serves the next step wherever it lies
-  auto e = MakeEngine(setup);
+  auto e = EightGranulesLearnedDefrag();
   Statistics before;
   for (int step = 0; step < 5; ++step) {
     if (step == 2) before = e->GetStatistics();
