@@ -385,7 +385,7 @@ def test_users_can_tell_lms_is_on():
     assert len(lines) == 1, proc.stderr
     assert log_severity(lines[0]) == "I", lines[0]  # TensorFlow's INFO
     for part in ("CPU:0, the emulated device", "device memory 64.0 MiB",
-                 "host memory for evicted tensors 16.0 MiB", "LMS on", "policy lru",
+                 "host memory for evicted tensors 16.0 MiB", "LMS on", "policy learned",
                  f"huge pages {machine_huge_pages()}"):
         assert part in lines[0], lines[0]
     assert "by allocator lms_emulated_device" in result["error"]

@@ -15,8 +15,11 @@ import pytest
 
 from tf_helpers import describe, run_program
 
+# LRU: the program evicts each case's variables by allocating until they are
+# evicted, which reaches them least recently used first; the learned policy,
+# having seen earlier cases, may keep them and evict the fillers instead.
 STRICT_DEVICE = {"TF_LMS_CPU_DEVICE_MEMORY_MB": "64", "TF_LMS_ENABLED": "1",
-                 "TF_LMS_STRICT": "1"}
+                 "TF_LMS_STRICT": "1", "TF_LMS_POLICY": "lru"}
 
 # Case -> the op it runs on evicted variables.
 OPS = {

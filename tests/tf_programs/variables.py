@@ -58,7 +58,8 @@ def inspect(address: int) -> dict | None:
 
 def evict(addresses: list[int]) -> None:
     """Creates new tensors until the allocations at `addresses` are evicted
-    (least recently used first, so older leftovers of earlier cases may go
+    (least recently used first, under TF_LMS_POLICY=lru, which
+    tests/test_tf_variables.py sets, so older leftovers of earlier cases may go
     first), then frees them: the op under test finds free device memory to
     page its inputs back in. Gives up after twice the device's size."""
     fillers = []
