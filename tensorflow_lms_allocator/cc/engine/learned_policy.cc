@@ -70,15 +70,20 @@ bool LearnedPolicy::ForgetAStaleKey() {
   return false;
 }
 
-void LearnedPolicy::Reset(Unit& u) {
+void LearnedPolicy::LetGoOfKey(Unit& u) {
   if (u.learned != nullptr) --u.learned->units;
+  u.learned = nullptr;
+}
+
+void LearnedPolicy::Reset(Unit& u) {
+  LetGoOfKey(u);
   u = Unit();
 }
 
 void LearnedPolicy::SetKey(ChunkId id, uint64_t key) {
   Unit& u = unit(id);
-  KeyEntry* entry = HoldKey(key);
-  if (u.learned != nullptr) --u.learned->units;
+  KeyEntry* entry = HoldKey(key);  // first: `key` may be the one `u` holds
+  LetGoOfKey(u);
   u.learned = entry;
 }
 

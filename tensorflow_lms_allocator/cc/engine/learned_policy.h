@@ -303,6 +303,8 @@ class LearnedPolicy {
   // Forgets a stale key, moving the hand; false if the hand found none
   // within kMaxPasses keys (Note [Forgetting keys]).
   bool ForgetAStaleKey();
+  // `u` holds no key's entry any more.
+  void LetGoOfKey(Unit& u);
   // `u` as a new unit, its key's entry let go.
   void Reset(Unit& u);
   // A unit turns active (`tick`: the clock counts it) or inactive.
