@@ -20,7 +20,9 @@ which traces the function; the case's, the median of its rounds):
   the time LMS accounted per step (time_*_ns statistics): evicting, paging
   in, and their parts (copying, mapping, unmapping; waiting and fencing are
   0 on the emulated device), the copies' rate, the time threads waited for
-  the engine's lock (held by evictions and page-ins as they copy), and
+  the engine's lock (held by evictions and page-ins as they copy) and for
+  other threads' moves to end (a free or pin of a unit being copied), the
+  time choosing victims (planning: the policy's bookkeeping), and
   accounted = (evicting + paging in) / copy floor: LMS's own time, free of
   the step's noise;
   overhead_vs_copy_floor = (LMS step - uncapped step) / copy floor.
@@ -139,9 +141,11 @@ class Case:
 
 
 def run_case(model: str, cap_mb: int, steps: int, timeout: float, mode: str = "lms",
-             huge_pages: str | None = None) -> Case:
-    """One round of one case (`huge_pages`: TF_LMS_HUGE_PAGES, None to leave it unset)."""
-    settings = {"TF_LMS_HUGE_PAGES": huge_pages} if huge_pages else None
+             huge_pages: str | None = None, policy: str | None = None) -> Case:
+    """One round of one case (`huge_pages`: TF_LMS_HUGE_PAGES, `policy`:
+    TF_LMS_POLICY, None to leave either unset)."""
+    settings = {name: value for name, value in (("TF_LMS_HUGE_PAGES", huge_pages),
+                                                ("TF_LMS_POLICY", policy)) if value} or None
     result, failed = run_probe_script(Path(__file__), model, cap_mb, steps, timeout, mode,
                                       settings)
     if result is None:
@@ -192,7 +196,8 @@ def report(case: Case, uncapped: Case, bandwidth: float) -> float | None:
     moved = case.per_step.get("bytes_copied", 0)
     floor = moved / bandwidth
     ms = {name: case.per_step.get(f"time_{name}_ns", 0) / 1e6
-          for name in ("evicting", "paging_in", *PARTS, "lock_waiting")}
+          for name in ("evicting", "paging_in", *PARTS, "lock_waiting", "move_waiting",
+                       "planning")}
     overhead = (case.step - uncapped.step) / floor if floor > 0 else None
     accounted = (ms["evicting"] + ms["paging_in"]) / 1e3 / floor if floor > 0 else None
     copy_rate = moved / (ms["copying"] / 1e3) / 1e9 if ms["copying"] > 0 else 0.0
@@ -203,7 +208,8 @@ def report(case: Case, uncapped: Case, bandwidth: float) -> float | None:
           f"paging in {ms['paging_in']:7.1f} ms  (copying {ms['copying']:.1f} at "
           f"{copy_rate:.1f} GB/s, mapping {ms['mapping']:.1f}, unmapping "
           f"{ms['unmapping']:.1f}, waiting {ms['waiting']:.1f}; waiting for the lock "
-          f"{ms['lock_waiting']:.1f}; evictions {case.per_step.get('num_evictions', 0):.0f}, "
+          f"{ms['lock_waiting']:.1f}, for moves {ms['move_waiting']:.1f}; planning "
+          f"{ms['planning']:.1f}; evictions {case.per_step.get('num_evictions', 0):.0f}, "
           f"abandoned {case.per_step.get('num_evictions_abandoned', 0):.0f}; TLB shootdowns "
           f"{case.per_step.get('tlb_shootdowns', 0):.0f})"
           + (f"  accounted {accounted:.1f}x" if accounted is not None else "")
@@ -239,6 +245,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--blocks", type=int, default=5,
                         help="with --paired: times each model's uncapped, 1/2 and 1/4 "
                              "phases run in turn (>= 1)")
+    parser.add_argument("--policy", choices=("learned", "lru"),
+                        help="TF_LMS_POLICY of the capped cases (default: LMS's, learned)")
     parser.add_argument("--probe", choices=MODELS, help=argparse.SUPPRESS)
     parser.add_argument("--result", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -264,7 +272,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         import overhead_paired
 
         return overhead_paired.main(args.models, args.blocks, args.steps, args.timeout,
-                                    bandwidth)
+                                    bandwidth, args.policy)
     return run_rounds(args, settings, bandwidth)
 
 
@@ -293,7 +301,8 @@ def run_rounds(args: argparse.Namespace, settings: list[str | None], bandwidth: 
             for name, cap in caps[model].items():
                 for setting in settings:
                     cases.setdefault((name, setting), []).append(
-                        run_case(model, cap, args.steps, args.timeout, huge_pages=setting))
+                        run_case(model, cap, args.steps, args.timeout, huge_pages=setting,
+                                 policy=args.policy))
     worst: dict[str | None, float] = {}
     on_vs_off: list[float] = []  # uncapped step, LMS on over LMS off
     for model, cases in runs.items():

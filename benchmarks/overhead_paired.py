@@ -44,8 +44,10 @@ from overhead import FRACTIONS, MIB, PARTS, run_case, tlb_shootdowns
 # line is overhead.py's): the caps in MiB, blocks and steps per phase.
 PLAN = "LMS_BENCH_PAIRED_PLAN"
 DEVICE_OVER_PEAK = 1.25
+# Time outside evicting and paging in: waits, and the policy's choosing.
+WAITS = ("lock_waiting", "move_waiting", "planning")
 COUNTED = ("bytes_copied", "num_evictions", "num_page_ins", "tlb_shootdowns",
-           *(f"time_{name}_ns" for name in ("evicting", "paging_in", *PARTS, "lock_waiting")))
+           *(f"time_{name}_ns" for name in ("evicting", "paging_in", *PARTS, *WAITS)))
 
 
 def run_probe_in_this_process(model_name: str, result_path: Path) -> int:
@@ -99,7 +101,7 @@ def report_model(model: str, peak_mb: float, device_mb: int, caps: dict[str, int
         steps = [median_of(b, "seconds") for b in capped]
         moved = statistics.median(step["bytes_copied"] for b in capped for step in b)
         ms = {key: statistics.median(step[f"time_{key}_ns"] for b in capped for step in b) / 1e6
-              for key in ("evicting", "paging_in", *PARTS, "lock_waiting")}
+              for key in ("evicting", "paging_in", *PARTS, *WAITS)}
         floor = moved / bandwidth
         if floor <= 0:
             print(f"  {name} ({cap_mb} MiB): moved no bytes")
@@ -112,7 +114,8 @@ def report_model(model: str, peak_mb: float, device_mb: int, caps: dict[str, int
               + f")  moved {moved / MIB:6.1f} MiB  floor {floor * 1e3:6.1f} ms  evicting "
               f"{ms['evicting']:6.1f} ms  paging in {ms['paging_in']:6.1f} ms (copying "
               f"{ms['copying']:.1f}, mapping {ms['mapping']:.1f}, unmapping "
-              f"{ms['unmapping']:.1f}; waiting for the lock {ms['lock_waiting']:.1f})  "
+              f"{ms['unmapping']:.1f}; waiting for the lock {ms['lock_waiting']:.1f}, for "
+              f"moves {ms['move_waiting']:.1f}; planning {ms['planning']:.1f})  "
               f"accounted {accounted:.1f}x  per block "
               + ", ".join(f"{o:.1f}" for o in per_block)
               + f"  overhead_vs_copy_floor {overheads[-1]:.1f}", flush=True)
@@ -120,8 +123,9 @@ def report_model(model: str, peak_mb: float, device_mb: int, caps: dict[str, int
 
 
 def main(models: Sequence[str], blocks: int, steps: int, timeout: float,
-         bandwidth: float) -> int:
-    """Runs every model's paired probe and prints the report."""
+         bandwidth: float, policy: str | None = None) -> int:
+    """Runs every model's paired probe (`policy`: TF_LMS_POLICY, None for
+    LMS's default) and prints the report."""
     worst = -math.inf
     on_vs_off = []  # uncapped step, LMS on over LMS off, each in a process of its own
     for model in models:
@@ -140,7 +144,8 @@ def main(models: Sequence[str], blocks: int, steps: int, timeout: float,
         device_mb = math.ceil(peak * DEVICE_OVER_PEAK / GRANULE_MB) * GRANULE_MB
         plan = {"caps": caps, "blocks": blocks, "steps": steps}
         result, failed = run_probe_script(Path(__file__), model, device_mb, 0, timeout,
-                                          settings={PLAN: json.dumps(plan)})
+                                          settings={PLAN: json.dumps(plan),
+                                                    **({"TF_LMS_POLICY": policy} if policy else {})})
         if result is None:
             print(f"{model}: the paired run failed: {failed}")
             return 1

@@ -42,6 +42,7 @@ def test_each_block_is_set_against_its_own_uncapped_phase(capsys) -> None:
     assert "per block 1.0, 2.0  overhead_vs_copy_floor 1.5" in out
     assert "accounted 0.5x" in out and "blocks 1.10x, 1.10x" in out
     assert "evictions 0" in out
+    assert "waiting for the lock 0.0, for moves 0.0; planning 0.0" in out
 
 
 def test_a_phase_that_moves_nothing_has_no_overhead(capsys) -> None:
@@ -53,8 +54,32 @@ def test_a_phase_that_moves_nothing_has_no_overhead(capsys) -> None:
 @pytest.mark.parametrize("args, message", [
     (["--paired", "--huge-pages", "both"], "--paired runs as this machine allows"),
     (["--paired", "--blocks", "0"], "--blocks 0: at least 1"),
+    (["--policy", "fifo"], "argument --policy: invalid choice: 'fifo'"),
 ])
 def test_overhead_refuses_what_cannot_run(args: list[str], message: str) -> None:
     run = subprocess.run([sys.executable, str(BENCHMARKS / "overhead.py"), *args],
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 2 and message in run.stderr, run.stderr
+
+
+def test_the_policy_chosen_reaches_every_lms_process(monkeypatch) -> None:
+    import overhead
+
+    settings: list[dict | None] = []
+
+    def probe(script, model, cap_mb, steps, timeout, mode="lms", extra=None):
+        settings.append(extra)
+        return None, "not run"
+
+    monkeypatch.setattr(overhead, "run_probe_script", probe)
+    monkeypatch.setattr(overhead_paired, "run_probe_script",
+                        lambda *args, settings=None: probe(*args, extra=settings))
+    monkeypatch.setattr(overhead_paired, "run_case",
+                        lambda model, cap, steps, timeout, mode: overhead.Case(
+                            model, cap, [1.0], {}, 100.0))
+    assert overhead.run_case("m", 200, 3, 60, policy="lru").failed == "not run"
+    assert overhead_paired.main(["resnet50"], 1, 3, 60, 1e9, policy="lru") == 1
+    assert overhead.run_case("m", 200, 3, 60, huge_pages="off").failed == "not run"
+    assert settings[0] == {"TF_LMS_POLICY": "lru"}
+    assert settings[1]["TF_LMS_POLICY"] == "lru" and overhead_paired.PLAN in settings[1]
+    assert settings[2] == {"TF_LMS_HUGE_PAGES": "off"}  # LMS's default policy

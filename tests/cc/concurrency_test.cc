@@ -408,6 +408,8 @@ TEST(AFreeOfAUnitBeingEvictedWaitsForItsCopy) {
   EXPECT_EQ(s.num_evictions, 1);
   EXPECT_EQ(s.num_evictions_abandoned, 0);
   EXPECT_EQ(s.host_bytes_in_use, 0);  // a was evicted, then freed
+  // The free waited from its call until the copy was let go, 200 ms later.
+  EXPECT_TRUE(s.time_move_waiting_ns >= 100'000'000);
   EXPECT_OK(h.e->CheckInvariants());
 }
 

@@ -82,6 +82,7 @@ bool Engine::AwaitOtherMoves() {
 }
 
 void Engine::AwaitMoveEnd() {
+  ScopedNanos timed(&stats_.time_move_waiting_ns);
   const uint64_t ended = moves_ended_;
   mu_.Await(moved_, [&]() LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return moves_ended_ != ended; });
 }
@@ -94,10 +95,13 @@ void Engine::NoteMovesEnded() {
 bool Engine::Reclaim(uint64_t needed, bool may_unlock, Status* status) {
   ReclaimPlan plan;
   const bool learned = learning_ && learned_.trusted();
-  if (!(learned ? learned_.Plan(residency_, small_, needed, &plan)
-                : PlanReclaim(residency_, needed, &plan))) {
-    return false;
+  bool planned;
+  {
+    ScopedNanos timed(&stats_.time_planning_ns);
+    planned = learned ? learned_.Plan(residency_, small_, needed, &plan)
+                      : PlanReclaim(residency_, needed, &plan);
   }
+  if (!planned) return false;
   *status = EvictChunks(plan.victims, may_unlock);
   ++(plan.single ? stats_.num_single_reclaims : stats_.num_full_reclaims);
   if (learned) ++stats_.num_learned_reclaims;

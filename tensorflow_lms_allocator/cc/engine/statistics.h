@@ -112,6 +112,13 @@
     "nanoseconds mapping granules at addresses (a GPU: cuMemMap and "           \
     "cuMemSetAccess)")                                                          \
   X(time_unmapping_ns, "nanoseconds unmapping granules (a GPU: cuMemUnmap)")    \
+  X(time_planning_ns,                                                           \
+    "nanoseconds choosing reclaims' victims (the policy's bookkeeping: the "    \
+    "learned policy ranks every inactive unit, LRU walks its list)")            \
+  X(time_move_waiting_ns,                                                       \
+    "nanoseconds threads waited for other threads' evictions and page-ins to "  \
+    "end: a free or a pin of a unit being moved, a reclaim that found the "     \
+    "inactive units moving (the emulated device copies without the lock)")     \
   X(time_lock_waiting_ns,                                                       \
     "nanoseconds threads waited for the allocator's lock while another thread " \
     "held it: evictions and page-ins copy and remap under it, so a kernel "     \
