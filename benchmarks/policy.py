@@ -21,7 +21,14 @@
 3. Trains ResNet-50 for real at 1/2 of its peak with LRU, with the learned
    policy (with and without prefetching), and uncapped without LMS (the same
    emulated device and kernels), and prints step time as a ratio to uncapped
-   and swap bytes per step.
+   and swap bytes per step. Each of those is a process of its own, and this
+   project's machines move a step's time by 10-30% from one process to the
+   next; so then one process under the learned policy trains `--blocks`
+   blocks of `--train-steps` steps with reclaims in its order and as many in
+   LRU's, in turn (a block's first step, which evicts what the other order
+   kept, dropped; the policy learns throughout), and prints
+   `learned_vs_lru_step_in_one_process R`: the median step under the learned
+   order over the median under LRU's.
 
 The last lines are `swap_bytes_vs_oracle R` and `swap_bytes_vs_belady R`: the
 worst learned/oracle and learned/Belady ratios of swap bytes per step (after
@@ -58,8 +65,26 @@ OTHER_MODELS = ("rnn",)
 ROOMY_MB = 8192
 
 
+def set_learned_order(on: bool) -> None:
+    """Reclaims of LMS device 0 take the learned order or LRU's (a test entry point)."""
+    import tensorflow_lms_allocator as lms
+    from tensorflow_lms_allocator.overlay import activation
+
+    message = activation.message_buffer()
+    code = activation.adapter().tf_lms_test_set_learned_order(
+        lms.device_names()[0].encode(), int(on), message, len(message))
+    if code != 0:
+        raise activation.error(code, message)
+
+
+def swapped(before: dict[str, int], after: dict[str, int]) -> int:
+    return sum(after[k] - before[k] for k in ("bytes_copied_out", "bytes_copied_in"))
+
+
 def child(argv: list[str]) -> int:
-    """In a subprocess: `record MODEL PATH STEPS` or `train MODEL STEPS RESULT`."""
+    """In a subprocess: `record MODEL PATH STEPS`, `train MODEL STEPS RESULT` or
+    `alternate MODEL BLOCKS STEPS RESULT` (blocks of steps under the learned and
+    LRU orders in turn)."""
     import time
 
     import tensorflow_lms_allocator as lms  # before tensorflow
@@ -75,6 +100,22 @@ def child(argv: list[str]) -> int:
             for _ in range(steps):
                 model.train_on_batch(inputs, labels)
         return 0
+    if command == "alternate":
+        blocks, steps, result = int(argv[2]), int(argv[3]), Path(argv[4])
+        orders: dict[str, dict[str, list[float]]] = {
+            order: {"step_seconds": [], "swap_per_step": []} for order in ("learned", "lru")}
+        for block in range(2 * blocks):
+            order = ("learned", "lru")[block % 2]
+            set_learned_order(order == "learned")
+            model.train_on_batch(inputs, labels)  # dropped: evicts what the last order kept
+            before = lms.get_statistics(0)
+            for _ in range(steps):
+                start = time.perf_counter()
+                model.train_on_batch(inputs, labels)
+                orders[order]["step_seconds"].append(time.perf_counter() - start)
+            orders[order]["swap_per_step"].append(swapped(before, lms.get_statistics(0)) / steps)
+        result.write_text(json.dumps(orders))
+        return 0
     steps, result = int(argv[2]), Path(argv[3])
     before = lms.get_statistics(0)
     seconds = []
@@ -83,8 +124,8 @@ def child(argv: list[str]) -> int:
         model.train_on_batch(inputs, labels)
         seconds.append(time.perf_counter() - start)
     after = lms.get_statistics(0)
-    swapped = sum(after[k] - before[k] for k in ("bytes_copied_out", "bytes_copied_in"))
-    result.write_text(json.dumps({"step_seconds": seconds, "swap_per_step": swapped / steps,
+    result.write_text(json.dumps({"step_seconds": seconds,
+                                  "swap_per_step": swapped(before, after) / steps,
                                   "learned_reclaims": after["num_learned_reclaims"]}))
     return 0
 
@@ -135,11 +176,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS + OTHER_MODELS)
     p.add_argument("--steps", type=int, default=4, help="recorded steps per model")
     p.add_argument("--train-steps", type=int, default=8)
+    p.add_argument("--blocks", type=int, default=4,
+                   help="blocks of --train-steps steps under each order in one process")
     p.add_argument("--skip-training", action="store_true")
     p.add_argument("--timeout", type=float, default=1800)
     args = p.parse_args(argv)
     if args.steps < 2 or args.train_steps < 2:
         p.error("--steps and --train-steps must be at least 2")
+    if args.blocks < 1:
+        p.error(f"--blocks {args.blocks}: at least 1")
     rows: list[tuple] = []
     with tempfile.TemporaryDirectory() as tmp:
         print("== Recording", flush=True)
@@ -189,6 +234,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             step = statistics.median(r["step_seconds"][1:])
             print(f"{label:<22} {step:>8.3f} {step / base:>12.2f} "
                   f"{r['swap_per_step'] / MIB:>14,.0f}")
+        print(f"\n== ResNet-50 at {cap} MiB in one process, {args.blocks} blocks of "
+              f"{args.train_steps} steps under each order in turn (the policy learning "
+              "throughout)", flush=True)
+        with tempfile.TemporaryDirectory() as tmp:
+            out = Path(tmp) / "result.json"
+            run_child(["alternate", "resnet50", str(args.blocks), str(args.train_steps),
+                       str(out)], subprocess_env(cap, True, "learned"),
+                      "train learned and LRU orders in turn", args.timeout)
+            orders = json.loads(out.read_text())
+        steps = {order: statistics.median(r["step_seconds"]) for order, r in orders.items()}
+        for order, r in orders.items():
+            print(f"{order + ' order':<22} {steps[order]:>8.3f} "
+                  f"{'':>12} {statistics.median(r['swap_per_step']) / MIB:>14,.0f}")
+        print(f"learned_vs_lru_step_in_one_process {steps['learned'] / steps['lru']:.3f}")
     print(f"swap_bytes_vs_oracle {worst['oracle']:.3f}")
     print(f"swap_bytes_vs_belady {worst['belady']:.3f}")
     return 0

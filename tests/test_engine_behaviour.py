@@ -354,3 +354,34 @@ def test_an_optional_request_takes_free_device_memory_only_and_evicts_nothing(ma
         engine.free(p)
     for t in held:
         engine.free(t)
+
+
+def test_the_learned_order_gives_way_to_lrus_and_back_while_learning_goes_on(make_engine):
+    engine = make_engine(8, 64, policy="learned")
+    tensors = [engine.allocate(4 * GRANULE) for _ in range(4)]
+    for i, t in enumerate(tensors):
+        engine.fill_pattern(t, 4 * GRANULE, i)
+
+    def a_round() -> tuple[int, int]:
+        """Pins each tensor in turn (each pin evicts): (evictions, learned reclaims)."""
+        before = engine.stats()
+        for t in tensors:
+            engine.unpin(t, engine.pin(t))
+        after = engine.stats()
+        return (after["num_evictions"] - before["num_evictions"],
+                after["num_learned_reclaims"] - before["num_learned_reclaims"])
+
+    evictions, learned = a_round()
+    assert evictions >= 2 and learned == evictions
+    engine.set_learned_order(False)
+    predictions = engine.stats()["num_predictions"]
+    evictions, learned = a_round()
+    assert evictions >= 2 and learned == 0
+    assert engine.stats()["num_predictions"] > predictions  # it went on learning
+    engine.set_learned_order(True)
+    evictions, learned = a_round()
+    assert evictions >= 2 and learned == evictions
+    for i, t in enumerate(tensors):
+        assert engine.verify_pattern(t, 4 * GRANULE, i) == -1
+    with pytest.raises(RuntimeError, match="TF_LMS_POLICY=learned"):
+        make_engine(8, 64).set_learned_order(False)

@@ -90,6 +90,21 @@ def test_the_learned_policy_trains_with_identical_losses(stock_losses):
     assert run.result["losses"] == stock_losses["fit"]
 
 
+def test_the_learned_policy_switched_to_lrus_order_mid_run_trains_with_identical_losses(
+        stock_losses):
+    """benchmarks/policy.py sets the two orders side by side in one process."""
+    run = run_program("train.py", "fit", env={**LMS_ON, "LMS_TEST_LRU_ORDER_FROM": "2"})
+    assert run.result and run.result["error"] is None, describe(run)
+    at_switch, end = run.result["at_switch"], run.result["stats"]
+    assert at_switch["num_learned_reclaims"] > 0
+    # From the switch on, reclaims went on in LRU's order, none in the learned one's,
+    # while the policy kept checking its predictions.
+    assert end["num_evictions"] > at_switch["num_evictions"]
+    assert end["num_learned_reclaims"] == at_switch["num_learned_reclaims"]
+    assert end["num_predictions"] > at_switch["num_predictions"]
+    assert run.result["losses"] == stock_losses["fit"]
+
+
 def test_a_larger_granule_trains_with_identical_losses(stock_losses):
     """TF_LMS_GRANULE_MB=8: every allocation of 8 MiB or more in whole 8 MiB
     granules, smaller ones in 8 MiB small-object pages, evicted and paged in."""

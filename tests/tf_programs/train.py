@@ -6,7 +6,8 @@ MODE: fit (Keras fit), loop (custom loop under tf.function), eager (plain
 eager ops, no tf.function), session (tf.compat.v1 graph and Session).
 
 The environment decides the allocator: nothing set is stock TensorFlow;
-TF_LMS_CPU_DEVICE_MEMORY_MB caps the device, TF_LMS_ENABLED turns LMS on.
+TF_LMS_CPU_DEVICE_MEMORY_MB caps the device, TF_LMS_ENABLED turns LMS on;
+with LMS_TEST_LRU_ORDER_FROM=K, fit's reclaims take LRU's order from batch K.
 Peak memory at batch 32 is about 160 MiB.
 """
 
@@ -45,12 +46,28 @@ def loss_fn(labels, logits):
     return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels, logits))
 
 
-def train_fit(x, y, batch):
+def lru_order_from(batch: int, result: dict) -> None:
+    """From `batch` on, reclaims take LRU's order while the learned policy goes
+    on learning (a test entry point); result["at_switch"] gets the statistics then."""
+    if batch != int(os.environ.get("LMS_TEST_LRU_ORDER_FROM", "-1")):
+        return
+    from tensorflow_lms_allocator.overlay import activation
+
+    result["at_switch"] = lms.get_statistics(0)
+    message = activation.message_buffer()
+    code = activation.adapter().tf_lms_test_set_learned_order(
+        lms.device_names()[0].encode(), 0, message, len(message))
+    if code != 0:
+        raise activation.error(code, message)
+
+
+def train_fit(x, y, batch, result):
     model = keras_model()
     model.compile(optimizer=tf.keras.optimizers.SGD(0.01),
                   loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     losses = []
     cb = tf.keras.callbacks.LambdaCallback(
+        on_train_batch_begin=lambda b, logs: lru_order_from(b, result),
         on_train_batch_end=lambda b, logs: losses.append(float(logs["loss"])))
     model.fit(x, y, batch_size=batch, epochs=1, verbose=0, shuffle=False, callbacks=[cb])
     return losses
@@ -105,7 +122,7 @@ def main() -> None:
     result: dict = {"losses": [], "error": None}
     try:
         if args.mode == "fit":
-            result["losses"] = train_fit(x, y, args.batch)
+            result["losses"] = train_fit(x, y, args.batch, result)
         elif args.mode in ("loop", "eager"):
             result["losses"] = train_loop(x, y, args.batch, compiled=args.mode == "loop")
         else:

@@ -258,6 +258,12 @@ class Engine {
   // kFailedPrecondition with the LRU policy, kNotFound outside a unit.
   Status Foresee(uint64_t now, const void* ptr, uint64_t next_use);
 
+  // With the learned policy: whether reclaims take its order (on, from the
+  // start) or LRU's while it goes on learning, so that one process can set
+  // the two orders side by side (benchmarks/policy.py: this machine's step
+  // times move by 10-30% between processes). kFailedPrecondition with LRU.
+  Status SetLearnedOrder(bool on);
+
   // Records every later allocate, free, pin, unpin, eviction and page-in
   // into `path` until StopTrace (Note [Access trace format] in
   // trace_recorder.h), at most `max_bytes` of it. kFailedPrecondition if a
@@ -622,6 +628,7 @@ class Engine {
   // Fed only with options_.policy == kLearned.
   LearnedPolicy learned_ LMS_GUARDED_BY(mu_);
   const bool learning_;
+  bool learned_order_ LMS_GUARDED_BY(mu_) = true;  // SetLearnedOrder
   SmallPages small_ LMS_GUARDED_BY(mu_);
   bool lms_enabled_ LMS_GUARDED_BY(mu_);
   bool defrag_enabled_ LMS_GUARDED_BY(mu_);

@@ -94,7 +94,7 @@ void Engine::NoteMovesEnded() {
 
 bool Engine::Reclaim(uint64_t needed, bool may_unlock, Status* status) {
   ReclaimPlan plan;
-  const bool learned = learning_ && learned_.trusted();
+  const bool learned = learning_ && learned_order_ && learned_.trusted();
   bool planned;
   {
     ScopedNanos timed(&stats_.time_planning_ns);
@@ -117,6 +117,16 @@ Status Engine::Foresee(uint64_t now, const void* ptr, uint64_t next_use) {
   }
   learned_.SetClock(now);
   learned_.Foresee(c, next_use);
+  return Status::Ok();
+}
+
+Status Engine::SetLearnedOrder(bool on) {
+  MutexLock lock(mu_);
+  if (!learning_) {
+    return FailedPrecondition("the reclaim order can change only under the learned policy "
+                              "(TF_LMS_POLICY=learned)");
+  }
+  learned_order_ = on;
   return Status::Ok();
 }
 

@@ -300,6 +300,12 @@ NB_MODULE(_engine, m) {
            "With policy=\"learned\": pages in, into free device memory only, the\n"
            "evicted units predicted to be used within `lookahead` uses; returns\n"
            "how many (0 with LRU or while predictions are not trusted).")
+      .def("set_learned_order",
+           [](PyEngine& e, bool on) { e.Call([&] { return e.engine().SetLearnedOrder(on); }); },
+           nb::arg("on"),
+           "With policy=\"learned\": reclaims take its order (True, the default)\n"
+           "or LRU's while it goes on learning (False), to compare the two in\n"
+           "one process. RuntimeError with policy=\"lru\".")
       .def(
           "foresee",
           [](PyEngine& e, uint64_t now, uintptr_t address, std::optional<uint64_t> next_use) {

@@ -35,6 +35,15 @@ int tf_lms_test_allocate_raw(const char* device, size_t alignment, size_t num_by
   return TF_LMS_OK;
 }
 
+int tf_lms_test_set_learned_order(const char* device, int on, char* message,
+                                  size_t message_len) {
+  lms::Status status;
+  lms::LmsDevice* lms_device =
+      lms::Runtime::Get().DeviceNamed(device != nullptr ? device : "", &status);
+  if (lms_device != nullptr) status = lms_device->allocator()->engine().SetLearnedOrder(on != 0);
+  return lms::ReportToC(status, message, message_len);
+}
+
 int tf_lms_test_allocation_sizes(const char* device, const void* ptr, size_t* requested,
                                  size_t* allocated) {
   lms::Status status;

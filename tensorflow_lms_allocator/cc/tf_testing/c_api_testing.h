@@ -29,6 +29,12 @@ TF_LMS_EXPORT int tf_lms_test_allocate_raw(const char* device, size_t alignment,
                                            size_t num_bytes, int retry_on_failure,
                                            void** ptr, char* message,
                                            size_t message_len);
+// With TF_LMS_POLICY=learned: reclaims on LMS device `device` take the
+// learned order (on != 0, the default) or LRU's while the policy goes on
+// learning (Engine::SetLearnedOrder): benchmarks/policy.py sets the two side
+// by side in one process. TF_LMS_FAILED_PRECONDITION under LRU.
+TF_LMS_EXPORT int tf_lms_test_set_learned_order(const char* device, int on, char* message,
+                                                size_t message_len);
 // RequestedSize and AllocatedSize of a live allocation.
 TF_LMS_EXPORT int tf_lms_test_allocation_sizes(const char* device, const void* ptr,
                                                size_t* requested, size_t* allocated);
