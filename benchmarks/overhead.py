@@ -71,6 +71,19 @@ MIB = 1 << 20
 MODELS = ("resnet50", "densenet121", "transformer")
 FRACTIONS = (0.5, 0.25)
 PARTS = ("copying", "mapping", "unmapping", "waiting", "fencing")  # of evicting and paging in
+# Time outside evicting and paging in: waits, and the policy's choosing of victims.
+WAITS = ("lock_waiting", "move_waiting", "planning")
+
+
+def lms_settings(huge_pages: str | None = None, policy: str | None = None) -> dict[str, str]:
+    """A probe's LMS settings: TF_LMS_HUGE_PAGES and TF_LMS_POLICY where given.
+
+    Example:
+        >>> lms_settings(policy="lru")
+        {'TF_LMS_POLICY': 'lru'}
+    """
+    return {name: value for name, value in (("TF_LMS_HUGE_PAGES", huge_pages),
+                                            ("TF_LMS_POLICY", policy)) if value}
 SHMEM_ENABLED = Path("/sys/kernel/mm/transparent_hugepage/shmem_enabled")
 
 
@@ -144,8 +157,7 @@ def run_case(model: str, cap_mb: int, steps: int, timeout: float, mode: str = "l
              huge_pages: str | None = None, policy: str | None = None) -> Case:
     """One round of one case (`huge_pages`: TF_LMS_HUGE_PAGES, `policy`:
     TF_LMS_POLICY, None to leave either unset)."""
-    settings = {name: value for name, value in (("TF_LMS_HUGE_PAGES", huge_pages),
-                                                ("TF_LMS_POLICY", policy)) if value} or None
+    settings = lms_settings(huge_pages, policy) or None
     result, failed = run_probe_script(Path(__file__), model, cap_mb, steps, timeout, mode,
                                       settings)
     if result is None:
@@ -196,8 +208,7 @@ def report(case: Case, uncapped: Case, bandwidth: float) -> float | None:
     moved = case.per_step.get("bytes_copied", 0)
     floor = moved / bandwidth
     ms = {name: case.per_step.get(f"time_{name}_ns", 0) / 1e6
-          for name in ("evicting", "paging_in", *PARTS, "lock_waiting", "move_waiting",
-                       "planning")}
+          for name in ("evicting", "paging_in", *PARTS, *WAITS)}
     overhead = (case.step - uncapped.step) / floor if floor > 0 else None
     accounted = (ms["evicting"] + ms["paging_in"]) / 1e3 / floor if floor > 0 else None
     copy_rate = moved / (ms["copying"] / 1e3) / 1e9 if ms["copying"] > 0 else 0.0

@@ -38,14 +38,12 @@ from typing import Any, Sequence
 
 from maxbatch import make_train_step
 from mincap import GRANULE_MB, UNCAPPED_MB, build_model, run_probe_script
-from overhead import FRACTIONS, MIB, PARTS, run_case, tlb_shootdowns
+from overhead import FRACTIONS, MIB, PARTS, WAITS, lms_settings, run_case, tlb_shootdowns
 
 # The probe's plan, passed in its environment (run_probe_script's command
 # line is overhead.py's): the caps in MiB, blocks and steps per phase.
 PLAN = "LMS_BENCH_PAIRED_PLAN"
 DEVICE_OVER_PEAK = 1.25
-# Time outside evicting and paging in: waits, and the policy's choosing.
-WAITS = ("lock_waiting", "move_waiting", "planning")
 COUNTED = ("bytes_copied", "num_evictions", "num_page_ins", "tlb_shootdowns",
            *(f"time_{name}_ns" for name in ("evicting", "paging_in", *PARTS, *WAITS)))
 
@@ -145,7 +143,7 @@ def main(models: Sequence[str], blocks: int, steps: int, timeout: float,
         plan = {"caps": caps, "blocks": blocks, "steps": steps}
         result, failed = run_probe_script(Path(__file__), model, device_mb, 0, timeout,
                                           settings={PLAN: json.dumps(plan),
-                                                    **({"TF_LMS_POLICY": policy} if policy else {})})
+                                                    **lms_settings(policy=policy)})
         if result is None:
             print(f"{model}: the paired run failed: {failed}")
             return 1
