@@ -15,7 +15,12 @@ against the uncapped phase of its own block, seconds apart:
 
 per block (medians of the block's steps; the floor is the phase's bytes
 moved per step over the memcpy bandwidth), and the case's figure is the
-median of its blocks. LMS on against LMS off without pressure can only be
+median of its blocks. Each case also prints `uncapped spread`: how far its
+uncapped blocks' steps lie apart, in floors. Where that is several times the
+target, one run cannot tell a case that meets the target from one that
+misses it: the machine's drift between blocks, not LMS, decides the figure
+(learned moves fewer bytes than LRU, so its floors are smaller and the same
+drift weighs more). LMS on against LMS off without pressure can only be
 two processes (the line before the last, `lms_on_vs_off_without_pressure
 R`, as overhead.py's); the last line is the worst case, as overhead.py's:
 `overhead_vs_copy_floor R`.
@@ -107,6 +112,9 @@ def report_model(model: str, peak_mb: float, device_mb: int, caps: dict[str, int
         per_block = [(s - u) / floor for s, u in zip(steps, base)]
         overheads.append(statistics.median(per_block))
         accounted = (ms["evicting"] + ms["paging_in"]) / 1e3 / floor
+        # How far the reference itself moved between blocks, in floors: a
+        # figure is only as certain as this (the module docstring).
+        spread = (max(base) - min(base)) / floor
         print(f"  {name:>4} {cap_mb:>5} MiB  step {statistics.median(steps):5.2f} s (blocks "
               + ", ".join(f"{s / u:.2f}x" for s, u in zip(steps, base))
               + f")  moved {moved / MIB:6.1f} MiB  floor {floor * 1e3:6.1f} ms  evicting "
@@ -114,7 +122,7 @@ def report_model(model: str, peak_mb: float, device_mb: int, caps: dict[str, int
               f"{ms['copying']:.1f}, mapping {ms['mapping']:.1f}, unmapping "
               f"{ms['unmapping']:.1f}; waiting for the lock {ms['lock_waiting']:.1f}, for "
               f"moves {ms['move_waiting']:.1f}; planning {ms['planning']:.1f})  "
-              f"accounted {accounted:.1f}x  per block "
+              f"accounted {accounted:.1f}x  uncapped spread {spread:.1f} floors  per block "
               + ", ".join(f"{o:.1f}" for o in per_block)
               + f"  overhead_vs_copy_floor {overheads[-1]:.1f}", flush=True)
     return overheads

@@ -41,6 +41,8 @@ def test_each_block_is_set_against_its_own_uncapped_phase(capsys) -> None:
     out = capsys.readouterr().out
     assert "per block 1.0, 2.0  overhead_vs_copy_floor 1.5" in out
     assert "accounted 0.5x" in out and "blocks 1.10x, 1.10x" in out
+    # The uncapped blocks (1.0 and 2.0 s) lie 10 floors of 0.1 s apart.
+    assert "uncapped spread 10.0 floors  per block" in out
     assert "evictions 0" in out
     assert "waiting for the lock 0.0, for moves 0.0; planning 0.0" in out
 
