@@ -18,12 +18,12 @@ moved per step over the memcpy bandwidth), and the case's figure is the
 median of its blocks. Each case also prints `uncapped spread`: how far its
 uncapped blocks' steps lie apart, in floors. Where that is several times the
 target, one run cannot tell a case that meets the target from one that
-misses it: the machine's drift between blocks, not LMS, decides the figure
-(learned moves fewer bytes than LRU, so its floors are smaller and the same
-drift weighs more). LMS on against LMS off without pressure can only be
-two processes (the line before the last, `lms_on_vs_off_without_pressure
-R`, as overhead.py's); the last line is the worst case, as overhead.py's:
-`overhead_vs_copy_floor R`.
+misses it: how far this machine's steps wander between blocks, not LMS,
+decides the figure (learned moves fewer bytes than LRU, so its floors are
+smaller and the same wandering weighs more). LMS on against LMS off without
+pressure can only be two processes (the line before the last,
+`lms_on_vs_off_without_pressure R`, as overhead.py's); the last line is the
+worst case, as overhead.py's: `overhead_vs_copy_floor R`.
 
 Example:
     .venv/bin/python benchmarks/overhead.py --paired
