@@ -30,11 +30,15 @@
    `learned_vs_lru_step_in_one_process R`: the median step under the learned
    order over the median under LRU's.
 
-The last lines are `swap_bytes_vs_oracle R` and `swap_bytes_vs_belady R`: the
-worst learned/oracle and learned/Belady ratios of swap bytes per step (after
-the first step) over the replayed cases where both fit. The replay is
-stricter than TensorFlow (module docstring of replay.py): a case may not fit
-in replay and still train. Each recording and training run is its own
+The last lines are `oracle_vs_belady R`, `swap_bytes_vs_oracle R` and
+`swap_bytes_vs_belady R`: the worst oracle/Belady, learned/oracle and
+learned/Belady ratios of swap bytes per step (after the first step) over the
+replayed cases where both fit. The first is what the engine's own units
+(2 MiB pages of small objects) cost with perfect predictions, the second what
+the predictions cost: where learned is near the oracle and the oracle is over
+a target against Belady, the units miss it, not the predictions. The replay
+is stricter than TensorFlow (module docstring of replay.py): a case may not
+fit in replay and still train. Each recording and training run is its own
 subprocess, with progress lines.
 
 Example:
@@ -168,6 +172,34 @@ def replay_cases(name: str, path: Path, steps: int) -> list[tuple]:
     return rows
 
 
+def ratios(rows: list[tuple]) -> tuple[list[dict[str, str]], dict[str, float]]:
+    """Each row's swap over its case's oracle and Belady rows (learned and oracle
+    rows only; "" where a side did not fit or moved nothing), and the worst:
+    learned over each reference, and oracle over Belady.
+
+    Example:
+        >>> case = ("m", 2, 100)
+        >>> rows = [(*case, p, True, s, 0, 0, 0)
+        ...         for p, s in (("learned", 110), ("oracle", 105), ("belady", 100))]
+        >>> {k: round(v, 3) for k, v in ratios(rows)[1].items()}
+        {'oracle': 1.048, 'belady': 1.1, 'oracle/belady': 1.05}
+    """
+    worst = {"oracle": 0.0, "belady": 0.0, "oracle/belady": 0.0}
+    per_row = []
+    for name, fraction, mib, policy, fits, swap, *_ in rows:
+        row = {"oracle": "", "belady": ""}
+        for reference in row:
+            if policy not in ("learned", "oracle") or policy == reference:
+                continue
+            ref = next(r for r in rows if r[:3] == (name, fraction, mib) and r[3] == reference)
+            if fits and ref[4] and ref[5] > 0:
+                row[reference] = f"{swap / ref[5]:.2f}"
+                key = reference if policy == "learned" else "oracle/belady"
+                worst[key] = max(worst[key], swap / ref[5])
+        per_row.append(row)
+    return per_row, worst
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["--child"]:
@@ -196,21 +228,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             rows += replay_cases(name, path, args.steps)
     print(f"\n{'model':<12} {'device':>8} {'MiB':>6} {'policy':<8} {'swap MiB/step':>14} "
           f"{'first step':>11} {'lower bound MiB':>16} {'/oracle':>8} {'/belady':>8}")
-    worst = {"oracle": 0.0, "belady": 0.0}
-    for name, fraction, mib, policy, fits, swap, bound, _, first in rows:
-        ratios = {"oracle": "", "belady": ""}
-        for reference in ratios:
-            if policy not in ("learned", "oracle") or policy == reference:
-                continue
-            ref = next(r for r in rows if r[:3] == (name, fraction, mib) and r[3] == reference)
-            if fits and ref[4] and ref[5] > 0:
-                ratios[reference] = f"{swap / ref[5]:.2f}"
-                if policy == "learned":
-                    worst[reference] = max(worst[reference], swap / ref[5])
+    per_row, worst = ratios(rows)
+    for (name, fraction, mib, policy, fits, swap, bound, _, first), ratio in zip(rows, per_row):
         print(f"{name:<12} {fraction:>8} {mib:>6} {policy:<8} "
               f"{(f'{swap / MIB:,.0f}' if fits else 'no fit'):>14} "
               f"{(f'{first / MIB:,.0f}' if fits else ''):>11} {bound / MIB:>16,.0f} "
-              f"{ratios['oracle']:>8} {ratios['belady']:>8}")
+              f"{ratio['oracle']:>8} {ratio['belady']:>8}")
     if not args.skip_training:
         resnet = [r for r in rows if r[0] == "resnet50"]
         peak = resnet[0][7] if resnet else 889 * MIB
@@ -248,6 +271,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{order + ' order':<22} {steps[order]:>8.3f} "
                   f"{'':>12} {statistics.median(r['swap_per_step']) / MIB:>14,.0f}")
         print(f"learned_vs_lru_step_in_one_process {steps['learned'] / steps['lru']:.3f}")
+    print(f"oracle_vs_belady {worst['oracle/belady']:.3f}")
     print(f"swap_bytes_vs_oracle {worst['oracle']:.3f}")
     print(f"swap_bytes_vs_belady {worst['belady']:.3f}")
     return 0
