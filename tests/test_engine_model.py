@@ -32,6 +32,8 @@ since their writer may still be writing.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -366,6 +368,8 @@ class EngineModel(RuleBasedStateMachine):
         assert stats["peak_bytes_in_use"] >= stats["bytes_in_use"]
 
 
+IN_CHILD = "LMS_MODEL_IN_CHILD"  # set in the process that runs the machine
+
 # Examples per backend: the CUDA backend over the fake driver is slower (every
 # verify_pattern is a driver copy), so it runs fewer.
 EXAMPLES = {"posix": int(os.environ.get("LMS_MODEL_EXAMPLES", "300")),
@@ -375,6 +379,19 @@ EXAMPLES = {"posix": int(os.environ.get("LMS_MODEL_EXAMPLES", "300")),
 @pytest.mark.parametrize("backend,policy", [("posix", "lru"), ("cuda", "lru"),
                                             ("posix", "learned")])
 def test_engine_matches_its_model_under_random_use(backend, policy, request):
+    # A process of its own: the fake driver's memory and the pinned host
+    # budget are the process's, so files run before this one in a pytest
+    # worker changed its course (a clean-clone CI run of the same examples
+    # over the fake driver took 9,125 steps and never defragmented; alone,
+    # every time, 8,763 steps and 78 defragmentations). Its checks run in
+    # the child; this process checks that the child passed.
+    if os.environ.get(IN_CHILD) != "1":
+        child = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", request.node.nodeid],
+            cwd=request.config.rootpath, env={**os.environ, IN_CHILD: "1"},
+            capture_output=True, text=True, timeout=1800)
+        assert child.returncode == 0, child.stdout[-6000:] + child.stderr[-2000:]
+        return
     if backend == "cuda":
         request.getfixturevalue("fake_cuda")
     for key in TOTALS:
