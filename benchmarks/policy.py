@@ -69,18 +69,6 @@ OTHER_MODELS = ("rnn",)
 ROOMY_MB = 8192
 
 
-def set_learned_order(on: bool) -> None:
-    """Reclaims of LMS device 0 take the learned order or LRU's (a test entry point)."""
-    import tensorflow_lms_allocator as lms
-    from tensorflow_lms_allocator.overlay import activation
-
-    message = activation.message_buffer()
-    code = activation.adapter().tf_lms_test_set_learned_order(
-        lms.device_names()[0].encode(), int(on), message, len(message))
-    if code != 0:
-        raise activation.error(code, message)
-
-
 def swapped(before: dict[str, int], after: dict[str, int]) -> int:
     return sum(after[k] - before[k] for k in ("bytes_copied_out", "bytes_copied_in"))
 
@@ -93,6 +81,7 @@ def child(argv: list[str]) -> int:
 
     import tensorflow_lms_allocator as lms  # before tensorflow
     from mincap import build_model
+    from tensorflow_lms_allocator.overlay import activation
 
     command, model_name = argv[0], argv[1]
     model, inputs, labels = build_model(model_name)
@@ -110,7 +99,7 @@ def child(argv: list[str]) -> int:
             order: {"step_seconds": [], "swap_per_step": []} for order in ("learned", "lru")}
         for block in range(2 * blocks):
             order = ("learned", "lru")[block % 2]
-            set_learned_order(order == "learned")
+            activation.set_learned_order(lms.device_names()[0], order == "learned")
             model.train_on_batch(inputs, labels)  # dropped: evicts what the last order kept
             before = lms.get_statistics(0)
             for _ in range(steps):

@@ -90,3 +90,13 @@ def test_a_tensorflow_built_with_the_lms_patch_refuses_the_overlay(tmp_path: Pat
     activation._check_not_patched(stock)
     # A library that is not loaded is not looked into.
     activation._check_not_patched(tmp_path / "not_loaded.so")
+
+
+def test_the_reclaim_order_from_a_build_without_test_entry_points_says_what_to_do(
+        monkeypatch) -> None:
+    class Wheel:  # an adapter as a wheel builds it: the C API, no tf_lms_test_ functions
+        pass
+
+    monkeypatch.setattr(activation, "_ADAPTER", Wheel())
+    with pytest.raises(RuntimeError, match="test entry point.*`make build`"):
+        activation.set_learned_order("CPU:0", False)

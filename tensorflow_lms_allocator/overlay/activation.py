@@ -416,6 +416,28 @@ def _check_device_at_first_use(tf: ModuleType) -> None:
     session.BaseSession.__init__ = session_init
 
 
+def set_learned_order(device: str, on: bool) -> None:
+    """With TF_LMS_POLICY=learned, reclaims on LMS device `device` take the
+    learned order (True, the default) or LRU's while the policy goes on
+    learning (False): a test entry point, for comparing the two in one process.
+
+    RuntimeError from a build without test entry points (a wheel); make build
+    has them.
+
+    Example:
+        >>> import tensorflow_lms_allocator as lms
+        >>> set_learned_order(lms.device_names()[0], False)  # doctest: +SKIP
+    """
+    lib = adapter()
+    if not hasattr(lib, "tf_lms_test_set_learned_order"):
+        raise RuntimeError("the reclaim order is a test entry point, which this build of "
+                           "tensorflow_lms_allocator lacks: use the project's `make build`")
+    message = message_buffer()
+    code = lib.tf_lms_test_set_learned_order(device.encode(), int(on), message, len(message))
+    if code != 0:
+        raise error(code, message)
+
+
 def active() -> bool:
     """Whether the overlay serves this process (install() succeeded)."""
     return _ADAPTER is not None

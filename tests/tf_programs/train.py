@@ -54,11 +54,7 @@ def lru_order_from(batch: int, result: dict) -> None:
     from tensorflow_lms_allocator.overlay import activation
 
     result["at_switch"] = lms.get_statistics(0)
-    message = activation.message_buffer()
-    code = activation.adapter().tf_lms_test_set_learned_order(
-        lms.device_names()[0].encode(), 0, message, len(message))
-    if code != 0:
-        raise activation.error(code, message)
+    activation.set_learned_order(lms.device_names()[0], False)
 
 
 def train_fit(x, y, batch, result):
