@@ -312,6 +312,41 @@ def test_strict_mode_reports_each_unpinned_touch(make_posix_engine):
     assert engine.unpinned_touches() == []
 
 
+def test_strict_mode_reports_no_touch_of_memory_its_writer_holds(make_posix_engine):
+    """Note [Strict access follows holders]: an allocation made outside kernels
+    and placed in host memory is filled by its writer unpinned, by design; only
+    once a pin has claimed it and nobody holds it is a touch reported."""
+    engine = make_posix_engine(4, 32, strict=True)
+    full = engine.allocate(4 * GRANULE, pin=True)  # the device is full and pinned
+    batch = engine.allocate(2 * GRANULE, writer=True)  # a tf.data batch
+    assert engine.inspect(batch)["evicted"] and engine.inspect(batch)["unclaimed"]
+    engine.fill_pattern(batch, 2 * GRANULE, 3)  # its writer fills it
+    assert engine.unpinned_touches() == []
+    engine.unpin(full, engine.inspect(full)["unit_id"])
+    engine.pin(batch)  # claimed (and paged in)
+    engine.unpin(batch, engine.inspect(batch)["unit_id"])
+    engine.evict(batch)
+    assert engine.verify_pattern(batch, 2 * GRANULE, 3) == -1
+    assert [t["address"] for t in engine.unpinned_touches()] == [batch, batch + GRANULE]
+    engine.check_invariants()
+
+
+def test_strict_mode_reports_no_touch_of_a_unit_pinned_in_host_memory(make_posix_engine):
+    """A unit larger than the device is pinned where it is, in host memory: its
+    pinner's touches are not reported, and after the last unpin they are."""
+    engine = make_posix_engine(2, 32, strict=True)
+    big = engine.allocate(3 * GRANULE, writer=True)  # born evicted, claimed below
+    engine.fill_pattern(big, 3 * GRANULE, 4)
+    engine.pin(big)
+    assert engine.inspect(big)["evicted"]
+    assert engine.verify_pattern(big, 3 * GRANULE, 4) == -1
+    assert engine.unpinned_touches() == []
+    engine.unpin(big, engine.inspect(big)["unit_id"])
+    assert engine.verify_pattern(big, 3 * GRANULE, 4) == -1
+    assert len(engine.unpinned_touches()) == 3
+    engine.check_invariants()
+
+
 def test_strict_mode_does_not_hide_real_crashes(tmp_path):
     """A fault outside evicted memory still kills the process as before."""
     script = (

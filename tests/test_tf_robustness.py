@@ -297,3 +297,22 @@ def test_an_optional_request_through_tensorflows_allocator_evicts_nothing():
     assert r["optional"] == ["RESOURCE_EXHAUSTED", 0]
     assert r["evicted_for_it"] == 0 and r["refused"] == 1
     assert r["needed"] == ["OK", True]  # the same request, not optional, is served
+
+
+def test_strict_mode_never_crashes_a_kernel_writing_its_output_in_host_memory():
+    """TF_LMS_STRICT=1 changes neither what a program computes nor whether it
+    runs: a matmul whose output the device cannot hold is placed in host
+    memory and written there by the kernel (Note [Strict access follows
+    holders]); before, the fault handler ran below the gemm's stack pointer
+    and the process died in free() in 3 of 3 runs (Note [Strict mode's own
+    signal stack]), and MatMul was reported touching its own output."""
+    device = {"TF_LMS_CPU_DEVICE_MEMORY_MB": "16", "TF_LMS_ENABLED": "1"}
+    plain = run_program("robustness.py", "matmul_outputs_in_host_memory", env=device)
+    assert plain.returncode == 0 and plain.result, describe(plain)
+    for _ in range(3):
+        strict = run_program("robustness.py", "matmul_outputs_in_host_memory",
+                             env={**device, "TF_LMS_STRICT": "1"})
+        assert strict.returncode == 0 and strict.result, describe(strict)
+        assert strict.result["stats"]["num_overflow_placements"] > 0
+        assert strict.result["total"] == plain.result["total"]
+        assert "MatMul" not in strict.result["touched_by"], strict.result["touched_by"]

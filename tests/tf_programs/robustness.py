@@ -13,6 +13,8 @@ Usage: python robustness.py NAME
   slices_larger_than_device  tf.data.Dataset.from_tensor_slices of a 60 MiB
                         NumPy array (argv[2] "numpy") or tf.constant of it
                         ("constant"), iterated in batches (run on 24 MiB)
+  matmul_outputs_in_host_memory  tf.data batches and a matmul whose 16 MiB
+                        output the device cannot hold (run on 16 MiB, strict)
 
 Run with TF_LMS_CPU_DEVICE_MEMORY_MB=64 (and TF_LMS_ENABLED as the test says).
 """
@@ -298,9 +300,38 @@ def fill_in_function() -> None:
     emit(result)
 
 
+def matmul_outputs_in_host_memory() -> None:
+    """A map -> batch -> prefetch pipeline of 1.5 MiB batches, 2 MiB
+    temporaries, and a matmul with a constant whose 16 MiB output the 16 MiB
+    device cannot hold while its inputs are pinned: placed in host memory for
+    the kernel (AllocateInHostMemory). In strict mode this died in free()
+    ("corrupted size vs. prev_size") before Note [Strict mode's own signal
+    stack], and reported MatMul writing its own output."""
+    import numpy as np
+
+    tf = _tf()
+    import tensorflow_lms_allocator as lms
+
+    values = 96 * 1024  # an element of 384 KiB, a batch of 1.5 MiB
+
+    def element(i):
+        return tf.cast(i, tf.float32) + tf.range(values, dtype=tf.float32)
+
+    w = tf.constant(np.random.RandomState(0).rand(96, 1024).astype(np.float32))
+    total = 0.0
+    for b, batch in enumerate(tf.data.Dataset.range(160).map(element).batch(4).prefetch(6)):
+        temporaries = [tf.fill((512 * 1024,), float(b + k)) for k in range(2)]
+        product = tf.matmul(tf.reshape(batch, (-1, 96)), w)
+        total += float(tf.reduce_sum(batch) + tf.reduce_sum(product) +
+                       sum(tf.reduce_sum(t) for t in temporaries))
+    emit({"total": total, "stats": lms.get_statistics(0),
+          "touched_by": sorted({t.op for t in lms.unpinned_touches()})})
+
+
 if __name__ == "__main__":
     {"slices_larger_than_device": slices_larger_than_device,
      "fork_child_writes": fork_child_writes, "fork_parent_writes": fork_parent_writes,
      "spawn": spawn, "numpy_on_full_device": numpy_on_full_device,
      "fit_large_numpy": fit_large_numpy, "numpy_larger_than_device": numpy_larger_than_device,
-     "fill_in_function": fill_in_function}[sys.argv[1]]()
+     "fill_in_function": fill_in_function,
+     "matmul_outputs_in_host_memory": matmul_outputs_in_host_memory}[sys.argv[1]]()

@@ -115,6 +115,9 @@ void* Engine::Allocate(size_t bytes, Hold hold, Status* status,
                               FormatBytes(granule_) + ")");
     return nullptr;
   }
+  // Its user may touch evicted memory next (Note [Strict mode's own signal
+  // stack] in strict_monitor.cc).
+  if (strict_) StrictMonitor::EnsureSignalStack();
   MutexLock lock(mu_);
   // A small object is 256-byte aligned; a stricter alignment takes a
   // granule-aligned unit of its own (requested size unchanged).
@@ -392,6 +395,7 @@ void Engine::Claim(ChunkId c, const void* ptr) {
 uint32_t Engine::UnpinUnit(ChunkId c) {
   const uint32_t count = residency_.Unpin(c);
   if (count == 0) {
+    FollowHolders(c);
     if (learning_) learned_.Deactivated(c);
     const int64_t bytes = UnitLiveBytes(c);
     stats_.bytes_active -= bytes;
@@ -419,6 +423,7 @@ ChunkId Engine::PinPointer(ChunkId c, const void* ptr, uint64_t* unit_id, bool* 
   // its users read and write it in place (it never moves, so that is safe).
   const Residency::Record& r = residency_.record(c);
   *page_in = r.evicted && r.granules <= device_pool_.capacity();
+  if (r.evicted && !*page_in) FollowHolders(c);
   return c;
 }
 
@@ -441,6 +446,7 @@ void Engine::FollowObjectPin(ChunkId c, const void* ptr, bool pinned) {
 }
 
 Status Engine::Pin(const void* ptr, uint64_t* unit_id) {
+  if (strict_) StrictMonitor::EnsureSignalStack();
   MutexLock lock(mu_);
   uint64_t id = 0;
   bool page_in = false;
@@ -458,6 +464,7 @@ Status Engine::Pin(const void* ptr, uint64_t* unit_id) {
 }
 
 Status Engine::PinAll(const void* const* ptrs, size_t count, uint64_t* ids) {
+  if (strict_) StrictMonitor::EnsureSignalStack();
   MutexLock lock(mu_);
   Status failure;
   const auto note = [&failure](const Status& s) {

@@ -77,6 +77,19 @@
 // device must not push out everything kernels use and leave them nothing to
 // evict). Only its claiming pin pages a born-evicted one in.
 //
+// Note [Strict access follows holders]. Strict mode maps evicted memory
+// with no access so that a touch nobody pinned is reported. Memory someone
+// holds is not such a touch: a unit pinned where it is (larger than the
+// device), and an unclaimed allocation placed in host memory, which its
+// writer fills unpinned by design (a tf.data batch; a kernel's output the
+// device could not hold, AllocateInHostMemory in the adapter). Faulting
+// there reported a matmul writing its own output as an unpinned touch, and
+// ran the fault handler inside the kernel's compute code (Note [Strict
+// mode's own signal stack] in strict_monitor.cc). So an evicted unit that is
+// not moving is inaccessible and watched exactly while it has no pin and
+// nothing unclaimed (CheckInvariants checks it): MapEvicted maps a held unit
+// readable, and every change of its holders ends in FollowHolders.
+//
 // Note [Copies outside the lock]. On a backend whose copies are the calling
 // thread's own (the emulated device: Backend::CopiesMayRunUnlocked), an
 // eviction or a page-in releases the engine's lock while it copies, so
@@ -565,10 +578,14 @@ class Engine {
   Status TakeHostGranules(uint64_t n, const char* what, std::vector<GranuleId>* host)
       LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Maps `host` granules at unit `id`'s slots (replacing its device mapping,
-  // or onto unmapped slots), with no access in strict mode, which watches
-  // `watched_bytes` of it from before the mapping exists. All or nothing.
+  // or onto unmapped slots), in strict mode with no access unless the unit
+  // is held (Note [Strict access follows holders]), watching `watched_bytes`
+  // of it from before the mapping exists. All or nothing.
   Status MapEvicted(ChunkId id, const GranuleId* host, uint64_t watched_bytes)
       LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // In strict mode, makes evicted unit `id`'s access follow its holders
+  // (Note [Strict access follows holders]); nothing for other units.
+  void FollowHolders(ChunkId id) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Records a unit just mapped from host granules: evicted, counted in the
   // host statistics.
   void NoteEvicted(ChunkId id) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);

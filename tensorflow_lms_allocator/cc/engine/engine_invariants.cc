@@ -22,6 +22,8 @@
 //   each page: objects and bytes == the allocated chunks of its segment;
 //              available for new objects iff resident; empty only if pinned
 //   pin counts          < 2^31 (an unsigned count that wrapped went negative)
+//   strict mode: a settled evicted unit is watched iff it has no pin and
+//              nothing unclaimed (Note [Strict access follows holders])
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -88,6 +90,11 @@ Status Engine::CheckInvariantsLocked() const {
       bad = "a unit paging in is not evicted and pinned";
     }
     if (r.move == Residency::Move::kEvicting && r.evicted) bad = "an evicting unit is evicted";
+    if (strict_ && r.evicted && r.move == Residency::Move::kNone &&
+        strict_->Watched(ch.start) == (r.pin_count > 0 || r.unclaimed > 0)) {
+      bad = "strict mode: an evicted unit at slot " + std::to_string(ch.start) +
+            " is watched iff nobody holds it: not so";
+    }
     if (r.in_lru != Residency::Evictable(r)) {
       bad = "a unit is on the LRU list iff it is resident, unpinned, not moving and has "
             "nothing unclaimed: not so at slot " + std::to_string(ch.start);

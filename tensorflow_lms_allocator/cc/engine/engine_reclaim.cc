@@ -386,8 +386,11 @@ Status Engine::TakeHostGranules(uint64_t n, const char* what,
 
 Status Engine::MapEvicted(ChunkId id, const GranuleId* host, uint64_t watched_bytes) {
   const BestFitArena::Chunk& chunk = arena_.chunk(id);
-  const uint64_t n = residency_.record(id).granules;
-  if (!strict_) return MapSlots(chunk.start, n, PoolKind::kHost, host, Access::kReadWrite);
+  const Residency::Record& r = residency_.record(id);
+  const uint64_t n = r.granules;
+  if (!strict_ || r.pin_count > 0 || r.unclaimed > 0) {
+    return MapSlots(chunk.start, n, PoolKind::kHost, host, Access::kReadWrite);
+  }
   // Watched before the no-access mapping exists: a touch the moment it does
   // must find its slot watched, or strict mode would pass it on as a crash.
   strict_->Watch(chunk.start, n, chunk.allocation_id, SlotAddress(chunk.start),
@@ -395,6 +398,24 @@ Status Engine::MapEvicted(ChunkId id, const GranuleId* host, uint64_t watched_by
   Status s = MapSlots(chunk.start, n, PoolKind::kHost, host, Access::kNone);
   if (!s.ok()) strict_->Unwatch(chunk.start, n);
   return s;
+}
+
+void Engine::FollowHolders(ChunkId id) {
+  if (!strict_) return;
+  const Residency::Record& r = residency_.record(id);
+  // A moving unit's access is its move's (BeginPageIn makes touches wait).
+  if (!r.live || !r.evicted || r.move != Residency::Move::kNone) return;
+  const bool held = r.pin_count > 0 || r.unclaimed > 0;
+  const BestFitArena::Chunk& chunk = arena_.chunk(id);
+  if (held != strict_->Watched(chunk.start)) return;  // already as it should be
+  // Should mprotect fail, a holder's touch is reported, or an unpinned one
+  // is not: a report less exact, never a wrong byte.
+  if (held) {
+    strict_->Open(chunk.start, r.granules);
+  } else {
+    strict_->Close(chunk.start, r.granules, chunk.allocation_id, SlotAddress(chunk.start),
+                   chunk.requested_bytes);
+  }
 }
 
 void Engine::NoteEvicted(ChunkId id) {

@@ -66,6 +66,7 @@ void* Engine::AllocateSmall(size_t bytes, Hold hold, bool optional, Status* stat
   } else if (object.unclaimed) {
     residency_.AddUnclaimed(page.unit);
     stats_.bytes_unclaimed += allocated;
+    FollowHolders(page.unit);  // a page born evicted for it
   } else {
     residency_.Touch(page.unit);
   }
@@ -150,7 +151,11 @@ Status Engine::FreeSmall(ChunkId page_unit, const void* ptr) {
   (r.pin_count > 0 ? stats_.bytes_active : stats_.bytes_inactive) -= allocated;
   if (learning_) learned_.ObjectReleased(page.size_class, o);
   small_.arena_of(r.segment).Free(o);
-  if (page.objects == 0 && r.pin_count == 0) ReleaseSmallPage(r.segment);
+  if (page.objects == 0 && r.pin_count == 0) {
+    ReleaseSmallPage(r.segment);
+  } else {
+    FollowHolders(page_unit);
+  }
   return Status::Ok();
 }
 

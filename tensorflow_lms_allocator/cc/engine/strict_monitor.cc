@@ -22,6 +22,39 @@ thread_local std::vector<std::pair<uint64_t, uint32_t>> t_label_sizes;
 thread_local uintptr_t t_retried_address = 0;
 thread_local int64_t t_retried_ns = 0;
 
+// Note [Strict mode's own signal stack]
+// The fault handler runs on the thread that touched, and without an
+// alternate stack the kernel pushes its frame onto that thread's own stack,
+// below the stack pointer. Code that keeps data below its stack pointer
+// (oneDNN's JIT gemm kernels do, past the ABI's 128-byte red zone) then
+// finds it overwritten: a strict-mode run of a matmul whose output was
+// placed in host memory died in free() with "corrupted size vs. prev_size"
+// in 3 of 3 runs, none without strict mode. So every thread that uses an
+// engine in strict mode (they allocate and pin through it) gets an
+// alternate stack of its own, unless it has one (Python's faulthandler
+// gives the main thread one), and the handler is installed SA_ONSTACK.
+// The stack is the thread's until it exits; then it is disabled, if it is
+// still the thread's, and unmapped.
+constexpr size_t kSignalStackBytes = 256 << 10;  // forwarded handlers run on it too
+
+struct SignalStack {
+  void* base = nullptr;
+  bool checked = false;
+  ~SignalStack() {
+    if (base == nullptr) return;
+    stack_t current;
+    if (sigaltstack(nullptr, &current) == 0 && current.ss_sp == base &&
+        !(current.ss_flags & SS_ONSTACK)) {
+      stack_t off = {};
+      off.ss_flags = SS_DISABLE;
+      sigaltstack(&off, nullptr);
+      munmap(base, kSignalStackBytes);
+    }
+    // Still in use or replaced: left mapped (a thread's last moments).
+  }
+};
+thread_local SignalStack t_signal_stack;
+
 int64_t MonotonicNs() {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
@@ -188,6 +221,23 @@ void StrictMonitor::Unwatch(uint64_t first_slot, uint64_t count) {
   }
 }
 
+bool StrictMonitor::Open(uint64_t first_slot, uint64_t count) {
+  // Accessible before unwatched: a touch in between must not find its slot
+  // unwatched and inaccessible, which the handler passes on as a crash.
+  void* first = reinterpret_cast<void*>(base_ + first_slot * granule_bytes_);
+  const bool opened = mprotect(first, count * granule_bytes_, PROT_READ | PROT_WRITE) == 0;
+  if (opened) Unwatch(first_slot, count);
+  return opened;
+}
+
+bool StrictMonitor::Close(uint64_t first_slot, uint64_t count, uint64_t allocation_id,
+                          uintptr_t allocation_address, uint64_t allocation_bytes) {
+  // Watched before inaccessible, as for an eviction's mapping.
+  Watch(first_slot, count, allocation_id, allocation_address, allocation_bytes);
+  void* first = reinterpret_cast<void*>(base_ + first_slot * granule_bytes_);
+  return mprotect(first, count * granule_bytes_, PROT_NONE) == 0;
+}
+
 bool StrictMonitor::HandleFault(uintptr_t address) {
   if (address < base_ || address >= base_ + num_slots_ * granule_bytes_) {
     return false;
@@ -262,6 +312,25 @@ void StrictMonitor::Record(uint64_t s, uintptr_t address, uint64_t id) {
 }
 
 bool StrictMonitor::EnsureHandlerFirst() { return InstallHandler(); }
+
+void StrictMonitor::EnsureSignalStack() {
+  SignalStack& mine = t_signal_stack;
+  if (mine.checked) return;
+  mine.checked = true;
+  stack_t current;
+  if (sigaltstack(nullptr, &current) != 0 || !(current.ss_flags & SS_DISABLE)) return;
+  void* base = mmap(nullptr, kSignalStackBytes, PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+  if (base == MAP_FAILED) return;  // the handler runs on the thread's stack
+  stack_t stack = {};
+  stack.ss_sp = base;
+  stack.ss_size = kSignalStackBytes;
+  if (sigaltstack(&stack, nullptr) != 0) {
+    munmap(base, kSignalStackBytes);
+    return;
+  }
+  mine.base = base;
+}
 
 void StrictMonitor::ChainedHandlerRemoved() {
   DropChainedHandler();

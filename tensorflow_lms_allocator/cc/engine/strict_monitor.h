@@ -74,6 +74,18 @@ class StrictMonitor {
   // device memory is mapped) or Watch (the page-in failed).
   void BeginPageIn(uint64_t first_slot, uint64_t count);
   void Unwatch(uint64_t first_slot, uint64_t count);
+  // Whether slot `s` is watched (Watch, and no Unwatch since).
+  bool Watched(uint64_t slot) const {
+    return slots_[slot].allocation_id.load(std::memory_order_acquire) != 0;
+  }
+  // Evicted slots someone holds (a pin, or a writer outside kernels: Note
+  // [Strict access follows holders] in engine.h): made readable and
+  // writable, then unwatched, so a holder's touch never faults. False if
+  // mprotect failed (its touches are then reported, not lost).
+  bool Open(uint64_t first_slot, uint64_t count);
+  // The reverse, once nobody holds them: watched, then made inaccessible.
+  bool Close(uint64_t first_slot, uint64_t count, uint64_t allocation_id,
+             uintptr_t allocation_address, uint64_t allocation_bytes);
 
   std::vector<UnpinnedTouch> Report() const;
   // Touches past kMaxTouches are counted, not recorded.
@@ -88,6 +100,11 @@ class StrictMonitor {
   // its owner, who put ours back (faulthandler.disable()): forward to the one
   // before it again. Ours is put back on top if it is not there.
   static void ChainedHandlerRemoved();
+
+  // Gives the calling thread an alternate signal stack, if it has none, for
+  // as long as the thread lives (Note [Strict mode's own signal stack] in
+  // strict_monitor.cc). Cheap after the first call on a thread.
+  static void EnsureSignalStack();
 
   // Labels the calling thread's later touches (the TensorFlow adapter sets
   // the running op's name). `label` must outlive its use; nullptr clears it.
