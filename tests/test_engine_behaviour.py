@@ -229,6 +229,64 @@ def test_a_pin_anywhere_in_a_born_evicted_small_object_claims_it(make_engine):
     engine.check_invariants()
 
 
+def _page_of(engine, address: int) -> int:
+    return engine.inspect(address)["unit_address"]
+
+
+def test_small_objects_made_outside_kernels_pin_no_kernel_page(make_engine):
+    """Note [Writer pages]: tf.data batches go to pages of their own, never
+    into the holes of pages of inactive activations, so those stay evictable.
+    Before, twelve 16 KiB batches made all twelve activation pages unclaimed
+    and a kernel's request of 8 granules could evict nothing."""
+    engine = make_engine(16, 64)
+    activations = [engine.allocate(40 << 10) for _ in range(12)]  # a page each
+    batches = [engine.allocate(16 << 10, writer=True) for _ in range(12)]
+    activation_pages = {_page_of(engine, a) for a in activations}
+    batch_pages = {_page_of(engine, b) for b in batches}
+    assert len(activation_pages) == 12 and len(batch_pages) == 3
+    assert not activation_pages & batch_pages
+    assert engine.stats()["bytes_unclaimed"] == 12 * (16 << 10)
+    for i, b in enumerate(batches):
+        engine.fill_pattern(b, 16 << 10, 100 + i)
+    kernel = engine.allocate(8 * GRANULE, pin=True)  # evicts activation pages only
+    assert not engine.inspect(kernel)["evicted"]
+    assert all(not engine.inspect(b)["evicted"] for b in batches)
+    assert sum(engine.inspect(a)["evicted"] for a in activations) >= 7
+    assert all(engine.verify_pattern(b, 16 << 10, 100 + i) == -1 for i, b in enumerate(batches))
+    engine.check_invariants()
+
+
+def test_an_unclaimed_object_takes_a_claimed_page_only_within_the_bound(make_engine):
+    """An unclaimed object in a page that held nothing unclaimed takes that page
+    off the eviction list, so it goes there only while unclaimed memory then
+    holds at most half the device (Note [Writer pages])."""
+    engine = make_engine(8, 64)
+    claimed = engine.allocate(16 << 10, writer=True)
+    engine.unpin(claimed, engine.pin(claimed))  # claimed: its page is evictable
+    unclaimed = [engine.allocate(3 * GRANULE, writer=True)]  # 3 of 8 granules unclaimed
+    inside = engine.allocate(16 << 10, writer=True)  # 4 of 8: within the bound
+    assert _page_of(engine, inside) == _page_of(engine, claimed)
+    engine.unpin(inside, engine.pin(inside))
+    unclaimed.append(engine.allocate(GRANULE, writer=True))  # 4 of 8 unclaimed
+    beyond = engine.allocate(16 << 10, writer=True)  # 5 of 8 in that page: not there
+    assert _page_of(engine, beyond) != _page_of(engine, claimed)
+    engine.check_invariants()
+
+
+def test_out_of_memory_names_the_bytes_made_outside_kernels_exactly(make_engine):
+    """The message counts the unclaimed objects' own bytes, and apart from them
+    the device memory their pages hold."""
+    engine = make_engine(4, 64)
+    batches = [engine.allocate(10 << 10, writer=True) for _ in range(3)]  # one page
+    assert len({_page_of(engine, b) for b in batches}) == 1
+    engine.allocate(3 * GRANULE, pin=True)
+    with pytest.raises(OutOfMemoryError) as error:
+        engine.allocate(2 * GRANULE, pin=True)
+    message = str(error.value)
+    assert "0.0 MiB (30720 bytes) allocated outside kernels" in message, message
+    assert f"holding 0.1 MiB ({GRANULE} bytes) of device memory" in message, message
+
+
 def test_unknown_and_double_free_are_errors(make_engine):
     engine = make_engine()
     with pytest.raises(UnknownAllocationError, match="no live allocation"):

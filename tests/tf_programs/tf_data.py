@@ -11,6 +11,12 @@ Usage: python tf_data.py NAME [--runs N]
   fit        a Keras model trained on a tf.data pipeline (map + batch + prefetch),
              one thread each (bit-exact comparisons need it, docs/design.md); prints
              its losses and final weights' checksum
+  batches MODEL PIPELINE  Keras fit of MODEL ("mlp": 30 Dense(256) layers and a
+             Dense(4096), Adam, 30 batches of 32x1024 floats, 128 KiB, with
+             .prefetch(16); "mobilenet": MobileNetV3Small at 96x96, 12 batches
+             of 8, 0.8 MiB, with .prefetch(4)) on batches made by tf.data's
+             .batch() outside kernels (PIPELINE "outside") or by a kernel
+             (.map(lambda x, y: (x + 0.0, y)): "kernel"); one thread each
 Each prints ``RESULT <json>`` with the outcome and the LMS statistics.
 The tf.data batch is allocated on a tf.data thread, outside any kernel, and
 written there while other threads run kernels (Note [Writers outside
@@ -106,12 +112,46 @@ def fit(runs: int) -> dict:
     return {"losses": losses, "weights": digest.hexdigest()}
 
 
+def batches(model_name: str, made: str) -> dict:
+    """Overflow placements with batches made outside kernels or by a kernel
+    (Note [Writer pages] in cc/engine/small_pages.h)."""
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+    tf.keras.utils.set_random_seed(0)
+    data = np.random.RandomState(0)
+    if model_name == "mlp":
+        inputs = tf.keras.Input((1024,))
+        x = inputs
+        for _ in range(30):
+            x = tf.keras.layers.Dense(256, activation="relu")(x)
+        x = tf.keras.layers.Dense(4096, activation="relu")(x)
+        model = tf.keras.Model(inputs, tf.keras.layers.Dense(10)(x))
+        steps, batch, prefetch, shape = 30, 32, 16, (1024,)
+    else:
+        model = tf.keras.applications.MobileNetV3Small(input_shape=(96, 96, 3), weights=None,
+                                                       classes=10)
+        steps, batch, prefetch, shape = 12, 8, 4, (96, 96, 3)
+    xs = data.rand(steps * batch, *shape).astype(np.float32)
+    ys = data.randint(0, 10, steps * batch).astype(np.int32)
+    model.compile(optimizer="adam",
+                  loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    ds = tf.data.Dataset.from_tensor_slices((xs, ys)).batch(batch)
+    if made == "kernel":
+        ds = ds.map(lambda x, y: (x + 0.0, y))
+    history = model.fit(ds.prefetch(prefetch), epochs=1, verbose=0)
+    return {"loss": history.history["loss"][-1]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("name", choices=["pipeline", "fit"])
+    parser.add_argument("name", choices=["pipeline", "fit", "batches"])
+    parser.add_argument("args", nargs="*")
     parser.add_argument("--runs", type=int, default=1)
     args = parser.parse_args()
-    result = {"pipeline": pipeline, "fit": fit}[args.name](args.runs)
+    if args.name == "batches":
+        result = batches(*args.args)
+    else:
+        result = {"pipeline": pipeline, "fit": fit}[args.name](args.runs)
     if lms is not None:
         result["stats"] = lms.get_statistics(0)
         result["unpinned_touches"] = len(lms.unpinned_touches())

@@ -52,7 +52,8 @@ class BestFitArena {
     uint64_t size = 0;            // units
     uint64_t requested_bytes = 0; // what the caller asked for (allocated only)
     uint64_t allocation_id = 0;   // unique per allocation (allocated only)
-    bool unclaimed = false;       // the caller's mark (allocated only)
+    bool unclaimed = false;       // the caller's marks (allocated only):
+    bool made_by_writer = false;  // small_pages.h's Note [Writer pages]
     ChunkId prev = kNoChunk;      // address-order neighbours
     ChunkId next = kNoChunk;
     ChunkId bin_prev = kNoChunk;  // bin list links (free only)

@@ -75,7 +75,9 @@
 // would then hold at most half the device; beyond that it takes free device
 // memory or is born evicted (a tf.data prefetch buffer larger than the
 // device must not push out everything kernels use and leave them nothing to
-// evict). Only its claiming pin pages a born-evicted one in.
+// evict). A small one evicts nothing at all: it goes into a page of
+// writers' own, made from free device memory or born evicted (Note [Writer
+// pages] in small_pages.h). Only its claiming pin pages a born-evicted one in.
 //
 // Note [Strict access follows holders]. Strict mode maps evicted memory
 // with no access so that a touch nobody pinned is reported. Memory someone
@@ -446,11 +448,20 @@ class Engine {
                       uint64_t* unit_id)
       LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Status FreeSmall(ChunkId page, const void* ptr) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // An object of `units` in a resident page of `size_class` with room that
+  // Note [Writer pages] lets a `writer`'s (or a kernel's) object take, or
+  // kNoChunk. With `anywhere` (no page of its own could be had), any page
+  // with room, a writer's within the bound on unclaimed memory.
+  ChunkId PlaceObject(int size_class, uint64_t units, bool writer, bool anywhere)
+      LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static constexpr size_t kCopyGapsPerGranule = 32;
   // The byte ranges (from the page's start) of `page`'s live objects, in
   // order, neighbours closer than granule / kCopyGapsPerGranule merged (Note
   // [Live bytes only]).
   std::vector<ByteRange> LiveRanges(ChunkId page) const LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The bytes of unit `id`'s unclaimed allocations (a page's unclaimed
+  // objects, not the page). Walks the page: for the out-of-memory message.
+  int64_t UnclaimedBytes(ChunkId id) const LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // What moving unit `id` copies: its requested bytes, or a page's ranges.
   struct CopyPlan {
     size_t bytes = 0;

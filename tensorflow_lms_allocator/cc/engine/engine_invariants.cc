@@ -114,7 +114,7 @@ Status Engine::CheckInvariantsLocked() const {
       ++pages;
       resident_pages += r.evicted ? 0 : 1;
       const SmallPages::Page& page = small_.page(r.segment);
-      uint32_t objects = 0, unclaimed = 0;
+      uint32_t objects = 0, unclaimed = 0, kernel_objects = 0;
       int64_t object_bytes = 0;
       const BestFitArena& objects_arena = small_.arena_of(r.segment);
       const uint64_t end = (r.segment + 1) * small_.units_per_page();
@@ -125,6 +125,7 @@ Status Engine::CheckInvariantsLocked() const {
         const int64_t b = static_cast<int64_t>(objects_arena.chunk(o).size * SmallPages::kUnit);
         ++objects;
         object_bytes += b;
+        if (!objects_arena.chunk(o).made_by_writer) ++kernel_objects;
         if (objects_arena.chunk(o).unclaimed) {
           ++unclaimed;
           unclaimed_bytes += b;
@@ -133,6 +134,10 @@ Status Engine::CheckInvariantsLocked() const {
       if (r.unclaimed != unclaimed) bad = Eq("a page's unclaimed count", r.unclaimed, unclaimed);
       if (page.unit != id) bad = "a page's table entry names another unit";
       if (page.objects != objects) bad = Eq("a page's object count", page.objects, objects);
+      if (page.kernel_objects != kernel_objects) {
+        bad = Eq("a page's count of objects made in kernels", page.kernel_objects,
+                 kernel_objects);
+      }
       if (page.bytes != object_bytes) bad = Eq("a page's bytes", page.bytes, object_bytes);
       for (int k = 0; k < SmallPages::kNumClasses; ++k) {
         if (k != page.size_class && (!small_.arena(k).SegmentEmpty(r.segment) ||

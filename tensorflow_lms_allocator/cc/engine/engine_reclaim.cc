@@ -174,10 +174,12 @@ Status Engine::OutOfMemory(uint64_t granules, const char* what) const {
   // Pinned units holding unclaimed allocations count as pinned below, and
   // so do units another thread's eviction has pinned or written meanwhile.
   uint64_t unclaimed = 0, evicting = 0;
+  int64_t unclaimed_bytes = 0;  // the allocations' own, exactly: a page's objects
   for (ChunkId c = 0; c < residency_.size(); ++c) {
     const Residency::Record& r = residency_.record(c);
     if (Residency::HeldByWriter(r) && r.pin_count == 0) {
       unclaimed += r.granules;
+      unclaimed_bytes += UnclaimedBytes(c);
     } else if (r.live && r.move == Residency::Move::kEvicting && r.pin_count == 0) {
       evicting += r.granules;
     }
@@ -197,9 +199,10 @@ Status Engine::OutOfMemory(uint64_t granules, const char* what) const {
     m += " (LMS is on: too few inactive bytes are left to evict)";
   }
   if (unclaimed > 0) {
-    m += ", " + FormatBytes(unclaimed * granule_) +
+    m += ", " + FormatBytes(static_cast<uint64_t>(unclaimed_bytes)) +
          " allocated outside kernels and not yet used by one (tf.data batches, "
-         "converted NumPy arrays: never evicted while they may be being written)";
+         "converted NumPy arrays: never evicted while they may be being written), "
+         "holding " + FormatBytes(unclaimed * granule_) + " of device memory";
   }
   if (evicting > 0) {
     m += ", " + FormatBytes(evicting * granule_) + " being evicted by other threads";

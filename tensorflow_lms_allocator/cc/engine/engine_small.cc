@@ -15,10 +15,15 @@ namespace lms {
 void* Engine::AllocateSmall(size_t bytes, Hold hold, bool optional, Status* status,
                             uint64_t* unit_id) {
   const bool pin = hold == Hold::kPin;
-  const int size_class = small_.ClassOf(bytes);
-  BestFitArena* arena = &small_.arena(size_class);
+  const bool writer = hold == Hold::kWriter;
+  int size_class = small_.ClassOf(bytes, writer);
   const uint64_t units = (bytes + SmallPages::kUnit - 1) / SmallPages::kUnit;
-  ChunkId o = arena->Allocate(units);
+  ChunkId o = PlaceObject(size_class, units, writer, /*anywhere=*/false);
+  if (o == kNoChunk && size_class == SmallPages::kKernelClass) {
+    // The room left in writers' pages (Note [Writer pages]).
+    o = PlaceObject(SmallPages::kWriterClass, units, writer, /*anywhere=*/false);
+    if (o != kNoChunk) size_class = SmallPages::kWriterClass;
+  }
   if (o == kNoChunk) {
     uint64_t segment = 0;
     *status = NewSmallPage(hold, size_class, &segment, optional);
@@ -26,16 +31,22 @@ void* Engine::AllocateSmall(size_t bytes, Hold hold, bool optional, Status* stat
       // Placed in the new page, available or not (born evicted): room that
       // frees elsewhere while NewSmallPage evicts without the lock must not
       // leave the new page empty.
-      o = arena->AllocateInEmptySegment(segment, units);
+      o = small_.arena(size_class).AllocateInEmptySegment(segment, units);
     } else {
-      // No page to be had: a resident page of the other class with room
-      // takes it (Note [Size classes]).
-      arena = &small_.arena(1 - size_class);
-      o = arena->Allocate(units);
+      // No page to be had: a resident page of another class with room takes
+      // it (Note [Size classes]), a writer's object within the bound (Note
+      // [Writer pages]).
+      const int wanted = size_class;
+      for (int k = 0; o == kNoChunk && k < SmallPages::kNumClasses; ++k) {
+        if (k == wanted) continue;
+        o = PlaceObject(k, units, writer, /*anywhere=*/true);
+        if (o != kNoChunk) size_class = k;
+      }
       if (o == kNoChunk) return nullptr;
       *status = Status::Ok();
     }
   }
+  BestFitArena* arena = &small_.arena(size_class);
   BestFitArena::Chunk& object = arena->chunk(o);
   const uint64_t segment = arena->SegmentOf(object.start);
   SmallPages::Page& page = small_.page(segment);
@@ -44,9 +55,11 @@ void* Engine::AllocateSmall(size_t bytes, Hold hold, bool optional, Status* stat
   residency_.AbandonEviction(page.unit);
   object.requested_bytes = bytes;
   object.allocation_id = next_allocation_id_++;
-  object.unclaimed = hold == Hold::kWriter;
+  object.unclaimed = writer;
+  object.made_by_writer = writer;
   const int64_t allocated = static_cast<int64_t>(units * SmallPages::kUnit);
   ++page.objects;
+  if (!writer) ++page.kernel_objects;
   page.bytes += allocated;
   stats_.bytes_in_use += allocated;
   (residency_.record(page.unit).pin_count > 0 ? stats_.bytes_active
@@ -75,6 +88,21 @@ void* Engine::AllocateSmall(size_t bytes, Hold hold, bool optional, Status* stat
   return reinterpret_cast<void*>(
       SlotAddress(unit.start) +
       (object.start - segment * small_.units_per_page()) * SmallPages::kUnit);
+}
+
+ChunkId Engine::PlaceObject(int size_class, uint64_t units, bool writer, bool anywhere) {
+  BestFitArena& arena = small_.arena(size_class);
+  const ChunkId o = arena.Allocate(units);
+  if (o == kNoChunk || size_class == SmallPages::kTinyClass) return o;
+  const SmallPages::Page& page = small_.page(arena.SegmentOf(arena.chunk(o).start));
+  const bool holds_unclaimed = residency_.record(page.unit).unclaimed > 0;
+  // Note [Writer pages].
+  const bool fits = writer ? (anywhere || page.kernel_objects == 0) &&
+                                 (holds_unclaimed || WriterMayEvict(1))
+                           : anywhere || !holds_unclaimed;
+  if (fits) return o;
+  arena.Free(o);
+  return kNoChunk;
 }
 
 ChunkId Engine::SmallObjectAt(ChunkId page, const void* ptr) const {
@@ -107,6 +135,23 @@ std::vector<ByteRange> Engine::LiveRanges(ChunkId page) const {
     }
   }
   return ranges;
+}
+
+int64_t Engine::UnclaimedBytes(ChunkId id) const {
+  const Residency::Record& r = residency_.record(id);
+  if (r.unclaimed == 0) return 0;
+  if (!residency_.IsPage(id)) return static_cast<int64_t>(r.granules * granule_);
+  const BestFitArena& arena = small_.arena_of(r.segment);
+  int64_t bytes = 0;
+  for (ChunkId c = arena.SegmentHead(r.segment);
+       c != kNoChunk && arena.SegmentOf(arena.chunk(c).start) == r.segment;
+       c = arena.chunk(c).next) {
+    const BestFitArena::Chunk& object = arena.chunk(c);
+    if (!object.free && object.unclaimed) {
+      bytes += static_cast<int64_t>(object.size * SmallPages::kUnit);
+    }
+  }
+  return bytes;
 }
 
 Engine::CopyPlan Engine::PlanCopy(ChunkId id) const {
@@ -146,6 +191,7 @@ Status Engine::FreeSmall(ChunkId page_unit, const void* ptr) {
     stats_.bytes_unclaimed -= allocated;
   }
   --page.objects;
+  if (!object.made_by_writer) --page.kernel_objects;
   page.bytes -= allocated;
   stats_.bytes_in_use -= allocated;
   (r.pin_count > 0 ? stats_.bytes_active : stats_.bytes_inactive) -= allocated;
@@ -161,7 +207,9 @@ Status Engine::FreeSmall(ChunkId page_unit, const void* ptr) {
 
 Status Engine::NewSmallPage(Hold hold, int size_class, uint64_t* segment,
                             bool optional) {
-  const bool may_evict = !optional && (hold != Hold::kWriter || WriterMayEvict(1));
+  // A page for a writer's object evicts nothing: it takes free device memory
+  // or is born evicted (Note [Writer pages]).
+  const bool may_evict = !optional && hold != Hold::kWriter;
   if (may_evict) MakeRoomUnlocked(1);
   if (!small_.TakeSegment(segment)) {
     return ResourceExhausted("the small-object region has no room for another "

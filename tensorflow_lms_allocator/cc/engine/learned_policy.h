@@ -334,7 +334,8 @@ class LearnedPolicy {
   uint64_t Rank(const Unit& u, uint64_t live_bytes, uint64_t granule_bytes) const;
 
   std::vector<Unit> units_;  // by ChunkId
-  std::vector<Unit> objects_[2];  // by size class, then ChunkId in its arena
+  // By size class, then ChunkId in its arena.
+  std::vector<Unit> objects_[SmallPages::kNumClasses];
   std::unordered_map<uint64_t, KeyEntry> keys_;
   // The CLOCK hand: an element of keys_ once it is full, else end().
   std::unordered_map<uint64_t, KeyEntry>::iterator hand_;

@@ -9,8 +9,10 @@ SmallPages::SmallPages(size_t granule, uint64_t max_pages, size_t tiny_bytes)
       arenas_{{max_pages * units_per_page_, /*index_interior=*/false,
                /*segment_units=*/units_per_page_},
               {max_pages * units_per_page_, /*index_interior=*/false,
+               /*segment_units=*/units_per_page_},
+              {max_pages * units_per_page_, /*index_interior=*/false,
                /*segment_units=*/units_per_page_}} {
-  static_assert(kNumClasses == 2, "one initializer per class above");
+  static_assert(kNumClasses == 3, "one initializer per class above");
 }
 
 bool SmallPages::TakeSegment(uint64_t* segment) {

@@ -29,10 +29,35 @@
 // filling one "open page" with pinned outputs until it is full (so that a
 // kernel's outputs share pages) swapped 1.5-2x more from 18 MiB up.
 // The classes never cost a kernel its device: when an object's class can get
-// no page (nothing left to evict), a resident page of the other class with
+// no page (nothing left to evict), a resident page of another class with
 // room takes it, so a device of one granule still runs a kernel holding
-// tensors of both classes. A page's objects live in its class's arena,
+// tensors of both sizes. A page's objects live in its class's arena,
 // whatever their size.
+//
+// Note [Writer pages]. An unclaimed object keeps its whole page off the
+// eviction list (Note [Writers outside kernels] in engine.h), so larger
+// objects made outside kernels (Hold::kWriter: tf.data batches, converted
+// NumPy arrays) have a class of their own, and share no page with objects
+// made in kernels while they are unclaimed:
+//   - a writer's object goes into a writer's page that holds no object made
+//     in a kernel, and into one that holds nothing unclaimed only within the
+//     bound on unclaimed memory (Engine::PlaceObject). A new page for it
+//     evicts nothing: it takes free device memory or is born evicted, and
+//     the first kernel to pin one of its objects pages it in (evicting a
+//     granule of kernels' tensors for a few batches cost more copies than
+//     paging the batches in: docs/decisions/0001-writer-pages.md);
+//   - a kernel's object that finds no room in kernels' pages may take the
+//     room left in a writer's page that holds nothing unclaimed (a 1.7 MiB
+//     batch leaves 0.3 MiB of its page); writers' objects then stay out of
+//     that page until the kernel's objects are gone.
+// Tiny objects mix, wherever they were made: a page of their own for the
+// writers' few (labels, converted Python scalars) would take a granule of
+// the device for good, and tiny pages are hot, rarely evicted anyway.
+// Only when an object's class can get no page at all does it take room in
+// any resident page (a writer's within the bound), as Note [Size classes]
+// says. After its claim an object stays where it is: its page joins the
+// eviction list once nothing in it is unclaimed. The measurements behind
+// these rules are docs/decisions/0001-writer-pages.md.
 //
 // Invariants (Engine::CheckInvariants):
 //   - a page's objects and bytes are the allocated chunks of its segment in
@@ -57,16 +82,23 @@ class SmallPages {
  public:
   static constexpr size_t kUnit = 256;
 
-  // Size classes (Note [Size classes]): 0 below the tiny threshold, else 1.
+  // Size classes (Note [Size classes]), larger objects by who made them
+  // (Note [Writer pages]).
   static constexpr size_t kTinyBytes = 4096;
-  static constexpr int kNumClasses = 2;
-  int ClassOf(size_t bytes) const { return bytes < tiny_bytes_ ? 0 : 1; }
+  static constexpr int kTinyClass = 0;    // tiny objects, wherever made
+  static constexpr int kKernelClass = 1;  // larger ones made in kernels
+  static constexpr int kWriterClass = 2;  // larger ones made outside kernels
+  static constexpr int kNumClasses = 3;
+  int ClassOf(size_t bytes, bool writer) const {
+    return bytes < tiny_bytes_ ? kTinyClass : writer ? kWriterClass : kKernelClass;
+  }
 
   struct Page {
     ChunkId unit = kNoChunk;  // the page's chunk in the engine's arena
     int size_class = 0;
     uint32_t objects = 0;
-    int64_t bytes = 0;        // allocated bytes of its objects
+    uint32_t kernel_objects = 0;  // of them, those not made by a writer
+    int64_t bytes = 0;            // allocated bytes of its objects
   };
 
   // `max_pages` bounds the region: every page holds a device or a host
