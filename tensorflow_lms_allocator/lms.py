@@ -214,15 +214,48 @@ def _device_name(device: Any) -> str:
     local = (spec.job in (None, "localhost") and spec.replica in (None, 0)
              and spec.task in (None, 0))
     if kind == "GPU" and local:
-        return f"GPU:{index}"
-    if kind in ("CPU", "XLA_CPU") and index == 0 and local:
+        return f"GPU:{index}"  # each logical GPU has an LMS device of its own
+    # Every logical CPU device shares the CPU's one allocator: the emulated
+    # device, CPU:0's LMS device.
+    if kind in ("CPU", "XLA_CPU") and local and (index == 0 or index in _logical_cpus()):
         return "CPU:0"
-    raise ValueError(f"unknown device {device!r}; use 0, 'GPU:0' or 'CPU:0' (or the full "
-                     "name, '/job:localhost/replica:0/task:0/device:GPU:0')")
+    raise ValueError(f"unknown device {device!r}: {_served_devices()}")
+
+
+def _logical_cpus() -> list[int]:
+    """The indices of TensorFlow's logical CPU devices (CPU:0, CPU:1, ...)."""
+    import tensorflow as tf
+
+    return sorted(tf.DeviceSpec.from_string(d.name).device_index or 0
+                  for d in tf.config.list_logical_devices("CPU"))
+
+
+def _served_devices() -> str:
+    """What LMS serves in this process, in words, for error messages.
+
+    Example:
+        >>> _served_devices()  # doctest: +SKIP
+        'LMS serves CPU:0 (also as CPU:1: logical devices of the CPU share its memory)'
+    """
+    served = []
+    for name in device_names():
+        also = [f"CPU:{i}" for i in _logical_cpus() if i != 0] if name == "CPU:0" else []
+        served.append(name + (f" (also as {', '.join(also)}: logical devices of the CPU "
+                              "share its memory)" if also else ""))
+    if not served:
+        return ("LMS serves no device in this process (no GPU with LMS enabled, and "
+                "TF_LMS_CPU_DEVICE_MEMORY_MB is not set)")
+    return "LMS serves " + ", ".join(served)
 
 
 def get_statistics(device: int | str | Any = 0) -> dict[str, int]:
     """Every LMS statistic of `device` as a dict (engine names).
+
+    `device` is an index into device_names(), a name or a device from
+    tf.config.list_logical_devices(). The logical CPU devices
+    (tf.config.set_logical_device_configuration) share one emulated device:
+    each answers with its figures. Each logical GPU has an LMS device of its
+    own, with its own memory_limit.
 
     Example:
         >>> stats = tensorflow_lms_allocator.get_statistics("GPU:0")  # doctest: +SKIP

@@ -91,6 +91,28 @@ def test_allow_growth_creates_device_memory_as_it_is_used():
     assert run.result["allocated"] == 12 and run.result["violations"] == ""
 
 
+def test_logical_gpus_on_one_device_each_swap_past_their_own_memory_limit():
+    """tf.config.set_logical_device_configuration makes one CUDA device several
+    logical GPUs, each with its memory_limit: each gets an LMS device of its
+    own and answers get_statistics for itself."""
+    run = run_program("gpu_wiring.py", "logical", env=fake_gpu(TF_LMS_ENABLED="1"))
+    assert run.result, describe(run)
+    r = run.result
+    assert r["mapped"] == 0 and r["create"] == [0, 0]
+    assert r["names"] == ["GPU:0", "GPU:1"]
+    assert r["held"] == {"GPU:0": 8, "GPU:1": 6}
+    assert r["stats"]["GPU:0"]["bytes_limit"] == 48 * MIB
+    assert r["stats"]["GPU:1"]["bytes_limit"] == 32 * MIB
+    # Past each one's own limit, in host memory (outside kernels: born evicted).
+    assert r["stats"]["GPU:0"]["bytes_in_use"] == 64 * MIB
+    assert r["stats"]["GPU:0"]["host_bytes_in_use"] >= 16 * MIB
+    assert r["stats"]["GPU:1"]["bytes_in_use"] == 48 * MIB
+    assert r["stats"]["GPU:1"]["host_bytes_in_use"] >= 16 * MIB
+    assert "GPU:2 has no LMS allocator" in r["unknown"]
+    assert "LMS serves GPU:0, GPU:1" in r["unknown"]
+    assert r["violations"] == ""
+
+
 def test_with_lms_off_tensorflows_own_allocator_serves_the_gpu():
     run = run_program("gpu_wiring.py", "refused", env=fake_gpu())
     assert run.result, describe(run)

@@ -22,6 +22,8 @@ import pytest
 
 from tf_helpers import PROGRAMS, describe, log_severity, run_program
 
+MIB = 1 << 20
+
 ROOT = Path(__file__).resolve().parents[1]
 
 CAP_MIB = 128
@@ -222,6 +224,86 @@ def test_importing_after_tensorflow_with_lms_settings_is_an_import_error_naming_
     assert run.result, describe(run)
     assert "must be imported before TensorFlow" in run.result["error"]
     assert "The environment sets TF_LMS_ENABLED" in run.result["error"]
+
+
+@pytest.mark.parametrize("env, warned", [
+    ({"TF_LMS_ENABLED": "1"}, True),
+    ({"TF_LMS_ENABLED": "0"}, False),
+    ({"TF_LMS_ENABLED": "1", "TF_LMS_CPU_DEVICE_MEMORY_MB": "64"}, False),
+], ids=["enabled_no_device", "disabled", "enabled_emulated"])
+def test_lms_enabled_but_serving_no_device_says_so_once(env, warned):
+    """With no GPU and no TF_LMS_CPU_DEVICE_MEMORY_MB, LMS on serves nothing:
+    one warning at the first op says so and what to set (there was none, even
+    at log level 0)."""
+    run = run_program("probes.py", "serves", env={**env, "TF_CPP_MIN_LOG_LEVEL": "0"})
+    assert run.result and run.result["value"] == 2048.0, describe(run)
+    lines = [x for x in run.stderr.splitlines() if "LMS is enabled but serves no device" in x]
+    assert len(lines) == (1 if warned else 0), run.stderr[-3000:]
+    if warned:
+        assert log_severity(lines[0]) == "W", lines[0]
+        assert "set TF_LMS_CPU_DEVICE_MEMORY_MB=<MiB>" in lines[0].replace("Set", "set")
+        assert run.result["enabled"] is True and run.result["names"] == []
+
+
+def test_every_logical_cpu_device_answers_with_the_shared_emulated_device():
+    """The CPU split into logical devices shares one emulated device: CPU:1
+    trains under its cap and answers get_statistics with the shared figures;
+    an unknown name is an error naming what LMS serves (it suggested GPU:0 on
+    a machine with none, and CPU:1 was unknown)."""
+    run = run_program("probes.py", "logical_cpus",
+                      env={"TF_LMS_CPU_DEVICE_MEMORY_MB": "64", "TF_LMS_ENABLED": "1"})
+    assert run.result, describe(run)
+    r = run.result
+    assert len(r["logical"]) == 2 and r["names"] == ["CPU:0"]
+    assert r["sums"] == [float(i) * 4 * MIB for i in range(6)]  # 96 MiB on 64
+    shared = r["stats"]["CPU:0"]
+    assert shared["num_evictions"] > 0
+    for name, stats in r["stats"].items():
+        assert stats["bytes_limit"] == 64 * MIB and stats["num_allocs"] >= shared["num_allocs"], name
+    assert "unknown device 'CPU:2'" in r["CPU:2"]
+    assert "LMS serves CPU:0 (also as CPU:1: logical devices of the CPU share" in r["CPU:2"]
+    assert "GPU:0 has no LMS allocator" in r["GPU:0"] and "LMS serves CPU:0" in r["GPU:0"]
+
+
+def test_reset_memory_stats_resets_lms_peaks_and_keeps_its_counts():
+    """As the README says: TensorFlow's reset_memory_stats reaches LMS's peaks
+    (each to its current value); counts and cumulative bytes stay."""
+    run = run_program("probes.py", "reset_peaks",
+                      env={"TF_LMS_CPU_DEVICE_MEMORY_MB": "64", "TF_LMS_ENABLED": "1"})
+    assert run.result, describe(run)
+    before, after = run.result["before"], run.result["after"]
+    assert before["peak_bytes_in_use"] > before["bytes_in_use"]
+    for peak, current in (("peak_bytes_in_use", "bytes_in_use"),
+                          ("peak_bytes_reserved", "bytes_reserved"),
+                          ("peak_bytes_active", "bytes_active"),
+                          ("peak_bytes_reclaimed", "current_bytes_reclaimed"),
+                          ("host_peak_bytes_in_use", "host_bytes_in_use")):
+        assert after[peak] == after[current], peak
+    for kept in ("num_allocs", "num_evictions", "bytes_reclaimed", "bytes_copied_out"):
+        assert after[kept] == before[kept], kept
+
+
+def test_importing_after_tensorflow_with_lms_turned_off_asks_for_nothing():
+    """TF_LMS_ENABLED=0 (and the other settings set to off) ask for no LMS: the
+    package imports after TensorFlow for its tools, as with no setting."""
+    run = run_program("probes.py", "late_import",
+                      env={"TF_LMS_ENABLED": "0", "TF_LMS_STRICT": "false"})
+    assert run.result and run.result["error"] is None, describe(run)
+    assert run.result["engine_allocates"] is True
+    assert run.result["package"].startswith("LMS is not active in this process")
+
+
+def test_only_settings_that_do_not_turn_lms_off_ask_for_it():
+    from tensorflow_lms_allocator.overlay.activation import asking_settings
+
+    assert asking_settings({"TF_LMS_ENABLED": "0", "TF_LMS_DEFRAG_ENABLED": "False",
+                            "TF_LMS_PREFETCH": " 0", "TF_LMS_STRICT": "",
+                            "HOME": "/root"}) == []
+    # A value LMS refuses asks for LMS: its import says what is wrong with it.
+    assert asking_settings({"TF_LMS_ENABLED": "1", "TF_LMS_POLICY": "lru",
+                            "TF_LMS_CPU_DEVICE_MEMORY_MB": "0",
+                            "TF_LMS_STRICT": "maybe"}) == [
+        "TF_LMS_CPU_DEVICE_MEMORY_MB", "TF_LMS_ENABLED", "TF_LMS_POLICY", "TF_LMS_STRICT"]
 
 
 @pytest.mark.parametrize("installed, words", [

@@ -99,3 +99,20 @@ def test_keras_training_with_evicted_weights_and_slots_matches_stock_with_no_unp
     assert stats["num_evictions"] > 0 and stats["num_page_ins"] > 0
     assert run.result["touches"] == []
     assert run.result["losses"] == stock.result["losses"]  # single-threaded: bit for bit
+
+
+def test_the_only_unpinned_touch_of_an_assign_is_the_eager_runtimes_read_of_the_handle():
+    """docs/robustness.md: before an op's kernel runs, TensorFlow's eager runtime
+    reads the variable's resource handle (the length of its device string, at
+    offset 8), outside any kernel; on the emulated device that handle may be in
+    an evicted tiny page. That one touch, by no kernel, is all strict mode
+    reports, and the values are right (a GPU keeps handles in host memory)."""
+    run = run_program("probes.py", "handle_read", env=STRICT_DEVICE)
+    assert run.result, describe(run)
+    for r in run.result["rounds"]:
+        assert r["values"] == [3.0, 3.0]
+        assert len(r["touches"]) <= 1, r["touches"]
+        for touch in r["touches"]:
+            assert touch["op"] == "-"  # no kernel
+            assert (touch["address"] - touch["allocation_address"]) % 256 == 8, touch
+            assert touch["allocation_bytes"] == 2 << 20  # a small-object page

@@ -8,8 +8,9 @@ loads after it.
 Note [Activation]. Importing the package (or any of its modules: the tools
 too) before TensorFlow loads the interposer, which needs nothing of
 TensorFlow, and then either:
-  - with an LMS setting in the environment (a TF_LMS_* variable: LMS is
-    asked for), imports TensorFlow and activates LMS at once, so a bad value
+  - with an LMS setting in the environment (a TF_LMS_* variable that does
+    not turn its feature off: LMS is asked for), imports TensorFlow and
+    activates LMS at once, so a bad value
     is an error of the package's import, naming the variable; or
   - without one, waits: LMS activates when TensorFlow is first imported
     (after_import), or when an LMS function is first called (which imports
@@ -34,7 +35,7 @@ from pathlib import Path
 from types import ModuleType
 
 import warnings
-from typing import Callable
+from typing import Callable, Mapping
 
 from tensorflow_lms_allocator.overlay import after_import, c_api, config_proto
 
@@ -121,6 +122,27 @@ def _tensorflow_installed() -> bool:
         return False
 
 
+# Settings whose value turns their feature off: set so, they ask for nothing.
+# (TF_LMS_CPU_DEVICE_MEMORY_MB=0 is no such value: less than a granule, refused.)
+_OFF = {"TF_LMS_ENABLED": ("0", "false"), "TF_LMS_DEFRAG_ENABLED": ("0", "false"),
+        "TF_LMS_STRICT": ("0", "false"), "TF_LMS_PREFETCH": ("0", "false")}
+
+
+def asking_settings(environ: Mapping[str, str]) -> list[str]:
+    """The TF_LMS_* variables of `environ` that ask for LMS, sorted.
+
+    A variable set to a value that turns its feature off (``TF_LMS_ENABLED=0``,
+    ``TF_LMS_STRICT=false``) asks for nothing, nor does an empty one.
+
+    Example:
+        >>> asking_settings({"TF_LMS_ENABLED": "0", "TF_LMS_POLICY": "lru"})
+        ['TF_LMS_POLICY']
+    """
+    return sorted(name for name, value in environ.items()
+                  if name.startswith("TF_LMS_") and value.strip()
+                  and value.strip().lower() not in _OFF.get(name, ()))
+
+
 def install_or_explain(then: Callable[[ModuleType], None]) -> None:
     """Activates LMS where it can serve this process (Note [Activation]); else keeps why not.
 
@@ -132,8 +154,8 @@ def install_or_explain(then: Callable[[ModuleType], None]) -> None:
     without it, and after it: then every function that needs the overlay
     raises RuntimeError with the reason (Python's tf.config.experimental
     functions included). Settings for LMS in the environment (TF_LMS_*) ask
-    for LMS: with TensorFlow loaded first they are an ImportError, as LMS
-    cannot give what they ask. Returns the tensorflow module, or None
+    for LMS, unless they turn it off (asking_settings): with TensorFlow
+    loaded first they are an ImportError, as LMS cannot give what they ask. Returns the tensorflow module, or None
     without TensorFlow.
 
     Example:
@@ -149,8 +171,7 @@ def install_or_explain(then: Callable[[ModuleType], None]) -> None:
                         f"tensorflow-cpu {version} (pip install tensorflow=={version}); the "
                         "tools (engine, trace, replay) work without it.")
         return
-    requested = sorted(name for name, value in os.environ.items()
-                       if name.startswith("TF_LMS_") and value)
+    requested = asking_settings(os.environ)
     if _tensorflow_loaded_first():
         if requested:
             raise ImportError(f"{LATE_IMPORT} (The environment sets {', '.join(requested)}, "

@@ -12,6 +12,9 @@ Usage: python gpu_wiring.py NAME
              host memory cannot hold is refused (no pageable host pointer)
   refused    asking for the GPU allocator when LMS cannot serve it; prints
              the C API's code and message, and tf_lms_check_gpu's
+  logical    one CUDA device as two logical GPUs (48 and 32 MiB), as
+             tf.config.set_logical_device_configuration makes them: each
+             swaps past its own memory_limit and answers for itself
 """
 
 from __future__ import annotations
@@ -128,6 +131,45 @@ def allocate() -> None:
     emit(result)
 
 
+def logical() -> None:
+    import tensorflow_lms_allocator as lms
+    from tensorflow_lms_allocator.overlay import activation
+    import tensorflow as tf  # noqa: F401  (the devices' statistics need it)
+
+    lib = activation.adapter()
+    message = ctypes.create_string_buffer(2048)
+    result: dict = {"mapped": lib.tf_lms_test_map_gpu(1, 0, message, len(message))}
+    result["create"] = [lib.tf_lms_test_gpu_allocator(gpu, budget, None, 0, message,
+                                                      len(message))
+                        for gpu, budget in ((0, 48 * MIB), (1, 32 * MIB))]
+    result["names"] = lms.device_names()
+    held: dict[str, list[int]] = {"GPU:0": [], "GPU:1": []}
+    for name, count in (("GPU:0", 8), ("GPU:1", 6)):  # 64 MiB on 48, 48 on 32
+        for _ in range(count):
+            ptr = ctypes.c_void_p()
+            if lib.tf_lms_test_allocate_raw(name.encode(), 256, 8 * MIB, 1, ctypes.byref(ptr),
+                                            message, len(message)) == 0:
+                held[name].append(ptr.value)
+    result["held"] = {name: len(p) for name, p in held.items()}
+    result["stats"] = {name: {k: v for k, v in lms.get_statistics(name).items()
+                              if k in ("bytes_limit", "bytes_in_use", "host_bytes_in_use")}
+                       for name in held}
+    for name, pointers in held.items():
+        for ptr in pointers:
+            lib.tf_lms_test_deallocate_raw(name.encode(), ptr)
+    try:
+        lms.get_statistics("GPU:2")
+        result["unknown"] = None
+    except ValueError as error:
+        result["unknown"] = str(error)
+    fake = ctypes.CDLL(os.environ["TF_LMS_CUDA_DRIVER_PATH"])
+    fake.fake_cuda_violations.restype = ctypes.c_void_p
+    raw = fake.fake_cuda_violations()
+    result["violations"] = ctypes.string_at(raw).decode()
+    ctypes.CDLL(None).free(ctypes.c_void_p(raw))
+    emit(result)
+
+
 def refused() -> None:
     from tensorflow_lms_allocator.overlay import activation
     import tensorflow_lms_allocator as lms
@@ -148,4 +190,4 @@ def refused() -> None:
 
 
 if __name__ == "__main__":
-    {"allocate": allocate, "refused": refused}[sys.argv[1]]()
+    {"allocate": allocate, "refused": refused, "logical": logical}[sys.argv[1]]()

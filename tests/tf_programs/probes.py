@@ -11,6 +11,12 @@ Usage: python probes.py NAME
   wrong_version    the adapter asked to serve another TensorFlow version
   announce         the device's log line, then an out-of-memory error
   optional         optional requests (retry_on_failure off) on a full device
+  serves           one op; whether LMS is enabled and the devices it serves
+  logical_cpus     the CPU split into two logical devices: work on CPU:1 under
+                   pressure, the statistics of each name, an unknown name
+  reset_peaks      statistics before and after tf.config.experimental.reset_memory_stats
+  handle_read      a 16 MiB variable evicted by six 16 MiB fills, then assigned, twice:
+                   strict mode's report of each round
 """
 
 from __future__ import annotations
@@ -71,6 +77,65 @@ def announce() -> None:
         result["error"] = error.message
     result["stats"] = lms.get_statistics(0)
     emit(result)
+
+
+def serves() -> None:
+    import tensorflow_lms_allocator as lms
+    import tensorflow as tf
+
+    value = float(tf.reduce_sum(tf.fill((1024,), 2.0)))
+    emit({"value": value, "enabled": lms.get_lms_enabled(), "names": lms.device_names()})
+
+
+def logical_cpus() -> None:
+    import tensorflow_lms_allocator as lms
+    import tensorflow as tf
+
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(
+        cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+    result: dict = {"logical": [d.name for d in tf.config.list_logical_devices("CPU")]}
+    with tf.device("/CPU:1"):
+        held = [tf.fill((4 * MIB,), float(i)) for i in range(6)]  # 16 MiB each
+        result["sums"] = [float(tf.reduce_sum(t)) for t in held]
+    result["names"] = lms.device_names()
+    result["stats"] = {name: lms.get_statistics(name)
+                       for name in ("CPU:0", "CPU:1", "/job:localhost/replica:0/task:0/device:CPU:1")}
+    for name in ("CPU:2", "GPU:0"):
+        try:
+            lms.get_statistics(name)
+            result[name] = None
+        except ValueError as error:
+            result[name] = str(error)
+    emit(result)
+
+
+def reset_peaks() -> None:
+    import tensorflow_lms_allocator as lms
+    import tensorflow as tf
+
+    held = [tf.fill((4 * MIB,), float(i)) for i in range(6)]  # 96 MiB on 64
+    del held[1:]
+    before = lms.get_statistics(0)
+    tf.config.experimental.reset_memory_stats("CPU:0")
+    emit({"before": before, "after": lms.get_statistics(0)})
+
+
+def handle_read() -> None:
+    import tensorflow_lms_allocator as lms
+    import tensorflow as tf
+
+    n = 4 * MIB  # 16 MiB of floats
+    v = tf.Variable(tf.zeros((n,)))
+    rounds = []
+    for _ in range(2):
+        fills = [tf.fill((n,), float(i)) for i in range(6)]  # evict the variable
+        v.assign(tf.ones((n,)) * 3.0)
+        rounds.append({"touches": [t.__dict__ for t in lms.unpinned_touches()],
+                       "values": [float(v[0]), float(v[-1])]})
+        lms.clear_unpinned_touches()
+        del fills
+    emit({"rounds": rounds})
 
 
 def host_exhausted() -> None:
@@ -222,4 +287,6 @@ if __name__ == "__main__":
     {"strict_numpy": strict_numpy, "fragment": fragment, "host_exhausted": host_exhausted,
      "announce": announce, "optional": optional,
      "api": api, "late_import": late_import, "slice_pin": slice_pin,
-     "wrong_version": wrong_version}[sys.argv[1]]()
+     "wrong_version": wrong_version, "serves": serves,
+     "logical_cpus": logical_cpus, "reset_peaks": reset_peaks,
+     "handle_read": handle_read}[sys.argv[1]]()

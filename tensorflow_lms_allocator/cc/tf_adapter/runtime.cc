@@ -215,7 +215,24 @@ void* Runtime::GpuAllocatorIfEnabled(const void* options, int tf_device_id,
   return entry.unavailable.get();
 }
 
+void Runtime::WarnIfServingNothing() {
+  if (looked_for_devices_.exchange(true)) return;
+  MutexLock lock(mu_);
+  // A device that could not be made has said why already (LOG(ERROR)).
+  if (!configured_ || !settings_.engine.lms_enabled || device_ != nullptr ||
+      unavailable_ != nullptr || !gpus_.empty()) {
+    return;
+  }
+  LOG(WARNING) << "tensorflow_lms_allocator: LMS is enabled but serves no device: "
+                  "TensorFlow created no GPU device (none is visible to it, or "
+                  "CUDA_VISIBLE_DEVICES hides them) and TF_LMS_CPU_DEVICE_MEMORY_MB is not "
+                  "set, so TensorFlow's own allocators serve every tensor. Set "
+                  "TF_LMS_CPU_DEVICE_MEMORY_MB=<MiB> before starting Python to run the CPU "
+                  "device as an emulated GPU with that much memory";
+}
+
 void Runtime::OnContextCreated(void* context, void* params) {
+  if (!looked_for_devices_.load(std::memory_order_relaxed)) WarnIfServingNothing();
   LmsDevice* device = devices_.ForParams(params);
   if (device != nullptr) {
     device->pins()->OnContextCreated(context, params);
@@ -243,18 +260,25 @@ LmsDevice* Runtime::DeviceNamed(const std::string& name, Status* status) {
     *status = FailedPrecondition(entry.error);
     return nullptr;
   }
+  std::string served;
+  for (const std::string& n : DeviceNamesLocked()) served += (served.empty() ? "" : ", ") + n;
   *status = NotFound(
       name + " has no LMS allocator" +
       (settings_.engine.lms_enabled ? std::string(": TensorFlow has not created it (or it is "
                                            "not a GPU TensorFlow sees)")
                              : std::string(": LMS is not enabled (set TF_LMS_ENABLED=1 "
                                            "or call tf.config.experimental."
-                                           "set_lms_enabled(True) first)")));
+                                           "set_lms_enabled(True) first)")) +
+      (served.empty() ? "; LMS serves no device in this process" : "; LMS serves " + served));
   return nullptr;
 }
 
 std::vector<std::string> Runtime::DeviceNames() {
   MutexLock lock(mu_);
+  return DeviceNamesLocked();
+}
+
+std::vector<std::string> Runtime::DeviceNamesLocked() {
   std::vector<std::string> names;
   if (device_ != nullptr) names.push_back("CPU:0");
   for (const auto& [id, entry] : gpus_) {

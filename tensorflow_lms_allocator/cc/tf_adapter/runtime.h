@@ -25,6 +25,7 @@
 #ifndef TENSORFLOW_LMS_ALLOCATOR_CC_TF_ADAPTER_RUNTIME_H_
 #define TENSORFLOW_LMS_ALLOCATOR_CC_TF_ADAPTER_RUNTIME_H_
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <string>
@@ -103,6 +104,10 @@ class Runtime {
   Runtime();
 
   Status DeviceCreationError(const Status& cause) const LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::vector<std::string> DeviceNamesLocked() LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // At the first kernel (TensorFlow has created every device by then): with
+  // LMS enabled and no device served, says so once, and why.
+  void WarnIfServingNothing();
   LmsDeviceSpec EmulatedDeviceSpec() const LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Makes GPU `tf_device_id`'s entry, its engine with `engine`
   // (GpuEngineOptions of its GPUOptions `options`).
@@ -127,6 +132,8 @@ class Runtime {
   // GPUs with LMS, by TensorFlow device id.
   std::map<int, GpuEntry> gpus_ LMS_GUARDED_BY(mu_);
   DeviceRegistry devices_;
+  // Whether WarnIfServingNothing has looked (read on every kernel's start).
+  std::atomic<bool> looked_for_devices_{false};
 };
 
 }  // namespace lms

@@ -1,5 +1,6 @@
 #include "tf_testing/c_api_testing.h"
 
+#include <string>
 #include <vector>
 
 #include "tensorflow/core/common_runtime/gpu/gpu_id_manager.h"
@@ -112,6 +113,15 @@ int tf_lms_test_gpu_allocator(int tf_device_id, size_t total_bytes, const void* 
     return lms::ReportToC(status, message, message_len);
   }
   return TF_LMS_OK;
+}
+
+int tf_lms_test_map_gpu(int tf_device_id, int platform_device_id, char* message,
+                        size_t message_len) {
+  const absl::Status s = tensorflow::GpuIdManager::InsertTfPlatformDeviceIdPair(
+      tsl::TfDeviceId(tf_device_id), tsl::PlatformDeviceId(platform_device_id));
+  if (s.ok()) return TF_LMS_OK;
+  return lms::FailToC(TF_LMS_FAILED_PRECONDITION, std::string(s.message()), message,
+                      message_len);
 }
 
 int tf_lms_test_tensorflow_gpu_allocator_budgets(size_t* out, int max) {

@@ -56,6 +56,12 @@ TF_LMS_EXPORT int tf_lms_test_tensorflow_bytes_limit(const char* device,
 TF_LMS_EXPORT int tf_lms_test_gpu_allocator(int tf_device_id, size_t total_bytes,
                                             const void* gpu_options, size_t gpu_options_len,
                                             char* message, size_t message_len);
+// Maps TfDeviceId `tf_device_id` to CUDA device `platform_device_id`, as
+// TensorFlow's GPU device factory does for each logical GPU (several logical
+// GPUs on one CUDA device, tf.config.set_logical_device_configuration).
+// TF_LMS_FAILED_PRECONDITION if the id is mapped to another device already.
+TF_LMS_EXPORT int tf_lms_test_map_gpu(int tf_device_id, int platform_device_id,
+                                      char* message, size_t message_len);
 // TensorFlow's GetGPUAllocator itself needs a GPU: tf_lms_test_gpu_allocator
 // calls a stand-in that makes nothing and records the budget it was asked
 // for. Writes the first `max` budgets to out[]; returns how many there were.
