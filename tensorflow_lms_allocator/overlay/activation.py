@@ -138,9 +138,10 @@ def asking_settings(environ: Mapping[str, str]) -> list[str]:
         >>> asking_settings({"TF_LMS_ENABLED": "0", "TF_LMS_POLICY": "lru"})
         ['TF_LMS_POLICY']
     """
+    # As the adapter reads a flag (FlagFromEnv): any case, nothing stripped.
     return sorted(name for name, value in environ.items()
-                  if name.startswith("TF_LMS_") and value.strip()
-                  and value.strip().lower() not in _OFF.get(name, ()))
+                  if name.startswith("TF_LMS_") and value
+                  and value.lower() not in _OFF.get(name, ()))
 
 
 def install_or_explain(then: Callable[[ModuleType], None]) -> None:
