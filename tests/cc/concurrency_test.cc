@@ -221,6 +221,8 @@ TEST(TheEngineMutexIsReleasedWhileAThreadAwaits) {
 TEST(ConcurrentUseUnderPressureLosesNoByte) {
   // (defrag, policy): the learned policy runs with a prefetching thread, as
   // the TensorFlow adapter runs it (tf_adapter/prefetcher.h).
+  int64_t abandoned = 0;  // over every configuration
+  bool copies_unlocked = false;
   for (auto [defrag, policy] : {std::pair{false, PolicyKind::kLru},
                                 std::pair{true, PolicyKind::kLru},
                                 std::pair{true, PolicyKind::kLearned}}) {
@@ -260,10 +262,8 @@ TEST(ConcurrentUseUnderPressureLosesNoByte) {
       EXPECT_EQ(s.num_evictions_abandoned, 0);  // its copies run under the lock
     } else {
       EXPECT_TRUE(s.num_fences == 0 && s.num_host_waits == 0);
-      // Copies ran without the lock, and pins reached some of their victims
-      // (14-87 of 1,800-3,000 evictions a run, plain and under ASan; 15-36
-      // of 1,500 under TSan's shorter run).
-      EXPECT_TRUE(s.num_evictions_abandoned > 0);
+      copies_unlocked = true;
+      abandoned += s.num_evictions_abandoned;
     }
     EXPECT_EQ(corrupt.load(), 0);
     EXPECT_EQ(unexpected.load(), 0);
@@ -288,6 +288,13 @@ TEST(ConcurrentUseUnderPressureLosesNoByte) {
                 static_cast<long long>(s.num_fences), static_cast<long long>(s.num_host_waits),
                 static_cast<long long>(s.num_prefetches), s.time_lock_waiting_ns / 1e6);
   }
+  // Copies ran without the lock, and pins reached some of their victims:
+  // 12-87 of 1,800-3,000 evictions a configuration alone, plain and under
+  // ASan (15-36 of 1,500 under TSan's shorter run); with the machine's cores
+  // busy with other work (CI runs two checks at once), 0-10 a configuration
+  // and at least 4 over the three. So the race is required over all three:
+  // the gated tests below show each abandonment step by step.
+  if (copies_unlocked) EXPECT_TRUE(abandoned > 0);
 }
 
 // Note [Copies outside the lock], step by step over a gated POSIX backend:
