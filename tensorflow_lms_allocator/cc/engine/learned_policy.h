@@ -60,7 +60,7 @@
 //     and ranks at least 3/4 of its rank goes first instead (best fit among
 //     units needed nearly as late): what farthest-first frees beyond the
 //     shortfall is copied out now and back later, and a unit needed nearly
-//     as late costs nearly nothing more. Replayed on stop 42's recordings,
+//     as late costs nearly nothing more. Replayed on the recordings of 2026-11-27,
 //     MiB a step before / after (LRU): ResNet-50 at 1/2 of its peak 626.8 /
 //     606.3 (804.2), MobileNetV2 at 1/2 412.0 / 401.4 (420.6), the
 //     Transformer at 1/2 1,162.7 / 1,154.7 (1,156.0), DenseNet121 at 1/2
