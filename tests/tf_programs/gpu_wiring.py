@@ -31,6 +31,17 @@ def emit(result: dict) -> None:
     print("RESULT " + json.dumps(result), flush=True)
 
 
+def fake_driver_violations() -> str:
+    """The fake CUDA driver's record of broken driver rules ("" if none)."""
+    fake = ctypes.CDLL(os.environ["TF_LMS_CUDA_DRIVER_PATH"])
+    fake.fake_cuda_violations.restype = ctypes.c_void_p
+    raw = fake.fake_cuda_violations()
+    try:
+        return ctypes.string_at(raw).decode()
+    finally:
+        ctypes.CDLL(None).free(ctypes.c_void_p(raw))
+
+
 def gpu_allocator(lib: ctypes.CDLL, total_bytes: int) -> tuple[int, str]:
     message = ctypes.create_string_buffer(2048)
     code = lib.tf_lms_test_gpu_allocator(0, total_bytes, None, 0, message, len(message))
@@ -124,10 +135,7 @@ def allocate() -> None:
         lib.tf_lms_test_deallocate_raw(b"GPU:0", ptr)
     stats = lms.get_statistics("GPU:0")
     result["after"] = {"bytes_in_use": stats["bytes_in_use"]}
-    fake.fake_cuda_violations.restype = ctypes.c_void_p
-    raw = fake.fake_cuda_violations()
-    result["violations"] = ctypes.string_at(raw).decode()
-    ctypes.CDLL(None).free(ctypes.c_void_p(raw))
+    result["violations"] = fake_driver_violations()
     emit(result)
 
 
@@ -162,11 +170,7 @@ def logical() -> None:
         result["unknown"] = None
     except ValueError as error:
         result["unknown"] = str(error)
-    fake = ctypes.CDLL(os.environ["TF_LMS_CUDA_DRIVER_PATH"])
-    fake.fake_cuda_violations.restype = ctypes.c_void_p
-    raw = fake.fake_cuda_violations()
-    result["violations"] = ctypes.string_at(raw).decode()
-    ctypes.CDLL(None).free(ctypes.c_void_p(raw))
+    result["violations"] = fake_driver_violations()
     emit(result)
 
 

@@ -55,11 +55,9 @@ def main(device: str) -> None:
         result = {name: probe(lib, device, kind, False) for kind, name in enumerate(KINDS)}
         result["device_full"] = probe(lib, device, 0, True)
     if "TF_LMS_CUDA_DRIVER_PATH" in os.environ:
-        fake = ctypes.CDLL(os.environ["TF_LMS_CUDA_DRIVER_PATH"])
-        fake.fake_cuda_violations.restype = ctypes.c_void_p
-        raw = fake.fake_cuda_violations()
-        result["violations"] = ctypes.string_at(raw).decode()
-        ctypes.CDLL(None).free(ctypes.c_void_p(raw))
+        from gpu_wiring import fake_driver_violations
+
+        result["violations"] = fake_driver_violations()
     print("RESULT " + json.dumps(result), flush=True)
 
 

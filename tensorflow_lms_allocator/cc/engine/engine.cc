@@ -575,6 +575,8 @@ void Engine::TraceLiveAllocations() {
       const BestFitArena& objects = small_.arena_of(r.segment);
       const uint64_t first = r.segment * small_.units_per_page();
       const uint64_t end = first + small_.units_per_page();
+      // Not SmallPages::ForEachObject: Trace needs mu_, which the analysis
+      // cannot follow into a template's callback.
       for (ChunkId o = objects.SegmentHead(r.segment);
            o != kNoChunk && objects.chunk(o).start < end; o = objects.chunk(o).next) {
         const BestFitArena::Chunk& object = objects.chunk(o);

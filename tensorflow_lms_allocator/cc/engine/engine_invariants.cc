@@ -91,7 +91,7 @@ Status Engine::CheckInvariantsLocked() const {
     }
     if (r.move == Residency::Move::kEvicting && r.evicted) bad = "an evicting unit is evicted";
     if (strict_ && r.evicted && r.move == Residency::Move::kNone &&
-        strict_->Watched(ch.start) == (r.pin_count > 0 || r.unclaimed > 0)) {
+        strict_->Watched(ch.start) == Residency::Held(r)) {
       bad = "strict mode: an evicted unit at slot " + std::to_string(ch.start) +
             " is watched iff nobody holds it: not so";
     }
@@ -116,21 +116,16 @@ Status Engine::CheckInvariantsLocked() const {
       const SmallPages::Page& page = small_.page(r.segment);
       uint32_t objects = 0, unclaimed = 0, kernel_objects = 0;
       int64_t object_bytes = 0;
-      const BestFitArena& objects_arena = small_.arena_of(r.segment);
-      const uint64_t end = (r.segment + 1) * small_.units_per_page();
-      for (ChunkId o = objects_arena.SegmentHead(r.segment);
-           o != kNoChunk && objects_arena.chunk(o).start < end;
-           o = objects_arena.chunk(o).next) {
-        if (objects_arena.chunk(o).free) continue;
-        const int64_t b = static_cast<int64_t>(objects_arena.chunk(o).size * SmallPages::kUnit);
+      small_.ForEachObject(r.segment, [&](const BestFitArena::Chunk& object) {
+        const int64_t b = static_cast<int64_t>(object.size * SmallPages::kUnit);
         ++objects;
         object_bytes += b;
-        if (!objects_arena.chunk(o).made_by_writer) ++kernel_objects;
-        if (objects_arena.chunk(o).unclaimed) {
+        if (!object.made_by_writer) ++kernel_objects;
+        if (object.unclaimed) {
           ++unclaimed;
           unclaimed_bytes += b;
         }
-      }
+      });
       if (r.unclaimed != unclaimed) bad = Eq("a page's unclaimed count", r.unclaimed, unclaimed);
       if (page.unit != id) bad = "a page's table entry names another unit";
       if (page.objects != objects) bad = Eq("a page's object count", page.objects, objects);

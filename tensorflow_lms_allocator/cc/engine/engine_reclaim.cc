@@ -391,7 +391,7 @@ Status Engine::MapEvicted(ChunkId id, const GranuleId* host, uint64_t watched_by
   const BestFitArena::Chunk& chunk = arena_.chunk(id);
   const Residency::Record& r = residency_.record(id);
   const uint64_t n = r.granules;
-  if (!strict_ || r.pin_count > 0 || r.unclaimed > 0) {
+  if (!strict_ || Residency::Held(r)) {
     return MapSlots(chunk.start, n, PoolKind::kHost, host, Access::kReadWrite);
   }
   // Watched before the no-access mapping exists: a touch the moment it does
@@ -408,7 +408,7 @@ void Engine::FollowHolders(ChunkId id) {
   const Residency::Record& r = residency_.record(id);
   // A moving unit's access is its move's (BeginPageIn makes touches wait).
   if (!r.live || !r.evicted || r.move != Residency::Move::kNone) return;
-  const bool held = r.pin_count > 0 || r.unclaimed > 0;
+  const bool held = Residency::Held(r);
   const BestFitArena::Chunk& chunk = arena_.chunk(id);
   if (held != strict_->Watched(chunk.start)) return;  // already as it should be
   // Should mprotect fail, a holder's touch is reported, or an unpinned one

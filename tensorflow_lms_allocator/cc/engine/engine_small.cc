@@ -118,14 +118,9 @@ std::vector<ByteRange> Engine::LiveRanges(ChunkId page) const {
   // Note [Live bytes only].
   const size_t gap = granule_ / kCopyGapsPerGranule;
   const uint64_t segment = residency_.record(page).segment;
-  const BestFitArena& arena = small_.arena_of(segment);
   const uint64_t first = segment * small_.units_per_page();
   std::vector<ByteRange> ranges;
-  for (ChunkId c = arena.SegmentHead(segment);
-       c != kNoChunk && arena.SegmentOf(arena.chunk(c).start) == segment;
-       c = arena.chunk(c).next) {
-    const BestFitArena::Chunk& object = arena.chunk(c);
-    if (object.free) continue;
+  small_.ForEachObject(segment, [&](const BestFitArena::Chunk& object) {
     const size_t offset = (object.start - first) * SmallPages::kUnit;
     const size_t end = offset + object.size * SmallPages::kUnit;
     if (!ranges.empty() && offset - (ranges.back().offset + ranges.back().bytes) < gap) {
@@ -133,7 +128,7 @@ std::vector<ByteRange> Engine::LiveRanges(ChunkId page) const {
     } else {
       ranges.push_back(ByteRange{offset, end - offset});
     }
-  }
+  });
   return ranges;
 }
 
@@ -141,16 +136,10 @@ int64_t Engine::UnclaimedBytes(ChunkId id) const {
   const Residency::Record& r = residency_.record(id);
   if (r.unclaimed == 0) return 0;
   if (!residency_.IsPage(id)) return static_cast<int64_t>(r.granules * granule_);
-  const BestFitArena& arena = small_.arena_of(r.segment);
   int64_t bytes = 0;
-  for (ChunkId c = arena.SegmentHead(r.segment);
-       c != kNoChunk && arena.SegmentOf(arena.chunk(c).start) == r.segment;
-       c = arena.chunk(c).next) {
-    const BestFitArena::Chunk& object = arena.chunk(c);
-    if (!object.free && object.unclaimed) {
-      bytes += static_cast<int64_t>(object.size * SmallPages::kUnit);
-    }
-  }
+  small_.ForEachObject(r.segment, [&](const BestFitArena::Chunk& object) {
+    if (object.unclaimed) bytes += static_cast<int64_t>(object.size * SmallPages::kUnit);
+  });
   return bytes;
 }
 

@@ -105,6 +105,9 @@ class Residency {
     return r.live && !r.evicted && r.pin_count == 0 && r.unclaimed == 0 &&
            r.move == Move::kNone;
   }
+  // Whether someone may touch the unit without a new pin: a kernel pins it,
+  // or a writer outside kernels has not handed an allocation of it over.
+  static bool Held(const Record& r) { return r.pin_count > 0 || r.unclaimed > 0; }
   // Whether the unit holds device granules for an unclaimed allocation.
   static bool HeldByWriter(const Record& r) {
     return r.live && !r.evicted && r.unclaimed > 0;

@@ -115,6 +115,18 @@ class SmallPages {
     return arena(pages_[segment].size_class);
   }
   uint64_t units_per_page() const { return units_per_page_; }
+  // Calls fn(object) for each live object of `segment`'s page (a const
+  // BestFitArena::Chunk&), in address order: the slow paths' walk (copies,
+  // traces, messages, checks).
+  template <typename Fn>
+  void ForEachObject(uint64_t segment, Fn fn) const {
+    const BestFitArena& objects = arena_of(segment);
+    const uint64_t end = (segment + 1) * units_per_page_;
+    for (ChunkId c = objects.SegmentHead(segment);
+         c != kNoChunk && objects.chunk(c).start < end; c = objects.chunk(c).next) {
+      if (!objects.chunk(c).free) fn(objects.chunk(c));
+    }
+  }
 
   // A segment with no page (growing the sub-allocator if needed), or false
   // when max_pages pages exist.

@@ -224,8 +224,8 @@ void StrictMonitor::Unwatch(uint64_t first_slot, uint64_t count) {
 bool StrictMonitor::Open(uint64_t first_slot, uint64_t count) {
   // Accessible before unwatched: a touch in between must not find its slot
   // unwatched and inaccessible, which the handler passes on as a crash.
-  void* first = reinterpret_cast<void*>(base_ + first_slot * granule_bytes_);
-  const bool opened = mprotect(first, count * granule_bytes_, PROT_READ | PROT_WRITE) == 0;
+  const bool opened =
+      mprotect(SlotAddress(first_slot), count * granule_bytes_, PROT_READ | PROT_WRITE) == 0;
   if (opened) Unwatch(first_slot, count);
   return opened;
 }
@@ -234,8 +234,7 @@ bool StrictMonitor::Close(uint64_t first_slot, uint64_t count, uint64_t allocati
                           uintptr_t allocation_address, uint64_t allocation_bytes) {
   // Watched before inaccessible, as for an eviction's mapping.
   Watch(first_slot, count, allocation_id, allocation_address, allocation_bytes);
-  void* first = reinterpret_cast<void*>(base_ + first_slot * granule_bytes_);
-  return mprotect(first, count * granule_bytes_, PROT_NONE) == 0;
+  return mprotect(SlotAddress(first_slot), count * granule_bytes_, PROT_NONE) == 0;
 }
 
 bool StrictMonitor::HandleFault(uintptr_t address) {
@@ -284,8 +283,7 @@ bool StrictMonitor::HandleFault(uintptr_t address) {
   Record(s, address, id);
   // The slot maps the allocation's host granule, so granting access serves
   // the right bytes; the engine remaps the slot on page-in or free.
-  void* slot_address = reinterpret_cast<void*>(base_ + s * granule_bytes_);
-  const bool opened = mprotect(slot_address, granule_bytes_, PROT_READ | PROT_WRITE) == 0;
+  const bool opened = mprotect(SlotAddress(s), granule_bytes_, PROT_READ | PROT_WRITE) == 0;
   slots_[s].grant.store(kGranted, std::memory_order_release);
   return opened;
 }

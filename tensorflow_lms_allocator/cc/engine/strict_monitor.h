@@ -152,6 +152,9 @@ class StrictMonitor {
   };
 
   StrictMonitor(uintptr_t base, uint64_t slots, size_t granule_bytes);
+  void* SlotAddress(uint64_t s) const {
+    return reinterpret_cast<void*>(base_ + s * granule_bytes_);
+  }
   // Adds a touch of slot `s` to the report (async-signal-safe).
   void Record(uint64_t s, uintptr_t address, uint64_t id);
 
