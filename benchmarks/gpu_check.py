@@ -139,24 +139,12 @@ def train_in_this_process(batch: int, steps: int, image_size: int, lms: bool,
     """Trains ResNet-50 on GPU:0; writes {"step_seconds", "statistics"} as JSON."""
     os.environ["TF_LMS_ENABLED"] = "1" if lms else "0"
     import tensorflow_lms_allocator as lms_package  # before tensorflow
-    import keras
-    import tensorflow as tf
 
     sys.path.insert(0, str(ROOT / "benchmarks"))
-    from maxbatch import train_and_time
+    from training_probe import run_resnet50_probe
 
-    keras.utils.set_random_seed(0)
-    with tf.device("/GPU:0"):
-        model = keras.applications.ResNet50(weights=None, classes=10,
-                                            input_shape=(image_size, image_size, 3))
-        images = tf.random.uniform((batch, image_size, image_size, 3))
-        labels = tf.random.uniform((batch,), maxval=10, dtype=tf.int32)
-        step_seconds = train_and_time(model, images, labels, steps)
-    result: dict[str, Any] = {"step_seconds": step_seconds}
-    if lms:
-        result["statistics"] = lms_package.get_statistics("GPU:0")
-    result_path.write_text(json.dumps(result))
-    return 0
+    return run_resnet50_probe(batch, steps, image_size, result_path,
+                              lms_package if lms else None, device="GPU:0")
 
 
 @dataclass

@@ -55,10 +55,11 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import probe_process
 from probe_process import run_probe_process
+from training_probe import run_resnet50_probe
 
 MIB = 1 << 20
 MODES = ("bfc", "lms", "lms-off", "stock", "stock-eigen")
@@ -92,48 +93,6 @@ def probe_environment(mode: str, cap_mb: int, inter_op_threads: int | None
     return env
 
 
-def make_train_step(model: Any, inputs: Any, labels: Any) -> Callable[[], Any]:
-    """One training step (SGD with momentum) as a tf.function; it returns the loss.
-
-    Example:
-        step = make_train_step(model, images, labels); float(step())
-    """
-    import keras
-    import tensorflow as tf
-
-    optimizer = keras.optimizers.SGD(learning_rate=0.001, momentum=0.9)
-    loss_fn = keras.losses.SparseCategoricalCrossentropy()
-
-    @tf.function
-    def train_step() -> tf.Tensor:
-        with tf.GradientTape() as tape:
-            loss = loss_fn(labels, model(inputs, training=True))
-        gradients = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply_gradients(zip(gradients, model.trainable_variables))
-        return loss
-
-    return train_step
-
-
-def train_and_time(model: Any, inputs: Any, labels: Any, steps: int,
-                   after_step: Callable[[], None] | None = None) -> list[float]:
-    """Trains `steps` steps (make_train_step's); their seconds.
-    `after_step`, if given, runs after each step, outside its time.
-
-    Example:
-        seconds = train_and_time(model, images, labels, steps=3)  # [trace, step, step]
-    """
-    train_step = make_train_step(model, inputs, labels)
-    step_seconds = []
-    for _ in range(steps):
-        start = time.perf_counter()
-        float(train_step())
-        step_seconds.append(time.perf_counter() - start)
-        if after_step is not None:
-            after_step()
-    return step_seconds
-
-
 def run_probe_in_this_process(mode: str, batch: int, steps: int, image_size: int,
                               result_path: Path) -> int:
     """Trains `steps` steps and writes {"step_seconds", "statistics"} as JSON."""
@@ -141,20 +100,7 @@ def run_probe_in_this_process(mode: str, batch: int, steps: int, image_size: int
         import tensorflow_lms_allocator as lms  # before tensorflow
     else:
         lms = None
-    import keras
-    import tensorflow as tf
-
-    keras.utils.set_random_seed(0)
-    model = keras.applications.ResNet50(weights=None, classes=10,
-                                        input_shape=(image_size, image_size, 3))
-    images = tf.random.uniform((batch, image_size, image_size, 3))
-    labels = tf.random.uniform((batch,), maxval=10, dtype=tf.int32)
-    step_seconds = train_and_time(model, images, labels, steps)
-    result: dict[str, Any] = {"step_seconds": step_seconds}
-    if lms is not None:
-        result["statistics"] = lms.get_statistics(0)
-    result_path.write_text(json.dumps(result))
-    return 0
+    return run_resnet50_probe(batch, steps, image_size, result_path, lms)
 
 
 @dataclass

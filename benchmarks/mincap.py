@@ -47,9 +47,10 @@ from pathlib import Path
 from typing import Any, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from maxbatch import failure_reason, probe_environment, train_and_time  # noqa: E402
+from maxbatch import failure_reason, probe_environment  # noqa: E402
 import probe_process  # noqa: E402
 from probe_process import run_probe_process  # noqa: E402
+from training_probe import train_and_time  # noqa: E402
 
 MIB = 1 << 20
 MODELS = ("resnet50", "densenet121", "transformer", "rnn")

@@ -64,7 +64,7 @@ from pathlib import Path
 from typing import Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from maxbatch import train_and_time  # noqa: E402
+from training_probe import train_and_time  # noqa: E402
 from mincap import GRANULE_MB, UNCAPPED_MB, build_model, run_probe_script  # noqa: E402
 
 MIB = 1 << 20

@@ -41,9 +41,9 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from maxbatch import make_train_step
 from mincap import GRANULE_MB, UNCAPPED_MB, build_model, run_probe_script
 from overhead import FRACTIONS, MIB, PARTS, WAITS, lms_settings, run_case, tlb_shootdowns
+from training_probe import make_train_step
 
 # The probe's plan, passed in its environment (run_probe_script's command
 # line is overhead.py's): the caps in MiB, blocks and steps per phase.

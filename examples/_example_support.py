@@ -5,12 +5,14 @@ directory of a running script is first on ``sys.path``) *before* TensorFlow,
 because the LMS settings are environment variables that
 ``tensorflow_lms_allocator`` reads when it is imported:
 
-1. ``add_lms_arguments(parser, device_memory_mb)`` adds ``--lms/--no-lms``,
-   ``--device-memory-mb``, ``--host-memory-mb`` and ``--stats-csv``;
-2. ``configure_environment(args)`` turns them into ``TF_LMS_ENABLED``,
+1. ``parse_arguments(parser, argv, device_memory_mb, minimums)`` adds
+   ``--lms/--no-lms``, ``--device-memory-mb``, ``--host-memory-mb`` and
+   ``--stats-csv`` (`add_lms_arguments`), parses and checks them;
+2. ``set_up_lms(args)`` turns them into ``TF_LMS_ENABLED``,
    ``TF_LMS_CPU_DEVICE_MEMORY_MB`` and ``TF_GPU_HOST_MEM_LIMIT_IN_MB`` in
-   ``os.environ`` (no re-exec is needed: nothing has imported TensorFlow yet);
-3. ``import_lms()`` imports the package, then the example imports TensorFlow.
+   ``os.environ`` (`configure_environment`; no re-exec is needed: nothing has
+   imported TensorFlow yet), then imports the package (`import_lms`); then the
+   example imports TensorFlow.
 
 On a machine with an NVIDIA GPU (``/proc/driver/nvidia/gpus`` lists one) the
 emulated device is not created: ``--device-memory-mb`` is ignored with a note,
@@ -22,10 +24,11 @@ on it.
 
 Example:
     import _example_support as support
-    support.add_lms_arguments(parser, device_memory_mb=64)
-    args = parser.parse_args()
-    support.configure_environment(args)
-    lms = support.import_lms()
+    parser = support.example_parser("Trains a model under LMS.")
+    parser.add_argument("--steps", type=int, default=10, help="training steps")
+    args = support.parse_arguments(parser, None, device_memory_mb=64,
+                                   minimums=(("steps", 1),))
+    device, lms = support.set_up_lms(args)  # before TensorFlow
     import tensorflow as tf
 """
 
@@ -39,12 +42,14 @@ import sys
 import time
 from pathlib import Path
 from types import ModuleType
-from typing import IO, Any, Sequence
+from typing import IO, Any, Callable, Sequence
 
 MIB = 1 << 20
 EXIT_OUT_OF_MEMORY = 3  # every example's exit status on ResourceExhaustedError
 EXIT_NOT_BUILT = 1
 DEVICE = 0  # statistics device: the emulated CPU:0, or GPU:0 when there is no emulated device
+# The minimums of add_conv_arguments' flags, for check_arguments.
+CONV_MINIMUMS = (("batch_size", 1), ("image_size", 4), ("width", 1), ("layers", 1))
 
 
 def gpu_present() -> bool:
@@ -53,44 +58,113 @@ def gpu_present() -> bool:
     return gpus.is_dir() and any(gpus.iterdir())
 
 
+def example_parser(description: str) -> argparse.ArgumentParser:
+    """The argument parser of an example: its `description`, each flag's default in --help.
+
+    Example:
+        parser = support.example_parser("Train a Keras model under LMS.")
+    """
+    return argparse.ArgumentParser(description=description,
+                                   formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+
+
+def add_conv_arguments(parser: argparse.ArgumentParser, layers: int = 24,
+                       batch_help: str = "images per step") -> None:
+    """Adds the flags of the convolutional classifier (`conv_features`) on synthetic images:
+    ``--batch-size``, ``--image-size``, ``--width`` and ``--layers`` (`layers` its default).
+
+    Their minimums are `CONV_MINIMUMS`.
+
+    Example:
+        support.add_conv_arguments(parser, layers=16)
+    """
+    parser.add_argument("--batch-size", type=int, default=16, help=batch_help)
+    parser.add_argument("--image-size", type=int, default=64,
+                        help="height and width of the synthetic images")
+    parser.add_argument("--width", type=int, default=16, help="channels of each convolution")
+    parser.add_argument("--layers", type=int, default=layers, help="number of convolutions")
+
+
+def add_memory_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup,
+                         device_memory_mb: int, device_help: str) -> None:
+    """Adds ``--lms/--no-lms``, ``--device-memory-mb`` (`device_memory_mb` its
+    default, `device_help` its help) and ``--host-memory-mb``.
+
+    Example:
+        support.add_memory_arguments(parser, 256, "device memory of the emulated GPU")
+    """
+    parser.add_argument("--lms", action=argparse.BooleanOptionalAction, default=True,
+                        help="evict inactive tensors to host memory when device memory "
+                             "runs out (sets TF_LMS_ENABLED)")
+    parser.add_argument("--device-memory-mb", type=int, default=device_memory_mb,
+                        help=device_help)
+    parser.add_argument("--host-memory-mb", type=int, default=None,
+                        help="host memory for evicted tensors in MiB, an even number (sets "
+                             "TF_GPU_HOST_MEM_LIMIT_IN_MB; LMS's default is 65536)")
+
+
 def add_lms_arguments(parser: argparse.ArgumentParser, device_memory_mb: int) -> None:
     """Adds the flags every example shares; `device_memory_mb` is the default cap."""
     group = parser.add_argument_group("LMS and device memory")
-    group.add_argument("--lms", action=argparse.BooleanOptionalAction, default=True,
-                       help="evict inactive tensors to host memory when device memory "
-                            "runs out (sets TF_LMS_ENABLED)")
-    group.add_argument("--device-memory-mb", type=int, default=device_memory_mb,
-                       help="memory of the emulated device in MiB, an even number (sets "
-                            "TF_LMS_CPU_DEVICE_MEMORY_MB); ignored with a note on a "
-                            "machine with a GPU, which uses all of its memory")
+    add_memory_arguments(group, device_memory_mb,
+                         "memory of the emulated device in MiB, an even number (sets "
+                         "TF_LMS_CPU_DEVICE_MEMORY_MB); ignored with a note on a "
+                         "machine with a GPU, which uses all of its memory")
     group.add_argument("--force-emulated-device", action="store_true",
                        help="create the emulated device even when a GPU is present "
                             "(hides the GPUs from TensorFlow)")
-    group.add_argument("--host-memory-mb", type=int, default=None,
-                       help="host memory for evicted tensors in MiB (sets "
-                            "TF_GPU_HOST_MEM_LIMIT_IN_MB; LMS's default is 65536)")
     group.add_argument("--stats-csv", type=Path, default=None,
                        help="write the LMS statistics after every step to this CSV file "
                             "(one row per step, flushed as it goes)")
 
 
-def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace,
-                    minimums: Sequence[tuple[str, int]]) -> None:
-    """Exits with a usage error when a numeric flag is below its minimum.
-
-    Also checks ``--device-memory-mb`` and ``--host-memory-mb``
-    (`check_memory_mb`) and ``--stats-csv`` (`check_output_file`).
+def parse_arguments(parser: argparse.ArgumentParser, argv: Sequence[str] | None,
+                    device_memory_mb: int, minimums: Sequence[tuple[str, int]],
+                    output_files: Sequence[str] = ("stats_csv",)) -> argparse.Namespace:
+    """Adds the LMS flags (`add_lms_arguments`) to `parser`, parses `argv` and
+    checks the result (`check_arguments`); exits with a usage error if it is wrong.
 
     Example:
-        support.check_arguments(parser, args, (("batch_size", 1), ("steps", 1)))
+        args = support.parse_arguments(parser, argv, device_memory_mb=64,
+                                       minimums=(*support.CONV_MINIMUMS, ("steps", 1)))
+    """
+    add_lms_arguments(parser, device_memory_mb)
+    args = parser.parse_args(argv)
+    check_arguments(parser, args, minimums, output_files)
+    return args
+
+
+def check_minimums(parser: argparse.ArgumentParser, args: argparse.Namespace,
+                   minimums: Sequence[tuple[str, int]]) -> None:
+    """Exits with a usage error when a numeric flag is below its minimum.
+
+    Example:
+        support.check_minimums(parser, args, (("batch_size", 1), ("steps", 1)))
+        # error: --batch-size must be at least 1, not 0
     """
     for name, minimum in minimums:
         value = getattr(args, name)
         if value is not None and value < minimum:
             parser.error(f"--{name.replace('_', '-')} must be at least {minimum}, not {value}")
+
+
+def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace,
+                    minimums: Sequence[tuple[str, int]],
+                    output_files: Sequence[str] = ("stats_csv",)) -> None:
+    """Exits with a usage error when a numeric flag is below its minimum
+    (`check_minimums`), ``--device-memory-mb`` or ``--host-memory-mb`` is not
+    whole granules this machine has (`check_memory_mb`), or a flag named in
+    `output_files` (by its attribute: ``stats_csv`` for ``--stats-csv``)
+    cannot be written (`check_output_file`).
+
+    Example:
+        support.check_arguments(parser, args, (("batch_size", 1), ("steps", 1)))
+    """
+    check_minimums(parser, args, minimums)
     check_memory_mb(parser, "--device-memory-mb", args.device_memory_mb)
     check_memory_mb(parser, "--host-memory-mb", args.host_memory_mb)
-    check_output_file(parser, "--stats-csv", args.stats_csv)
+    for name in output_files:
+        check_output_file(parser, f"--{name.replace('_', '-')}", getattr(args, name))
 
 
 def machine_memory_mb() -> int:
@@ -195,6 +269,85 @@ def import_lms() -> ModuleType:
     return tensorflow_lms_allocator
 
 
+def set_up_lms(args: argparse.Namespace) -> tuple[str, ModuleType]:
+    """Sets the LMS environment from `args` (`configure_environment`), then
+    imports tensorflow_lms_allocator (`import_lms`): (the device description,
+    the package). Call it before importing TensorFlow.
+
+    Example:
+        device, lms = support.set_up_lms(args)  # before TensorFlow
+        import tensorflow as tf
+    """
+    device = configure_environment(args)
+    return device, import_lms()
+
+
+def conv_features(image_size: int, width: int, layers: int) -> tuple[Any, Any]:
+    """(inputs, features) of the examples' convolutional classifier, without its head.
+
+    `layers` 3x3 convolutions of `width` channels (ReLU) at full resolution
+    over `image_size` x `image_size` RGB images, then global average pooling.
+
+    Example:
+        inputs, x = support.conv_features(args.image_size, args.width, args.layers)
+        model = keras.Model(inputs, keras.layers.Dense(10)(x))
+    """
+    import keras
+
+    inputs = keras.Input((image_size, image_size, 3))
+    x = inputs
+    for _ in range(layers):
+        x = keras.layers.Conv2D(width, 3, padding="same", activation="relu")(x)
+    return inputs, keras.layers.GlobalAveragePooling2D()(x)
+
+
+def conv_setting(args: argparse.Namespace, device: str) -> str:
+    """The convolutional classifier's setting in words, for the progress and verdict lines.
+
+    Example:
+        support.conv_setting(args, "emulated device with 64 MiB, LMS on")
+        # 'batch 16, 64x64 images, 24 convolutions of 16 channels, emulated device ...'
+    """
+    return (f"batch {args.batch_size}, {args.image_size}x{args.image_size} images, "
+            f"{args.layers} convolutions of {args.width} channels, {device}")
+
+
+def applications_training_step(model_name: str, image_size: int, batch_size: int,
+                               classes: int, seed: int) -> tuple[Callable[[], Any], Any]:
+    """A keras.applications model, SGD with momentum, one synthetic batch: (step, model).
+
+    The model `model_name` (``"ResNet50"``) is built with random weights
+    (seeded with `seed`, like the data) for `classes` classes; calling step()
+    runs one training step (a tf.function) and returns the loss. Raises
+    AttributeError for a name keras.applications does not have and ValueError
+    when the model cannot be built at that image size.
+
+    Example:
+        train_step, model = support.applications_training_step("ResNet50", 96, 32, 10, 0)
+        loss = float(train_step())
+    """
+    import keras
+    import tensorflow as tf
+
+    keras.utils.set_random_seed(seed)  # weights and data alike
+    model = getattr(keras.applications, model_name)(
+        weights=None, input_shape=(image_size, image_size, 3), classes=classes)
+    optimizer = keras.optimizers.SGD(learning_rate=0.001, momentum=0.9)
+    loss_fn = keras.losses.SparseCategoricalCrossentropy()
+    images = tf.random.uniform((batch_size, image_size, image_size, 3))
+    labels = tf.random.uniform((batch_size,), maxval=classes, dtype=tf.int32)
+
+    @tf.function
+    def train_step(x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y, model(x, training=True))
+        gradients = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(gradients, model.trainable_variables))
+        return loss
+
+    return (lambda: train_step(images, labels)), model
+
+
 def mib(n: float) -> str:
     return f"{n / MIB:,.1f} MiB"
 
@@ -260,6 +413,19 @@ class StepReporter:
         self._before = after
         return after
 
+    def train(self, train_step: Callable[[], Any],
+              more: Callable[[], dict[str, str]] | None = None) -> None:
+        """Runs `train_step` (which returns the loss) for each of the `steps`
+        steps, with a line per step showing the loss and what `more` returns.
+
+        Example:
+            reporter.train(train_step, lambda: {"loss_scale": f"{scale():g}"})
+        """
+        for step in range(1, self.steps + 1):
+            self.start()
+            loss = float(train_step())
+            self.finish(step, loss=f"{loss:8.4f}", **(more() if more else {}))
+
     def close(self) -> None:
         if self._csv_file is not None:
             self._csv_file.close()
@@ -313,6 +479,18 @@ def out_of_memory_reason(message: str) -> str:
     return lines[0] if lines else "ResourceExhaustedError"
 
 
+def where_it_stopped(reporter: StepReporter | None) -> str:
+    """Where training ran out of memory: "in step N", the step `reporter` was
+    timing, or "while building the model" when there is no reporter yet.
+
+    Example:
+        support.where_it_stopped(None)  # 'while building the model'
+    """
+    if reporter is None:
+        return "while building the model"
+    return f"in step {len(reporter.step_seconds) + 1}"
+
+
 def print_trained(setting: str, steps: int, reporter: StepReporter) -> None:
     """The examples' last line after training: steps, median step time, swap volume."""
     s = reporter.summary()
@@ -331,12 +509,23 @@ def report_out_of_memory(args: argparse.Namespace, error: Any, where: str,
     if reporter is not None:
         reporter.close()
     reason = out_of_memory_reason(getattr(error, "message", str(error)))
-    if "TF_GPU_HOST_MEM_LIMIT_IN_MB" in reason:
-        advice = "raise --host-memory-mb (host memory for evicted tensors)"
-    elif not args.lms:
-        advice = "turn LMS on (--lms), lower the batch size or raise --device-memory-mb"
-    else:
-        advice = "lower the batch size or raise --device-memory-mb"
+    advice = out_of_memory_advice(args, reason)
     print(f"DOES NOT FIT: out of memory {where} ({setting}); {advice}.", flush=True)
     print(f"error: out of memory {where}. TensorFlow: {reason}", file=sys.stderr, flush=True)
     return EXIT_OUT_OF_MEMORY
+
+
+def out_of_memory_advice(args: argparse.Namespace, reason: str,
+                         batch_size: str = "the batch size") -> str:
+    """What to change after running out of memory for `reason` (`out_of_memory_reason`).
+
+    `batch_size` names the setting that sets it (the flag, where it has one).
+
+    Example:
+        out_of_memory_advice(args, reason, batch_size="--batch-size")
+        # 'turn LMS on (--lms), lower --batch-size or raise --device-memory-mb'
+    """
+    if "TF_GPU_HOST_MEM_LIMIT_IN_MB" in reason:
+        return "raise --host-memory-mb (host memory for evicted tensors)"
+    turn_on = "" if args.lms else "turn LMS on (--lms), "
+    return f"{turn_on}lower {batch_size} or raise --device-memory-mb"

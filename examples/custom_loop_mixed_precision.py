@@ -49,26 +49,18 @@ POLICIES = ("mixed_float16", "mixed_bfloat16", "float32")
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description="Custom training loop (tf.function + GradientTape) with a Keras "
-                    "mixed-precision policy, under LMS.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = support.example_parser(
+        "Custom training loop (tf.function + GradientTape) with a Keras "
+        "mixed-precision policy, under LMS.")
     parser.add_argument("--policy", choices=POLICIES, default="mixed_float16",
                         help="Keras dtype policy; mixed_float16 adds loss scaling")
-    parser.add_argument("--batch-size", type=int, default=16, help="images per step")
-    parser.add_argument("--image-size", type=int, default=64,
-                        help="height and width of the synthetic images")
-    parser.add_argument("--width", type=int, default=16, help="channels of each convolution")
-    parser.add_argument("--layers", type=int, default=24, help="number of convolutions")
+    support.add_conv_arguments(parser)
     parser.add_argument("--steps", type=int, default=10,
                         help="training steps (the first includes tracing the graph)")
     parser.add_argument("--learning-rate", type=float, default=0.01)
     parser.add_argument("--seed", type=int, default=0, help="seed of weights and data")
-    support.add_lms_arguments(parser, device_memory_mb=64)
-    args = parser.parse_args(argv)
-    support.check_arguments(parser, args, (("batch_size", 1), ("image_size", 4),
-                                           ("width", 1), ("layers", 1), ("steps", 1)))
-    return args
+    return support.parse_arguments(parser, argv, device_memory_mb=64,
+                                   minimums=(*support.CONV_MINIMUMS, ("steps", 1)))
 
 
 def build_training_step(args: argparse.Namespace) -> tuple[Callable[[], Any], Any, Any]:
@@ -78,11 +70,7 @@ def build_training_step(args: argparse.Namespace) -> tuple[Callable[[], Any], An
 
     keras.mixed_precision.set_global_policy(args.policy)
     keras.utils.set_random_seed(args.seed)
-    inputs = keras.Input((args.image_size, args.image_size, 3))
-    x = inputs
-    for _ in range(args.layers):
-        x = keras.layers.Conv2D(args.width, 3, padding="same", activation="relu")(x)
-    x = keras.layers.GlobalAveragePooling2D()(x)
+    inputs, x = support.conv_features(args.image_size, args.width, args.layers)
     x = keras.layers.Dense(10)(x)
     # The loss in float32: a 16-bit softmax loses precision.
     logits = keras.layers.Activation("linear", dtype="float32")(x)
@@ -113,29 +101,22 @@ def build_training_step(args: argparse.Namespace) -> tuple[Callable[[], Any], An
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    device = support.configure_environment(args)
-    lms = support.import_lms()
+    device, lms = support.set_up_lms(args)  # before TensorFlow
     import tensorflow as tf
 
-    setting = (f"policy {args.policy}, batch {args.batch_size}, {args.image_size}x"
-               f"{args.image_size} images, {args.layers} convolutions of {args.width} "
-               f"channels, {device}")
-    step = 0
+    setting = f"policy {args.policy}, {support.conv_setting(args, device)}"
     reporter: support.StepReporter | None = None
     try:
         train_step, model, optimizer = build_training_step(args)
         print(f"custom loop, {model.count_params():,} parameters; {setting}", flush=True)
         reporter = support.StepReporter(lms, args.steps, args.stats_csv)
-        for step in range(1, args.steps + 1):
-            reporter.start()
-            loss = float(train_step())
-            values = {"loss": f"{loss:8.4f}"}
-            if args.policy == "mixed_float16":
-                values["loss_scale"] = f"{float(optimizer.dynamic_scale):g}"
-            reporter.finish(step, **values)
+        # Under mixed_float16 each step's line also shows the optimizer's loss scale.
+        loss_scale = ((lambda: {"loss_scale": f"{float(optimizer.dynamic_scale):g}"})
+                      if args.policy == "mixed_float16" else None)
+        reporter.train(train_step, loss_scale)
     except tf.errors.ResourceExhaustedError as error:
-        where = f"in step {step}" if step else "while building the model"
-        return support.report_out_of_memory(args, error, where, setting, reporter)
+        return support.report_out_of_memory(args, error, support.where_it_stopped(reporter),
+                                            setting, reporter)
     support.print_trained(setting, args.steps, reporter)
     return 0
 

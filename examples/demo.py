@@ -34,11 +34,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from _example_support import check_memory_mb  # examples/ is on sys.path
+import _example_support as support  # examples/ is on sys.path
 
 EXAMPLE = Path(__file__).resolve().with_name("resnet50_lms.py")
-EXIT_OUT_OF_MEMORY = 3  # resnet50_lms.py's exit status on ResourceExhaustedError
-MIB = 1 << 20
 
 # TensorFlow prints these on every start, before its log level applies.
 _STARTUP_NOISE = ("WARNING: All log messages before absl::InitializeLog()",
@@ -111,10 +109,10 @@ def verdict(args: argparse.Namespace, on: Run, off: Run) -> tuple[bool, list[str
         s = on.result["statistics"]
         lines.append(
             f"PASS  LMS on:  batch {args.batch_size} trained {args.steps} steps in {cap}; "
-            f"peak in use {s['peak_bytes_in_use'] / MIB:,.0f} MiB "
+            f"peak in use {s['peak_bytes_in_use'] / support.MIB:,.0f} MiB "
             f"({s['peak_bytes_in_use'] / s['bytes_limit']:.1f}x the device), "
-            f"{reclaimed / MIB:,.0f} MiB evicted, "
-            f"{s['bytes_paged_in'] / MIB:,.0f} MiB paged back in")
+            f"{reclaimed / support.MIB:,.0f} MiB evicted, "
+            f"{s['bytes_paged_in'] / support.MIB:,.0f} MiB paged back in")
     elif on_ok:
         lines.append(f"FAIL  LMS on:  trained, but nothing was evicted (bytes reclaimed 0): "
                      f"batch {args.batch_size} fits in {cap}; raise --batch-size or lower "
@@ -122,7 +120,7 @@ def verdict(args: argparse.Namespace, on: Run, off: Run) -> tuple[bool, list[str
     else:
         lines.append(f"FAIL  LMS on:  the run failed (exit status {on.returncode}); see its "
                      "output above")
-    off_oom = (off.returncode == EXIT_OUT_OF_MEMORY and off.result is not None
+    off_oom = (off.returncode == support.EXIT_OUT_OF_MEMORY and off.result is not None
                and off.result["out_of_memory"])
     if off_oom:
         steps_done = len(off.result["step_seconds"])
@@ -139,21 +137,16 @@ def verdict(args: argparse.Namespace, on: Run, off: Run) -> tuple[bool, list[str
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description="Train ResNet-50 under an emulated device-memory cap with LMS on, "
-                    "then off.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = support.example_parser(
+        "Train ResNet-50 under an emulated device-memory cap with LMS on, then off.")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--device-memory-mb", type=int, default=256)
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--timeout", type=float, default=900,
                         help="seconds each run may take before it is killed")
     args = parser.parse_args(argv)
-    for name in ("batch_size", "steps"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be at least 1, "
-                         f"not {getattr(args, name)}")
-    check_memory_mb(parser, "--device-memory-mb", args.device_memory_mb)
+    support.check_minimums(parser, args, (("batch_size", 1), ("steps", 1)))
+    support.check_memory_mb(parser, "--device-memory-mb", args.device_memory_mb)
     if not (math.isfinite(args.timeout) and args.timeout > 0):
         parser.error(f"--timeout {args.timeout:g}: must be a positive finite number of "
                      "seconds")

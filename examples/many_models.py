@@ -42,10 +42,9 @@ EXIT_BAD_MODEL = 2
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description="Train a keras.applications model a few steps on synthetic images "
-                    "under a device-memory cap and report whether it fit.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = support.example_parser(
+        "Train a keras.applications model a few steps on synthetic images "
+        "under a device-memory cap and report whether it fit.")
     parser.add_argument("--model", default="ResNet50",
                         help="a keras.applications model name (ResNet50, DenseNet121, "
                              "MobileNetV2, VGG16, EfficientNetB0, ...)")
@@ -57,11 +56,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help="training steps (the first includes tracing the graph)")
     parser.add_argument("--classes", type=int, default=10, help="classes of the classifier")
     parser.add_argument("--seed", type=int, default=0, help="seed of weights and data")
-    support.add_lms_arguments(parser, device_memory_mb=256)
-    args = parser.parse_args(argv)
-    support.check_arguments(parser, args, (("image_size", 1), ("batch_size", 1),
-                                           ("steps", 1), ("classes", 2)))
-    return args
+    return support.parse_arguments(parser, argv, device_memory_mb=256, minimums=(
+        ("image_size", 1), ("batch_size", 1), ("steps", 1), ("classes", 2)))
 
 
 def model_names(applications: Any) -> list[str]:
@@ -77,7 +73,6 @@ def build_training_step(args: argparse.Namespace) -> tuple[Callable[[], Any], An
     ValueError when the model cannot be built at that image size.
     """
     import keras
-    import tensorflow as tf
 
     names = model_names(keras.applications)
     if args.model not in names:
@@ -87,35 +82,17 @@ def build_training_step(args: argparse.Namespace) -> tuple[Callable[[], Any], An
         raise LookupError(f"keras.applications has no model {args.model!r} (names are "
                           f"case-sensitive); try one of: {', '.join(some)} "
                           f"({len(names)} in all)")
-    keras.utils.set_random_seed(args.seed)
-    size, batch = args.image_size, args.batch_size
-    model = getattr(keras.applications, args.model)(
-        weights=None, input_shape=(size, size, 3), classes=args.classes)
-    optimizer = keras.optimizers.SGD(learning_rate=0.001, momentum=0.9)
-    loss_fn = keras.losses.SparseCategoricalCrossentropy()
-    images = tf.random.uniform((batch, size, size, 3))
-    labels = tf.random.uniform((batch,), maxval=args.classes, dtype=tf.int32)
-
-    @tf.function
-    def train_step(x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
-        with tf.GradientTape() as tape:
-            loss = loss_fn(y, model(x, training=True))
-        gradients = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply_gradients(zip(gradients, model.trainable_variables))
-        return loss
-
-    return (lambda: train_step(images, labels)), model
+    return support.applications_training_step(args.model, args.image_size, args.batch_size,
+                                              args.classes, args.seed)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    device = support.configure_environment(args)
-    lms = support.import_lms()
+    device, lms = support.set_up_lms(args)  # before TensorFlow
     import tensorflow as tf
 
     setting = (f"{args.model}, batch {args.batch_size}, {args.image_size}x{args.image_size} "
                f"images, {device}")
-    step = 0  # 0 while the model is built
     reporter: support.StepReporter | None = None
     try:
         try:
@@ -130,13 +107,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return EXIT_BAD_MODEL
         print(f"{args.model} ({model.count_params():,} parameters); {setting}", flush=True)
         reporter = support.StepReporter(lms, args.steps, args.stats_csv)
-        for step in range(1, args.steps + 1):
-            reporter.start()
-            loss = float(train_step())
-            reporter.finish(step, loss=f"{loss:8.4f}")
+        reporter.train(train_step)
     except tf.errors.ResourceExhaustedError as error:
-        where = f"in step {step}" if step else "while building the model"
-        return support.report_out_of_memory(args, error, where, setting, reporter)
+        return support.report_out_of_memory(args, error, support.where_it_stopped(reporter),
+                                            setting, reporter)
     s = reporter.summary()
     median = reporter.median_step_seconds()
     print(f"FITS: {setting}: {args.steps} steps, median step {median:.3f} s; swapped "

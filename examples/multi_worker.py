@@ -48,19 +48,13 @@ CLASSES = 10
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description="Train a Keras model with MultiWorkerMirroredStrategy over several "
-                    "worker processes on this machine, each with LMS.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = support.example_parser(
+        "Train a Keras model with MultiWorkerMirroredStrategy over several worker "
+        "processes on this machine, each with LMS.")
     parser.add_argument("--workers", type=int, default=2, help="worker processes")
     parser.add_argument("--steps", type=int, default=4, help="training steps")
-    parser.add_argument("--batch-size", type=int, default=16,
-                        help="images per worker per step (the global batch is this "
-                             "times --workers)")
-    parser.add_argument("--image-size", type=int, default=64,
-                        help="height and width of the synthetic images")
-    parser.add_argument("--width", type=int, default=16, help="channels of each convolution")
-    parser.add_argument("--layers", type=int, default=16, help="number of convolutions")
+    support.add_conv_arguments(parser, layers=16, batch_help="images per worker per step "
+                               "(the global batch is this times --workers)")
     parser.add_argument("--seed", type=int, default=0, help="seed of weights and data")
     parser.add_argument("--strict", action="store_true",
                         help="run the workers with TF_LMS_STRICT=1 and list the unpinned "
@@ -72,7 +66,6 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--deterministic", action="store_true",
                         help="one intra-op and one inter-op thread per worker, and op "
                              "determinism: runs give bit-identical weights")
-    support.add_lms_arguments(parser, device_memory_mb=48)
     parser.add_argument("--results-json", type=Path, default=None,
                         help="the launcher writes every worker's result (losses, "
                              "statistics, weights digest, unpinned touches) here")
@@ -81,10 +74,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help="run as this worker of the cluster in TF_CONFIG: its task "
                              "index, 0 to the cluster's workers - 1 (0 without TF_CONFIG)")
     parser.add_argument("--result", type=Path, default=None, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    support.check_arguments(parser, args, (("workers", 1), ("steps", 1), ("batch_size", 1),
-                                           ("image_size", 4), ("width", 1), ("layers", 1)))
-    support.check_output_file(parser, "--results-json", args.results_json)
+    args = support.parse_arguments(
+        parser, argv, device_memory_mb=48,
+        minimums=(("workers", 1), ("steps", 1), *support.CONV_MINIMUMS),
+        output_files=("stats_csv", "results_json"))
     if args.weights_out is not None and args.weights_out.exists() \
             and not args.weights_out.is_dir():
         parser.error(f"--weights-out {args.weights_out}: is a file; name a directory")
@@ -217,11 +210,7 @@ def summarize(codes: list[int], results: list[dict | None]) -> int:
 def make_model(args: argparse.Namespace) -> Any:
     import keras
 
-    inputs = keras.Input((args.image_size, args.image_size, 3))
-    x = inputs
-    for _ in range(args.layers):
-        x = keras.layers.Conv2D(args.width, 3, padding="same", activation="relu")(x)
-    x = keras.layers.GlobalAveragePooling2D()(x)
+    inputs, x = support.conv_features(args.image_size, args.width, args.layers)
     return keras.Model(inputs, keras.layers.Dense(CLASSES)(x))
 
 
@@ -249,8 +238,7 @@ def run_worker(args: argparse.Namespace) -> int:
     if args.deterministic:
         os.environ["TF_NUM_INTEROP_THREADS"] = "1"
         os.environ["TF_NUM_INTRAOP_THREADS"] = "1"
-    device = support.configure_environment(args)
-    lms = support.import_lms()
+    device, lms = support.set_up_lms(args)  # before TensorFlow
     import keras
     import numpy as np
     import tensorflow as tf
@@ -293,8 +281,8 @@ def run_worker(args: argparse.Namespace) -> int:
             losses.append(float(train_step(tf.constant(x), tf.constant(y))))
             reporter.finish(step, loss=f"{losses[-1]:8.4f}")
     except tf.errors.ResourceExhaustedError as error:
-        where = f"in step {len(losses) + 1}"
-        return support.report_out_of_memory(args, error, where, setting, reporter)
+        return support.report_out_of_memory(args, error, support.where_it_stopped(reporter),
+                                            setting, reporter)
     support.print_trained(setting, len(losses), reporter)
     weights = [np.asarray(w) for w in model.get_weights()]
     if args.weights_out is not None:

@@ -32,51 +32,30 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
-from _example_support import (  # examples/ is on sys.path
-    check_memory_mb,
-    check_output_file,
-    out_of_memory_reason,
-)
-
-EXIT_OUT_OF_MEMORY = 3
-MIB = 1 << 20
+import _example_support as support  # examples/ is on sys.path
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description="Train Keras ResNet-50 on synthetic data under an emulated "
-                    "device-memory cap, with or without LMS.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = support.example_parser(
+        "Train Keras ResNet-50 on synthetic data under an emulated device-memory cap, "
+        "with or without LMS.")
     parser.add_argument("--batch-size", type=int, default=32,
                         help="images per training step")
     parser.add_argument("--steps", type=int, default=6,
                         help="training steps (the first includes tracing the graph)")
     parser.add_argument("--image-size", type=int, default=96,
                         help="height and width of the synthetic images (at least 32)")
-    parser.add_argument("--device-memory-mb", type=int, default=256,
-                        help="device memory of the emulated GPU, in MiB, an even number "
-                             "(sets TF_LMS_CPU_DEVICE_MEMORY_MB)")
-    parser.add_argument("--host-memory-mb", type=int, default=None,
-                        help="host memory for evicted tensors, in MiB, an even number "
-                             "(sets TF_GPU_HOST_MEM_LIMIT_IN_MB; LMS's default is 65536)")
-    parser.add_argument("--lms", action=argparse.BooleanOptionalAction, default=True,
-                        help="evict inactive tensors to host memory when device "
-                             "memory runs out (sets TF_LMS_ENABLED)")
+    support.add_memory_arguments(parser, 256, "device memory of the emulated GPU, in MiB, "
+                                 "an even number (sets TF_LMS_CPU_DEVICE_MEMORY_MB)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the synthetic data")
     parser.add_argument("--stats-json", type=Path, default=None,
                         help="also write the step times and LMS statistics to this "
                              "file as JSON (for scripts such as examples/demo.py)")
     args = parser.parse_args(argv)
-    for name, minimum in (("batch_size", 1), ("steps", 1), ("image_size", 32)):
-        value = getattr(args, name)
-        if value is not None and value < minimum:
-            parser.error(f"--{name.replace('_', '-')} must be at least {minimum}, "
-                         f"not {value}")
-    check_memory_mb(parser, "--device-memory-mb", args.device_memory_mb)
-    check_memory_mb(parser, "--host-memory-mb", args.host_memory_mb)
-    check_output_file(parser, "--stats-json", args.stats_json)
+    support.check_arguments(parser, args, (("batch_size", 1), ("steps", 1), ("image_size", 32)),
+                            output_files=("stats_json",))
     return args
 
 
@@ -91,17 +70,12 @@ def configure_environment(args: argparse.Namespace) -> None:
 
 
 def mib(n: int) -> str:
-    return f"{n / MIB:,.0f} MiB"
+    return f"{n / support.MIB:,.0f} MiB"
 
 
 def train(args: argparse.Namespace) -> int:
     configure_environment(args)
-    try:
-        import tensorflow_lms_allocator as lms  # before tensorflow: it wires LMS in
-    except ImportError as error:
-        print(f"error: cannot load tensorflow_lms_allocator ({error}); run `make build` "
-              "at the repository root and use its .venv/bin/python", file=sys.stderr)
-        return 1
+    lms = support.import_lms()  # tensorflow_lms_allocator, before tensorflow: it wires LMS in
     import tensorflow as tf
 
     setting = (f"batch {args.batch_size}, {args.device_memory_mb} MiB device memory, "
@@ -109,7 +83,9 @@ def train(args: argparse.Namespace) -> int:
     step_seconds: list[float] = []
     step = 0  # 0 while the model is built
     try:
-        train_step, model = build_training_step(args)
+        # ResNet-50, SGD with momentum, one synthetic batch; step() trains on it.
+        train_step, model = support.applications_training_step(
+            "ResNet50", args.image_size, args.batch_size, classes=10, seed=args.seed)
         print(f"ResNet-50 ({model.count_params():,} parameters), {args.image_size}x"
               f"{args.image_size}x3 synthetic images; {setting}", flush=True)
         before = lms.get_statistics(0)
@@ -127,49 +103,16 @@ def train(args: argparse.Namespace) -> int:
             before = after
     except tf.errors.ResourceExhaustedError as error:
         where = f"in step {step}" if step else "while building the model"
-        reason = out_of_memory_reason(error.message)
-        if "TF_GPU_HOST_MEM_LIMIT_IN_MB" in reason:
-            advice = "raise --host-memory-mb (host memory for evicted tensors)"
-        elif not args.lms:
-            advice = "turn LMS on (--lms), lower --batch-size or raise --device-memory-mb"
-        else:
-            advice = "lower --batch-size or raise --device-memory-mb"
+        reason = support.out_of_memory_reason(error.message)
+        advice = support.out_of_memory_advice(args, reason, batch_size="--batch-size")
         print(f"error: out of memory {where} ({setting}); {advice}. "
               f"TensorFlow: {reason}", file=sys.stderr, flush=True)
         write_json(args, step_seconds, lms.get_statistics(0), failed=reason)
-        return EXIT_OUT_OF_MEMORY
+        return support.EXIT_OUT_OF_MEMORY
     final = lms.get_statistics(0)
     print_summary(final, step_seconds)
     write_json(args, step_seconds, final, failed=None)
     return 0
-
-
-def build_training_step(args: argparse.Namespace) -> tuple[Callable[[], Any], Any]:
-    """ResNet-50, SGD with momentum, one synthetic batch; returns (step, model).
-
-    Calling step() runs one training step (a tf.function) and returns the loss.
-    """
-    import keras
-    import tensorflow as tf
-
-    keras.utils.set_random_seed(args.seed)  # weights and data alike
-    size, batch = args.image_size, args.batch_size
-    model = keras.applications.ResNet50(weights=None, input_shape=(size, size, 3),
-                                        classes=10)
-    optimizer = keras.optimizers.SGD(learning_rate=0.001, momentum=0.9)
-    loss_fn = keras.losses.SparseCategoricalCrossentropy()
-    images = tf.random.uniform((batch, size, size, 3))
-    labels = tf.random.uniform((batch,), maxval=10, dtype=tf.int32)
-
-    @tf.function
-    def train_step(x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
-        with tf.GradientTape() as tape:
-            loss = loss_fn(y, model(x, training=True))
-        gradients = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply_gradients(zip(gradients, model.trainable_variables))
-        return loss
-
-    return (lambda: train_step(images, labels)), model
 
 
 def print_summary(s: dict[str, int], step_seconds: list[float]) -> None:

@@ -45,25 +45,16 @@ CLASSES = 10
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description="Train a tf.compat.v1 graph (placeholders, variables, "
-                    "MonitoredTrainingSession) under LMS.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("--batch-size", type=int, default=16, help="images per step")
-    parser.add_argument("--image-size", type=int, default=64,
-                        help="height and width of the synthetic images")
-    parser.add_argument("--width", type=int, default=16, help="channels of each convolution")
-    parser.add_argument("--layers", type=int, default=24, help="number of convolutions")
+    parser = support.example_parser(
+        "Train a tf.compat.v1 graph (placeholders, variables, MonitoredTrainingSession) "
+        "under LMS.")
+    support.add_conv_arguments(parser)
     parser.add_argument("--steps", type=int, default=10, help="training steps")
     parser.add_argument("--stats-every", type=int, default=5,
                         help="print the LMS statistics every this many steps")
     parser.add_argument("--seed", type=int, default=0, help="seed of weights and data")
-    support.add_lms_arguments(parser, device_memory_mb=64)
-    args = parser.parse_args(argv)
-    support.check_arguments(parser, args, (("batch_size", 1), ("image_size", 4),
-                                           ("width", 1), ("layers", 1), ("steps", 1),
-                                           ("stats_every", 1)))
-    return args
+    return support.parse_arguments(parser, argv, device_memory_mb=64, minimums=(
+        *support.CONV_MINIMUMS, ("steps", 1), ("stats_every", 1)))
 
 
 def build_graph(args: argparse.Namespace) -> dict[str, Any]:
@@ -106,14 +97,12 @@ def session_config() -> Any:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    device = support.configure_environment(args)
-    lms = support.import_lms()
+    device, lms = support.set_up_lms(args)  # before TensorFlow
     import numpy as np
     import tensorflow as tf
 
     tf.compat.v1.disable_eager_execution()
-    setting = (f"batch {args.batch_size}, {args.image_size}x{args.image_size} images, "
-               f"{args.layers} convolutions of {args.width} channels, {device}")
+    setting = support.conv_setting(args, device)
     graph = build_graph(args)
     rng = np.random.default_rng(args.seed)
     feed = {graph["images"]: rng.standard_normal(

@@ -40,29 +40,20 @@ CLASSES = 10
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description="Train a Keras model with model.fit on a tf.data pipeline "
-                    "(source, shuffle, map, batch, prefetch) under LMS.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = support.example_parser(
+        "Train a Keras model with model.fit on a tf.data pipeline "
+        "(source, shuffle, map, batch, prefetch) under LMS.")
     parser.add_argument("--source", choices=("tensors", "generator"), default="tensors",
                         help="from_tensor_slices over arrays, or from_generator")
     parser.add_argument("--examples", type=int, default=256,
                         help="synthetic images in the data set")
-    parser.add_argument("--batch-size", type=int, default=16, help="images per step")
-    parser.add_argument("--image-size", type=int, default=64,
-                        help="height and width of the synthetic images")
-    parser.add_argument("--width", type=int, default=16, help="channels of each convolution")
-    parser.add_argument("--layers", type=int, default=24, help="number of convolutions")
+    support.add_conv_arguments(parser)
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--steps-per-epoch", type=int, default=8,
                         help="batches per epoch (the data set repeats)")
     parser.add_argument("--seed", type=int, default=0, help="seed of weights and data")
-    support.add_lms_arguments(parser, device_memory_mb=64)
-    args = parser.parse_args(argv)
-    support.check_arguments(parser, args, (("examples", 1), ("batch_size", 1),
-                                           ("image_size", 4), ("width", 1), ("layers", 1),
-                                           ("epochs", 1), ("steps_per_epoch", 1)))
-    return args
+    return support.parse_arguments(parser, argv, device_memory_mb=64, minimums=(
+        ("examples", 1), *support.CONV_MINIMUMS, ("epochs", 1), ("steps_per_epoch", 1)))
 
 
 def make_dataset(args: argparse.Namespace) -> Any:
@@ -99,11 +90,7 @@ def make_model(args: argparse.Namespace) -> Any:
     import keras
 
     keras.utils.set_random_seed(args.seed)
-    inputs = keras.Input((args.image_size, args.image_size, 3))
-    x = inputs
-    for _ in range(args.layers):
-        x = keras.layers.Conv2D(args.width, 3, padding="same", activation="relu")(x)
-    x = keras.layers.GlobalAveragePooling2D()(x)
+    inputs, x = support.conv_features(args.image_size, args.width, args.layers)
     model = keras.Model(inputs, keras.layers.Dense(CLASSES)(x))
     model.compile(optimizer=keras.optimizers.SGD(0.01, momentum=0.9),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
@@ -134,13 +121,10 @@ def progress_callback(reporter: support.StepReporter, steps_per_epoch: int) -> A
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    device = support.configure_environment(args)
-    lms = support.import_lms()
+    device, lms = support.set_up_lms(args)  # before TensorFlow
     import tensorflow as tf
 
-    setting = (f"tf.data from {args.source}, batch {args.batch_size}, {args.image_size}x"
-               f"{args.image_size} images, {args.layers} convolutions of {args.width} "
-               f"channels, {device}")
+    setting = f"tf.data from {args.source}, {support.conv_setting(args, device)}"
     steps = args.epochs * args.steps_per_epoch
     reporter: support.StepReporter | None = None
     try:
@@ -152,9 +136,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                   verbose=0, shuffle=False,  # the pipeline shuffles
                   callbacks=[progress_callback(reporter, args.steps_per_epoch)])
     except tf.errors.ResourceExhaustedError as error:
-        done = len(reporter.step_seconds) if reporter is not None else 0
-        where = f"in step {done + 1}" if reporter is not None else "while building the model"
-        return support.report_out_of_memory(args, error, where, setting, reporter)
+        return support.report_out_of_memory(args, error, support.where_it_stopped(reporter),
+                                            setting, reporter)
     support.print_trained(setting, len(reporter.step_seconds), reporter)
     return 0
 

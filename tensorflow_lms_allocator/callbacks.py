@@ -217,7 +217,84 @@ class StatsCsvWriter:
             self._file = None
 
 
-class LMSStatsLogger(tf.keras.callbacks.Callback):
+class _TimedSteps(tf.keras.callbacks.Callback):
+    """A Keras callback that numbers and times each execution of the training function.
+
+    ``on_train_batch_begin`` starts the clock; ``on_train_batch_end`` hands the
+    execution's first and last step (`_StepCounter`) and its wall time in
+    seconds to `_step_ended`, which a subclass defines. A subclass that
+    overrides ``on_train_begin`` calls this one, which restarts the numbering.
+
+    Example:
+        >>> class PrintSteps(_TimedSteps):  # doctest: +SKIP
+        ...     def _step_ended(self, batch, first, last, step_time):
+        ...         print(f"steps {first}..{last}: {step_time:.2f} s")
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._steps = _StepCounter()
+        self._batch_start = 0.0
+
+    def on_train_begin(self, logs: dict | None = None) -> None:
+        self._steps.reset()
+
+    def on_train_batch_begin(self, batch: int, logs: dict | None = None) -> None:
+        self._steps.begin(batch)
+        self._batch_start = time.perf_counter()
+
+    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+        step_time = time.perf_counter() - self._batch_start
+        first, last = self._steps.end(batch)
+        self._step_ended(batch, first, last, step_time)
+
+    def _step_ended(self, batch: int, first: int, last: int, step_time: float) -> None:
+        raise NotImplementedError(f"{type(self).__name__} must define _step_ended")
+
+
+class _EveryNthStepWriter(_TimedSteps):
+    """Writes the statistics of `device` after every `every_n_batches`-th step.
+
+    The writer is opened when training begins (`_open`, which a subclass
+    defines, returns an object with ``close()``) and closed when it ends; a
+    logged execution (one holding a step that is a multiple of
+    `every_n_batches`) goes to `_write` with the statistics read after it.
+    Raises ValueError for a `device` with no LMS statistics or
+    `every_n_batches` below 1.
+
+    Example:
+        >>> class PrintRows(_EveryNthStepWriter):  # doctest: +SKIP
+        ...     def _open(self): return sys.stdout
+        ...     def _write(self, batch, step, step_time, values): print(step, values)
+    """
+
+    def __init__(self, device: int | str | Any, every_n_batches: int) -> None:
+        super().__init__()
+        self.every_n_batches = _check_every("every_n_batches", every_n_batches)
+        self.device = _check_device(device)
+        self._writer: Any = None
+
+    def _open(self) -> Any:
+        raise NotImplementedError(f"{type(self).__name__} must define _open")
+
+    def _write(self, batch: int, step: int, step_time: float, values: dict[str, int]) -> None:
+        raise NotImplementedError(f"{type(self).__name__} must define _write")
+
+    def on_train_begin(self, logs: dict | None = None) -> None:
+        self._writer = self._open()
+        super().on_train_begin(logs)
+
+    def _step_ended(self, batch: int, first: int, last: int, step_time: float) -> None:
+        if self._writer is not None and _holds_multiple(first, last, self.every_n_batches):
+            self._write(batch, last, step_time, lms.get_statistics(self.device))
+
+    def on_train_end(self, logs: dict | None = None) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+
+class LMSStatsLogger(_EveryNthStepWriter):
     """Logs LMS statistics to a CSV file, one row per logged training batch.
 
     Columns: ``epoch``, ``batch`` (within the epoch), ``step`` (batches trained
@@ -258,41 +335,23 @@ class LMSStatsLogger(tf.keras.callbacks.Callback):
     def __init__(self, path: str | os.PathLike[str], device: int | str | Any = 0,
                  statistics: Iterable[str] | None = None,
                  every_n_batches: int = 1) -> None:
-        super().__init__()
-        self.path = os.fspath(path)
-        self.every_n_batches = _check_every("every_n_batches", every_n_batches)
-        self.device = _check_device(device)
+        path = os.fspath(path)
+        super().__init__(device, every_n_batches)
+        self.path = path
         self.statistics = _select_statistics(statistics)
-        self._writer: StatsCsvWriter | None = None
         self._epoch = 0
-        self._steps = _StepCounter()
-        self._batch_start = 0.0
 
-    def on_train_begin(self, logs: dict | None = None) -> None:
-        self._writer = StatsCsvWriter(self.path, self.statistics)
-        self._steps.reset()
+    def _open(self) -> StatsCsvWriter:
+        return StatsCsvWriter(self.path, self.statistics)
 
     def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
         self._epoch = epoch
 
-    def on_train_batch_begin(self, batch: int, logs: dict | None = None) -> None:
-        self._steps.begin(batch)
-        self._batch_start = time.perf_counter()
-
-    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
-        step_time = time.perf_counter() - self._batch_start
-        first, last = self._steps.end(batch)
-        if self._writer is not None and _holds_multiple(first, last, self.every_n_batches):
-            self._writer.write_row(self._epoch, batch, last, step_time,
-                                   lms.get_statistics(self.device))
-
-    def on_train_end(self, logs: dict | None = None) -> None:
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
+    def _write(self, batch: int, step: int, step_time: float, values: dict[str, int]) -> None:
+        self._writer.write_row(self._epoch, batch, step, step_time, values)
 
 
-class LMSStatsAverage(tf.keras.callbacks.Callback):
+class LMSStatsAverage(_TimedSteps):
     """Averages the swap statistics per batch over a range of steps, as JSON.
 
     Over the steps `start_batch` to `end_batch` (inclusive, counted from 0
@@ -353,10 +412,8 @@ class LMSStatsAverage(tf.keras.callbacks.Callback):
         self._reset()
 
     def _reset(self) -> None:
-        self._steps = _StepCounter()
         self._first_step: int | None = None
         self._last_step: int | None = None
-        self._batch_start = 0.0
         self._previous: dict[str, int] | None = None
         self._totals = {name: 0 for name in SWAP_COUNTERS}
         self._step_time = 0.0
@@ -365,17 +422,15 @@ class LMSStatsAverage(tf.keras.callbacks.Callback):
 
     def on_train_begin(self, logs: dict | None = None) -> None:
         self._reset()
+        super().on_train_begin(logs)
 
     def on_train_batch_begin(self, batch: int, logs: dict | None = None) -> None:
         if self._previous is None:
             self._previous = lms.get_statistics(self.device)
-        self._steps.begin(batch)
-        self._batch_start = time.perf_counter()
+        super().on_train_batch_begin(batch, logs)
 
-    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
-        step_time = time.perf_counter() - self._batch_start
+    def _step_ended(self, batch: int, first: int, last: int, step_time: float) -> None:
         now = lms.get_statistics(self.device)
-        first, last = self._steps.end(batch)
         if first <= self.end_batch and last >= self.start_batch and not self._written:
             assert self._previous is not None
             for name in SWAP_COUNTERS:
@@ -432,7 +487,7 @@ def _nan_to_none(value: Any) -> Any:
     return value
 
 
-class LMSStatsTensorBoard(tf.keras.callbacks.Callback):
+class LMSStatsTensorBoard(_EveryNthStepWriter):
     """Writes every LMS statistic as a TensorBoard scalar ``lms/<statistic>``.
 
     The step of each scalar is the global step (batches trained before it in
@@ -458,37 +513,19 @@ class LMSStatsTensorBoard(tf.keras.callbacks.Callback):
 
     def __init__(self, log_dir: str | os.PathLike[str], device: int | str | Any = 0,
                  every_n_batches: int = 1) -> None:
-        super().__init__()
-        self.log_dir = os.fspath(log_dir)
-        self.every_n_batches = _check_every("every_n_batches", every_n_batches)
-        self.device = _check_device(device)
-        self._writer: Any = None
-        self._steps = _StepCounter()
-        self._batch_start = 0.0
+        log_dir = os.fspath(log_dir)
+        super().__init__(device, every_n_batches)
+        self.log_dir = log_dir
 
-    def on_train_begin(self, logs: dict | None = None) -> None:
-        self._writer = tf.summary.create_file_writer(os.path.join(self.log_dir, "lms"))
-        self._steps.reset()
+    def _open(self) -> Any:
+        return tf.summary.create_file_writer(os.path.join(self.log_dir, "lms"))
 
-    def on_train_batch_begin(self, batch: int, logs: dict | None = None) -> None:
-        self._steps.begin(batch)
-        self._batch_start = time.perf_counter()
-
-    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
-        step_time = time.perf_counter() - self._batch_start
-        first, last = self._steps.end(batch)
-        if self._writer is not None and _holds_multiple(first, last, self.every_n_batches):
-            values = lms.get_statistics(self.device)
-            with self._writer.as_default(step=last):
-                _write_scalar("lms/step_time_s", step_time)
-                for name, value in values.items():
-                    _write_scalar(f"lms/{name}", value)
-            self._writer.flush()
-
-    def on_train_end(self, logs: dict | None = None) -> None:
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
+    def _write(self, batch: int, step: int, step_time: float, values: dict[str, int]) -> None:
+        with self._writer.as_default(step=step):
+            _write_scalar("lms/step_time_s", step_time)
+            for name, value in values.items():
+                _write_scalar(f"lms/{name}", value)
+        self._writer.flush()
 
 
 def _write_scalar(tag: str, value: float) -> None:
