@@ -2,7 +2,7 @@ r"""Part 0003 of the LMS patch series: the Python API in TensorFlow's tree.
 
 tensorflow/python/framework/config.py gains set_lms_enabled, get_lms_enabled,
 set_lms_defrag_enabled, get_lms_defrag_enabled and the statistics functions
-(docs/design.md, "Public surface"), exported as tf.config.experimental.<name> and
+(docs/observing.md#statistics), exported as tf.config.experimental.<name> and
 tf.experimental.<name> (IBM's names); tensorflow/python/eager/context.py keeps
 the two settings and writes them into the ConfigProto's
 GPUOptions.Experimental; the API golden files of tf.config.experimental and
@@ -146,7 +146,7 @@ CONTEXT_METHODS_ADDITION = '''\
 
 
 # --------------------------------------------------------------------------
-# The statistics functions: one per public name of docs/design.md, each reading the
+# The statistics functions: one per public name of docs/observing.md, each reading the
 # engine's statistic through LMS's C entry points (statistics_c_api.h), which
 # the patched TensorFlow exports from the library its GPU runtime is in.
 
@@ -311,7 +311,7 @@ def {public}(device=0):
 
 
 def public_statistics() -> dict[str, str]:
-    """docs/design.md's statistics functions: public name -> the engine's name.
+    """The statistics functions (docs/observing.md#statistics): public name -> the engine's name.
 
     Read from the runtime overlay's table (tensorflow_lms_allocator/lms.py),
     so that both ways in export the same functions.

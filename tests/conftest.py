@@ -27,6 +27,9 @@ def engine_factory(request: pytest.FixtureRequest, backend: str) -> Callable[...
 
     def factory(device_granules: int = 16, host_granules: int = 64,
                 **options: object) -> Engine:
+        # LRU unless a test asks for another policy: the engine's tests name
+        # the units a reclaim takes by their order of use.
+        options.setdefault("policy", "lru")
         return Engine(device_granules * GRANULE, host_bytes=host_granules * GRANULE,
                       granule_bytes=GRANULE, backend=backend, **options)
 
@@ -39,6 +42,9 @@ def make_engine(request: pytest.FixtureRequest) -> Callable[..., Engine]:
 
     Engines over emulated device memory. A module whose tests hold on every
     backend overrides it with make_engine_each_backend.
+
+    The policy is LRU unless `policy` is given (the engine's default is
+    learned, as TF_LMS_POLICY's).
 
     Example:
         def test_x(make_engine):

@@ -22,6 +22,8 @@ from tensorflow_lms_allocator import replay, trace
 from tensorflow_lms_allocator.engine import Engine
 from tf_helpers import describe, run_program
 
+pytestmark = pytest.mark.quick
+
 MIB = 1 << 20
 ROOT = Path(__file__).resolve().parents[1]
 TOOL = ROOT / "stats_tools" / "lms_replay.py"
@@ -52,7 +54,8 @@ def kernels(engine: Engine, seed: int, count: int, sizes=(1, 2, 3, 4, 6)) -> Non
 def recorded(tmp_path: Path, device_mb: int, seed: int, count: int = 60,
              granule_mb: int = 2) -> tuple[Path, dict]:
     """A trace of `kernels` on an engine of `device_mb`, and that engine's statistics."""
-    engine = Engine(device_mb * MIB, host_bytes=512 * MIB, granule_bytes=granule_mb * MIB)
+    engine = Engine(device_mb * MIB, host_bytes=512 * MIB, granule_bytes=granule_mb * MIB,
+                    policy="lru")
     path = tmp_path / f"seed{seed}.lmstrace"
     with trace.record_engine(engine, path):
         kernels(engine, seed, count)

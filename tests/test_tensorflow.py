@@ -22,6 +22,8 @@ import pytest
 
 from tf_helpers import PROGRAMS, describe, log_severity, run_program
 
+pytestmark = [pytest.mark.tensorflow, pytest.mark.gpu_wheel]
+
 MIB = 1 << 20
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -266,7 +268,7 @@ def test_every_logical_cpu_device_answers_with_the_shared_emulated_device():
 
 
 def test_reset_memory_stats_resets_lms_peaks_and_keeps_its_counts():
-    """As the README says: TensorFlow's reset_memory_stats reaches LMS's peaks
+    """As docs/observing.md says: TensorFlow's reset_memory_stats reaches LMS's peaks
     (each to its current value); counts and cumulative bytes stay."""
     run = run_program("probes.py", "reset_peaks",
                       env={"TF_LMS_CPU_DEVICE_MEMORY_MB": "64", "TF_LMS_ENABLED": "1"})

@@ -2,14 +2,12 @@
 
 #include <dlfcn.h>
 
-#include <cstdlib>
 #include <string>
 
 namespace lms {
 
 Status CudaDriver::Load(std::unique_ptr<CudaDriver>* out) {
-  const char* path = std::getenv(kCudaDriverPathEnv);
-  return LoadFrom(path != nullptr && path[0] != '\0' ? path : "libcuda.so.1", out);
+  return LoadFrom(CudaDriverPathFromEnv(), out);
 }
 
 Status CudaDriver::LoadFrom(const std::string& path, std::unique_ptr<CudaDriver>* out) {

@@ -23,13 +23,10 @@
 #include <string>
 
 #include "backends/cuda_driver_api.h"
+#include "engine/env_options.h"  // kCudaDriverPathEnv: the library Load takes
 #include "engine/status.h"
 
 namespace lms {
-
-// The environment variable naming the driver library to load instead of
-// libcuda.so.1 (tests only).
-inline constexpr char kCudaDriverPathEnv[] = "TF_LMS_CUDA_DRIVER_PATH";
 
 class CudaDriver {
  public:

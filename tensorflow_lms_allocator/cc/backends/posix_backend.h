@@ -66,14 +66,15 @@
 #include <vector>
 
 #include "engine/backend.h"
+#include "engine/env_options.h"
 
 namespace lms {
 
 // How pool memory gets transparent huge pages (the comment above says why):
 // as the machine allows (kAuto: kAdvise, else kCollapse, else kOff), or one
 // way whatever the machine (tests take each path on machines that refuse it;
-// it stays correct, only slower).
-enum class HugePages { kAuto, kAdvise, kCollapse, kOff };
+// it stays correct, only slower). HugePages itself is a setting
+// (engine/env_options.h).
 
 // "advise", "collapse", "off" ("auto" for kAuto).
 const char* HugePagesName(HugePages mode);

@@ -11,7 +11,8 @@
 // the copy ran at 5.5-7.0 GB/s, against 10.5-11.0 GB/s for the same copies
 // with streaming stores (glibc's own path for large copies, and this one),
 // and against the 256 MiB memcpy that `make bench-overhead` takes as the copy
-// floor. Measured on 2-64 MiB copies between memfd windows.
+// floor. Measured on 2-64 MiB copies between memfd windows; in training:
+// docs/decisions/0008-emulated-device-remaps-and-copies.md.
 //
 // The data written is not read soon by the CPU when evicting (host pool),
 // and when paging in the kernel that reads it next has it from memory either

@@ -141,6 +141,7 @@
 #include "engine/backing_map.h"
 #include "engine/best_fit_arena.h"
 #include "engine/granule_pool.h"
+#include "engine/env_options.h"
 #include "engine/learned_policy.h"
 #include "engine/mutex.h"
 #include "engine/reclaim_policy.h"
@@ -154,32 +155,7 @@
 
 namespace lms {
 
-struct EngineOptions {
-  // The device pool's size: the device's memory (rounded down to granules).
-  size_t device_bytes = 0;
-  // The host pool's size: swap space for evicted allocations
-  // (TF_GPU_HOST_MEM_LIMIT_IN_MB). Zero disables eviction's destination.
-  size_t host_bytes = 0;
-  // Requests below this many bytes are packed into small-object pages
-  // (evicted a page at a time). Zero means one granule.
-  size_t small_object_threshold = 0;
-  // Small objects below this many bytes share pages only with each other
-  // (Note [Size classes] in small_pages.h). Zero: one class for all.
-  size_t tiny_object_threshold = SmallPages::kTinyBytes;
-  // Evict inactive allocations when the device pool runs out. Off, the engine
-  // is a plain capped allocator.
-  bool lms_enabled = true;
-  // Remap granules cached at free address ranges to where they are needed.
-  // On by default: a remap moves no data and costs a mapping call, while the
-  // eviction it spares copies the allocation. Off, granules cached at a free
-  // range serve only allocations placed there (classic fragmentation).
-  bool defrag_enabled = true;
-  // Map evicted memory with no access and report unpinned touches.
-  bool strict = false;
-  // Which inactive allocations a reclaim evicts first: LRU, or the learned
-  // farthest-next-use order (Note [Learned eviction] in learned_policy.h).
-  PolicyKind policy = PolicyKind::kLru;
-};
+// EngineOptions: engine/env_options.h, beside every default.
 
 // Who holds a new allocation (Allocate).
 enum class Hold : uint8_t {

@@ -5,13 +5,44 @@
 #include <cctype>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 namespace lms {
+namespace {
+
+// The variable's value, or null when it is unset or empty (both mean "use
+// the default" for every setting).
+const char* ValueOf(const char* name) {
+  const char* raw = std::getenv(name);
+  return raw != nullptr && raw[0] != '\0' ? raw : nullptr;
+}
+
+// TF_LMS_GRANULE_MB: a power of two from 2 to 1024 (MiB).
+Status GranuleFromEnv(size_t* bytes) {
+  const char* raw = ValueOf("TF_LMS_GRANULE_MB");
+  if (raw == nullptr) return Status::Ok();
+  const std::string value(raw);
+  const bool digits = value.size() <= 4 &&
+                      value.find_first_not_of("0123456789") == std::string::npos;
+  const size_t asked = digits ? std::strtoull(raw, nullptr, 10) << 20 : 0;
+  if (asked < kDefaultGranuleBytes || asked > kMaxGranuleBytes ||
+      (asked & (asked - 1)) != 0) {
+    return InvalidArgument(
+        "TF_LMS_GRANULE_MB='" + value + "' is not a power of two from " +
+        std::to_string(kDefaultGranuleBytes >> 20) + " to " +
+        std::to_string(kMaxGranuleBytes >> 20) +
+        " (MiB of memory behind each mapping; unset it for 2, or try 8)");
+  }
+  *bytes = asked;
+  return Status::Ok();
+}
+
+}  // namespace
 
 Status MegabytesFromEnv(const char* name, bool* present, size_t* bytes) {
-  const char* raw = std::getenv(name);
-  *present = raw != nullptr && raw[0] != '\0';
+  const char* raw = ValueOf(name);
+  *present = raw != nullptr;
   if (!*present) return Status::Ok();
   const std::string value(raw);
   bool digits = true;
@@ -35,8 +66,8 @@ Status MegabytesFromEnv(const char* name, bool* present, size_t* bytes) {
 }
 
 Status FlagFromEnv(const char* name, bool* present, bool* value) {
-  const char* raw = std::getenv(name);
-  *present = raw != nullptr && raw[0] != '\0';
+  const char* raw = ValueOf(name);
+  *present = raw != nullptr;
   if (!*present) return Status::Ok();
   std::string v(raw);
   for (char& ch : v) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
@@ -107,6 +138,73 @@ Status CheckMemorySetting(const char* name, size_t* bytes_in_out, size_t granule
 size_t DefaultHostLimitBytes(size_t granule_bytes, size_t machine_bytes) {
   const size_t max = MaxMemorySettingBytes(granule_bytes, machine_bytes);
   return kDefaultHostLimitBytes < max ? kDefaultHostLimitBytes : max;
+}
+
+Status ReadSettingsFromEnv(Settings* out, std::vector<std::string>* notes) {
+  Settings s;
+  EngineOptions& engine = s.engine;
+  const size_t machine = MachineMemoryBytes();
+  bool device_present = false;
+  bool host_present = false;
+  bool present = false;
+  LMS_RETURN_IF_ERROR(FlagFromEnv("TF_LMS_ENABLED", &present, &engine.lms_enabled));
+  LMS_RETURN_IF_ERROR(FlagFromEnv("TF_LMS_DEFRAG_ENABLED", &present, &engine.defrag_enabled));
+  LMS_RETURN_IF_ERROR(FlagFromEnv("TF_LMS_STRICT", &present, &engine.strict));
+  LMS_RETURN_IF_ERROR(FlagFromEnv("TF_LMS_PREFETCH", &present, &s.prefetch));
+  if (const char* policy = ValueOf("TF_LMS_POLICY"); policy != nullptr) {
+    if (!PolicyFromName(policy, &engine.policy)) {
+      return InvalidArgument(std::string("TF_LMS_POLICY='") + policy +
+                             "' is not a policy: use learned (the default: farthest "
+                             "predicted next use) or lru (least recently used first)");
+    }
+  }
+  LMS_RETURN_IF_ERROR(GranuleFromEnv(&s.granule_bytes));
+  if (const char* huge = ValueOf("TF_LMS_HUGE_PAGES"); huge != nullptr) {
+    if (std::strcmp(huge, "auto") != 0 && std::strcmp(huge, "off") != 0) {
+      return InvalidArgument(std::string("TF_LMS_HUGE_PAGES='") + huge +
+                             "' is not auto (the default: the emulated device's memory in "
+                             "huge pages where the machine allows) or off");
+    }
+    s.huge_pages = std::strcmp(huge, "off") == 0 ? HugePages::kOff : HugePages::kAuto;
+  }
+  LMS_RETURN_IF_ERROR(
+      MegabytesFromEnv("TF_LMS_CPU_DEVICE_MEMORY_MB", &device_present, &engine.device_bytes));
+  std::string rounded;
+  if (device_present) {
+    LMS_RETURN_IF_ERROR(CheckMemorySetting("TF_LMS_CPU_DEVICE_MEMORY_MB", &engine.device_bytes,
+                                           s.granule_bytes, machine, &rounded));
+    if (!rounded.empty()) notes->push_back(rounded);
+  }
+  // The host pool is a sparse file: TensorFlow's 64 GiB default costs nothing
+  // until evicted tensors fill it, but it is capped at the machine's memory
+  // so that the default is itself a valid value.
+  engine.host_bytes = DefaultHostLimitBytes(s.granule_bytes, machine);
+  LMS_RETURN_IF_ERROR(
+      MegabytesFromEnv("TF_GPU_HOST_MEM_LIMIT_IN_MB", &host_present, &engine.host_bytes));
+  if (host_present) {
+    rounded.clear();
+    LMS_RETURN_IF_ERROR(CheckMemorySetting("TF_GPU_HOST_MEM_LIMIT_IN_MB", &engine.host_bytes,
+                                           s.granule_bytes, machine, &rounded));
+    if (!rounded.empty()) notes->push_back(rounded);
+  }
+  if (s.prefetch && engine.policy != PolicyKind::kLearned) {
+    notes->push_back(std::string("TF_LMS_PREFETCH=1 has no effect with TF_LMS_POLICY=") +
+                     PolicyName(engine.policy) +
+                     ": prefetching pages in what the learned policy predicts; set "
+                     "TF_LMS_POLICY=learned to use it");
+  }
+  *out = s;
+  return Status::Ok();
+}
+
+std::string CudaDriverPathFromEnv() {
+  const char* path = ValueOf(kCudaDriverPathEnv);
+  return path != nullptr ? path : kDefaultCudaDriverPath;
+}
+
+std::string TensorFlowGpuAllocatorFromEnv() {
+  const char* asked = ValueOf("TF_GPU_ALLOCATOR");
+  return asked != nullptr ? asked : "";
 }
 
 }  // namespace lms

@@ -1,7 +1,20 @@
-// Reading the engine's settings from the environment, with errors that name
-// the variable and the value. Every front end (the TensorFlow adapter, the
-// Python binding, the benchmarks) goes through here, so a setting means the
-// same thing everywhere.
+// Every setting LMS reads from the environment, read in one place into typed
+// options with their defaults, with errors that name the variable and the
+// value. Every front end (the TensorFlow adapter, the Python binding, the
+// benchmarks) goes through here, so a setting means the same thing everywhere.
+//
+// Note [One place for settings]
+// No other file under cc/ calls getenv (Python reads the environment only to
+// know whether LMS is asked for: overlay/activation.py's asking_settings).
+// The engine (EngineOptions' member defaults),
+// the Python binding (its keyword defaults) and TensorFlow's path
+// (ReadSettingsFromEnv) take their defaults from the constants below, and
+// kSettings lists each variable with its default as the README's settings
+// table and docs/settings.md state it (tests/test_documents.py checks
+// both against it, and the defaults ReadSettingsFromEnv gives against it).
+// Where a front end's default differs on purpose, it says so here: LMS is on
+// for an engine made directly (EngineOptions: why else make one) and off for
+// TensorFlow until asked for (kDefaultLmsEnabled).
 //
 // Two levels of checking:
 //   - MegabytesFromEnv / FlagFromEnv / HostLimitFromEnv check the syntax
@@ -10,20 +23,140 @@
 //   - CheckMemorySetting checks that a size gives a working device: at least
 //     one granule and no more than the machine's memory; a value that is not
 //     a whole number of granules is rounded down, and the caller says so
-//     (never silently). The TensorFlow adapter applies it to
-//     TF_LMS_CPU_DEVICE_MEMORY_MB and TF_GPU_HOST_MEM_LIMIT_IN_MB at import.
+//     (never silently). ReadSettingsFromEnv applies it to
+//     TF_LMS_CPU_DEVICE_MEMORY_MB and TF_GPU_HOST_MEM_LIMIT_IN_MB.
 #ifndef TENSORFLOW_LMS_ALLOCATOR_CC_ENGINE_ENV_OPTIONS_H_
 #define TENSORFLOW_LMS_ALLOCATOR_CC_ENGINE_ENV_OPTIONS_H_
 
+#include <array>
 #include <cstddef>
 #include <string>
+#include <vector>
 
+#include "engine/reclaim_policy.h"
+#include "engine/small_pages.h"
 #include "engine/status.h"
 
 namespace lms {
 
 // TensorFlow's default for TF_GPU_HOST_MEM_LIMIT_IN_MB: 64 GiB.
 inline constexpr size_t kDefaultHostLimitBytes = size_t{1} << 36;
+// TF_LMS_POLICY's: the learned order moved no more bytes than LRU in every
+// case `make bench-policy` replays, and 4-33% fewer on CNNs
+// (docs/decisions/0002-learned-policy-default.md).
+inline constexpr PolicyKind kDefaultPolicy = PolicyKind::kLearned;
+// TF_LMS_GRANULE_MB's: 2 MiB, as on current NVIDIA GPUs; at most 1 GiB.
+inline constexpr size_t kDefaultGranuleBytes = size_t{2} << 20;
+inline constexpr size_t kMaxGranuleBytes = size_t{1} << 30;
+// TF_LMS_ENABLED's: TensorFlow's devices run without LMS until asked for.
+inline constexpr bool kDefaultLmsEnabled = false;
+// TF_LMS_DEFRAG_ENABLED's: a remap moves no data and costs a mapping call,
+// while the eviction it spares copies the allocation.
+inline constexpr bool kDefaultDefragEnabled = true;
+// TF_LMS_STRICT's.
+inline constexpr bool kDefaultStrict = false;
+// TF_LMS_PREFETCH's: on the 2-core emulated device it moved more bytes and
+// gained no step time (docs/decisions/0003-prefetch-off-by-default.md).
+inline constexpr bool kDefaultPrefetch = false;
+// TF_LMS_CUDA_DRIVER_PATH names the CUDA driver library to load instead of
+// libcuda.so.1 (a testing knob: the tests' fake driver).
+inline constexpr char kCudaDriverPathEnv[] = "TF_LMS_CUDA_DRIVER_PATH";
+inline constexpr char kDefaultCudaDriverPath[] = "libcuda.so.1";
+
+// The emulated device's memory in transparent huge pages (TF_LMS_HUGE_PAGES):
+// as the machine allows (kAuto: kAdvise, else kCollapse, else kOff), or one
+// way whatever the machine (tests take each path on machines that refuse it;
+// it stays correct, only slower). The POSIX backend says what each means.
+enum class HugePages { kAuto, kAdvise, kCollapse, kOff };
+
+struct EngineOptions {
+  // The device pool's size: the device's memory (rounded down to granules).
+  size_t device_bytes = 0;
+  // The host pool's size: swap space for evicted allocations
+  // (TF_GPU_HOST_MEM_LIMIT_IN_MB). Zero disables eviction's destination.
+  size_t host_bytes = 0;
+  // Requests below this many bytes are packed into small-object pages
+  // (evicted a page at a time). Zero means one granule.
+  size_t small_object_threshold = 0;
+  // Small objects below this many bytes share pages only with each other
+  // (Note [Size classes] in small_pages.h). Zero: one class for all.
+  size_t tiny_object_threshold = SmallPages::kTinyBytes;
+  // Evict inactive allocations when the device pool runs out. Off, the engine
+  // is a plain capped allocator. On for an engine made directly; TensorFlow's
+  // devices start from kDefaultLmsEnabled (Settings).
+  bool lms_enabled = true;
+  // Remap granules cached at free address ranges to where they are needed.
+  // Off, granules cached at a free range serve only allocations placed there
+  // (classic fragmentation).
+  bool defrag_enabled = kDefaultDefragEnabled;
+  // Map evicted memory with no access and report unpinned touches.
+  bool strict = kDefaultStrict;
+  // Which inactive allocations a reclaim evicts first: LRU, or the learned
+  // farthest-next-use order (Note [Learned eviction] in learned_policy.h).
+  PolicyKind policy = kDefaultPolicy;
+};
+
+// What the environment asks of every LMS device TensorFlow makes: the
+// engine's options (device_bytes is the emulated device's, 0: none;
+// host_bytes the host pool of every LMS device; a GPU's GPUOptions may turn
+// more on, gpu_devices.h) and the front ends' own.
+struct Settings {
+  EngineOptions engine = [] {
+    EngineOptions options;
+    options.lms_enabled = kDefaultLmsEnabled;
+    return options;
+  }();
+  // TF_LMS_PREFETCH: with the learned policy, page in ahead of use.
+  bool prefetch = kDefaultPrefetch;
+  // TF_LMS_GRANULE_MB: the memory behind one mapping, the unit in which every
+  // allocation of a granule or more is rounded up and evicted (the emulated
+  // device's granule; a GPU's is the larger of this and its driver's). A GPU
+  // driver's remap costs per mapping, not per byte, so on a GPU a larger
+  // granule moves a swapped byte faster
+  // (docs/decisions/0006-granule-size-on-gpus.md).
+  size_t granule_bytes = kDefaultGranuleBytes;
+  // TF_LMS_HUGE_PAGES: auto or off.
+  HugePages huge_pages = HugePages::kAuto;
+};
+
+// One variable LMS reads, its default as the documents state it, and
+// whether it is a user's setting (the README's table) or another's variable
+// LMS reads too (TensorFlow's, or a testing knob: docs/settings.md).
+struct SettingInfo {
+  const char* name;
+  const char* default_value;
+  bool in_readme;
+};
+
+inline constexpr std::array<SettingInfo, 12> kSettings = {{
+    {"TF_LMS_ENABLED", "off", true},
+    {"TF_LMS_DEFRAG_ENABLED", "on", true},
+    {"TF_LMS_CPU_DEVICE_MEMORY_MB", "unset", true},
+    {"TF_GPU_HOST_MEM_LIMIT_IN_MB", "65536", true},
+    {"TF_LMS_POLICY", "learned", true},
+    {"TF_LMS_PREFETCH", "off", true},
+    {"TF_LMS_GRANULE_MB", "2", true},
+    {"TF_LMS_HUGE_PAGES", "auto", true},
+    {"TF_LMS_STRICT", "off", true},
+    {kCudaDriverPathEnv, kDefaultCudaDriverPath, false},
+    {"TF_GPU_ALLOCATOR", "unset", false},
+    {"TF_FORCE_GPU_ALLOW_GROWTH", "unset", false},
+}};
+
+// Reads every TF_LMS_* variable of kSettings and TF_GPU_HOST_MEM_LIMIT_IN_MB
+// into *out, each absent one at its default. kInvalidArgument names the
+// variable, its value and what is valid. *notes receives one line per value
+// used otherwise than written (a size rounded down to whole granules) or
+// that does nothing (prefetching without the learned policy), for the
+// caller to log.
+Status ReadSettingsFromEnv(Settings* out, std::vector<std::string>* notes);
+
+// The CUDA driver library to load: TF_LMS_CUDA_DRIVER_PATH, else
+// libcuda.so.1.
+std::string CudaDriverPathFromEnv();
+
+// TF_GPU_ALLOCATOR (TensorFlow's choice of its own GPU allocator), or "".
+std::string TensorFlowGpuAllocatorFromEnv();
 
 // Reads a whole number of MiB from `name`. Unset or empty leaves *bytes as
 // it is and sets *present to false. Anything but digits (a negative number

@@ -85,15 +85,17 @@
 //   - prefetching (Engine::Prefetch, called by a helper thread of the
 //     TensorFlow adapter after each kernel starts, with TF_LMS_PREFETCH=1;
 //     off by default, since on two cores it moved more bytes and gained no
-//     step time): evicted units predicted to be used within the next few
-//     ticks are paged in ahead of their pin,
+//     step time: docs/decisions/0003-prefetch-off-by-default.md): evicted
+//     units predicted to be used within the next few ticks are paged in
+//     ahead of their pin,
 //     into free device memory only (a prefetch never evicts), so the copy
 //     overlaps the kernels running meanwhile instead of delaying the kernel
 //     that pins the unit. A wrong guess pages in a unit early; an eviction
 //     may take it out again.
 // Correctness never depends on it: it only orders the same candidates LRU
 // would evict, and a prefetch is a page-in like a pin's, so a wrong guess
-// costs copies, never data.
+// costs copies, never data. Why it is the default, and the variants measured
+// and not kept: docs/decisions/0002-learned-policy-default.md.
 //
 // Note [Periodic units]
 // ======================
@@ -163,7 +165,8 @@
 // hand passes at most kMaxPasses keys for one new key, which goes unlearned
 // if none of them could be forgotten: a full table costs a new key a few
 // steps of the hand, never a scan. The table is reserved whole at its first
-// key, so inserting never rehashes it and the hand stays valid.
+// key, so inserting never rehashes it and the hand stays valid. What it costs
+// an allocation: docs/decisions/0010-allocate-free-fast-path.md.
 #ifndef TENSORFLOW_LMS_ALLOCATOR_CC_ENGINE_LEARNED_POLICY_H_
 #define TENSORFLOW_LMS_ALLOCATOR_CC_ENGINE_LEARNED_POLICY_H_
 

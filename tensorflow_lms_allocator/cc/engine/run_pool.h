@@ -11,7 +11,8 @@
 // Take releases a free one to cut another size from its ids (the caller has
 // the backend release its memory: Backend::ReleaseRuns). Making memory is the
 // dearest call of all (pinning its pages), so free runs are kept and reused,
-// an exact size first.
+// an exact size first. What runs gained on an H200:
+// docs/decisions/0007-host-memory-in-runs.md.
 //
 // Every id is unmade, in a free run, or in a taken run. Take(n) returns whole
 // runs whose lengths sum to n, in this order of preference: one free run of

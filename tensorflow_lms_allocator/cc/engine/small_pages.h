@@ -27,7 +27,8 @@
 // fewer bytes swapped than one mixed class; more classes (cut at 32 KiB or
 // 128 KiB as well) leave more half-empty pages and no longer fit at 16 MiB;
 // filling one "open page" with pinned outputs until it is full (so that a
-// kernel's outputs share pages) swapped 1.5-2x more from 18 MiB up.
+// kernel's outputs share pages) swapped 1.5-2x more from 18 MiB up
+// (docs/decisions/0004-small-object-size-classes.md).
 // The classes never cost a kernel its device: when an object's class can get
 // no page (nothing left to evict), a resident page of another class with
 // room takes it, so a device of one granule still runs a kernel holding

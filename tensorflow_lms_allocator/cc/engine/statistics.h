@@ -1,4 +1,4 @@
-// Statistics: the figures docs/design.md's "Public surface" lists, in one
+// Statistics: the figures docs/observing.md#statistics lists for users, in one
 // struct generated from one list (LMS_FOR_EACH_STATISTIC), so the struct, the C API,
 // the Python bindings and the docs never disagree on a name.
 //

@@ -237,11 +237,13 @@ NB_MODULE(_engine, m) {
       .def(nb::init<size_t, std::optional<size_t>, size_t, size_t, bool, bool, bool,
                     const std::string&, int, const std::string&, size_t>(),
            nb::arg("device_bytes"), nb::arg("host_bytes") = nb::none(),
-           nb::arg("granule_bytes") = size_t{2} << 20,
+           // Defaults from the one place for settings (engine/env_options.h).
+           nb::arg("granule_bytes") = lms::kDefaultGranuleBytes,
            nb::arg("small_object_threshold") = 0, nb::arg("lms_enabled") = true,
-           nb::arg("defrag_enabled") = true, nb::arg("strict") = false,
+           nb::arg("defrag_enabled") = lms::kDefaultDefragEnabled,
+           nb::arg("strict") = lms::kDefaultStrict,
            nb::arg("backend") = "posix", nb::arg("device_ordinal") = 0,
-           nb::arg("policy") = "lru",
+           nb::arg("policy") = lms::PolicyName(lms::kDefaultPolicy),
            nb::arg("tiny_object_threshold") = lms::SmallPages::kTinyBytes,
            "Creates an engine with `device_bytes` of device memory.\n\n"
            "backend \"posix\" emulates the device with Linux memory; \"cuda\" uses\n"
@@ -253,9 +255,9 @@ NB_MODULE(_engine, m) {
            "small_object_threshold 0 means one granule; small objects below\n"
            "tiny_object_threshold share pages only with each other (0: one\n"
            "class for all).\n"
-           "policy \"lru\" evicts the least recently used inactive unit first;\n"
-           "\"learned\" the one whose next use, learned from the previous step,\n"
-           "is farthest ahead (Note [Learned eviction]).\n\n"
+           "policy \"learned\" (the default, as TF_LMS_POLICY's) evicts the unit\n"
+           "whose next use, learned from the previous step, is farthest ahead\n"
+           "(Note [Learned eviction]); \"lru\" the least recently used first.\n\n"
            "Example:\n"
            "    >>> e = Engine(64 << 20, host_bytes=256 << 20)\n"
            "    >>> p = e.allocate(8 << 20)\n"
@@ -387,4 +389,39 @@ NB_MODULE(_engine, m) {
     lms::Check(lms::HostLimitFromEnv(&bytes));
     return bytes;
   }, "TF_GPU_HOST_MEM_LIMIT_IN_MB in bytes (64 GiB if unset); ValueError if bad.");
+  m.def("settings_table", [] {
+    nb::list rows;
+    for (const lms::SettingInfo& s : lms::kSettings) {
+      rows.append(nb::make_tuple(s.name, s.default_value, s.in_readme));
+    }
+    return rows;
+  }, "Every variable LMS reads, as (name, documented default, in the README's\n"
+     "table), from engine/env_options.h: the one place for settings.\n\n"
+     "Example:\n"
+     "    >>> ('TF_LMS_POLICY', 'learned', True) in settings_table()\n"
+     "    True");
+  m.def("settings_from_env", [] {
+    lms::Settings s;
+    std::vector<std::string> notes;
+    lms::Check(lms::ReadSettingsFromEnv(&s, &notes));
+    nb::dict d;
+    d["lms_enabled"] = s.engine.lms_enabled;
+    d["defrag_enabled"] = s.engine.defrag_enabled;
+    d["strict"] = s.engine.strict;
+    d["policy"] = lms::PolicyName(s.engine.policy);
+    d["prefetch"] = s.prefetch;
+    d["granule_bytes"] = s.granule_bytes;
+    d["huge_pages"] = s.huge_pages == lms::HugePages::kOff ? "off" : "auto";
+    d["device_bytes"] = s.engine.device_bytes;
+    d["host_bytes"] = s.engine.host_bytes;
+    d["cuda_driver_path"] = lms::CudaDriverPathFromEnv();
+    d["tensorflow_gpu_allocator"] = lms::TensorFlowGpuAllocatorFromEnv();
+    d["notes"] = notes;
+    return d;
+  }, "The settings TensorFlow's LMS devices would take from this process's\n"
+     "environment now (every TF_LMS_* variable and TF_GPU_HOST_MEM_LIMIT_IN_MB,\n"
+     "each absent one at its default); ValueError naming a bad value.\n\n"
+     "Example:\n"
+     "    >>> settings_from_env()['policy']\n"
+     "    'learned'");
 }

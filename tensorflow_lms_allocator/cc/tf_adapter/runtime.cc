@@ -24,8 +24,8 @@ constexpr size_t kUnusedTensorFlowBudgetBytes = size_t{1} << 20;
 // also asked (TF_LMS_ENABLED or set_lms_enabled).
 void WarnIfAnotherAllocatorIsAsked(const std::string& gpu) {
   static std::atomic<bool> warned{false};
-  const char* asked = std::getenv("TF_GPU_ALLOCATOR");
-  if (asked == nullptr || *asked == '\0' || warned.exchange(true)) return;
+  const std::string asked = TensorFlowGpuAllocatorFromEnv();
+  if (asked.empty() || warned.exchange(true)) return;
   LOG(WARNING) << "tensorflow_lms_allocator: TF_GPU_ALLOCATOR=" << asked
                << " is ignored for " << gpu
                << ": LMS serves it with its own allocator (TensorFlow's is made on a "
