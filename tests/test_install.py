@@ -20,6 +20,9 @@ import pytest
 
 from tf_helpers import describe, run_program
 
+# A wheel built, a fresh environment made and TensorFlow installed into it twice.
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 CAP_MIB = 128  # tests/tf_programs/train.py peaks at about 230 MiB
 
@@ -136,3 +139,21 @@ def test_another_tensorflow_version_is_refused_with_what_to_do(user_env):
     assert "--no-build-isolation --force-reinstall" in proc.stderr
     # Refused before TensorFlow or the adapter loaded: nothing crashed.
     assert "Segmentation fault" not in proc.stderr and "undefined symbol" not in proc.stderr
+    # The tools need no TensorFlow and load beside any version; LMS's API says why
+    # it is not active.
+    tools = subprocess.run(
+        [str(user_env), "-c", "import tensorflow_lms_allocator.engine as e; "
+         "from tensorflow_lms_allocator import replay, trace; "
+         "print(e.Engine(8 << 20, host_bytes=16 << 20).stats()['bytes_in_use'], "
+         "replay.__name__, trace.__name__)"],
+        capture_output=True, text=True, timeout=300, cwd=user_env.parent)
+    assert tools.returncode == 0, tools.stderr
+    assert tools.stdout.split() == ["0", "tensorflow_lms_allocator.replay",
+                                    "tensorflow_lms_allocator.trace"]
+    api = subprocess.run(
+        [str(user_env), "-c", "from tensorflow_lms_allocator import replay; "
+         "import tensorflow as tf; tf.config.experimental.get_lms_enabled()"],
+        capture_output=True, text=True, timeout=300, cwd=user_env.parent)
+    assert "RuntimeError: LMS is not active in this process: tensorflow_lms_allocator was " \
+           "built for TensorFlow 2.21.0, but tensorflow_cpu 2.20.0 is installed" in api.stderr, \
+        api.stderr

@@ -69,7 +69,9 @@ needs_source = pytest.mark.skipif(
 needs_post = pytest.mark.skipif(
     not POST.is_dir(), reason=f"no post-v2.21.0 excerpts at {POST} "
                               "(../shared/tensorflow-source, see its README)")
-pytestmark = needs_source
+# What needs TensorFlow's texts says so (@needs_source); the series' own
+# sources are checked on every clone.
+pytestmark = pytest.mark.patches
 
 
 def git(cwd: Path, *args: str, stdin: bytes | None = None) -> str:
@@ -113,6 +115,30 @@ def hunks(diff: str) -> list[list[str]]:
 SERIES_TEXT = make_patches.SERIES.read_text() if make_patches.SERIES.exists() else ""
 
 
+def test_patch_0001_holds_the_projects_sources_byte_for_byte():
+    """The series' first patch adds our own files under LMS_DIR: checked against
+    cc/ on every clone, with or without TensorFlow's texts, so an engine or
+    adapter change without `make patches` fails here (the whole series is
+    regenerated and compared by the next test, where the texts are)."""
+    diffs = file_diffs(SERIES_TEXT)
+    added = {path[len(make_patches.LMS_DIR) + 1:]: diff for path, (diff, *_) in diffs.items()
+             if path.startswith(make_patches.LMS_DIR + "/") and not path.endswith("/BUILD")}
+    ours = {str(rel): (make_patches.CC / rel).read_text() for rel in make_patches.new_sources()}
+    assert set(added) == set(ours), set(added) ^ set(ours)
+    stale = []
+    for rel, text in ours.items():
+        assert "\nnew file mode " in added[rel], rel
+        # A new file is one hunk of N added lines (the last file of a patch is
+        # followed by the next patch's mail, which file_diffs keeps).
+        body = added[rel].split("\n@@ -0,0 +1", 1)[1]
+        count = int(re.match(r"(?:,(\d+))? @@", body).group(1) or 1)
+        lines = body.split("\n")[1:1 + count]
+        if "\n".join(line[1:] for line in lines) + "\n" != text:
+            stale.append(rel)
+    assert not stale, f"patches/ is stale for {stale}: run `make patches`"
+
+
+@needs_source
 def test_the_committed_series_is_what_the_generator_makes():
     done = subprocess.run([sys.executable, str(ROOT / "build_scripts" / "make_patches.py"),
                            "--check"], capture_output=True, text=True)
@@ -120,6 +146,7 @@ def test_the_committed_series_is_what_the_generator_makes():
     assert "up to date" in done.stdout
 
 
+@needs_source
 def test_git_am_applies_the_series_and_adds_the_overlay_sources_byte_for_byte(applied):
     log = git(applied, "log", "--format=%s").splitlines()
     assert len(log) == len(make_patches.PARTS) + 1
@@ -142,6 +169,7 @@ def test_git_am_applies_the_series_and_adds_the_overlay_sources_byte_for_byte(ap
     assert "patch/" not in (ROOT / "CMakeLists.txt").read_text()
 
 
+@needs_source
 def test_every_pre_image_is_the_wheels_file_or_the_source_trees():
     """The `index <old>..` of each changed file is the git blob of its base: the
     installed wheel's exact text (the rewritten lines put back) or the tree's."""
@@ -167,6 +195,7 @@ def declarations(proto: str, message: str) -> dict[str, tuple[str, int]]:
         rf"^{indent}(?:repeated )?(\w+) (\w+) = (\d+);", body, re.M)}
 
 
+@needs_source
 def test_the_source_trees_config_proto_declares_the_wheels_gpu_options():
     """The messages the patch touches declare exactly the 2.21.0 wheel's fields in
     the source tree's config.proto, and the patched one adds the fields the overlay
@@ -192,6 +221,7 @@ TF_COPTS_LINUX = ["-DEIGEN_AVOID_STL_ARRAY", "-Wno-sign-compare", "-ftemplate-de
                   "-fno-exceptions", "-DTENSORFLOW_USE_XLA=1", "-msse3", "-pthread"]
 
 
+@needs_source
 def test_the_compile_flags_are_the_trees_tf_copts():
     bzl = (SOURCE / "tensorflow/tensorflow.bzl").read_text()
     tf_copts = bzl[bzl.index("\ndef tf_copts("):bzl.index("\ndef ", bzl.index("\ndef tf_copts(") + 1)]
@@ -210,6 +240,7 @@ def compile_one(source: Path, *include: Path) -> tuple[Path, str]:
     return source, "" if done.returncode == 0 else done.stderr[-3000:]
 
 
+@needs_source
 def test_every_new_cc_file_compiles_against_the_wheels_headers_in_the_tree_layout(applied):
     lms = applied / make_patches.LMS_DIR
     sources = sorted(lms.rglob("*.cc"))
@@ -288,6 +319,7 @@ void Context::Destroyed() {{
 """
 
 
+@needs_source
 def test_the_code_added_to_tensorflows_cc_files_compiles_against_the_wheels_headers(
         applied, tmp_path):
     storage, created, destroyed = added_lines("tensorflow/core/framework/op_kernel.cc")
@@ -318,6 +350,7 @@ namespace tensorflow {{
 """
 
 
+@needs_source
 def test_gpuutils_copies_become_lms_pinned_copies_that_compile_against_the_wheel(
         applied, tmp_path):
     """Each of GPUUtil's four copies calls LMS's pinned copy with its own body
@@ -349,6 +382,7 @@ def contains_run(lines: list[str], run: list[str]) -> bool:
     return any(lines[i:i + len(run)] == run for i in range(len(lines) - len(run) + 1))
 
 
+@needs_source
 @needs_post
 def test_every_hunk_finds_its_context_in_the_tree_after_the_tag():
     """The base tree is from before the tag; a hunk whose context lines are also in
@@ -368,6 +402,7 @@ def test_every_hunk_finds_its_context_in_the_tree_after_the_tag():
     assert checked == 5 + 3 + 1
 
 
+@needs_source
 def test_no_hunk_context_holds_an_excerpts_omission_marker():
     contexts = [line for diffs in file_diffs(SERIES_TEXT).values() for diff in diffs
                 for hunk in hunks(diff) for line in pre_image(hunk)]
@@ -401,6 +436,7 @@ def target_exists(package: str, name: str) -> bool:
         rf'tf_proto_library\(\n\s*name = "{re.escape(proto)}",', build) is not None
 
 
+@needs_source
 def test_every_label_in_the_series_build_files_is_a_target_of_the_tree(applied):
     """TensorFlow's own labels name a `name = ...` target of the tree's BUILD file
     of that package; external ones a repository the wheel was built with (its
@@ -524,6 +560,7 @@ def run_patched(site: Path, program: str, tmp_path: Path, **env: str) -> dict:
     return json.loads(lines[0][len("RESULT "):])
 
 
+@needs_source
 def test_the_patched_python_api_on_the_stock_wheel(applied, tmp_path):
     config_pb2 = (WHEEL / "core" / "protobuf" / "config_pb2.py").read_text()
     patched = {**patched_python(applied),
@@ -611,6 +648,7 @@ print("RESULT " + json.dumps(result))
 """
 
 
+@needs_source
 def test_the_patched_statistics_functions_read_an_lms_device(applied, tmp_path):
     site = tmp_path / "site"
     link_tree(WHEEL, site / "tensorflow", patched_python(applied))
@@ -619,7 +657,7 @@ def test_the_patched_statistics_functions_read_an_lms_device(applied, tmp_path):
     # The stock wheel's framework and _pywrap_tensorflow_internal lack them.
     assert "built without Large Model Support" in result["stock"]
     assert "patches/README.md" in result["stock"]
-    # Every docs/design.md statistic, read by the patched function, is the engine's.
+    # Every docs/observing.md statistic, read by the patched function, is the engine's.
     assert len(result["patched"]) == 20
     assert result["unchanged"]
     assert result["patched"] == result["overlay"]

@@ -115,6 +115,51 @@ def _check_tensorflow_not_loaded() -> None:
         raise ImportError(LATE_IMPORT)
 
 
+# The package's tools: they need no TensorFlow (test_layout.py's TOOLS).
+_TOOLS = frozenset({"engine", "trace", "replay", "_engine"})
+
+
+def _importing_tools_only() -> bool:
+    """Whether the package is being imported for its tools alone.
+
+    True for ``import tensorflow_lms_allocator.replay``,
+    ``importlib.import_module(...)`` or ``python -m`` of a tool (the import
+    machinery's frames name the submodule) and for ``from
+    tensorflow_lms_allocator import replay, trace`` (the importing frame's
+    IMPORT_NAME takes that fromlist). Those may load beside another TensorFlow
+    version: they never load the adapter.
+
+    Example:
+        >>> _importing_tools_only()  # not during the package's import
+        False
+    """
+    import dis
+
+    package = __name__.split(".")[0]
+    frame = sys._getframe(1)
+    while frame is not None:
+        code = frame.f_code
+        if code.co_filename.startswith("<frozen") or code.co_filename.endswith("runpy.py"):
+            named = frame.f_locals.get("name") or frame.f_locals.get("mod_name")
+            if isinstance(named, str) and named.startswith(package + "."):
+                return named.split(".")[1] in _TOOLS
+        elif not code.co_filename.startswith(str(Path(__file__).resolve().parents[1])):
+            # The first frame outside the package and the import machinery:
+            # the statement importing it.
+            previous = None
+            for instruction in dis.get_instructions(code):
+                if instruction.offset == frame.f_lasti:
+                    fromlist = previous.argval if previous is not None else None
+                    return (instruction.opname == "IMPORT_NAME"
+                            and instruction.argval == package
+                            and isinstance(fromlist, tuple) and bool(fromlist)
+                            and set(fromlist) <= _TOOLS)
+                previous = instruction
+            return False
+        frame = frame.f_back
+    return False
+
+
 def _tensorflow_installed() -> bool:
     try:
         return importlib.util.find_spec("tensorflow") is not None
@@ -185,6 +230,18 @@ def install_or_explain(then: Callable[[ModuleType], None]) -> None:
     if requested or "tensorflow" in sys.modules:  # asked for, or a retry after an error
         then(install())
         return
+    mismatch = _tensorflow_version_mismatch()
+    if mismatch is not None and _importing_tools_only():
+        # The tools work beside any TensorFlow; LMS itself cannot.
+        _UNAVAILABLE = f"LMS is not active in this process: {mismatch}"
+
+        def explain(tf: ModuleType) -> None:
+            warnings.warn(f"tensorflow_lms_allocator: {_UNAVAILABLE}", RuntimeWarning,
+                          stacklevel=2)
+            then(tf)
+
+        after_import.after_import("tensorflow", explain)
+        return
     _load_interposer()
 
     def activate(tf: ModuleType) -> None:
@@ -239,7 +296,8 @@ def built_for_tensorflow() -> str:
     return json.loads(build_info.read_text())["tensorflow_version"]
 
 
-def _check_tensorflow_version() -> None:
+def _tensorflow_version_mismatch() -> str | None:
+    """Why the installed TensorFlow cannot take this build, or None if it can."""
     # The adapter links TensorFlow's C++ ABI: loaded into another TensorFlow
     # it fails on an undefined symbol (measured with 2.20.0) or, worse, loads.
     # The adapter checks again (tf_lms_configure) for a TensorFlow installed
@@ -250,18 +308,25 @@ def _check_tensorflow_version() -> None:
         found = ", ".join(f"{name} {version}" for name, version in installed)
         too_old = [version for _, version in installed if _older_than_keras_3(version)]
         if too_old:
-            raise ImportError(
+            return (
                 f"tensorflow_lms_allocator supports TensorFlow {OLDEST_SUPPORTED} to 2.21 "
                 f"(Keras 3), and {found} is installed: TensorFlow {too_old[0]} uses Keras 2, "
                 f"which LMS does not support. Upgrade TensorFlow to {built_for}, the version "
                 "this package was built for (`pip install tensorflow=="
                 f"{built_for}` or tensorflow-cpu).")
-        raise ImportError(
+        return (
             f"tensorflow_lms_allocator was built for TensorFlow {built_for}, but "
             f"{found} is installed. Install TensorFlow {built_for} "
             f"(`pip install tensorflow=={built_for}` or tensorflow-cpu), or rebuild "
             "this package against the installed TensorFlow: `pip install "
             "--no-build-isolation --force-reinstall <this project>` (README, Install).")
+    return None
+
+
+def _check_tensorflow_version() -> None:
+    mismatch = _tensorflow_version_mismatch()
+    if mismatch is not None:
+        raise ImportError(mismatch)
 
 
 def message_buffer() -> ctypes.Array:
