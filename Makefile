@@ -19,6 +19,8 @@ CXX ?= g++
 CC_SRC := tensorflow_lms_allocator/cc
 ENGINE_SRCS := $(wildcard $(CC_SRC)/engine/*.cc) $(wildcard $(CC_SRC)/backends/*.cc)
 PACKAGE_SRCS := $(wildcard $(CC_SRC)/*/*.cc $(CC_SRC)/*/*.c $(CC_SRC)/*/*.h)
+# The adapter's unit tests are built with the package (CMakeLists.txt).
+ADAPTER_TEST_SRCS := $(wildcard tests/cc/adapter/*)
 ENGINE_HDRS := $(wildcard $(CC_SRC)/engine/*.h) $(wildcard $(CC_SRC)/backends/*.h) \
                $(wildcard $(CC_SRC)/testing/*.h) tests/cc/harness.h
 TEST_CXXFLAGS := -std=c++17 -g -Wall -Wextra -I$(CC_SRC) -Itests/cc -pthread
@@ -52,7 +54,11 @@ CUDA_INCLUDE ?= $(VENV_CUDA_INCLUDE)
 # The engine's C++ tests run over both backends (tests/cc/test_backend.h):
 # POSIX, then CUDA over the fake driver built with the same sanitizer.
 ENGINE_TEST_HDRS := tests/cc/test_backend.h tests/cc/gated_backend.h tests/cc/fake_cuda_access.h \
-                    $(FAKE_CUDA_DIR)/fake_cuda.h
+                    tests/cc/harness.h tests/cc/engine/engine_test_util.h $(FAKE_CUDA_DIR)/fake_cuda.h
+# The engine's unit tests, tests/cc/engine/PART_test.cc for cc/engine/PART.h
+# and cc/backends/PART.h (engine_test.cc: the Engine's own, and main()),
+# linked into one binary per sanitizer (CMakeLists.txt globs the same files).
+ENGINE_UNIT_TESTS := $(wildcard tests/cc/engine/*_test.cc)
 ENGINE_TEST_CXXFLAGS := -Itests
 CUDA_TEST_ASAN := LMS_TEST_BACKEND=cuda TF_LMS_CUDA_DRIVER_PATH=$(FAKE_CUDA_ASAN_LIB)
 CUDA_TEST_TSAN := LMS_TEST_BACKEND=cuda TF_LMS_CUDA_DRIVER_PATH=$(FAKE_CUDA_TSAN_LIB)
@@ -63,22 +69,38 @@ THREAD_SAFETY_FLAGS := -std=c++17 -c -Wall -Wextra -Wthread-safety -Wthread-safe
         bench-maxbatch bench-mincap bench-overhead bench-trace bench-policy bench-small-pages clean fake-cuda test-fake-cuda mutation-check-cuda \
         test-gpu-wheel test-tf test-tf-matrix gpu-check gpu-check-engine bench-driver-calls wheel \
         wheels test-wheels test-patches patches \
-        test-quick help
+        test-quick test-adapter help
 
 all: build
 
-$(VENV)/.bootstrapped: requirements-dev.txt
-	@echo "== Bootstrapping $(VENV) with $(PYTHON): TensorFlow 2.21 and the build tools (a few minutes the first time)"
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --progress-bar off -r requirements-dev.txt
-	touch $@
+# $(call venv,DIR,TENSORFLOW): every virtual environment of the project is
+# made by this one macro: DIR with requirements-dev.txt's build and test tools
+# and its tensorflow-cpu line replaced by TENSORFLOW (a sed replacement: \1 is
+# the file's version), or kept without one.
+define venv
+@echo "== Bootstrapping $(1) with $(PYTHON): $(or $(2),requirements-dev.txt's TensorFlow) and the build tools (a download of 250 MB to a few GB the first time)"
+$(PYTHON) -m venv $(1)
+$(1)/bin/python -m pip install --quiet --upgrade pip
+sed 's/^tensorflow-cpu==\(.*\)/$(or $(2),&)/' requirements-dev.txt > $(1)/requirements.txt
+$(1)/bin/python -m pip install --progress-bar off -r $(1)/requirements.txt
+touch $(1)/.bootstrapped
+endef
 
-# The package, built in place (build/ is reused, so a rebuild compiles only what changed).
-$(VENV)/.built: $(VENV)/.bootstrapped $(PACKAGE_SRCS) CMakeLists.txt pyproject.toml
-	@echo "== Building tensorflow_lms_allocator"
-	$(PY) -m pip install --quiet --no-build-isolation --no-deps $(TEST_ENTRY_POINTS) -e .
-	touch $@
+# $(call venv-build,DIR,BUILD_DIR): the package built in place against DIR's
+# TensorFlow, with the tests' entry points (BUILD_DIR is reused, so a rebuild
+# compiles only what changed).
+define venv-build
+@echo "== Building tensorflow_lms_allocator against $$($(1)/bin/python -m pip list 2>/dev/null | grep -E '^tensorflow(-cpu)? ')"
+$(1)/bin/python -m pip install --quiet --no-build-isolation --no-deps \
+    -C build-dir=$(2) $(TEST_ENTRY_POINTS) -e .
+touch $(1)/.built
+endef
+
+$(VENV)/.bootstrapped: requirements-dev.txt
+	$(call venv,$(VENV))
+
+$(VENV)/.built: $(VENV)/.bootstrapped $(PACKAGE_SRCS) $(ADAPTER_TEST_SRCS) CMakeLists.txt pyproject.toml
+	$(call venv-build,$(VENV),$(BUILD)/{wheel_tag})
 
 build: $(VENV)/.built
 
@@ -107,8 +129,22 @@ define engine-test
 $(CXX) $(TEST_CXXFLAGS) $(ENGINE_TEST_CXXFLAGS) $(1) $< $(2) -ldl -o $@
 endef
 
-$(BUILD)/cc/engine_test_asan: tests/cc/engine_test.cc $(ENGINE_ASAN_OBJS) $(ENGINE_HDRS) $(ENGINE_TEST_HDRS)
-	$(call engine-test,$(ASAN_FLAGS),$(ENGINE_ASAN_OBJS))
+# Each unit test file compiled alone (build/cc/{asan,plain}/tests/), so that
+# editing one recompiles one.
+ENGINE_UNIT_TEST_ASAN_OBJS := $(patsubst tests/cc/%.cc,$(BUILD)/cc/asan/tests/%.o,$(ENGINE_UNIT_TESTS))
+ENGINE_UNIT_TEST_PLAIN_OBJS := $(patsubst tests/cc/%.cc,$(BUILD)/cc/plain/tests/%.o,$(ENGINE_UNIT_TESTS))
+
+$(ENGINE_UNIT_TEST_ASAN_OBJS): $(BUILD)/cc/asan/tests/%.o: tests/cc/%.cc $(ENGINE_HDRS) $(ENGINE_TEST_HDRS)
+	@mkdir -p $(@D)
+	$(CXX) $(TEST_CXXFLAGS) $(ENGINE_TEST_CXXFLAGS) $(ASAN_FLAGS) -c $< -o $@
+
+$(ENGINE_UNIT_TEST_PLAIN_OBJS): $(BUILD)/cc/plain/tests/%.o: tests/cc/%.cc $(ENGINE_HDRS) $(ENGINE_TEST_HDRS)
+	@mkdir -p $(@D)
+	$(CXX) $(TEST_CXXFLAGS) $(ENGINE_TEST_CXXFLAGS) -O1 -c $< -o $@
+
+$(BUILD)/cc/engine_test_asan: $(ENGINE_UNIT_TEST_ASAN_OBJS) $(ENGINE_ASAN_OBJS)
+	@echo "== Linking $@"
+	$(CXX) $(TEST_CXXFLAGS) $(ASAN_FLAGS) $^ -ldl -o $@
 
 $(BUILD)/cc/concurrency_test_asan: tests/cc/concurrency_test.cc $(ENGINE_ASAN_OBJS) $(ENGINE_HDRS) $(ENGINE_TEST_HDRS)
 	$(call engine-test,$(ASAN_FLAGS),$(ENGINE_ASAN_OBJS))
@@ -116,8 +152,9 @@ $(BUILD)/cc/concurrency_test_asan: tests/cc/concurrency_test.cc $(ENGINE_ASAN_OB
 $(BUILD)/cc/concurrency_test_tsan: tests/cc/concurrency_test.cc $(ENGINE_TSAN_OBJS) $(ENGINE_HDRS) $(ENGINE_TEST_HDRS)
 	$(call engine-test,$(TSAN_FLAGS),$(ENGINE_TSAN_OBJS))
 
-$(BUILD)/cc/engine_test_plain: tests/cc/engine_test.cc $(ENGINE_PLAIN_OBJS) $(ENGINE_HDRS) $(ENGINE_TEST_HDRS)
-	$(call engine-test,-O1,$(ENGINE_PLAIN_OBJS))
+$(BUILD)/cc/engine_test_plain: $(ENGINE_UNIT_TEST_PLAIN_OBJS) $(ENGINE_PLAIN_OBJS)
+	@echo "== Linking $@"
+	$(CXX) $(TEST_CXXFLAGS) -O1 $^ -ldl -o $@
 
 $(BUILD)/cc/concurrency_test_plain: tests/cc/concurrency_test.cc $(ENGINE_PLAIN_OBJS) $(ENGINE_HDRS) $(ENGINE_TEST_HDRS)
 	$(call engine-test,-O1,$(ENGINE_PLAIN_OBJS))
@@ -253,48 +290,26 @@ VERSION ?= 2.21.0
 check-version = $(if $(filter $(VERSION),$(TF_VERSIONS)),,$(error VERSION=$(VERSION) \
   is not a TensorFlow version LMS builds for; use one of: $(TF_VERSIONS)))
 
-# $(call tf-venv,DIR,REQUIREMENT): a fresh environment in DIR with the build and
-# test tools of requirements-dev.txt and REQUIREMENT instead of its TensorFlow.
-define tf-venv
-@echo "== Bootstrapping $(1) with $(2) (a download of 250-600 MB the first time)"
-rm -rf $(1)
-$(PYTHON) -m venv $(1)
-$(1)/bin/python -m pip install --quiet --upgrade pip
-sed 's/^tensorflow-cpu==.*/$(2)/' requirements-dev.txt > $(1)/requirements.txt
-$(1)/bin/python -m pip install --progress-bar off -r $(1)/requirements.txt
-touch $(1)/.bootstrapped
-endef
-
-# $(call tf-build,DIR,BUILD_DIR): the package built in place against DIR's TensorFlow.
-define tf-build
-@echo "== Building tensorflow_lms_allocator against $$($(1)/bin/python -m pip list 2>/dev/null | grep -E '^tensorflow(-cpu)? ')"
-$(1)/bin/python -m pip install --quiet --no-build-isolation --no-deps \
-    -C build-dir=$(2) $(TEST_ENTRY_POINTS) -e .
-touch $(1)/.built
-endef
-
 .venv-tf-%/.bootstrapped: requirements-dev.txt
-	$(call tf-venv,.venv-tf-$*,tensorflow-cpu==$*)
+	$(call venv,.venv-tf-$*,tensorflow-cpu==$*)
 
-.venv-tf-%/.built: .venv-tf-%/.bootstrapped $(PACKAGE_SRCS) CMakeLists.txt pyproject.toml
-	$(call tf-build,.venv-tf-$*,$(BUILD)/tf-$*)
+.venv-tf-%/.built: .venv-tf-%/.bootstrapped $(PACKAGE_SRCS) $(ADAPTER_TEST_SRCS) CMakeLists.txt pyproject.toml
+	$(call venv-build,.venv-tf-$*,$(BUILD)/tf-$*)
 
 .venv-gpu-wheel-%/.bootstrapped: requirements-dev.txt
-	$(call tf-venv,.venv-gpu-wheel-$*,tensorflow==$*)
+	$(call venv,.venv-gpu-wheel-$*,tensorflow==$*)
 
-.venv-gpu-wheel-%/.built: .venv-gpu-wheel-%/.bootstrapped $(PACKAGE_SRCS) CMakeLists.txt pyproject.toml
-	$(call tf-build,.venv-gpu-wheel-$*,$(BUILD)/gpu-wheel-$*)
+.venv-gpu-wheel-%/.built: .venv-gpu-wheel-%/.bootstrapped $(PACKAGE_SRCS) $(ADAPTER_TEST_SRCS) CMakeLists.txt pyproject.toml
+	$(call venv-build,.venv-gpu-wheel-$*,$(BUILD)/gpu-wheel-$*)
 
 .PRECIOUS: .venv-tf-%/.bootstrapped .venv-tf-%/.built .venv-gpu-wheel-%/.bootstrapped \
            .venv-gpu-wheel-%/.built
 
-# What a user of an older TensorFlow relies on (issue 23): the demo (ResNet-50
-# trains under a cap with LMS and stops with a clean OOM without), bit-identical
-# Keras training under eviction and strict mode, variables pinned, the
-# tf.config.experimental API and statistics, the callbacks, tf.data batches
-# with known contents, the C API.
-TF_VERSION_TESTS := tests/test_tensorflow.py tests/test_tf_variables.py tests/test_callbacks.py \
-                    tests/test_c_api.py tests/test_tf_data.py
+# What a user of an older TensorFlow relies on: the demo (ResNet-50 trains
+# under a cap with LMS and stops with a clean OOM without), then the tests
+# marked `tensorflow` (bit-identical Keras training under eviction and strict
+# mode, variables pinned, the tf.config.experimental API and statistics, the
+# callbacks, tf.data batches with known contents, the C API).
 test-tf:
 	$(call check-version)
 	$(MAKE) .venv-tf-$(VERSION)/.built
@@ -303,7 +318,7 @@ test-tf:
 	@echo "== TensorFlow $(VERSION): the demo"
 	.venv-tf-$(VERSION)/bin/python examples/demo.py
 	@echo "== TensorFlow $(VERSION): tests"
-	.venv-tf-$(VERSION)/bin/python -m pytest -q -p no:cacheprovider $(TF_VERSION_TESTS)
+	.venv-tf-$(VERSION)/bin/python -m pytest -q -p no:cacheprovider -m tensorflow tests
 
 # make test-tf for every version, one after the other (a download of about
 # 250 MB each the first time; 30-60 minutes): writes the table of results into
@@ -315,10 +330,7 @@ test-tf-matrix:
 # libraries of its and-cuda extra) in its own environment: the package built
 # against it, every intercepted symbol checked against its libraries, and the
 # emulated-device TensorFlow tests run with it (no GPU: TensorFlow runs its CPU
-# device).
-GPU_WHEEL_TESTS := tests/test_c_api.py tests/test_tensorflow.py tests/test_tf_variables.py \
-                   tests/test_tf_small_objects.py tests/test_tf_kernel_contexts.py \
-                   tests/test_gpu_wiring.py tests/test_tensorflow_copies.py
+# device): the tests marked `gpu_wheel`.
 
 test-gpu-wheel: $(FAKE_CUDA_LIB)
 	$(call check-version)
@@ -326,7 +338,7 @@ test-gpu-wheel: $(FAKE_CUDA_LIB)
 	@echo "== Intercepted symbols in the GPU wheel of TensorFlow $(VERSION)"
 	.venv-gpu-wheel-$(VERSION)/bin/python build_scripts/check_wheel_symbols.py
 	@echo "== TensorFlow tests with the GPU wheel of TensorFlow $(VERSION)"
-	LD_BIND_NOW=1 .venv-gpu-wheel-$(VERSION)/bin/python -m pytest $(GPU_WHEEL_TESTS)
+	LD_BIND_NOW=1 .venv-gpu-wheel-$(VERSION)/bin/python -m pytest -m gpu_wheel tests
 
 # The CUDA backend's own tests (contract, fault injection, stream order).
 $(BUILD)/cc/cuda_backend_test_asan: tests/cc/cuda_backend_test.cc $(ENGINE_ASAN_OBJS) \
@@ -355,14 +367,11 @@ mutation-check-cuda: $(FAKE_CUDA_LIB)
 # LMS. Installs tensorflow[and-cuda]==2.21.0 into .venv-gpu (several GB).
 # Without a GPU it says so and exits 2.
 GPU_CHECK_VENV := .venv-gpu
-$(GPU_CHECK_VENV)/.built: requirements-dev.txt $(PACKAGE_SRCS) CMakeLists.txt pyproject.toml
-	$(PYTHON) -m venv $(GPU_CHECK_VENV)
-	sed 's/^tensorflow-cpu==\(.*\)/tensorflow[and-cuda]==\1/' requirements-dev.txt \
-	    > $(GPU_CHECK_VENV)/requirements.txt
-	$(GPU_CHECK_VENV)/bin/python -m pip install --progress-bar off -r $(GPU_CHECK_VENV)/requirements.txt
-	$(GPU_CHECK_VENV)/bin/python -m pip install --quiet --no-build-isolation --no-deps \
-	    -C build-dir=$(BUILD)/gpu-check $(TEST_ENTRY_POINTS) -e .
-	touch $@
+$(GPU_CHECK_VENV)/.bootstrapped: requirements-dev.txt
+	$(call venv,$(GPU_CHECK_VENV),tensorflow[and-cuda]==\1)
+
+$(GPU_CHECK_VENV)/.built: $(GPU_CHECK_VENV)/.bootstrapped $(PACKAGE_SRCS) $(ADAPTER_TEST_SRCS) CMakeLists.txt pyproject.toml
+	$(call venv-build,$(GPU_CHECK_VENV),$(BUILD)/gpu-check)
 
 gpu-check:
 	@$(PYTHON) benchmarks/gpu_check.py --gpu-only
@@ -419,10 +428,14 @@ test-wheels:
 # in one pytest with the others beside them). Not three in CI: TensorFlow's
 # spinning thread pools made a test of several models 7x slower, near its
 # timeout.
+#
+# MARKERS chooses which (pyproject.toml's markers): while iterating,
+# `make test-python MARKERS="not patches and not slow"` leaves out the tests
+# of a minute or more.
+MARKERS ?= not patches
 test-python: build $(FAKE_CUDA_LIB)
 	@echo "== Python tests (two workers)"
-	$(PY) -m pytest tests --ignore=tests/test_patches.py --ignore=tests/test_build_script.py \
-	  -n 2 --dist loadfile --durations=15
+	$(PY) -m pytest tests -m "$(MARKERS)" -n 2 --dist loadfile --durations=15
 
 # The source patch for TensorFlow v2.21.0 (patches/README.md), checked against
 # TensorFlow's real files (the wheel's, and TF_SOURCE_DIR's, by default
@@ -432,7 +445,15 @@ test-python: build $(FAKE_CUDA_LIB)
 # works on the stock wheel; the wheel build script's commands match the tree.
 test-patches: build
 	@echo "== Source patch checks"
-	$(PY) -m pytest -q tests/test_patches.py tests/test_build_script.py
+	$(PY) -m pytest -q -m patches tests
+
+# The adapter's C++ unit tests (tests/cc/adapter/PART_test.cc for
+# cc/tf_adapter/PART.h): built by `make build` against the TensorFlow in .venv
+# and installed beside the adapter there.
+test-adapter: build
+	@echo "== The adapter's C++ unit tests"
+	TF_CPP_MIN_LOG_LEVEL=2 "$$($(PY) -c 'import importlib.util as u, pathlib as p; \
+	  print(p.Path(u.find_spec("tensorflow_lms_allocator._engine").origin).parent / "adapter_test")')"
 
 # Regenerates the series (patches/tensorflow_v2.21.0_large_model_support.patch)
 # after a change to the engine, backends or adapter.
@@ -443,7 +464,7 @@ patches: build
 # is one compiler or one test process; CI machines have two cores), each
 # target's output printed whole when it ends; pytest runs alone after them,
 # since its TensorFlow programs wait on one another's kernels.
-CHECKS := test-thread-safety test-asan test-tsan test-fake-cuda test-patches
+CHECKS := test-thread-safety test-asan test-tsan test-fake-cuda test-patches test-adapter
 test:
 	$(MAKE) -j2 --output-sync=target $(CHECKS)
 	$(MAKE) test-python
@@ -451,29 +472,28 @@ test:
 # For iterating (about 2 minutes, not a substitute for `make test`): the
 # engine's C++ tests over POSIX without sanitizers, and the pytest files that
 # run no TensorFlow training (the engine, its model-based test, traces,
-# replay, statistics tools, settings parsing in-process).
-QUICK_TESTS := tests/test_engine_behaviour.py tests/test_engine_model.py \
-               tests/test_engine_threads.py tests/test_c_api.py tests/test_progress.py \
-               tests/test_stats_tools.py tests/test_trace.py tests/test_replay.py \
-               tests/test_config_proto.py
+# replay, statistics tools, settings parsing in-process): the tests marked
+# `quick`.
 test-quick: build $(FAKE_CUDA_LIB) $(BUILD)/cc/engine_test_plain $(BUILD)/cc/concurrency_test_plain
 	@echo "== Engine tests (POSIX backend, no sanitizer)"
 	$(BUILD)/cc/engine_test_plain
 	$(BUILD)/cc/concurrency_test_plain
 	@echo "== Quick Python tests"
-	$(PY) -m pytest -q $(QUICK_TESTS)
+	$(PY) -m pytest -q -m quick tests
+	$(MAKE) --no-print-directory test-adapter
 
 # Every target with one line; tests/test_makefile.py checks that none is missing.
 define HELP
 make demo                the README's main job: ResNet-50 trained in 256 MiB of emulated device memory
 make test                the whole suite (what CI runs): C++ under sanitizers, patch checks, pytest
-make test-quick          about 2 minutes: engine C++ tests without sanitizers, the quick pytest files
-make test-python         the pytest suite without the patch checks
+make test-quick          about 2 minutes: engine C++ tests without sanitizers, quick pytest files, adapter tests
+make test-python         the pytest suite without the patch checks (MARKERS="not patches and not slow": faster)
 make test-asan           engine unit and concurrency tests under ASan/UBSan (POSIX and the fake CUDA driver)
 make test-tsan           the concurrency tests under ThreadSanitizer
 make test-thread-safety  clang -Wthread-safety -Werror over the engine, the fake driver and the adapter
 make test-fake-cuda      the fake CUDA driver's own tests, and cuda_driver_api.h against cuda.h
 make test-patches        the source patch series and the wheel build script, against TensorFlow's files
+make test-adapter        the TensorFlow adapter's C++ unit tests (kernel pins, the device registry)
 make test-gpu-wheel      the package against the GPU wheel tensorflow==VERSION (default 2.21.0): symbols, TF tests
 make test-tf             the package against tensorflow-cpu==VERSION (2.16.2-2.21.0): symbols, demo, TF tests
 make test-tf-matrix      make test-tf for every supported TensorFlow; writes the README's table

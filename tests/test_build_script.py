@@ -32,6 +32,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.patches
+
 ROOT = Path(__file__).resolve().parent.parent
 BUILD_SCRIPT = ROOT / "build_scripts" / "build_tensorflow_wheel.sh"
 SERIES = ROOT / "patches" / "tensorflow_v2.21.0_large_model_support.patch"

@@ -12,6 +12,8 @@ import pytest
 
 from tensorflow_lms_allocator.overlay import activation, c_api
 
+pytestmark = [pytest.mark.quick, pytest.mark.tensorflow, pytest.mark.gpu_wheel]
+
 CC = Path(__file__).parents[1] / "tensorflow_lms_allocator/cc"
 HEADER = CC / "overlay" / "c_api.h"
 # Each header of the C API Python reads, where it lives in the sources.

@@ -21,6 +21,8 @@ from tensorflow_lms_allocator.callbacks import CSV_LEADING_COLUMNS, SWAP_COUNTER
 from tensorflow_lms_allocator.engine import STATISTICS
 from tf_helpers import describe, run_program
 
+pytestmark = pytest.mark.tensorflow
+
 CAP_MIB = 48
 STEPS, EPOCHS = 6, 2  # the program's defaults: 12 Keras steps, 6 session runs
 # Cumulative statistics: they never decrease.

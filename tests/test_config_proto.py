@@ -18,6 +18,8 @@ import pytest
 from tensorflow_lms_allocator.overlay import config_proto
 from tf_helpers import describe, run_program
 
+pytestmark = pytest.mark.quick
+
 FAKE_DRIVER = Path(__file__).parents[1] / "build/fake_cuda/libfakecuda.so"
 
 

@@ -18,6 +18,8 @@ from tensorflow_lms_allocator.engine import (
 )
 from conftest import GRANULE
 
+pytestmark = pytest.mark.quick
+
 
 @pytest.fixture
 def make_engine(make_engine_each_backend):

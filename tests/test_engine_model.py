@@ -47,6 +47,8 @@ from tensorflow_lms_allocator.engine import (Engine, OutOfMemoryError, UnknownAl
                                              set_thread_label)
 from conftest import GRANULE
 
+pytestmark = pytest.mark.quick
+
 DEVICE_GRANULES = 8
 HOST_GRANULES = 256
 MAX_LIVE = 24

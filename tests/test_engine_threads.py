@@ -12,6 +12,8 @@ import pytest
 from tensorflow_lms_allocator.engine import OutOfMemoryError
 from conftest import GRANULE
 
+pytestmark = pytest.mark.quick
+
 
 @pytest.fixture
 def make_engine(make_engine_each_backend):

@@ -73,6 +73,7 @@ def test_gpu_check_engine_without_a_gpu_says_so_and_exits_2():
     assert run.stdout == ""  # nothing built, nothing run
 
 
+@pytest.mark.slow
 def test_gpu_check_engine_dry_run_runs_its_steps_over_the_fake_driver_labelled():
     run = gpu_check_engine(LMS_GPU_CHECK_DRY_RUN=str(FAKE_DRIVER))
     assert run.returncode == 0, run.stdout + run.stderr
@@ -97,6 +98,7 @@ def test_gpu_check_engine_dry_run_runs_its_steps_over_the_fake_driver_labelled()
     assert run.stdout.rstrip().endswith("every step passed")
 
 
+@pytest.mark.slow
 def test_gpu_check_engine_fails_when_a_step_fails():
     # A granule the backend refuses: the C++ tests abort, and the run says so.
     run = gpu_check_engine(LMS_GPU_CHECK_DRY_RUN=str(FAKE_DRIVER), LMS_TEST_GRANULE="12345")

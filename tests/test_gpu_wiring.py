@@ -14,6 +14,8 @@ import pytest
 
 from tf_helpers import describe, log_severity, run_program
 
+pytestmark = pytest.mark.gpu_wheel
+
 MIB = 1 << 20
 FAKE_DRIVER = Path(__file__).parents[1] / "build/fake_cuda/libfakecuda.so"
 

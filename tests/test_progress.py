@@ -15,6 +15,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 import probe_process  # noqa: E402
 
+pytestmark = pytest.mark.quick
+
 
 @pytest.fixture
 def every_half_second(monkeypatch: pytest.MonkeyPatch) -> None:

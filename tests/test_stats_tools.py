@@ -16,6 +16,8 @@ import pytest
 
 from tf_helpers import describe, run_program
 
+pytestmark = pytest.mark.quick
+
 TOOL = Path(__file__).resolve().parent.parent / "stats_tools" / "lms_stats.py"
 # matplotlib's first two default colours: run 1 and run 2 of a plot.
 BLUE, ORANGE = (0x1f, 0x77, 0xb4), (0xff, 0x7f, 0x0e)

@@ -17,6 +17,8 @@ import pytest
 
 from tf_helpers import describe, run_program
 
+pytestmark = pytest.mark.gpu_wheel
+
 FAKE_DRIVER = Path(__file__).parents[1] / "build/fake_cuda/libfakecuda.so"
 KINDS = ("device_to_host", "host_to_device", "within_device", "device_to_device")
 RESOURCE_EXHAUSTED = 8  # absl::StatusCode

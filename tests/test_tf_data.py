@@ -16,6 +16,8 @@ import pytest
 
 from tf_helpers import describe, run_program
 
+pytestmark = pytest.mark.tensorflow
+
 
 def device(cap_mib: int, strict: bool) -> dict[str, str]:
     return {"TF_LMS_CPU_DEVICE_MEMORY_MB": str(cap_mib), "TF_LMS_ENABLED": "1",
@@ -42,6 +44,7 @@ def test_every_byte_of_every_batch_survives_pressure(cap_mib, strict):
         assert run.result["unpinned_touches"] > 0
 
 
+@pytest.mark.slow
 def test_keras_fit_on_a_tf_data_pipeline_is_bit_identical_under_eviction():
     stock = run_program("tf_data.py", "fit", env={"LMS_TEST_STOCK": "1"})
     lms = run_program("tf_data.py", "fit", env=device(40, strict=False))
@@ -52,6 +55,7 @@ def test_keras_fit_on_a_tf_data_pipeline_is_bit_identical_under_eviction():
     assert lms.result["weights"] == stock.result["weights"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model, cap_mib", [("mlp", 20), ("mobilenet", 36)])
 def test_batches_made_outside_kernels_cost_no_more_overflow_than_kernel_made(model, cap_mib):
     """Note [Writer pages]: tf.data's batches (made outside kernels, unclaimed

@@ -8,6 +8,8 @@ import pytest
 
 from tf_helpers import describe, run_program
 
+pytestmark = pytest.mark.gpu_wheel
+
 DEVICE = {"TF_LMS_CPU_DEVICE_MEMORY_MB": "64", "TF_LMS_ENABLED": "1"}
 
 

@@ -299,6 +299,7 @@ def test_an_optional_request_through_tensorflows_allocator_evicts_nothing():
     assert r["needed"] == ["OK", True]  # the same request, not optional, is served
 
 
+@pytest.mark.slow
 def test_strict_mode_never_crashes_a_kernel_writing_its_output_in_host_memory():
     """TF_LMS_STRICT=1 changes neither what a program computes nor whether it
     runs: a matmul whose output the device cannot hold is placed in host

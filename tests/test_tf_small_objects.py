@@ -8,7 +8,11 @@ eviction) both failed with "... MiB in the small-object region".
 
 from __future__ import annotations
 
+import pytest
+
 from tf_helpers import describe, run_program
+
+pytestmark = pytest.mark.gpu_wheel
 
 
 def lms_on(cap_mib: int) -> dict[str, str]:

@@ -15,6 +15,8 @@ import pytest
 
 from tf_helpers import describe, run_program
 
+pytestmark = [pytest.mark.tensorflow, pytest.mark.gpu_wheel]
+
 # LRU: the program evicts each case's variables by allocating until they are
 # evicted, which reaches them least recently used first; the learned policy,
 # having seen earlier cases, may keep them and evict the fillers instead.

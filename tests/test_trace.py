@@ -21,6 +21,8 @@ from tensorflow_lms_allocator import trace
 from tensorflow_lms_allocator.engine import Engine
 from tf_helpers import describe, run_program
 
+pytestmark = pytest.mark.quick
+
 MIB = 1 << 20
 
 

@@ -20,6 +20,7 @@
 #include "backends/cuda_context.h"
 #include "backends/pinned_host_budget.h"
 #include "engine/engine.h"
+#include "engine/engine_test_util.h"
 #include "fake_cuda_access.h"
 #include "harness.h"
 #include "testing/engine_pattern.h"
@@ -31,9 +32,8 @@ using lms_test::Fake;
 
 constexpr size_t kGranule = 64 << 10;
 
-bool Contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
+using engine_test::MustAllocate;
+using lms_test::Contains;
 
 // A fresh fake with the tests' granule; false (and a failure) if it cannot
 // be had.
@@ -85,23 +85,57 @@ std::unique_ptr<Engine> MakeEngine(std::unique_ptr<CudaBackend> backend,
   o.device_bytes = device_granules * kGranule;
   o.host_bytes = host_granules * kGranule;
   o.defrag_enabled = defrag;
-  std::unique_ptr<Engine> e;
-  Status s = Engine::Create(o, std::move(backend), &e);
-  if (!s.ok()) {
-    std::printf("Engine::Create: %s\n", s.ToString().c_str());
-    std::abort();
-  }
-  return e;
-}
-
-void* MustAllocate(Engine& e, size_t bytes, bool pin) {
-  Status s;
-  void* p = e.Allocate(bytes, pin, &s);
-  if (p == nullptr) std::printf("  allocate %zu: %s\n", bytes, s.ToString().c_str());
-  return p;
+  return engine_test::MustCreateEngine(o, std::move(backend));
 }
 
 uintptr_t Address(const void* p) { return reinterpret_cast<uintptr_t>(p); }
+
+// The set-up of a test over the fake (TEST_F): a fresh fake, or the body
+// does not run; at the end, once the body and everything it made are gone,
+// the fake must have seen no violation and hold nothing.
+struct FakeCudaTest {
+  bool SetUp() { return fresh_ = FreshFake(); }
+  ~FakeCudaTest() {
+    if (fresh_) ExpectNoViolationAndNothingLeaked();
+  }
+
+ private:
+  bool fresh_ = false;
+};
+
+// With a second GPU.
+struct TwoGpuTest : FakeCudaTest {
+  bool SetUp() { return FakeCudaTest::SetUp() && Fake().set_device_count(2) == 0; }
+};
+
+// A CUDA backend on GPU 0, `b`.
+struct BackendTest : FakeCudaTest {
+  bool SetUp() {
+    if (!FakeCudaTest::SetUp()) return false;
+    b = MustMakeCuda();
+    return true;
+  }
+  std::unique_ptr<CudaBackend> b;
+};
+
+// An engine `e` the body starts, over a backend `b` it owns.
+struct EngineTest : FakeCudaTest {
+  void StartEngine(std::unique_ptr<CudaBackend> backend, size_t device_granules,
+                   size_t host_granules, bool defrag = false) {
+    b = backend.get();
+    e = MakeEngine(std::move(backend), device_granules, host_granules, defrag);
+  }
+  // Over GPU 0.
+  void StartEngine(size_t device_granules, size_t host_granules, bool defrag = false) {
+    StartEngine(MustMakeCuda(), device_granules, host_granules, defrag);
+  }
+  CudaBackend* b = nullptr;
+  std::unique_ptr<Engine> e;
+};
+
+struct TwoGpuEngineTest : EngineTest {
+  bool SetUp() { return EngineTest::SetUp() && Fake().set_device_count(2) == 0; }
+};
 
 // ------------------------------------------------------ creation and support
 
@@ -147,8 +181,8 @@ TEST(ADriverWithoutHostVmmIsAClearErrorNamingTheGpuAndDriver) {
   }
 }
 
-TEST(TheHostMemoryProbeOfADriverThatCannotReportSupportFailsCleanly) {
-  if (!FreshFake()) return;  // 12.4: attribute 141 unknown, so Create probes
+TEST_F(FakeCudaTest, TheHostMemoryProbeOfADriverThatCannotReportSupportFailsCleanly) {
+  // 12.4 (the fake's default): attribute 141 unknown, so Create probes
   Fake().fail_nth_mem_create(1);  // the probe's cuMemCreate
   std::unique_ptr<CudaBackend> backend;
   Status s = MakeCuda(&backend);
@@ -156,7 +190,6 @@ TEST(TheHostMemoryProbeOfADriverThatCannotReportSupportFailsCleanly) {
   EXPECT_TRUE(Contains(s.message(), "probing host-located VMM support"));
   EXPECT_TRUE(Contains(s.message(), "CUDA_ERROR_OUT_OF_MEMORY"));
   std::printf("  message: %s\n", s.message().c_str());
-  ExpectNoViolationAndNothingLeaked();
 }
 
 TEST(ADriverThatCannotReportHostVmmButHasItWorks) {
@@ -241,20 +274,16 @@ TEST(ATooOldDriverIsAClearError) {
   EXPECT_EQ(Fake().reset(), 0u);
 }
 
-TEST(TheGranuleIsTheDriversWhenLarger) {
-  if (!FreshFake()) return;
+TEST_F(FakeCudaTest, TheGranuleIsTheDriversWhenLarger) {
   EXPECT_EQ(MustMakeCuda()->granule_bytes(), kGranule);
   if (Fake().reset() != 0 || Fake().set_granularity(4 * kGranule) != 0) {
     ++lms_test::Failures();
     return;
   }
   EXPECT_EQ(MustMakeCuda()->granule_bytes(), 4 * kGranule);
-  ExpectNoViolationAndNothingLeaked();
 }
 
-TEST(NoAccessMappingsAreRefusedOnAGpu) {
-  if (!FreshFake()) return;
-  auto b = MustMakeCuda();
+TEST_F(BackendTest, NoAccessMappingsAreRefusedOnAGpu) {
   uintptr_t base = 0;
   EXPECT_OK(b->ReserveAddressRange(4 * kGranule, &base));
   EXPECT_OK(b->CreatePool(PoolKind::kHost, 2));
@@ -263,8 +292,6 @@ TEST(NoAccessMappingsAreRefusedOnAGpu) {
   EXPECT_TRUE(s.code() == StatusCode::kFailedPrecondition);
   EXPECT_TRUE(Contains(s.message(), "TF_LMS_STRICT is for the emulated device"));
   b->ReleaseAddressRange(base, 4 * kGranule);
-  b.reset();
-  ExpectNoViolationAndNothingLeaked();
 }
 
 // Host memory in runs (backend.h, DefineRuns): a run is made by one
@@ -273,9 +300,7 @@ TEST(NoAccessMappingsAreRefusedOnAGpu) {
 // naming part of a run is refused (LMS maps pieces whole, so that every
 // cuMemUnmap covers whole mappings, as cuMemUnmap requires); ReleaseRuns
 // gives the memory back, and the ids are single granules again.
-TEST(AHostRunIsOnePieceMadeMappedAndReleasedWhole) {
-  if (!FreshFake()) return;
-  auto b = MustMakeCuda();
+TEST_F(BackendTest, AHostRunIsOnePieceMadeMappedAndReleasedWhole) {
   uintptr_t base = 0;
   EXPECT_OK(b->ReserveAddressRange(8 * kGranule, &base));
   EXPECT_OK(b->CreatePool(PoolKind::kHost, 8));
@@ -307,12 +332,9 @@ TEST(AHostRunIsOnePieceMadeMappedAndReleasedWhole) {
   EXPECT_OK(b->Map(base, PoolKind::kHost, ids + 1, 1, Access::kReadWrite));  // one granule
   EXPECT_OK(b->Unmap(base, 1));
   b->ReleaseAddressRange(base, 8 * kGranule);
-  b.reset();
-  ExpectNoViolationAndNothingLeaked();
 }
 
-TEST(EveryCallLeavesTheCallersContextCurrent) {
-  if (!FreshFake() || Fake().set_device_count(2) != 0) return;
+TEST_F(TwoGpuTest, EveryCallLeavesTheCallersContextCurrent) {
   auto b = MustMakeCuda();  // GPU 0
   const CudaDriver& d = b->driver();
   cu::CUdevice other_device = 0;
@@ -336,15 +358,11 @@ TEST(EveryCallLeavesTheCallersContextCurrent) {
   b->ReleaseAddressRange(base, 2 * kGranule);
   EXPECT_OK(d.Check(d.cuCtxSetCurrent(nullptr), "cuCtxSetCurrent"));
   EXPECT_OK(d.Check(d.cuDevicePrimaryCtxRelease(other_device), "release"));
-  b.reset();
-  ExpectNoViolationAndNothingLeaked();
 }
 
 // ------------------------------------------------------------ all or nothing
 
-TEST(CreatePoolIsAllOrNothing) {
-  if (!FreshFake()) return;
-  auto b = MustMakeCuda();
+TEST_F(BackendTest, CreatePoolIsAllOrNothing) {
   Fake().fail_nth_mem_create(3);  // the third granule's handle
   Status s = b->CreatePool(PoolKind::kDevice, 8);
   EXPECT_TRUE(s.code() == StatusCode::kResourceExhausted);
@@ -360,13 +378,9 @@ TEST(CreatePoolIsAllOrNothing) {
   EXPECT_EQ(Fake().pool_bytes_in_use(FAKE_CUDA_POOL_DEVICE), 0u);
   EXPECT_OK(b->CreatePool(PoolKind::kDevice, 8));  // the pool never existed
   EXPECT_EQ(Fake().live_handles(), 8u);
-  b.reset();
-  ExpectNoViolationAndNothingLeaked();
 }
 
-TEST(MapIsAllOrNothingUnderAnInjectedFailure) {
-  if (!FreshFake()) return;
-  auto b = MustMakeCuda();
+TEST_F(BackendTest, MapIsAllOrNothingUnderAnInjectedFailure) {
   uintptr_t base = 0;
   EXPECT_OK(b->ReserveAddressRange(8 * kGranule, &base));
   EXPECT_OK(b->CreatePool(PoolKind::kDevice, 8));
@@ -396,13 +410,10 @@ TEST(MapIsAllOrNothingUnderAnInjectedFailure) {
   EXPECT_OK(b->Unmap(base, 6));
   EXPECT_EQ(Fake().live_mappings(), window_mappings);
   b->ReleaseAddressRange(base, 8 * kGranule);
-  b.reset();
-  ExpectNoViolationAndNothingLeaked();
 }
 
-TEST(InjectedDriverFailuresLoseNoByteAndTheEngineKeepsWorking) {
-  if (!FreshFake()) return;
-  auto e = MakeEngine(MustMakeCuda(), /*device=*/4, /*host=*/8);
+TEST_F(EngineTest, InjectedDriverFailuresLoseNoByteAndTheEngineKeepsWorking) {
+  StartEngine(/*device=*/4, /*host=*/8);
   const size_t size = 3 * kGranule + 100;
   void* a = MustAllocate(*e, size, /*pin=*/false);
   ASSERT_TRUE(a != nullptr);
@@ -433,13 +444,10 @@ TEST(InjectedDriverFailuresLoseNoByteAndTheEngineKeepsWorking) {
   EXPECT_OK(e->Free(a));
   EXPECT_TRUE(MustAllocate(*e, 4 * kGranule, /*pin=*/true) != nullptr);
   EXPECT_OK(e->CheckInvariants());
-  e.reset();
-  ExpectNoViolationAndNothingLeaked();
 }
 
-TEST(BytesSurviveEvictionAndPageInCycles) {
-  if (!FreshFake()) return;
-  auto e = MakeEngine(MustMakeCuda(), /*device=*/6, /*host=*/16, /*defrag=*/true);
+TEST_F(EngineTest, BytesSurviveEvictionAndPageInCycles) {
+  StartEngine(/*device=*/6, /*host=*/16, /*defrag=*/true);
   std::vector<void*> live;
   const size_t sizes[] = {3 * kGranule, 2 * kGranule + 7, 100, 5000};
   for (size_t i = 0; i < 4; ++i) {
@@ -466,8 +474,6 @@ TEST(BytesSurviveEvictionAndPageInCycles) {
   EXPECT_TRUE(st.num_copies >= st.num_evictions + st.num_page_ins);
   EXPECT_EQ(st.num_fences, 0);  // no stream registered: nothing to fence
   for (void* p : live) EXPECT_OK(e->Free(p));
-  e.reset();
-  ExpectNoViolationAndNothingLeaked();
 }
 
 // ------------------------------------------------------------ stream order
@@ -568,103 +574,89 @@ Status LaunchWriter(CudaBackend* b, cu::CUstream stream, LatchedWriter* w) {
   return s;
 }
 
-TEST(AnEvictionCopiesWhatAKernelQueuedBeforeTheUnpinStillWrites) {
-  if (!FreshFake()) return;
-  auto backend = MustMakeCuda();
-  CudaBackend* b = backend.get();
-  auto e = MakeEngine(std::move(backend), /*device=*/4, /*host=*/8);
-  {
-    FencedStream compute(b);
-    const size_t size = 4 * kGranule;
-    uint64_t id = 0;
-    void* t = e->Allocate(size, /*pin=*/true, nullptr, &id);
-    ASSERT_TRUE(t != nullptr);
-    EXPECT_OK(FillAllocation(*e, t, size, 1));
-    // The kernel writes T (pattern 2) after its context is gone: T is
-    // unpinned while the kernel is still queued.
-    LatchedWriter kernel;
-    kernel.address = Address(t);
-    kernel.bytes = size;
-    kernel.seed = 2;
-    EXPECT_OK(LaunchWriter(b, compute.stream, &kernel));
-    kernel.WaitStarted();
-    EXPECT_OK(e->Unpin(t, id));
-    std::thread release = kernel.ReleaseAfter(std::chrono::milliseconds(200));
-    // Needs T's granules: T is evicted while the kernel still runs.
-    void* u = MustAllocate(*e, size, /*pin=*/true);
-    release.join();
-    ASSERT_TRUE(u != nullptr);
-    AllocationInfo info;
-    EXPECT_OK(e->Inspect(t, &info));
-    EXPECT_TRUE(info.evicted);
-    EXPECT_EQ(VerifyAllocation(*e, t, size, 2), -1);  // the kernel's bytes
-    const Statistics st = e->GetStatistics();
-    EXPECT_TRUE(st.num_fences >= 2);      // before the copy, before the unmap
-    EXPECT_TRUE(st.num_host_waits >= 1);
-    std::printf("  one eviction with a fenced stream: fences=%lld host_waits=%lld "
-                "copies=%lld bytes_copied=%lld\n",
-                static_cast<long long>(st.num_fences), static_cast<long long>(st.num_host_waits),
-                static_cast<long long>(st.num_copies), static_cast<long long>(st.bytes_copied));
-    EXPECT_OK(e->Free(u));
-    EXPECT_OK(e->Free(t));
-  }
-  e.reset();
-  ExpectNoViolationAndNothingLeaked();
+TEST_F(EngineTest, AnEvictionCopiesWhatAKernelQueuedBeforeTheUnpinStillWrites) {
+  StartEngine(/*device=*/4, /*host=*/8);
+  FencedStream compute(b);
+  const size_t size = 4 * kGranule;
+  uint64_t id = 0;
+  void* t = e->Allocate(size, /*pin=*/true, nullptr, &id);
+  ASSERT_TRUE(t != nullptr);
+  EXPECT_OK(FillAllocation(*e, t, size, 1));
+  // The kernel writes T (pattern 2) after its context is gone: T is
+  // unpinned while the kernel is still queued.
+  LatchedWriter kernel;
+  kernel.address = Address(t);
+  kernel.bytes = size;
+  kernel.seed = 2;
+  EXPECT_OK(LaunchWriter(b, compute.stream, &kernel));
+  kernel.WaitStarted();
+  EXPECT_OK(e->Unpin(t, id));
+  std::thread release = kernel.ReleaseAfter(std::chrono::milliseconds(200));
+  // Needs T's granules: T is evicted while the kernel still runs.
+  void* u = MustAllocate(*e, size, /*pin=*/true);
+  release.join();
+  ASSERT_TRUE(u != nullptr);
+  AllocationInfo info;
+  EXPECT_OK(e->Inspect(t, &info));
+  EXPECT_TRUE(info.evicted);
+  EXPECT_EQ(VerifyAllocation(*e, t, size, 2), -1);  // the kernel's bytes
+  const Statistics st = e->GetStatistics();
+  EXPECT_TRUE(st.num_fences >= 2);      // before the copy, before the unmap
+  EXPECT_TRUE(st.num_host_waits >= 1);
+  std::printf("  one eviction with a fenced stream: fences=%lld host_waits=%lld "
+              "copies=%lld bytes_copied=%lld\n",
+              static_cast<long long>(st.num_fences), static_cast<long long>(st.num_host_waits),
+              static_cast<long long>(st.num_copies), static_cast<long long>(st.bytes_copied));
+  EXPECT_OK(e->Free(u));
+  EXPECT_OK(e->Free(t));
 }
 
 // Note [Stream protocol], "one host wait per reclaim batch": a reclaim that
 // evicts several victims fences once, copies them all, waits once (for the
 // fenced work, not the copies), then remaps them all, rather than waiting
 // per victim (twice: for the copy and for the drain before its unmap).
-TEST(AReclaimOfSeveralVictimsWaitsOnTheHostOnce) {
-  if (!FreshFake()) return;
-  auto backend = MustMakeCuda();
-  CudaBackend* b = backend.get();
-  auto e = MakeEngine(std::move(backend), /*device=*/4, /*host=*/8);
-  {
-    FencedStream compute(b);
-    std::vector<void*> victims;
-    for (int i = 0; i < 4; ++i) {
-      victims.push_back(MustAllocate(*e, kGranule, /*pin=*/false));
-      ASSERT_TRUE(victims.back() != nullptr);
-      EXPECT_OK(FillAllocation(*e, victims.back(), kGranule, 60 + i));
-    }
-    // A kernel still writes victim 1 (unpinned, over its mapping) while the
-    // reclaim runs: the batch's one fence must order the copies after it.
-    LatchedWriter kernel;
-    kernel.address = Address(victims[1]);
-    kernel.bytes = kGranule;
-    kernel.seed = 70;
-    EXPECT_OK(LaunchWriter(b, compute.stream, &kernel));
-    kernel.WaitStarted();
-    std::thread release = kernel.ReleaseAfter(std::chrono::milliseconds(200));
-    const Statistics before = e->GetStatistics();
-    // Needs every device granule: one full reclaim of all four victims.
-    void* u = MustAllocate(*e, 4 * kGranule, /*pin=*/true);
-    release.join();
-    ASSERT_TRUE(u != nullptr);
-    const Statistics st = e->GetStatistics();
-    const int64_t waits = st.num_host_waits - before.num_host_waits;
-    const int64_t fences = st.num_fences - before.num_fences;
-    std::printf("  a reclaim of %lld victims: host_waits=%lld fences=%lld\n",
-                static_cast<long long>(st.num_evictions - before.num_evictions),
-                static_cast<long long>(waits), static_cast<long long>(fences));
-    EXPECT_EQ(st.num_evictions - before.num_evictions, 4);
-    EXPECT_EQ(st.num_full_reclaims + st.num_single_reclaims -
-                  before.num_full_reclaims - before.num_single_reclaims, 1);
-    EXPECT_EQ(waits, 1);
-    EXPECT_EQ(fences, 2);  // before the copies, and the host wait before the remaps
-    for (int i = 0; i < 4; ++i) {
-      AllocationInfo info;
-      EXPECT_OK(e->Inspect(victims[i], &info));
-      EXPECT_TRUE(info.evicted);
-      EXPECT_EQ(VerifyAllocation(*e, victims[i], kGranule, i == 1 ? 70 : 60 + i), -1);
-    }
-    EXPECT_OK(e->Free(u));
-    for (void* p : victims) EXPECT_OK(e->Free(p));
+TEST_F(EngineTest, AReclaimOfSeveralVictimsWaitsOnTheHostOnce) {
+  StartEngine(/*device=*/4, /*host=*/8);
+  FencedStream compute(b);
+  std::vector<void*> victims;
+  for (int i = 0; i < 4; ++i) {
+    victims.push_back(MustAllocate(*e, kGranule, /*pin=*/false));
+    ASSERT_TRUE(victims.back() != nullptr);
+    EXPECT_OK(FillAllocation(*e, victims.back(), kGranule, 60 + i));
   }
-  e.reset();
-  ExpectNoViolationAndNothingLeaked();
+  // A kernel still writes victim 1 (unpinned, over its mapping) while the
+  // reclaim runs: the batch's one fence must order the copies after it.
+  LatchedWriter kernel;
+  kernel.address = Address(victims[1]);
+  kernel.bytes = kGranule;
+  kernel.seed = 70;
+  EXPECT_OK(LaunchWriter(b, compute.stream, &kernel));
+  kernel.WaitStarted();
+  std::thread release = kernel.ReleaseAfter(std::chrono::milliseconds(200));
+  const Statistics before = e->GetStatistics();
+  // Needs every device granule: one full reclaim of all four victims.
+  void* u = MustAllocate(*e, 4 * kGranule, /*pin=*/true);
+  release.join();
+  ASSERT_TRUE(u != nullptr);
+  const Statistics st = e->GetStatistics();
+  const int64_t waits = st.num_host_waits - before.num_host_waits;
+  const int64_t fences = st.num_fences - before.num_fences;
+  std::printf("  a reclaim of %lld victims: host_waits=%lld fences=%lld\n",
+              static_cast<long long>(st.num_evictions - before.num_evictions),
+              static_cast<long long>(waits), static_cast<long long>(fences));
+  EXPECT_EQ(st.num_evictions - before.num_evictions, 4);
+  EXPECT_EQ(st.num_full_reclaims + st.num_single_reclaims -
+                before.num_full_reclaims - before.num_single_reclaims, 1);
+  EXPECT_EQ(waits, 1);
+  EXPECT_EQ(fences, 2);  // before the copies, and the host wait before the remaps
+  for (int i = 0; i < 4; ++i) {
+    AllocationInfo info;
+    EXPECT_OK(e->Inspect(victims[i], &info));
+    EXPECT_TRUE(info.evicted);
+    EXPECT_EQ(VerifyAllocation(*e, victims[i], kGranule, i == 1 ? 70 : 60 + i), -1);
+  }
+  EXPECT_OK(e->Free(u));
+  for (void* p : victims) EXPECT_OK(e->Free(p));
 }
 
 // A "kernel" that reads [address, address + bytes) through the fake's
@@ -698,53 +690,46 @@ void FinishEvictionCopies(CudaBackend* b) { EXPECT_OK(b->WaitForCopies()); }
 
 // Note [Stream protocol], page-in: the host does not wait for the page-in
 // copy; the pinning kernel's stream (a fenced stream) waits for its event.
-TEST(APagedInTensorIsReadByTheKernelQueuedAfterThePinWithoutAHostWaitForTheCopy) {
-  if (!FreshFake()) return;
-  auto backend = MustMakeCuda();
-  CudaBackend* b = backend.get();
-  auto e = MakeEngine(std::move(backend), /*device=*/2, /*host=*/8);
-  {
-    FencedStream compute(b);
-    const size_t size = 2 * kGranule;
-    void* t = MustAllocate(*e, size, /*pin=*/false);
-    ASSERT_TRUE(t != nullptr);
-    EXPECT_OK(FillAllocation(*e, t, size, 11));
-    EXPECT_OK(e->Evict(t));
-    // The device granules T will get back hold other bytes (pattern 12).
-    void* other = MustAllocate(*e, size, /*pin=*/false);
-    ASSERT_TRUE(other != nullptr);
-    EXPECT_OK(FillAllocation(*e, other, size, 12));
-    EXPECT_OK(e->Evict(other));
-    FinishEvictionCopies(b);
-    const int64_t waits = e->GetStatistics().num_host_waits;
-    Fake().set_copy_delay_us(300000);  // the page-in copy lands late
-    uint64_t id = 0;
-    const auto start = std::chrono::steady_clock::now();
-    EXPECT_OK(e->Pin(t, &id));  // pages T in
-    const auto pin_time = std::chrono::steady_clock::now() - start;
-    PatternReader kernel;
-    kernel.address = Address(t);
-    kernel.bytes = size;
-    kernel.seed = 11;
-    EXPECT_OK(LaunchReader(b, compute.stream, &kernel));
-    Synchronize(b, compute.stream);
-    Fake().set_copy_delay_us(0);
-    EXPECT_EQ(kernel.result.load(), -1);  // the paged-in bytes, not pattern 12
-    const long long ms =
-        std::chrono::duration_cast<std::chrono::milliseconds>(pin_time).count();
-    std::printf("  page-in: host_waits=%lld (for queued work, not the copy); pin took %lld ms "
-                "with a 300 ms copy\n",
-                static_cast<long long>(e->GetStatistics().num_host_waits - waits), ms);
-    EXPECT_EQ(e->GetStatistics().num_host_waits - waits, 1);
-    EXPECT_TRUE(ms < 250);  // the pin did not wait for the copy
-    EXPECT_OK(e->Unpin(t, id));
-    EXPECT_EQ(VerifyAllocation(*e, t, size, 11), -1);
-    EXPECT_EQ(VerifyAllocation(*e, other, size, 12), -1);
-    EXPECT_OK(e->Free(t));
-    EXPECT_OK(e->Free(other));
-  }
-  e.reset();
-  ExpectNoViolationAndNothingLeaked();
+TEST_F(EngineTest, APagedInTensorIsReadByTheKernelQueuedAfterThePinWithoutAHostWaitForTheCopy) {
+  StartEngine(/*device=*/2, /*host=*/8);
+  FencedStream compute(b);
+  const size_t size = 2 * kGranule;
+  void* t = MustAllocate(*e, size, /*pin=*/false);
+  ASSERT_TRUE(t != nullptr);
+  EXPECT_OK(FillAllocation(*e, t, size, 11));
+  EXPECT_OK(e->Evict(t));
+  // The device granules T will get back hold other bytes (pattern 12).
+  void* other = MustAllocate(*e, size, /*pin=*/false);
+  ASSERT_TRUE(other != nullptr);
+  EXPECT_OK(FillAllocation(*e, other, size, 12));
+  EXPECT_OK(e->Evict(other));
+  FinishEvictionCopies(b);
+  const int64_t waits = e->GetStatistics().num_host_waits;
+  Fake().set_copy_delay_us(300000);  // the page-in copy lands late
+  uint64_t id = 0;
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_OK(e->Pin(t, &id));  // pages T in
+  const auto pin_time = std::chrono::steady_clock::now() - start;
+  PatternReader kernel;
+  kernel.address = Address(t);
+  kernel.bytes = size;
+  kernel.seed = 11;
+  EXPECT_OK(LaunchReader(b, compute.stream, &kernel));
+  Synchronize(b, compute.stream);
+  Fake().set_copy_delay_us(0);
+  EXPECT_EQ(kernel.result.load(), -1);  // the paged-in bytes, not pattern 12
+  const long long ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(pin_time).count();
+  std::printf("  page-in: host_waits=%lld (for queued work, not the copy); pin took %lld ms "
+              "with a 300 ms copy\n",
+              static_cast<long long>(e->GetStatistics().num_host_waits - waits), ms);
+  EXPECT_EQ(e->GetStatistics().num_host_waits - waits, 1);
+  EXPECT_TRUE(ms < 250);  // the pin did not wait for the copy
+  EXPECT_OK(e->Unpin(t, id));
+  EXPECT_EQ(VerifyAllocation(*e, t, size, 11), -1);
+  EXPECT_EQ(VerifyAllocation(*e, other, size, 12), -1);
+  EXPECT_OK(e->Free(t));
+  EXPECT_OK(e->Free(other));
 }
 
 // Note [Stream protocol], remap batches: an eviction does not wait on the
@@ -752,54 +737,47 @@ TEST(APagedInTensorIsReadByTheKernelQueuedAfterThePinWithoutAHostWaitForTheCopy)
 // the next kernel (here the allocating kernel, on a fenced stream) only
 // after the copy has read them, and an unpinned kernel reading the victim
 // over the bus sees its bytes, not the host granules before the copy.
-TEST(AnEvictionRemapsWithoutAHostWaitForItsCopyAndTheNextKernelWaitsForIt) {
-  if (!FreshFake()) return;
-  auto backend = MustMakeCuda();
-  CudaBackend* b = backend.get();
-  auto e = MakeEngine(std::move(backend), /*device=*/2, /*host=*/8);
-  {
-    FencedStream compute(b);
-    const size_t size = 2 * kGranule;
-    void* t = MustAllocate(*e, size, /*pin=*/false);
-    ASSERT_TRUE(t != nullptr);
-    EXPECT_OK(FillAllocation(*e, t, size, 21));
-    const int64_t waits = e->GetStatistics().num_host_waits;
-    Fake().set_copy_delay_us(300000);  // the eviction copy lands late
-    const auto start = std::chrono::steady_clock::now();
-    void* u = MustAllocate(*e, size, /*pin=*/true);  // evicts T for its granules
-    const auto allocate_time = std::chrono::steady_clock::now() - start;
-    ASSERT_TRUE(u != nullptr);
-    AllocationInfo info;
-    EXPECT_OK(e->Inspect(t, &info));
-    EXPECT_TRUE(info.evicted);
-    LatchedWriter kernel;  // U's kernel writes T's former device granules
-    kernel.address = Address(u);
-    kernel.bytes = size;
-    kernel.seed = 22;
-    kernel.released = true;
-    EXPECT_OK(LaunchWriter(b, compute.stream, &kernel));
-    PatternReader reader;  // an unpinned kernel reads T over the bus
-    reader.address = Address(t);
-    reader.bytes = size;
-    reader.seed = 21;
-    EXPECT_OK(LaunchReader(b, compute.stream, &reader));
-    Synchronize(b, compute.stream);
-    Fake().set_copy_delay_us(0);
-    const long long ms =
-        std::chrono::duration_cast<std::chrono::milliseconds>(allocate_time).count();
-    std::printf("  eviction: host_waits=%lld (for queued work, not the copy); the allocation "
-                "took %lld ms with a 300 ms copy\n",
-                static_cast<long long>(e->GetStatistics().num_host_waits - waits), ms);
-    EXPECT_EQ(e->GetStatistics().num_host_waits - waits, 1);
-    EXPECT_TRUE(ms < 250);  // the eviction did not wait for the copy
-    EXPECT_EQ(reader.result.load(), -1);  // T's bytes over the bus
-    EXPECT_EQ(VerifyAllocation(*e, t, size, 21), -1);  // the copy read T's bytes, not U's
-    EXPECT_EQ(VerifyAllocation(*e, u, size, 22), -1);
-    EXPECT_OK(e->Free(u));
-    EXPECT_OK(e->Free(t));
-  }
-  e.reset();
-  ExpectNoViolationAndNothingLeaked();
+TEST_F(EngineTest, AnEvictionRemapsWithoutAHostWaitForItsCopyAndTheNextKernelWaitsForIt) {
+  StartEngine(/*device=*/2, /*host=*/8);
+  FencedStream compute(b);
+  const size_t size = 2 * kGranule;
+  void* t = MustAllocate(*e, size, /*pin=*/false);
+  ASSERT_TRUE(t != nullptr);
+  EXPECT_OK(FillAllocation(*e, t, size, 21));
+  const int64_t waits = e->GetStatistics().num_host_waits;
+  Fake().set_copy_delay_us(300000);  // the eviction copy lands late
+  const auto start = std::chrono::steady_clock::now();
+  void* u = MustAllocate(*e, size, /*pin=*/true);  // evicts T for its granules
+  const auto allocate_time = std::chrono::steady_clock::now() - start;
+  ASSERT_TRUE(u != nullptr);
+  AllocationInfo info;
+  EXPECT_OK(e->Inspect(t, &info));
+  EXPECT_TRUE(info.evicted);
+  LatchedWriter kernel;  // U's kernel writes T's former device granules
+  kernel.address = Address(u);
+  kernel.bytes = size;
+  kernel.seed = 22;
+  kernel.released = true;
+  EXPECT_OK(LaunchWriter(b, compute.stream, &kernel));
+  PatternReader reader;  // an unpinned kernel reads T over the bus
+  reader.address = Address(t);
+  reader.bytes = size;
+  reader.seed = 21;
+  EXPECT_OK(LaunchReader(b, compute.stream, &reader));
+  Synchronize(b, compute.stream);
+  Fake().set_copy_delay_us(0);
+  const long long ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(allocate_time).count();
+  std::printf("  eviction: host_waits=%lld (for queued work, not the copy); the allocation "
+              "took %lld ms with a 300 ms copy\n",
+              static_cast<long long>(e->GetStatistics().num_host_waits - waits), ms);
+  EXPECT_EQ(e->GetStatistics().num_host_waits - waits, 1);
+  EXPECT_TRUE(ms < 250);  // the eviction did not wait for the copy
+  EXPECT_EQ(reader.result.load(), -1);  // T's bytes over the bus
+  EXPECT_EQ(VerifyAllocation(*e, t, size, 21), -1);  // the copy read T's bytes, not U's
+  EXPECT_EQ(VerifyAllocation(*e, u, size, 22), -1);
+  EXPECT_OK(e->Free(u));
+  EXPECT_OK(e->Free(t));
 }
 
 // Note [Stream protocol], remap batches: a stream fenced after an eviction
@@ -807,11 +785,8 @@ TEST(AnEvictionRemapsWithoutAHostWaitForItsCopyAndTheNextKernelWaitsForIt) {
 // streams its EndRemapBatch ordered. It waits for the copies queued before
 // its registration, so its first kernel, writing the device granules that
 // eviction gave back, runs after the copy has read them.
-TEST(AStreamFencedAfterAnEvictionWaitsForItsCopy) {
-  if (!FreshFake()) return;
-  auto backend = MustMakeCuda();
-  CudaBackend* b = backend.get();
-  auto e = MakeEngine(std::move(backend), /*device=*/2, /*host=*/8);
+TEST_F(EngineTest, AStreamFencedAfterAnEvictionWaitsForItsCopy) {
+  StartEngine(/*device=*/2, /*host=*/8);
   const size_t size = 2 * kGranule;
   void* t = MustAllocate(*e, size, /*pin=*/false);
   ASSERT_TRUE(t != nullptr);
@@ -834,69 +809,60 @@ TEST(AStreamFencedAfterAnEvictionWaitsForItsCopy) {
   EXPECT_EQ(VerifyAllocation(*e, u, size, 42), -1);
   EXPECT_OK(e->Free(u));
   EXPECT_OK(e->Free(t));
-  e.reset();
-  ExpectNoViolationAndNothingLeaked();
 }
 
 // A kernel's three evicted inputs paged in by one PinAll: one host wait for
 // all of them (three when pinned one by one), no wait for the copies, and a
 // kernel queued after the pins reads every input's own bytes.
-TEST(PinAllPagesInAKernelsInputsWithOneHostWaitAndItsKernelReadsThemAll) {
-  if (!FreshFake()) return;
-  auto backend = MustMakeCuda();
-  CudaBackend* b = backend.get();
-  auto e = MakeEngine(std::move(backend), /*device=*/6, /*host=*/12);
-  {
-    FencedStream compute(b);
-    const size_t size = 2 * kGranule;
-    std::vector<void*> inputs;
-    for (int i = 0; i < 3; ++i) {
-      inputs.push_back(MustAllocate(*e, size, /*pin=*/false));
-      ASSERT_TRUE(inputs.back() != nullptr);
-      EXPECT_OK(FillAllocation(*e, inputs.back(), size, 80 + i));
-    }
-    int64_t waits[2] = {0, 0};
-    for (int batched = 0; batched < 2; ++batched) {
-      for (void* p : inputs) EXPECT_OK(e->Evict(p));
-      FinishEvictionCopies(b);
-      const int64_t before = e->GetStatistics().num_host_waits;
-      Fake().set_copy_delay_us(100000);  // each page-in copy lands late
-      const void* ptrs[3] = {inputs[0], inputs[1], inputs[2]};
-      uint64_t ids[3] = {0, 0, 0};
-      const auto start = std::chrono::steady_clock::now();
-      if (batched) {
-        EXPECT_OK(e->PinAll(ptrs, 3, ids));
-      } else {
-        for (int i = 0; i < 3; ++i) EXPECT_OK(e->Pin(ptrs[i], &ids[i]));
-      }
-      const auto pin_time = std::chrono::steady_clock::now() - start;
-      waits[batched] = e->GetStatistics().num_host_waits - before;
-      PatternReader kernels[3];
-      for (int i = 0; i < 3; ++i) {
-        kernels[i].address = Address(inputs[i]);
-        kernels[i].bytes = size;
-        kernels[i].seed = 80 + i;
-        EXPECT_OK(LaunchReader(b, compute.stream, &kernels[i]));
-      }
-      Synchronize(b, compute.stream);
-      Fake().set_copy_delay_us(0);
-      const long long ms =
-          std::chrono::duration_cast<std::chrono::milliseconds>(pin_time).count();
-      std::printf("  %s: host_waits=%lld, pins took %lld ms with 100 ms copies\n",
-                  batched ? "PinAll" : "Pin one by one", static_cast<long long>(waits[batched]),
-                  ms);
-      if (batched) EXPECT_TRUE(ms < 100);  // waited for no copy
-      for (int i = 0; i < 3; ++i) {
-        EXPECT_EQ(kernels[i].result.load(), -1);
-        EXPECT_OK(e->Unpin(ptrs[i], ids[i]));
-      }
-    }
-    EXPECT_EQ(waits[0], 3);
-    EXPECT_EQ(waits[1], 1);
-    for (void* p : inputs) EXPECT_OK(e->Free(p));
+TEST_F(EngineTest, PinAllPagesInAKernelsInputsWithOneHostWaitAndItsKernelReadsThemAll) {
+  StartEngine(/*device=*/6, /*host=*/12);
+  FencedStream compute(b);
+  const size_t size = 2 * kGranule;
+  std::vector<void*> inputs;
+  for (int i = 0; i < 3; ++i) {
+    inputs.push_back(MustAllocate(*e, size, /*pin=*/false));
+    ASSERT_TRUE(inputs.back() != nullptr);
+    EXPECT_OK(FillAllocation(*e, inputs.back(), size, 80 + i));
   }
-  e.reset();
-  ExpectNoViolationAndNothingLeaked();
+  int64_t waits[2] = {0, 0};
+  for (int batched = 0; batched < 2; ++batched) {
+    for (void* p : inputs) EXPECT_OK(e->Evict(p));
+    FinishEvictionCopies(b);
+    const int64_t before = e->GetStatistics().num_host_waits;
+    Fake().set_copy_delay_us(100000);  // each page-in copy lands late
+    const void* ptrs[3] = {inputs[0], inputs[1], inputs[2]};
+    uint64_t ids[3] = {0, 0, 0};
+    const auto start = std::chrono::steady_clock::now();
+    if (batched) {
+      EXPECT_OK(e->PinAll(ptrs, 3, ids));
+    } else {
+      for (int i = 0; i < 3; ++i) EXPECT_OK(e->Pin(ptrs[i], &ids[i]));
+    }
+    const auto pin_time = std::chrono::steady_clock::now() - start;
+    waits[batched] = e->GetStatistics().num_host_waits - before;
+    PatternReader kernels[3];
+    for (int i = 0; i < 3; ++i) {
+      kernels[i].address = Address(inputs[i]);
+      kernels[i].bytes = size;
+      kernels[i].seed = 80 + i;
+      EXPECT_OK(LaunchReader(b, compute.stream, &kernels[i]));
+    }
+    Synchronize(b, compute.stream);
+    Fake().set_copy_delay_us(0);
+    const long long ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(pin_time).count();
+    std::printf("  %s: host_waits=%lld, pins took %lld ms with 100 ms copies\n",
+                batched ? "PinAll" : "Pin one by one", static_cast<long long>(waits[batched]),
+                ms);
+    if (batched) EXPECT_TRUE(ms < 100);  // waited for no copy
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_EQ(kernels[i].result.load(), -1);
+      EXPECT_OK(e->Unpin(ptrs[i], ids[i]));
+    }
+  }
+  EXPECT_EQ(waits[0], 3);
+  EXPECT_EQ(waits[1], 1);
+  for (void* p : inputs) EXPECT_OK(e->Free(p));
 }
 
 // A copy between GPUs runs on the sending GPU's streams and writes the
@@ -904,33 +870,27 @@ TEST(PinAllPagesInAKernelsInputsWithOneHostWaitAndItsKernelReadsThemAll) {
 // (tensorflow_copies.cc). cuEventRecord takes only an event of the stream's
 // own context (CUDA_ERROR_INVALID_HANDLE otherwise): an event made in the
 // receiver's context failed every later fence, eviction and page-in.
-TEST(AStreamOfAnotherGpuIsFencedWithAnEventOfItsOwnContext) {
-  if (!FreshFake() || Fake().set_device_count(2) != 0) return;
+TEST_F(TwoGpuEngineTest, AStreamOfAnotherGpuIsFencedWithAnEventOfItsOwnContext) {
   std::unique_ptr<CudaBackend> backend;
   EXPECT_OK(CudaBackend::Create(/*ordinal=*/1, kGranule, /*allow_growth=*/false, &backend));
   if (backend == nullptr) return;
-  CudaBackend* b = backend.get();
-  auto e = MakeEngine(std::move(backend), /*device=*/2, /*host=*/8);
-  {
-    FencedStream sender(b, /*other_gpu=*/0);
-    const size_t size = 2 * kGranule;
-    void* t = MustAllocate(*e, size, /*pin=*/false);
-    ASSERT_TRUE(t != nullptr);
-    EXPECT_OK(FillAllocation(*e, t, size, 31));
-    EXPECT_OK(e->Evict(t));  // a fence on the sender's stream, then the remap
-    void* other = MustAllocate(*e, size, /*pin=*/false);
-    ASSERT_TRUE(other != nullptr);
-    EXPECT_OK(FillAllocation(*e, other, size, 32));
-    uint64_t id = 0;
-    EXPECT_OK(e->Pin(t, &id));  // evicts `other`, pages t in: the sender waits
-    EXPECT_EQ(VerifyAllocation(*e, t, size, 31), -1);
-    EXPECT_OK(e->Unpin(t, id));
-    EXPECT_EQ(VerifyAllocation(*e, other, size, 32), -1);
-    EXPECT_OK(e->Free(t));
-    EXPECT_OK(e->Free(other));
-  }
-  e.reset();
-  ExpectNoViolationAndNothingLeaked();
+  StartEngine(std::move(backend), /*device=*/2, /*host=*/8);
+  FencedStream sender(b, /*other_gpu=*/0);
+  const size_t size = 2 * kGranule;
+  void* t = MustAllocate(*e, size, /*pin=*/false);
+  ASSERT_TRUE(t != nullptr);
+  EXPECT_OK(FillAllocation(*e, t, size, 31));
+  EXPECT_OK(e->Evict(t));  // a fence on the sender's stream, then the remap
+  void* other = MustAllocate(*e, size, /*pin=*/false);
+  ASSERT_TRUE(other != nullptr);
+  EXPECT_OK(FillAllocation(*e, other, size, 32));
+  uint64_t id = 0;
+  EXPECT_OK(e->Pin(t, &id));  // evicts `other`, pages t in: the sender waits
+  EXPECT_EQ(VerifyAllocation(*e, t, size, 31), -1);
+  EXPECT_OK(e->Unpin(t, id));
+  EXPECT_EQ(VerifyAllocation(*e, other, size, 32), -1);
+  EXPECT_OK(e->Free(t));
+  EXPECT_OK(e->Free(other));
 }
 
 // A mapping is reachable only by the devices cuMemSetAccess granted, and
@@ -939,8 +899,7 @@ TEST(AStreamOfAnotherGpuIsFencedWithAnEventOfItsOwnContext) {
 // its peers). A peer GPU's kernel writes an LMS tensor resident, evicted
 // (host memory mapped at its address) and paged in again: each remap grants
 // the peer anew.
-TEST(APeerGpuReachesATensorThroughEveryRemap) {
-  if (!FreshFake() || Fake().set_device_count(2) != 0) return;
+TEST_F(TwoGpuEngineTest, APeerGpuReachesATensorThroughEveryRemap) {
   std::unique_ptr<CudaBackend> backend;
   EXPECT_OK(CudaBackend::Create(/*ordinal=*/0, kGranule, /*allow_growth=*/false, &backend,
                                 /*peer_ordinals=*/{1}));
@@ -949,42 +908,37 @@ TEST(APeerGpuReachesATensorThroughEveryRemap) {
   std::unique_ptr<CudaBackend> bad_peer;
   const Status refused = CudaBackend::Create(0, kGranule, false, &bad_peer, {2});
   EXPECT_TRUE(!refused.ok() && Contains(refused.message(), "peer GPU 2 of GPU 0 does not exist"));
-  CudaBackend* b = backend.get();
-  auto e = MakeEngine(std::move(backend), /*device=*/2, /*host=*/8);
-  {
-    // Fenced, as the adapter fences a copy's streams: it waits for page-ins.
-    FencedStream peer(b, /*other_gpu=*/1);
-    const size_t size = 2 * kGranule;
-    void* t = MustAllocate(*e, size, /*pin=*/false);
-    ASSERT_TRUE(t != nullptr);
-    // The peer's kernel writes `seed` over t; false if the fake refused it.
-    auto peer_writes = [&](uint64_t seed) {
-      ScopedCudaContext scope(d, peer.context);
-      LatchedWriter w;
-      w.address = Address(t);
-      w.bytes = size;
-      w.seed = seed;
-      w.released = true;
-      const fake_cuda_range range{w.address, w.bytes, 1};
-      w.launched = Fake().launch_kernel(peer.stream, &LatchedWriter::Run, &w, &range, 1) == 0;
-      return w.launched && d.cuStreamSynchronize(peer.stream) == cu::CUDA_SUCCESS;
-    };
-    EXPECT_TRUE(peer_writes(51));  // resident: mapped at allocation
-    EXPECT_EQ(VerifyAllocation(*e, t, size, 51), -1);
-    EXPECT_OK(e->Evict(t));
-    EXPECT_TRUE(peer_writes(52));  // evicted: host memory mapped at t
-    EXPECT_EQ(VerifyAllocation(*e, t, size, 52), -1);
-    uint64_t id = 0;
-    Fake().set_copy_delay_us(100000);  // the page-in copy lands late: the peer waits
-    EXPECT_OK(e->Pin(t, &id));         // paged in: device memory mapped again
-    EXPECT_TRUE(peer_writes(53));
-    Fake().set_copy_delay_us(0);
-    EXPECT_OK(e->Unpin(t, id));
-    EXPECT_EQ(VerifyAllocation(*e, t, size, 53), -1);
-    EXPECT_OK(e->Free(t));
-  }
-  e.reset();
-  ExpectNoViolationAndNothingLeaked();
+  StartEngine(std::move(backend), /*device=*/2, /*host=*/8);
+  // Fenced, as the adapter fences a copy's streams: it waits for page-ins.
+  FencedStream peer(b, /*other_gpu=*/1);
+  const size_t size = 2 * kGranule;
+  void* t = MustAllocate(*e, size, /*pin=*/false);
+  ASSERT_TRUE(t != nullptr);
+  // The peer's kernel writes `seed` over t; false if the fake refused it.
+  auto peer_writes = [&](uint64_t seed) {
+    ScopedCudaContext scope(d, peer.context);
+    LatchedWriter w;
+    w.address = Address(t);
+    w.bytes = size;
+    w.seed = seed;
+    w.released = true;
+    const fake_cuda_range range{w.address, w.bytes, 1};
+    w.launched = Fake().launch_kernel(peer.stream, &LatchedWriter::Run, &w, &range, 1) == 0;
+    return w.launched && d.cuStreamSynchronize(peer.stream) == cu::CUDA_SUCCESS;
+  };
+  EXPECT_TRUE(peer_writes(51));  // resident: mapped at allocation
+  EXPECT_EQ(VerifyAllocation(*e, t, size, 51), -1);
+  EXPECT_OK(e->Evict(t));
+  EXPECT_TRUE(peer_writes(52));  // evicted: host memory mapped at t
+  EXPECT_EQ(VerifyAllocation(*e, t, size, 52), -1);
+  uint64_t id = 0;
+  Fake().set_copy_delay_us(100000);  // the page-in copy lands late: the peer waits
+  EXPECT_OK(e->Pin(t, &id));         // paged in: device memory mapped again
+  EXPECT_TRUE(peer_writes(53));
+  Fake().set_copy_delay_us(0);
+  EXPECT_OK(e->Unpin(t, id));
+  EXPECT_EQ(VerifyAllocation(*e, t, size, 53), -1);
+  EXPECT_OK(e->Free(t));
 }
 
 // Pinned host memory cannot be swapped: one TF_GPU_HOST_MEM_LIMIT_IN_MB per
@@ -992,11 +946,8 @@ TEST(APeerGpuReachesATensorThroughEveryRemap) {
 // The fake's host memory is capped at one GPU's limit, as a machine is: the
 // second GPU's eviction must be refused by LMS's budget, with bytes kept, not
 // by the driver running out; once the first GPU's pool is gone it succeeds.
-TEST(PinnedHostMemoryIsOneBudgetForEveryGpuOfTheProcess) {
-  if (!FreshFake() || Fake().set_device_count(2) != 0 ||
-      Fake().set_pool_capacity(FAKE_CUDA_POOL_HOST, 4 * kGranule) != 0) {
-    return;
-  }
+TEST_F(TwoGpuTest, PinnedHostMemoryIsOneBudgetForEveryGpuOfTheProcess) {
+  if (Fake().set_pool_capacity(FAKE_CUDA_POOL_HOST, 4 * kGranule) != 0) return;
   std::unique_ptr<CudaBackend> first, second;
   EXPECT_OK(CudaBackend::Create(0, kGranule, /*allow_growth=*/false, &first));
   EXPECT_OK(CudaBackend::Create(1, kGranule, /*allow_growth=*/false, &second));
@@ -1030,7 +981,6 @@ TEST(PinnedHostMemoryIsOneBudgetForEveryGpuOfTheProcess) {
   EXPECT_OK(b->Free(b1));
   b.reset();
   EXPECT_EQ(PinnedHostBudget::Process().used(), 0u);
-  ExpectNoViolationAndNothingLeaked();
 }
 
 // What a device's creation and a remap cost in driver calls, counted by the
@@ -1041,10 +991,10 @@ TEST(PinnedHostMemoryIsOneBudgetForEveryGpuOfTheProcess) {
 // mapping; cuMemSetAccess covers a contiguous run of mapped granules in one
 // call: at creation (the whole window), at a first use of granules (each
 // run of consecutive ones in the window) and at every remap.
-TEST(DriverCallsPerGranuleOfACreatedDeviceAndOfARemap) {
+TEST_F(FakeCudaTest, DriverCallsPerGranuleOfACreatedDeviceAndOfARemap) {
   constexpr size_t k2M = size_t{2} << 20;
   constexpr size_t kGranules = 128;  // 256 MiB: per GiB below is x4
-  if (!FreshFake() || Fake().set_granularity(k2M) != 0) return;
+  if (Fake().set_granularity(k2M) != 0) return;
   auto count = [](const char* name) { return Fake().call_count(name); };
   std::unique_ptr<CudaBackend> backend;
   EXPECT_OK(CudaBackend::Create(0, k2M, /*allow_growth=*/false, &backend));
@@ -1096,79 +1046,63 @@ TEST(DriverCallsPerGranuleOfACreatedDeviceAndOfARemap) {
   EXPECT_EQ(count("cuMemMap"), 1u);
   EXPECT_OK(e->Pin(t, &id));
   EXPECT_OK(e->Free(t));
-  e.reset();
-  ExpectNoViolationAndNothingLeaked();
 }
 
 // A page-in leaves its copy reading the host run in flight, and the run is
 // free at once; host memory made is kept to the most ever in use (RunPool),
 // so the next eviction may release that run. cuMemUnmap and cuMemRelease are
 // not stream-ordered: the release waits for the copy (backend.h, ReleaseRuns).
-TEST(AHostRunIsReleasedOnlyAfterThePageInCopyStillReadingIt) {
-  if (!FreshFake()) return;
-  auto backend = MustMakeCuda();
-  CudaBackend* b = backend.get();
-  auto e = MakeEngine(std::move(backend), /*device=*/4, /*host=*/8);
-  {
-    const size_t size = 2 * kGranule;
-    void* t = MustAllocate(*e, size, /*pin=*/false);
-    void* u = MustAllocate(*e, kGranule, /*pin=*/false);
-    ASSERT_TRUE(t != nullptr && u != nullptr);
-    EXPECT_OK(FillAllocation(*e, t, size, 21));
-    EXPECT_OK(FillAllocation(*e, u, kGranule, 22));
-    EXPECT_OK(e->Evict(t));  // a host run of two: the most ever in use
-    FinishEvictionCopies(b);
-    Fake().set_copy_delay_us(300000);
-    uint64_t id = 0;
-    EXPECT_OK(e->Pin(t, &id));  // its copy reads the run for 300 ms; the run is free
-    // One granule for u: the free run of two does not fit, one unmade granule
-    // is cut, and the run of two, over the most ever in use, is released.
-    EXPECT_OK(e->Evict(u));
-    Fake().set_copy_delay_us(0);
-    EXPECT_OK(e->Unpin(t, id));
-    EXPECT_EQ(VerifyAllocation(*e, t, size, 21), -1);
-    EXPECT_EQ(VerifyAllocation(*e, u, kGranule, 22), -1);
-    EXPECT_OK(e->Free(t));
-    EXPECT_OK(e->Free(u));
-  }
-  e.reset();
-  ExpectNoViolationAndNothingLeaked();
+TEST_F(EngineTest, AHostRunIsReleasedOnlyAfterThePageInCopyStillReadingIt) {
+  StartEngine(/*device=*/4, /*host=*/8);
+  const size_t size = 2 * kGranule;
+  void* t = MustAllocate(*e, size, /*pin=*/false);
+  void* u = MustAllocate(*e, kGranule, /*pin=*/false);
+  ASSERT_TRUE(t != nullptr && u != nullptr);
+  EXPECT_OK(FillAllocation(*e, t, size, 21));
+  EXPECT_OK(FillAllocation(*e, u, kGranule, 22));
+  EXPECT_OK(e->Evict(t));  // a host run of two: the most ever in use
+  FinishEvictionCopies(b);
+  Fake().set_copy_delay_us(300000);
+  uint64_t id = 0;
+  EXPECT_OK(e->Pin(t, &id));  // its copy reads the run for 300 ms; the run is free
+  // One granule for u: the free run of two does not fit, one unmade granule
+  // is cut, and the run of two, over the most ever in use, is released.
+  EXPECT_OK(e->Evict(u));
+  Fake().set_copy_delay_us(0);
+  EXPECT_OK(e->Unpin(t, id));
+  EXPECT_EQ(VerifyAllocation(*e, t, size, 21), -1);
+  EXPECT_EQ(VerifyAllocation(*e, u, kGranule, 22), -1);
+  EXPECT_OK(e->Free(t));
+  EXPECT_OK(e->Free(u));
 }
 
 // cuMemUnmap is not stream-ordered: the host mapping of an evicted tensor
 // goes only after work queued on it (an unpinned kernel writing it over the
 // bus) is done, and the page-in copies that work's bytes.
-TEST(APageInWaitsForQueuedWorkOnTheEvictedTensorBeforeTheRemap) {
-  if (!FreshFake()) return;
-  auto backend = MustMakeCuda();
-  CudaBackend* b = backend.get();
-  auto e = MakeEngine(std::move(backend), /*device=*/4, /*host=*/8);
-  {
-    FencedStream compute(b);
-    const size_t size = 2 * kGranule;
-    void* t = MustAllocate(*e, size, /*pin=*/false);
-    ASSERT_TRUE(t != nullptr);
-    EXPECT_OK(FillAllocation(*e, t, size, 14));
-    EXPECT_OK(e->Evict(t));
-    LatchedWriter kernel;  // writes evicted T over the bus, unpinned
-    kernel.address = Address(t);
-    kernel.bytes = size;
-    kernel.seed = 15;
-    EXPECT_OK(LaunchWriter(b, compute.stream, &kernel));
-    kernel.WaitStarted();
-    std::thread release = kernel.ReleaseAfter(std::chrono::milliseconds(200));
-    uint64_t id = 0;
-    EXPECT_OK(e->Pin(t, &id));
-    release.join();
-    AllocationInfo info;
-    EXPECT_OK(e->Inspect(t, &info));
-    EXPECT_TRUE(!info.evicted);
-    EXPECT_EQ(VerifyAllocation(*e, t, size, 15), -1);  // the kernel's bytes
-    EXPECT_OK(e->Unpin(t, id));
-    EXPECT_OK(e->Free(t));
-  }
-  e.reset();
-  ExpectNoViolationAndNothingLeaked();
+TEST_F(EngineTest, APageInWaitsForQueuedWorkOnTheEvictedTensorBeforeTheRemap) {
+  StartEngine(/*device=*/4, /*host=*/8);
+  FencedStream compute(b);
+  const size_t size = 2 * kGranule;
+  void* t = MustAllocate(*e, size, /*pin=*/false);
+  ASSERT_TRUE(t != nullptr);
+  EXPECT_OK(FillAllocation(*e, t, size, 14));
+  EXPECT_OK(e->Evict(t));
+  LatchedWriter kernel;  // writes evicted T over the bus, unpinned
+  kernel.address = Address(t);
+  kernel.bytes = size;
+  kernel.seed = 15;
+  EXPECT_OK(LaunchWriter(b, compute.stream, &kernel));
+  kernel.WaitStarted();
+  std::thread release = kernel.ReleaseAfter(std::chrono::milliseconds(200));
+  uint64_t id = 0;
+  EXPECT_OK(e->Pin(t, &id));
+  release.join();
+  AllocationInfo info;
+  EXPECT_OK(e->Inspect(t, &info));
+  EXPECT_TRUE(!info.evicted);
+  EXPECT_EQ(VerifyAllocation(*e, t, size, 15), -1);  // the kernel's bytes
+  EXPECT_OK(e->Unpin(t, id));
+  EXPECT_OK(e->Free(t));
 }
 
 // A copy of `bytes` from `src` into `dst` queued on `stream`: what
@@ -1180,133 +1114,105 @@ Status QueueCopy(CudaBackend* b, cu::CUstream stream, const void* dst, const voi
       b->driver().cuMemcpyAsync(Address(dst), Address(src), bytes, stream), "cuMemcpyAsync");
 }
 
-TEST(ACopyOfAnUnpinnedTensorInFlightDuringItsEvictionReadsTheRightBytes) {
-  if (!FreshFake()) return;
-  auto backend = MustMakeCuda();
-  CudaBackend* b = backend.get();
-  auto e = MakeEngine(std::move(backend), /*device=*/8, /*host=*/8);
-  {
-    FencedStream device_to_host(b);
-    const size_t size = 4 * kGranule;
-    void* t = MustAllocate(*e, size, /*pin=*/false);
-    void* staging = MustAllocate(*e, 2 * kGranule, /*pin=*/true);  // never evicted
-    ASSERT_TRUE(t != nullptr && staging != nullptr);
-    EXPECT_OK(FillAllocation(*e, t, size, 3));
-    // The copy waits behind earlier work on its stream, then runs slowly.
-    LatchedWriter earlier_work;
-    EXPECT_OK(LaunchWriter(b, device_to_host.stream, &earlier_work));
-    Fake().set_copy_delay_us(100000);
-    EXPECT_OK(QueueCopy(b, device_to_host.stream, staging, t, 2 * kGranule));
-    std::thread release = earlier_work.ReleaseAfter(std::chrono::milliseconds(150));
-    // Needs T's granules: T is evicted while the copy is in flight.
-    void* u = MustAllocate(*e, 4 * kGranule, /*pin=*/true);
-    release.join();
-    Fake().set_copy_delay_us(0);
-    ASSERT_TRUE(u != nullptr);
-    AllocationInfo info;
-    EXPECT_OK(e->Inspect(t, &info));
-    EXPECT_TRUE(info.evicted);
-    EXPECT_EQ(VerifyAllocation(*e, staging, 2 * kGranule, 3), -1);
-    EXPECT_EQ(VerifyAllocation(*e, t, size, 3), -1);
-    for (void* p : {t, staging, u}) EXPECT_OK(e->Free(p));
-  }
-  e.reset();
-  ExpectNoViolationAndNothingLeaked();
+TEST_F(EngineTest, ACopyOfAnUnpinnedTensorInFlightDuringItsEvictionReadsTheRightBytes) {
+  StartEngine(/*device=*/8, /*host=*/8);
+  FencedStream device_to_host(b);
+  const size_t size = 4 * kGranule;
+  void* t = MustAllocate(*e, size, /*pin=*/false);
+  void* staging = MustAllocate(*e, 2 * kGranule, /*pin=*/true);  // never evicted
+  ASSERT_TRUE(t != nullptr && staging != nullptr);
+  EXPECT_OK(FillAllocation(*e, t, size, 3));
+  // The copy waits behind earlier work on its stream, then runs slowly.
+  LatchedWriter earlier_work;
+  EXPECT_OK(LaunchWriter(b, device_to_host.stream, &earlier_work));
+  Fake().set_copy_delay_us(100000);
+  EXPECT_OK(QueueCopy(b, device_to_host.stream, staging, t, 2 * kGranule));
+  std::thread release = earlier_work.ReleaseAfter(std::chrono::milliseconds(150));
+  // Needs T's granules: T is evicted while the copy is in flight.
+  void* u = MustAllocate(*e, 4 * kGranule, /*pin=*/true);
+  release.join();
+  Fake().set_copy_delay_us(0);
+  ASSERT_TRUE(u != nullptr);
+  AllocationInfo info;
+  EXPECT_OK(e->Inspect(t, &info));
+  EXPECT_TRUE(info.evicted);
+  EXPECT_EQ(VerifyAllocation(*e, staging, 2 * kGranule, 3), -1);
+  EXPECT_EQ(VerifyAllocation(*e, t, size, 3), -1);
+  for (void* p : {t, staging, u}) EXPECT_OK(e->Free(p));
 }
 
-TEST(FreeingAnEvictedTensorWaitsForACopyOfItInFlight) {
-  if (!FreshFake()) return;
-  auto backend = MustMakeCuda();
-  CudaBackend* b = backend.get();
-  auto e = MakeEngine(std::move(backend), /*device=*/8, /*host=*/8);
-  {
-    FencedStream device_to_host(b);
-    const size_t size = 2 * kGranule;
-    void* t = MustAllocate(*e, size, /*pin=*/false);
-    void* staging = MustAllocate(*e, size, /*pin=*/true);
-    ASSERT_TRUE(t != nullptr && staging != nullptr);
-    EXPECT_OK(FillAllocation(*e, t, size, 4));
-    EXPECT_OK(e->Evict(t));
-    // .numpy() of the evicted tensor reads it over the bus, then the last
-    // reference drops: TensorFlow frees it with the copy still queued.
-    Fake().set_copy_delay_us(150000);
-    EXPECT_OK(QueueCopy(b, device_to_host.stream, staging, t, size));
-    EXPECT_OK(e->Free(t));  // unmaps T's host granules: only after the copy
-    Fake().set_copy_delay_us(0);
-    EXPECT_EQ(VerifyAllocation(*e, staging, size, 4), -1);
-    EXPECT_TRUE(e->GetStatistics().num_host_waits >= 1);
-    EXPECT_OK(e->Free(staging));
-  }
-  e.reset();
-  ExpectNoViolationAndNothingLeaked();
+TEST_F(EngineTest, FreeingAnEvictedTensorWaitsForACopyOfItInFlight) {
+  StartEngine(/*device=*/8, /*host=*/8);
+  FencedStream device_to_host(b);
+  const size_t size = 2 * kGranule;
+  void* t = MustAllocate(*e, size, /*pin=*/false);
+  void* staging = MustAllocate(*e, size, /*pin=*/true);
+  ASSERT_TRUE(t != nullptr && staging != nullptr);
+  EXPECT_OK(FillAllocation(*e, t, size, 4));
+  EXPECT_OK(e->Evict(t));
+  // .numpy() of the evicted tensor reads it over the bus, then the last
+  // reference drops: TensorFlow frees it with the copy still queued.
+  Fake().set_copy_delay_us(150000);
+  EXPECT_OK(QueueCopy(b, device_to_host.stream, staging, t, size));
+  EXPECT_OK(e->Free(t));  // unmaps T's host granules: only after the copy
+  Fake().set_copy_delay_us(0);
+  EXPECT_EQ(VerifyAllocation(*e, staging, size, 4), -1);
+  EXPECT_TRUE(e->GetStatistics().num_host_waits >= 1);
+  EXPECT_OK(e->Free(staging));
 }
 
-TEST(DefragmentationWaitsForQueuedWorkOnAFreedGranule) {
-  if (!FreshFake()) return;
-  auto backend = MustMakeCuda();
-  CudaBackend* b = backend.get();
-  auto e = MakeEngine(std::move(backend), /*device=*/6, /*host=*/8, /*defrag=*/true);
-  {
-    FencedStream compute(b);
-    const size_t size = 3 * kGranule;
-    uint64_t id = 0;
-    void* t = e->Allocate(size, /*pin=*/true, nullptr, &id);
-    void* wall = MustAllocate(*e, kGranule, /*pin=*/true);  // T's hole stays 3 slots
-    ASSERT_TRUE(t != nullptr && wall != nullptr);
-    LatchedWriter kernel;
-    kernel.address = Address(t);
-    kernel.bytes = size;
-    kernel.seed = 5;
-    EXPECT_OK(LaunchWriter(b, compute.stream, &kernel));
-    kernel.WaitStarted();
-    // TensorFlow frees T on the host while the kernel still writes it.
-    EXPECT_OK(e->Unpin(t, id));
-    EXPECT_OK(e->Free(t));
-    EXPECT_EQ(e->cached_granules(), 3u);
-    std::thread release = kernel.ReleaseAfter(std::chrono::milliseconds(200));
-    // 4 granules: 2 free, 2 taken from T's freed range, elsewhere.
-    void* u = MustAllocate(*e, 4 * kGranule, /*pin=*/true);
-    release.join();
-    ASSERT_TRUE(u != nullptr);
-    EXPECT_OK(FillAllocation(*e, u, 4 * kGranule, 6));
-    const Statistics st = e->GetStatistics();
-    EXPECT_EQ(st.num_defragmentations, 1);
-    EXPECT_TRUE(st.num_host_waits >= 1);
-    EXPECT_EQ(VerifyAllocation(*e, u, 4 * kGranule, 6), -1);
-    EXPECT_OK(e->Free(u));
-    EXPECT_OK(e->Free(wall));
-  }
-  e.reset();
-  ExpectNoViolationAndNothingLeaked();
+TEST_F(EngineTest, DefragmentationWaitsForQueuedWorkOnAFreedGranule) {
+  StartEngine(/*device=*/6, /*host=*/8, /*defrag=*/true);
+  FencedStream compute(b);
+  const size_t size = 3 * kGranule;
+  uint64_t id = 0;
+  void* t = e->Allocate(size, /*pin=*/true, nullptr, &id);
+  void* wall = MustAllocate(*e, kGranule, /*pin=*/true);  // T's hole stays 3 slots
+  ASSERT_TRUE(t != nullptr && wall != nullptr);
+  LatchedWriter kernel;
+  kernel.address = Address(t);
+  kernel.bytes = size;
+  kernel.seed = 5;
+  EXPECT_OK(LaunchWriter(b, compute.stream, &kernel));
+  kernel.WaitStarted();
+  // TensorFlow frees T on the host while the kernel still writes it.
+  EXPECT_OK(e->Unpin(t, id));
+  EXPECT_OK(e->Free(t));
+  EXPECT_EQ(e->cached_granules(), 3u);
+  std::thread release = kernel.ReleaseAfter(std::chrono::milliseconds(200));
+  // 4 granules: 2 free, 2 taken from T's freed range, elsewhere.
+  void* u = MustAllocate(*e, 4 * kGranule, /*pin=*/true);
+  release.join();
+  ASSERT_TRUE(u != nullptr);
+  EXPECT_OK(FillAllocation(*e, u, 4 * kGranule, 6));
+  const Statistics st = e->GetStatistics();
+  EXPECT_EQ(st.num_defragmentations, 1);
+  EXPECT_TRUE(st.num_host_waits >= 1);
+  EXPECT_EQ(VerifyAllocation(*e, u, 4 * kGranule, 6), -1);
+  EXPECT_OK(e->Free(u));
+  EXPECT_OK(e->Free(wall));
 }
 
-TEST(AGranuleFreedBeforeACompletedFenceIsTakenWithoutAHostWait) {
-  if (!FreshFake()) return;
-  auto backend = MustMakeCuda();
-  CudaBackend* b = backend.get();
-  auto e = MakeEngine(std::move(backend), /*device=*/6, /*host=*/8, /*defrag=*/true);
-  {
-    FencedStream compute(b);
-    uint64_t id = 0;
-    void* t = e->Allocate(3 * kGranule, /*pin=*/true, nullptr, &id);
-    void* wall = MustAllocate(*e, kGranule, /*pin=*/true);
-    void* x = MustAllocate(*e, 2 * kGranule, /*pin=*/false);
-    ASSERT_TRUE(t != nullptr && wall != nullptr && x != nullptr);
-    EXPECT_OK(e->Unpin(t, id));
-    EXPECT_OK(e->Free(t));
-    EXPECT_OK(e->Evict(x));  // fences and waits: covers all T's work
-    const int64_t waits = e->GetStatistics().num_host_waits;
-    void* u = MustAllocate(*e, 4 * kGranule, /*pin=*/true);  // takes 2 of T's
-    ASSERT_TRUE(u != nullptr);
-    const Statistics st = e->GetStatistics();
-    EXPECT_EQ(st.num_defragmentations, 1);
-    EXPECT_EQ(st.num_host_waits, waits);  // no wait for the freed granules
-    EXPECT_OK(FillAllocation(*e, u, 4 * kGranule, 7));
-    EXPECT_EQ(VerifyAllocation(*e, u, 4 * kGranule, 7), -1);
-    for (void* p : {u, wall, x}) EXPECT_OK(e->Free(p));
-  }
-  e.reset();
-  ExpectNoViolationAndNothingLeaked();
+TEST_F(EngineTest, AGranuleFreedBeforeACompletedFenceIsTakenWithoutAHostWait) {
+  StartEngine(/*device=*/6, /*host=*/8, /*defrag=*/true);
+  FencedStream compute(b);
+  uint64_t id = 0;
+  void* t = e->Allocate(3 * kGranule, /*pin=*/true, nullptr, &id);
+  void* wall = MustAllocate(*e, kGranule, /*pin=*/true);
+  void* x = MustAllocate(*e, 2 * kGranule, /*pin=*/false);
+  ASSERT_TRUE(t != nullptr && wall != nullptr && x != nullptr);
+  EXPECT_OK(e->Unpin(t, id));
+  EXPECT_OK(e->Free(t));
+  EXPECT_OK(e->Evict(x));  // fences and waits: covers all T's work
+  const int64_t waits = e->GetStatistics().num_host_waits;
+  void* u = MustAllocate(*e, 4 * kGranule, /*pin=*/true);  // takes 2 of T's
+  ASSERT_TRUE(u != nullptr);
+  const Statistics st = e->GetStatistics();
+  EXPECT_EQ(st.num_defragmentations, 1);
+  EXPECT_EQ(st.num_host_waits, waits);  // no wait for the freed granules
+  EXPECT_OK(FillAllocation(*e, u, 4 * kGranule, 7));
+  EXPECT_EQ(VerifyAllocation(*e, u, 4 * kGranule, 7), -1);
+  for (void* p : {u, wall, x}) EXPECT_OK(e->Free(p));
 }
 
 }  // namespace

@@ -126,9 +126,7 @@ std::string Violations() {
   return result;
 }
 
-bool Contains(const std::string& text, const char* part) {
-  return text.find(part) != std::string::npos;
-}
+using lms_test::Contains;
 
 // A test's driver session: initialized, device 0's primary context current
 // on the calling thread. The destructor releases it and checks the test left
@@ -230,6 +228,28 @@ CUevent NewEvent() {
   EXPECT_EQ(D().cuEventCreate(&e, CU_EVENT_DISABLE_TIMING), CUDA_SUCCESS);
   return e;
 }
+
+// A session with `kGranules` granules of device memory mapped read/write at
+// `ptr` and a stream `s` (TEST_F): at the end the stream is destroyed and the
+// range unmapped and freed, neither a violation, before the session's checks.
+template <size_t kGranules>
+struct MappedAndAStream {
+  MappedAndAStream() {
+    MapDevice(ptr, kGranules * kG);
+    s = NewStream();
+  }
+  ~MappedAndAStream() {
+    const size_t violations = F().violation_count();
+    EXPECT_EQ(D().cuStreamDestroy(s), CUDA_SUCCESS);
+    Unreserve(ptr, kGranules * kG);
+    EXPECT_EQ(F().violation_count(), violations);
+  }
+  bool SetUp() { return true; }
+
+  Session session;
+  const CUdeviceptr ptr = Reserve(kGranules * kG);
+  CUstream s = nullptr;
+};
 
 // A gate a host function (or kernel) blocks a stream on until the test opens
 // it. Opened when it goes out of scope, and waits for the worker to leave,
@@ -743,22 +763,16 @@ TEST(HostLocatedMemoryWithHostAccessIsReadWriteAtItsAddress) {
 
 // --- Streams, events, host functions ----------------------------------------------
 
-TEST(CopiesOnAStreamRunInOrder) {
-  Session session;
-  const CUdeviceptr ptr = Reserve(3 * kG);
-  MapDevice(ptr, 3 * kG);
+TEST_F(MappedAndAStream<3>, CopiesOnAStreamRunInOrder) {
   const CUdeviceptr a = ptr, b = ptr + kG, c = ptr + 2 * kG;
   const std::vector<unsigned char> pattern = Pattern(kG, 3);
   EXPECT_EQ(D().cuMemcpyHtoD(a, pattern.data(), kG), CUDA_SUCCESS);
   F().set_copy_delay_us(20000);  // b -> c would overtake a -> b if not ordered
-  const CUstream s = NewStream();
   EXPECT_EQ(D().cuMemcpyAsync(b, a, kG, s), CUDA_SUCCESS);
   EXPECT_EQ(D().cuMemcpyAsync(c, b, kG, s), CUDA_SUCCESS);
   EXPECT_EQ(D().cuStreamSynchronize(s), CUDA_SUCCESS);
   EXPECT_TRUE(ReadBack(c, kG) == pattern);
-  EXPECT_EQ(D().cuStreamDestroy(s), CUDA_SUCCESS);
   F().set_copy_delay_us(0);
-  Unreserve(ptr, 3 * kG);
   EXPECT_EQ(F().violation_count(), 0u);
 }
 
@@ -787,11 +801,7 @@ TEST(ACopyResolvesItsAddressesWhenItRunsNotWhenEnqueued) {
   Unreserve(ptr, 2 * kG);
 }
 
-TEST(SynchronousCopiesDoNotWaitForOtherStreams) {
-  Session session;
-  const CUdeviceptr ptr = Reserve(2 * kG);
-  MapDevice(ptr, 2 * kG);
-  const CUstream s = NewStream();
+TEST_F(MappedAndAStream<2>, SynchronousCopiesDoNotWaitForOtherStreams) {
   Latch latch;
   EXPECT_EQ(D().cuLaunchHostFunc(s, &Latch::Wait, &latch), CUDA_SUCCESS);
   EXPECT_EQ(D().cuMemcpyAsync(ptr + kG, ptr, 4096, s), CUDA_SUCCESS);
@@ -811,8 +821,6 @@ TEST(SynchronousCopiesDoNotWaitForOtherStreams) {
   latch.open = true;
   copier.join();
   EXPECT_EQ(D().cuStreamSynchronize(s), CUDA_SUCCESS);
-  EXPECT_EQ(D().cuStreamDestroy(s), CUDA_SUCCESS);
-  Unreserve(ptr, 2 * kG);
 }
 
 TEST(AnEventOrdersACopyOnAnotherStream) {
@@ -929,11 +937,7 @@ struct FillKernel {
   }
 };
 
-TEST(AKernelWritesThroughTheAliasOfItsDeclaredRange) {
-  Session session;
-  const CUdeviceptr ptr = Reserve(2 * kG);
-  MapDevice(ptr, 2 * kG);
-  const CUstream s = NewStream();
+TEST_F(MappedAndAStream<2>, AKernelWritesThroughTheAliasOfItsDeclaredRange) {
   FillKernel kernel{ptr + 4096, kG, 11};
   const fake_cuda_range range = {kernel.address, kernel.bytes, 1};
   EXPECT_EQ(F().launch_kernel(s, &FillKernel::Run, &kernel, &range, 1), CUDA_SUCCESS);
@@ -943,17 +947,11 @@ TEST(AKernelWritesThroughTheAliasOfItsDeclaredRange) {
   // The alias of a range without device access is null, and a violation.
   EXPECT_TRUE(F().device_alias(ptr + 2 * kG, 1) == nullptr);
   EXPECT_EQ(F().violation_count(), 1u);
-  EXPECT_EQ(D().cuStreamDestroy(s), CUDA_SUCCESS);
-  Unreserve(ptr, 2 * kG);
 }
 
-TEST(AKernelNeedsReadWriteAccessOnlyForTheRangesItWrites) {
-  Session session;
-  const CUdeviceptr ptr = Reserve(2 * kG);
-  MapDevice(ptr, 2 * kG);
+TEST_F(MappedAndAStream<2>, AKernelNeedsReadWriteAccessOnlyForTheRangesItWrites) {
   EXPECT_EQ(SetAccess(ptr, kG, CU_MEM_LOCATION_TYPE_DEVICE, CU_MEM_ACCESS_FLAGS_PROT_READ),
             CUDA_SUCCESS);
-  const CUstream s = NewStream();
   HeldKernel reader;  // opened at once: it only needs to run
   reader.latch.open = true;
   const fake_cuda_range read_only = {ptr, kG, 0};
@@ -967,27 +965,19 @@ TEST(AKernelNeedsReadWriteAccessOnlyForTheRangesItWrites) {
   EXPECT_EQ(D().cuStreamSynchronize(s), CUDA_ERROR_ILLEGAL_ADDRESS);
   EXPECT_TRUE(!writer.latch.reached.load());  // it never ran
   EXPECT_TRUE(Contains(Violations(), "not mapped read/write"));
-  EXPECT_EQ(D().cuStreamDestroy(s), CUDA_SUCCESS);
-  Unreserve(ptr, 2 * kG);
 }
 
-TEST(TheCopyDelayKnobSlowsEveryCopy) {
-  Session session;
-  const CUdeviceptr ptr = Reserve(kG);
-  MapDevice(ptr, kG);
+TEST_F(MappedAndAStream<1>, TheCopyDelayKnobSlowsEveryCopy) {
   const std::vector<unsigned char> pattern = Pattern(4096, 19);
   F().set_copy_delay_us(30000);
   const auto start = std::chrono::steady_clock::now();
   EXPECT_EQ(D().cuMemcpyHtoD(ptr, pattern.data(), pattern.size()), CUDA_SUCCESS);
-  const CUstream s = NewStream();
   EXPECT_EQ(D().cuMemcpyAsync(ptr + 8192, ptr, pattern.size(), s), CUDA_SUCCESS);
   EXPECT_EQ(D().cuStreamSynchronize(s), CUDA_SUCCESS);
   const auto elapsed = std::chrono::steady_clock::now() - start;
   EXPECT_TRUE(elapsed >= std::chrono::milliseconds(60));
   EXPECT_TRUE(ReadBack(ptr + 8192, pattern.size()) == pattern);
   F().set_copy_delay_us(0);
-  EXPECT_EQ(D().cuStreamDestroy(s), CUDA_SUCCESS);
-  Unreserve(ptr, kG);
 }
 
 TEST(AnEventDestroyedWithARecordQueuedStillCompletesItsWaiters) {
@@ -1064,11 +1054,7 @@ TEST(UnmapAfterWaitingForTheKernelIsNoViolation) {
   EXPECT_EQ(D().cuMemAddressFree(queued.ptr, kG), CUDA_SUCCESS);
 }
 
-TEST(SetAccessUnderARunningKernelIsAViolation) {
-  Session session;
-  const CUdeviceptr ptr = Reserve(2 * kG);
-  MapDevice(ptr, 2 * kG);
-  const CUstream s = NewStream();
+TEST_F(MappedAndAStream<2>, SetAccessUnderARunningKernelIsAViolation) {
   HeldKernel kernel;
   const fake_cuda_range range = {ptr + kG, 4096, 0};
   EXPECT_EQ(F().launch_kernel(s, &HeldKernel::Run, &kernel, &range, 1), CUDA_SUCCESS);
@@ -1085,8 +1071,6 @@ TEST(SetAccessUnderARunningKernelIsAViolation) {
   EXPECT_TRUE(Contains(Violations(), "running kernel"));
   kernel.latch.open = true;
   EXPECT_EQ(D().cuStreamSynchronize(s), CUDA_SUCCESS);
-  EXPECT_EQ(D().cuStreamDestroy(s), CUDA_SUCCESS);
-  Unreserve(ptr, 2 * kG);
 }
 
 TEST(UnmapUnderAQueuedCopyIsAViolationNamingTheCopy) {

@@ -33,6 +33,11 @@ struct Registrar {
   }
 };
 
+// Whether `text` contains `part`: what an error message must name.
+inline bool Contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
 inline int RunAll(int argc, char** argv) {
   int passed = 0, failed = 0;
   for (const TestCase& t : Registry()) {
@@ -58,6 +63,22 @@ inline int RunAll(int argc, char** argv) {
   static void name();                                            \
   static ::lms_test::Registrar name##_registrar(#name, name);    \
   static void name()
+
+// A test with a fixture: a struct with `bool SetUp()`, whose members the
+// body uses. It is made before the body, which runs only if SetUp() returns
+// true, and destroyed after it: its destructor is where the checks every
+// test of the fixture ends with belong. ASSERT_TRUE leaves the body, not the
+// fixture.
+#define TEST_F(fixture, name)                                    \
+  struct name##_Test : fixture {                                 \
+    void Body();                                                 \
+  };                                                             \
+  static void name() {                                           \
+    name##_Test test;                                            \
+    if (test.SetUp()) test.Body();                               \
+  }                                                              \
+  static ::lms_test::Registrar name##_registrar(#name, name);    \
+  void name##_Test::Body()
 
 #define EXPECT_TRUE(cond)                                                  \
   do {                                                                     \

@@ -103,26 +103,41 @@ void JoinWorker(Stream& s) {
   }
 }
 
-std::shared_ptr<Stream> FindStream(StreamState& st, CUstream stream)
-    LMS_EXCLUSIVE_LOCKS_REQUIRED(g_stream_mu) {
-  auto it = st.streams.find(stream);
-  return it == st.streams.end() ? nullptr : it->second;
-}
+// The preamble of every call that names a stream or an event: holds
+// g_stream_mu for its scope and looks the handles up. `stream` and `event`
+// are null where a handle names no live one (the call's
+// CUDA_ERROR_INVALID_HANDLE); the null handle is never live (no legacy
+// stream).
+class LMS_SCOPED_CAPABILITY Locked {
+ public:
+  explicit Locked(CUstream stream) LMS_ACQUIRE(g_stream_mu) { LockAndFind(stream, nullptr); }
+  explicit Locked(CUevent event) LMS_ACQUIRE(g_stream_mu) { LockAndFind(nullptr, event); }
+  Locked(CUstream stream, CUevent event) LMS_ACQUIRE(g_stream_mu) { LockAndFind(stream, event); }
+  ~Locked() LMS_RELEASE() { g_stream_mu.Unlock(); }
+  Locked(const Locked&) = delete;
+  Locked& operator=(const Locked&) = delete;
 
-std::shared_ptr<Event> FindEvent(StreamState& st, CUevent event)
-    LMS_EXCLUSIVE_LOCKS_REQUIRED(g_stream_mu) {
-  auto it = st.events.find(event);
-  return it == st.events.end() ? nullptr : it->second;
-}
+  std::shared_ptr<Stream> stream;
+  std::shared_ptr<Event> event;
+
+ private:
+  void LockAndFind(CUstream stream, CUevent event) LMS_ACQUIRE(g_stream_mu) {
+    g_stream_mu.Lock();
+    StreamState& st = State();
+    auto s = st.streams.find(stream);
+    if (s != st.streams.end()) this->stream = s->second;
+    auto e = st.events.find(event);
+    if (e != st.events.end()) this->event = e->second;
+  }
+};
 
 }  // namespace
 
 CUresult Enqueue(CUstream stream, std::function<void(Context*)> op) {
-  StreamState& st = State();
   std::shared_ptr<Stream> s;
   {
-    MutexLock lock(g_stream_mu);
-    s = FindStream(st, stream);
+    Locked found(stream);
+    s = found.stream;
     if (s == nullptr) return CUDA_ERROR_INVALID_HANDLE;
     s->queue.push_back(std::move(op));
     ++s->enqueued;
@@ -181,13 +196,12 @@ CUresult cuStreamCreate(CUstream* stream, unsigned int flags) noexcept {
 CUresult cuStreamDestroy(CUstream stream) noexcept {
   Context* context = nullptr;
   if (CUresult r = RequireContext(&context)) return r;
-  StreamState& st = State();
   std::shared_ptr<Stream> s;
   {
-    MutexLock lock(g_stream_mu);
-    s = FindStream(st, stream);
+    Locked found(stream);
+    s = found.stream;
     if (s == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-    st.streams.erase(stream);
+    State().streams.erase(stream);
     s->stopping = true;
   }
   JoinWorker(*s);
@@ -197,14 +211,13 @@ CUresult cuStreamDestroy(CUstream stream) noexcept {
 CUresult cuStreamSynchronize(CUstream stream) noexcept {
   Context* context = nullptr;
   if (CUresult r = RequireContext(&context)) return r;
-  StreamState& st = State();
   std::shared_ptr<Stream> s;
   {
-    MutexLock lock(g_stream_mu);
-    s = FindStream(st, stream);
+    Locked found(stream);
+    s = found.stream;
     if (s == nullptr) return CUDA_ERROR_INVALID_HANDLE;
     const uint64_t target = s->enqueued;
-    Await(st.progress_cv, [&]() LMS_EXCLUSIVE_LOCKS_REQUIRED(g_stream_mu) {
+    Await(State().progress_cv, [&]() LMS_EXCLUSIVE_LOCKS_REQUIRED(g_stream_mu) {
       return s->completed >= target;
     });
   }
@@ -215,12 +228,11 @@ CUresult cuStreamWaitEvent(CUstream stream, CUevent event, unsigned int flags) n
   Context* context = nullptr;
   if (CUresult r = RequireContext(&context)) return r;
   if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
-  StreamState& st = State();
   std::shared_ptr<Event> e;
   uint64_t target = 0;
   {
-    MutexLock lock(g_stream_mu);
-    e = FindEvent(st, event);
+    Locked found(event);
+    e = found.event;
     if (e == nullptr) return CUDA_ERROR_INVALID_HANDLE;
     target = e->last_recorded;  // the most recent record as of now
   }
@@ -236,11 +248,9 @@ CUresult cuStreamWaitEvent(CUstream stream, CUevent event, unsigned int flags) n
 CUresult cuStreamGetCtx(CUstream stream, CUcontext* context) noexcept {
   if (CUresult r = RequireInitialized()) return r;
   if (context == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  StreamState& st = State();
-  MutexLock lock(g_stream_mu);
-  std::shared_ptr<Stream> s = FindStream(st, stream);
-  if (s == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-  *context = reinterpret_cast<CUcontext>(s->context);
+  Locked found(stream);
+  if (found.stream == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  *context = reinterpret_cast<CUcontext>(found.stream->context);
   return CUDA_SUCCESS;
 }
 
@@ -283,11 +293,10 @@ CUresult cuEventDestroy(CUevent event) noexcept {
 CUresult cuEventRecord(CUevent event, CUstream stream) noexcept {
   Context* context = nullptr;
   if (CUresult r = RequireContext(&context)) return r;
-  StreamState& st = State();
-  MutexLock lock(g_stream_mu);
-  std::shared_ptr<Event> e = FindEvent(st, event);
+  Locked found(stream, event);
+  const std::shared_ptr<Event>& e = found.event;
+  const std::shared_ptr<Stream>& s = found.stream;
   if (e == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-  std::shared_ptr<Stream> s = FindStream(st, stream);
   if (s == nullptr || s->context != e->context) return CUDA_ERROR_INVALID_HANDLE;
   // Numbered and enqueued in one critical section, so a wait enqueued after
   // this call targets this record or a later one.
@@ -305,9 +314,8 @@ CUresult cuEventRecord(CUevent event, CUstream stream) noexcept {
 CUresult cuEventQuery(CUevent event) noexcept {
   Context* context = nullptr;
   if (CUresult r = RequireContext(&context)) return r;
-  StreamState& st = State();
-  MutexLock lock(g_stream_mu);
-  std::shared_ptr<Event> e = FindEvent(st, event);
+  Locked found(event);
+  const std::shared_ptr<Event>& e = found.event;
   if (e == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   if (e->pending.count(e->last_recorded) != 0) return CUDA_ERROR_NOT_READY;
   return context->sticky_error.load();
@@ -316,13 +324,12 @@ CUresult cuEventQuery(CUevent event) noexcept {
 CUresult cuEventSynchronize(CUevent event) noexcept {
   Context* context = nullptr;
   if (CUresult r = RequireContext(&context)) return r;
-  StreamState& st = State();
   {
-    MutexLock lock(g_stream_mu);
-    std::shared_ptr<Event> e = FindEvent(st, event);
+    Locked found(event);
+    const std::shared_ptr<Event>& e = found.event;
     if (e == nullptr) return CUDA_ERROR_INVALID_HANDLE;
     const uint64_t target = e->last_recorded;
-    Await(st.progress_cv, [&]() LMS_EXCLUSIVE_LOCKS_REQUIRED(g_stream_mu) {
+    Await(State().progress_cv, [&]() LMS_EXCLUSIVE_LOCKS_REQUIRED(g_stream_mu) {
       return e->pending.count(target) == 0;
     });
   }
