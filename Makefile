@@ -76,9 +76,11 @@ all: build
 # $(call venv,DIR,TENSORFLOW): every virtual environment of the project is
 # made by this one macro: DIR with requirements-dev.txt's build and test tools
 # and its tensorflow-cpu line replaced by TENSORFLOW (a sed replacement: \1 is
-# the file's version), or kept without one.
+# the file's version), or kept without one. An environment for another
+# TensorFlow is made afresh each time; .venv is updated in place.
 define venv
-@echo "== Bootstrapping $(1) with $(PYTHON): $(or $(2),requirements-dev.txt's TensorFlow) and the build tools (a download of 250 MB to a few GB the first time)"
+@echo "== Bootstrapping $(1) with $(PYTHON) and the build tools (a download of 250 MB to a few GB the first time)"
+$(if $(2),rm -rf $(1))
 $(PYTHON) -m venv $(1)
 $(1)/bin/python -m pip install --quiet --upgrade pip
 sed 's/^tensorflow-cpu==\(.*\)/$(or $(2),&)/' requirements-dev.txt > $(1)/requirements.txt

@@ -102,7 +102,7 @@ def engine_contract_in_this_process(device_mb: int) -> int:
 
     mib = 1 << 20
     engine = Engine(device_bytes=device_mb * mib, host_bytes=2 * device_mb * mib,
-                    backend="cuda")
+                    backend="cuda", policy="lru")  # as the contract was first checked
     tensors = [engine.allocate(8 * mib) for _ in range(device_mb * 3 // 16)]
     for seed, address in enumerate(tensors):
         engine.fill_pattern(address, 8 * mib, seed=seed)

@@ -24,6 +24,7 @@ CUDA_ERROR_UNKNOWN = 999
 
 
 def cuda_engine(device_granules: int, host_granules: int, **options: object) -> Engine:
+    options.setdefault("policy", "lru")  # the tests name victims by order of use
     return Engine(device_granules * GRANULE, host_bytes=host_granules * GRANULE,
                   granule_bytes=GRANULE, backend="cuda", **options)
 
@@ -74,7 +75,7 @@ def test_patterns_inspect_and_stats_work_on_a_gpu_backend(fake):
 
 
 def test_the_emulated_device_never_fences_or_waits():
-    engine = Engine(4 * GRANULE, host_bytes=16 * GRANULE, granule_bytes=GRANULE)
+    engine = Engine(4 * GRANULE, host_bytes=16 * GRANULE, granule_bytes=GRANULE, policy="lru")
     a = engine.allocate(3 * GRANULE)
     engine.evict(a)
     stats = engine.stats()

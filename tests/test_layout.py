@@ -95,3 +95,11 @@ def test_python_modules_import_only_downward():
             for imported in _package_imports(source) - allowed - {name}:
                 wrong.append(f"{source.relative_to(PACKAGE)} imports {imported}")
     assert not wrong, wrong
+
+
+def test_the_tools_that_import_beside_another_tensorflow_are_the_layerings_tools():
+    """A tools-only import skips the version check (overlay/activation.py):
+    exactly the modules placed here as needing neither TensorFlow nor the overlay."""
+    from tensorflow_lms_allocator.overlay import activation
+
+    assert activation._TOOLS == TOOLS

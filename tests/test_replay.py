@@ -77,7 +77,7 @@ def test_lru_replay_at_the_recorded_size_gives_the_engines_own_figures(tmp_path)
 
 
 def test_a_trace_started_mid_run_replays_from_its_snapshot(tmp_path):
-    engine = Engine(24 * MIB, host_bytes=512 * MIB)
+    engine = Engine(24 * MIB, host_bytes=512 * MIB, policy="lru")
     kernels(engine, seed=5, count=20)  # live tensors before the trace
     before = engine.stats()
     with trace.record_engine(engine, tmp_path / "t"):
@@ -110,7 +110,7 @@ def test_no_policy_moves_less_than_the_lower_bound(tmp_path, seed):
 def test_belady_moves_far_less_than_lru_on_a_loop(tmp_path):
     # Eight 4 MiB tensors used round and round on a device that holds seven:
     # LRU evicts exactly the tensor needed next, every time.
-    engine = Engine(64 * MIB, host_bytes=256 * MIB)
+    engine = Engine(64 * MIB, host_bytes=256 * MIB, policy="lru")
     with trace.record_engine(engine, tmp_path / "loop"):
         tensors = [engine.allocate(4 * MIB) for _ in range(8)]
         for _ in range(6):
@@ -154,7 +154,7 @@ def test_the_oracle_sees_a_page_as_soon_as_its_soonest_object(tmp_path):
     # `hot`; foresight evicts the tensor, whose use is farther than the page's.
     # The two fill 7/8 of the page: a page mostly empty would go first, for
     # it copies only its objects (Note [Learned eviction]).
-    engine = Engine(64 * MIB, host_bytes=256 * MIB)
+    engine = Engine(64 * MIB, host_bytes=256 * MIB, policy="lru")
     with trace.record_engine(engine, tmp_path / "page"):
         cold = engine.allocate(896 << 10)
         hot = engine.allocate(896 << 10)
@@ -307,7 +307,7 @@ def test_bad_input_names_the_option_or_the_file(tmp_path, capsys):
 def test_unclaimed_allocations_are_never_victims_until_their_first_pin(tmp_path):
     """Allocations made outside kernels (Note [Writers outside kernels]) are
     flagged in the trace; both replays keep them resident until a pin."""
-    engine = Engine(24 * MIB, host_bytes=256 * MIB)
+    engine = Engine(24 * MIB, host_bytes=256 * MIB, policy="lru")
     path = tmp_path / "writer.lmstrace"
     with trace.record_engine(engine, path):
         batch = engine.allocate(4 * MIB, writer=True)  # a tf.data batch being filled
@@ -342,7 +342,7 @@ def test_an_unpin_pairs_with_its_pin_when_a_freed_objects_address_was_reused(tmp
     the unpin belongs to the first object's pin, not to the newcomer (which no
     one pinned: at another device size, where pages are packed differently,
     the replay unpinned a page nothing had pinned and stopped)."""
-    engine = Engine(8 * MIB, host_bytes=64 * MIB)
+    engine = Engine(8 * MIB, host_bytes=64 * MIB, policy="lru")
     path = tmp_path / "reuse.lmstrace"
     with trace.record_engine(engine, path):
         first = engine.allocate(1024, pin=True)  # a kernel's temporary
@@ -431,7 +431,7 @@ def test_find_min_device_names_the_kernel_that_sets_the_floor(tmp_path):
     # other kernel of the trace holds (at most 2 inputs and an output of 6).
     from tensorflow_lms_allocator.engine import set_thread_label
 
-    engine = Engine(64 * MIB, host_bytes=512 * MIB)
+    engine = Engine(64 * MIB, host_bytes=512 * MIB, policy="lru")
     path = tmp_path / "floor.lmstrace"
     with trace.record_engine(engine, path):
         kernels(engine, seed=5, count=20)

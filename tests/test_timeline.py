@@ -20,7 +20,7 @@ import lms_timeline  # noqa: E402
 def known_trace(path: Path) -> tuple[int, int]:
     """A 6 MiB tensor: born pinned, unpinned, evicted, pinned again, freed; and a
     4 MiB one live before the trace, never touched."""
-    engine = Engine(16 * MIB, host_bytes=64 * MIB)
+    engine = Engine(16 * MIB, host_bytes=64 * MIB, policy="lru")
     before = engine.allocate(4 * MIB)
     with trace.record_engine(engine, path):
         a = engine.allocate(6 * MIB, pin=True)

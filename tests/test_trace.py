@@ -27,7 +27,7 @@ MIB = 1 << 20
 
 
 def small_engine() -> Engine:
-    return Engine(device_bytes=8 * MIB, host_bytes=64 * MIB, granule_bytes=MIB)
+    return Engine(device_bytes=8 * MIB, host_bytes=64 * MIB, granule_bytes=MIB, policy="lru")
 
 
 def test_a_known_sequence_is_recorded_event_by_event(tmp_path: Path) -> None:

@@ -20,7 +20,10 @@ TensorFlow, and then either:
     configure) is a RuntimeWarning, and every LMS function raises the reason:
     TensorFlow's own import is not made to fail for LMS no one asked for yet.
 Imported after TensorFlow, the package is its tools only
-(install_or_explain).
+(install_or_explain). So is an import of the tools alone beside another
+TensorFlow version than the build's, with no LMS setting in the environment
+(_importing_tools_only): the interposer stays unloaded, and every LMS
+function raises why; the package's own import still refuses that version.
 """
 
 from __future__ import annotations
@@ -115,7 +118,8 @@ def _check_tensorflow_not_loaded() -> None:
         raise ImportError(LATE_IMPORT)
 
 
-# The package's tools: they need no TensorFlow (test_layout.py's TOOLS).
+# The package's tools: they need no TensorFlow (tests/test_layout.py checks
+# that its layering's TOOLS are these).
 _TOOLS = frozenset({"engine", "trace", "replay", "_engine"})
 
 
@@ -136,6 +140,7 @@ def _importing_tools_only() -> bool:
     import dis
 
     package = __name__.split(".")[0]
+    own = str(Path(__file__).resolve().parents[1]) + os.sep  # the package's folder
     frame = sys._getframe(1)
     while frame is not None:
         code = frame.f_code
@@ -143,7 +148,7 @@ def _importing_tools_only() -> bool:
             named = frame.f_locals.get("name") or frame.f_locals.get("mod_name")
             if isinstance(named, str) and named.startswith(package + "."):
                 return named.split(".")[1] in _TOOLS
-        elif not code.co_filename.startswith(str(Path(__file__).resolve().parents[1])):
+        elif not str(Path(code.co_filename).resolve()).startswith(own):
             # The first frame outside the package and the import machinery:
             # the statement importing it.
             previous = None
@@ -297,7 +302,14 @@ def built_for_tensorflow() -> str:
 
 
 def _tensorflow_version_mismatch() -> str | None:
-    """Why the installed TensorFlow cannot take this build, or None if it can."""
+    """Why the installed TensorFlow cannot take this build, or None if it can.
+
+    Read from the installed packages' metadata, without importing TensorFlow.
+
+    Example:
+        >>> _tensorflow_version_mismatch()  # doctest: +SKIP
+        'tensorflow_lms_allocator was built for TensorFlow 2.21.0, but tensorflow_cpu 2.20.0 is installed. ...'
+    """
     # The adapter links TensorFlow's C++ ABI: loaded into another TensorFlow
     # it fails on an undefined symbol (measured with 2.20.0) or, worse, loads.
     # The adapter checks again (tf_lms_configure) for a TensorFlow installed
@@ -324,6 +336,11 @@ def _tensorflow_version_mismatch() -> str | None:
 
 
 def _check_tensorflow_version() -> None:
+    """ImportError saying what to do if the installed TensorFlow cannot take this build.
+
+    Example:
+        >>> _check_tensorflow_version()  # the build's own TensorFlow: nothing happens
+    """
     mismatch = _tensorflow_version_mismatch()
     if mismatch is not None:
         raise ImportError(mismatch)

@@ -637,6 +637,7 @@ TEST(WritersOutsideKernelsLoseNoWrite) {
   EngineOptions o;
   o.device_bytes = 24 * kGranule;
   o.host_bytes = 1024 * kGranule;
+  o.policy = PolicyKind::kLru;  // as written before the defaults agreed
   std::unique_ptr<Engine> engine;
   ASSERT_TRUE(Engine::Create(o, std::move(backend), &engine).ok());
   constexpr int kWriters = 3;
@@ -708,6 +709,7 @@ TEST(StrictModeServesConcurrentTouchesAndPageIns) {
   o.device_bytes = 8 * kGranule;
   o.host_bytes = 64 * kGranule;
   o.strict = true;
+  o.policy = PolicyKind::kLru;  // as written before the defaults agreed
   std::unique_ptr<Engine> engine;
   ASSERT_TRUE(Engine::Create(o, std::move(backend), &engine).ok());
   constexpr int kReaders = 4;

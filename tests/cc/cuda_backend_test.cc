@@ -85,6 +85,7 @@ std::unique_ptr<Engine> MakeEngine(std::unique_ptr<CudaBackend> backend,
   o.device_bytes = device_granules * kGranule;
   o.host_bytes = host_granules * kGranule;
   o.defrag_enabled = defrag;
+  o.policy = PolicyKind::kLru;  // the tests name their victims by order of use
   return engine_test::MustCreateEngine(o, std::move(backend));
 }
 
@@ -1003,6 +1004,7 @@ TEST_F(FakeCudaTest, DriverCallsPerGranuleOfACreatedDeviceAndOfARemap) {
   EngineOptions o;
   o.device_bytes = kGranules * k2M;
   o.host_bytes = kGranules * k2M;
+  o.policy = PolicyKind::kLru;  // the counts benchmarks/README.md gives
   std::unique_ptr<Engine> e;
   EXPECT_OK(Engine::Create(o, std::move(backend), &e));
   if (e == nullptr) return;

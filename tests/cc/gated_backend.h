@@ -116,6 +116,7 @@ inline std::unique_ptr<lms::Engine> MakeGatedEngine(size_t device_granules,
   lms::EngineOptions o;
   o.device_bytes = device_granules * granule;
   o.host_bytes = host_granules * granule;
+  o.policy = lms::PolicyKind::kLru;  // the tests name their victims by order of use
   std::unique_ptr<lms::Engine> e;
   if (!lms::Engine::Create(o, std::move(gated), &e).ok()) std::abort();
   return e;

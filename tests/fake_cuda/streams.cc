@@ -107,7 +107,9 @@ void JoinWorker(Stream& s) {
 // g_stream_mu for its scope and looks the handles up. `stream` and `event`
 // are null where a handle names no live one (the call's
 // CUDA_ERROR_INVALID_HANDLE); the null handle is never live (no legacy
-// stream).
+// stream). The references it holds are dropped after g_stream_mu is
+// released (members outlive the destructor's body), so an object whose last
+// reference this was ends outside the lock.
 class LMS_SCOPED_CAPABILITY Locked {
  public:
   explicit Locked(CUstream stream) LMS_ACQUIRE(g_stream_mu) { LockAndFind(stream, nullptr); }

@@ -71,10 +71,7 @@
 namespace lms {
 
 // How pool memory gets transparent huge pages (the comment above says why):
-// as the machine allows (kAuto: kAdvise, else kCollapse, else kOff), or one
-// way whatever the machine (tests take each path on machines that refuse it;
-// it stays correct, only slower). HugePages itself is a setting
-// (engine/env_options.h).
+// in one of the ways HugePages (engine/env_options.h) names.
 
 // "advise", "collapse", "off" ("auto" for kAuto).
 const char* HugePagesName(HugePages mode);

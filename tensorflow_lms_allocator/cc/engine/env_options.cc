@@ -202,6 +202,11 @@ std::string CudaDriverPathFromEnv() {
   return path != nullptr ? path : kDefaultCudaDriverPath;
 }
 
+bool ForcedGpuAllowGrowthFromEnv(bool* value) {
+  bool present = false;
+  return FlagFromEnv("TF_FORCE_GPU_ALLOW_GROWTH", &present, value).ok() && present;
+}
+
 std::string TensorFlowGpuAllocatorFromEnv() {
   const char* asked = ValueOf("TF_GPU_ALLOCATOR");
   return asked != nullptr ? asked : "";

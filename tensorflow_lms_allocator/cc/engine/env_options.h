@@ -4,8 +4,9 @@
 // benchmarks) goes through here, so a setting means the same thing everywhere.
 //
 // Note [One place for settings]
-// No other file under cc/ calls getenv (Python reads the environment only to
-// know whether LMS is asked for: overlay/activation.py's asking_settings).
+// No other file under cc/ reads the environment (Python reads it only to know
+// whether LMS is asked for and whether the emulated device is, before any of
+// this is loaded: overlay/activation.py).
 // The engine (EngineOptions' member defaults),
 // the Python binding (its keyword defaults) and TensorFlow's path
 // (ReadSettingsFromEnv) take their defaults from the constants below, and
@@ -148,7 +149,8 @@ inline constexpr std::array<SettingInfo, 12> kSettings = {{
 // variable, its value and what is valid. *notes receives one line per value
 // used otherwise than written (a size rounded down to whole granules) or
 // that does nothing (prefetching without the learned policy), for the
-// caller to log.
+// caller to log, also when a later setting is refused (*out is then
+// untouched).
 Status ReadSettingsFromEnv(Settings* out, std::vector<std::string>* notes);
 
 // The CUDA driver library to load: TF_LMS_CUDA_DRIVER_PATH, else
@@ -157,6 +159,12 @@ std::string CudaDriverPathFromEnv();
 
 // TF_GPU_ALLOCATOR (TensorFlow's choice of its own GPU allocator), or "".
 std::string TensorFlowGpuAllocatorFromEnv();
+
+// Whether TF_FORCE_GPU_ALLOW_GROWTH is set to a boolean, which overrides a
+// GPU's allow_growth as in TensorFlow (*value: the one set). TensorFlow reads
+// it as "true"/"false" and reports a value it rejects itself, so only a valid
+// one counts here.
+bool ForcedGpuAllowGrowthFromEnv(bool* value);
 
 // Reads a whole number of MiB from `name`. Unset or empty leaves *bytes as
 // it is and sets *present to false. Anything but digits (a negative number

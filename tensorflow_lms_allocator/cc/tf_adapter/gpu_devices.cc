@@ -96,13 +96,8 @@ Status GpuDeviceSpec(const EngineOptions& engine, bool prefetch, const void* gpu
   }
   const auto* options = static_cast<const tensorflow::GPUOptions*>(gpu_options);
   bool allow_growth = options != nullptr && options->allow_growth();
-  bool present = false;
   bool forced = false;
-  // TensorFlow reads TF_FORCE_GPU_ALLOW_GROWTH as "true"/"false"; a value it
-  // rejects was already reported by TensorFlow, so only a valid one counts.
-  if (FlagFromEnv("TF_FORCE_GPU_ALLOW_GROWTH", &present, &forced).ok() && present) {
-    allow_growth = forced;
-  }
+  if (ForcedGpuAllowGrowthFromEnv(&forced)) allow_growth = forced;
   spec->name = name + "_lms";
   spec->backend.kind = BackendKind::kCuda;
   spec->backend.device_ordinal = platform_id.value();

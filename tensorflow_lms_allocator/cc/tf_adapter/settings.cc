@@ -10,9 +10,11 @@ namespace lms {
 
 Status ReadSettings(Settings* out) {
   std::vector<std::string> notes;
-  LMS_RETURN_IF_ERROR(ReadSettingsFromEnv(out, &notes));
+  const Status read = ReadSettingsFromEnv(out, &notes);
+  // Also before an error: a size rounded down is said even if a later
+  // setting is refused.
   for (const std::string& note : notes) LOG(WARNING) << "tensorflow_lms_allocator: " << note;
-  return Status::Ok();
+  return read;
 }
 
 std::string DescribeEmulatedDevice(const Settings& s) {

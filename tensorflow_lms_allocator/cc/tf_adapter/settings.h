@@ -16,7 +16,7 @@
 namespace lms {
 
 // ReadSettingsFromEnv (engine/env_options.h: every variable, its default),
-// its notes logged as TensorFlow's warnings.
+// its notes logged as TensorFlow's warnings (those made before an error too).
 Status ReadSettings(Settings* out);
 
 // "TF_LMS_CPU_DEVICE_MEMORY_MB=64, TF_GPU_HOST_MEM_LIMIT_IN_MB=65536": the

@@ -110,6 +110,7 @@ std::unique_ptr<Engine> MakeFaultyEngine(int* fail_next_map, int* fail_next_unma
   EngineOptions o;
   o.device_bytes = 4 * kGranule;
   o.host_bytes = 8 * kGranule;
+  o.policy = PolicyKind::kLru;  // as written before the defaults agreed
   std::unique_ptr<Engine> e;
   if (!Engine::Create(o,
                       std::make_unique<FaultyBackend>(fail_next_map, fail_next_unmap,

@@ -196,7 +196,7 @@ TEST(OnADeviceOfOneGranuleAKernelHoldsTinyAndLargerObjectsInOnePage) {
 }
 
 TEST(FreedSmallObjectsGiveTheirPagesBackSoLargeRequestsFit) {
-  // The case, scaled: half-granule objects created and freed, then a
+  // Half-granule objects created and freed, then a
   // request of most of the device, with LMS off.
   auto e = MakeEngine({/*device=*/32, /*host=*/0, /*lms=*/false, /*defrag=*/true});
   std::vector<void*> small;
