@@ -92,7 +92,7 @@ endef
 # TensorFlow, with the tests' entry points (BUILD_DIR is reused, so a rebuild
 # compiles only what changed).
 define venv-build
-@echo "== Building tensorflow_lms_allocator against $$($(1)/bin/python -m pip list 2>/dev/null | grep -E '^tensorflow(-cpu)? ')"
+@echo "== Building tensorflow_lms_allocator against $$($(1)/bin/python -m pip list 2>/dev/null | grep -E '^tensorflow([-_]cpu)? ')"
 $(1)/bin/python -m pip install --quiet --no-build-isolation --no-deps \
     -C build-dir=$(2) $(TEST_ENTRY_POINTS) -e .
 touch $(1)/.built
