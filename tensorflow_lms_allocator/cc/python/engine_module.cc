@@ -17,6 +17,7 @@
 
 #include "backends/backend_factory.h"
 #include "backends/cuda_backend.h"
+#include "backends/posix_backend.h"  // HugePagesName
 #include "engine/engine.h"
 #include "engine/env_options.h"
 #include "testing/engine_pattern.h"
@@ -411,7 +412,7 @@ NB_MODULE(_engine, m) {
     d["policy"] = lms::PolicyName(s.engine.policy);
     d["prefetch"] = s.prefetch;
     d["granule_bytes"] = s.granule_bytes;
-    d["huge_pages"] = s.huge_pages == lms::HugePages::kOff ? "off" : "auto";
+    d["huge_pages"] = lms::HugePagesName(s.huge_pages);
     d["device_bytes"] = s.engine.device_bytes;
     d["host_bytes"] = s.engine.host_bytes;
     d["cuda_driver_path"] = lms::CudaDriverPathFromEnv();

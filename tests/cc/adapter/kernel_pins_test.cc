@@ -9,6 +9,7 @@
 
 #include "adapter_test_util.h"
 #include "tensorflow/core/framework/allocator.h"
+#include "testing/pattern.h"
 
 namespace {
 
@@ -17,17 +18,13 @@ using lms_test::Info;
 using lms_test::MakeDevice;
 using lms_test::MakeTensor;
 
-void Fill(tensorflow::Tensor& t, float base) {
-  auto flat = t.flat<float>();
-  for (int64_t i = 0; i < flat.size(); i += 1024) flat(i) = base + static_cast<float>(i);
+// Every byte of `t`, as the engine's tests write and check them.
+void Fill(tensorflow::Tensor& t, uint64_t seed) {
+  lms::FillPattern(t.data(), t.TotalBytes(), seed);
 }
 
-bool Holds(const tensorflow::Tensor& t, float base) {
-  auto flat = t.flat<float>();
-  for (int64_t i = 0; i < flat.size(); i += 1024) {
-    if (flat(i) != base + static_cast<float>(i)) return false;
-  }
-  return true;
+bool Holds(const tensorflow::Tensor& t, uint64_t seed) {
+  return lms::VerifyPattern(t.data(), t.TotalBytes(), seed) == -1;
 }
 
 TEST(AnAllocationOutsideAKernelIsUnclaimedUntilAKernelPinsIt) {
@@ -67,7 +64,7 @@ TEST(AnEvictedInputIsPagedInWholeBeforeItsKernelRuns) {
   auto device = MakeDevice("page_in", 8);
   ASSERT_TRUE(device != nullptr);
   tensorflow::Tensor a = MakeTensor(*device, 6);
-  Fill(a, 1.0f);
+  Fill(a, 1);
   { Context writer(device->pins(), {&a}); }  // claimed, then inactive
   tensorflow::Tensor b;
   {
@@ -80,7 +77,7 @@ TEST(AnEvictedInputIsPagedInWholeBeforeItsKernelRuns) {
     EXPECT_TRUE(!Info(*device, a).evicted);
     EXPECT_EQ(Info(*device, a).pin_count, 1u);
     EXPECT_TRUE(Info(*device, b).evicted);
-    EXPECT_TRUE(Holds(a, 1.0f));
+    EXPECT_TRUE(Holds(a, 1));
   }
   EXPECT_TRUE(device->engine().GetStatistics().num_page_ins >= 1);
 }
@@ -133,8 +130,8 @@ TEST(AKernelsRequestNoOtherKernelCanMakeRoomForGoesToHostMemory) {
     ASSERT_TRUE(b.data() != nullptr);
     EXPECT_TRUE(Info(*device, b).evicted);
     EXPECT_TRUE(!Info(*device, a).evicted);
-    Fill(b, 2.0f);  // the emulated device's kernels use it in place
-    EXPECT_TRUE(Holds(b, 2.0f));
+    Fill(b, 2);  // the emulated device's kernels use it in place
+    EXPECT_TRUE(Holds(b, 2));
   }
   EXPECT_TRUE(std::chrono::steady_clock::now() - start < lms::KernelPins::kRetryBudget);
 }
