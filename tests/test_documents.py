@@ -80,9 +80,10 @@ def as_documented(parsed: dict) -> dict[str, str]:
     """The parsed settings written as the table writes defaults."""
     on_off = {True: "on", False: "off"}
     machine = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    memory = min(machine, _engine.cgroup_memory_limit() or machine)
     host_mib = parsed["host_bytes"] // MIB
-    # TensorFlow's 64 GiB, or the machine's memory where that is less.
-    host = "65536" if host_mib == min(65536, machine // (2 * MIB) * 2) else str(host_mib)
+    # TensorFlow's 64 GiB, or the machine's or the cgroup's memory where less.
+    host = "65536" if host_mib == min(65536, memory // (2 * MIB) * 2) else str(host_mib)
     return {
         "TF_LMS_ENABLED": on_off[parsed["lms_enabled"]],
         "TF_LMS_DEFRAG_ENABLED": on_off[parsed["defrag_enabled"]],

@@ -200,6 +200,7 @@ using PFN_cuDeviceGet_cuda12 = ::PFN_cuDeviceGet_v2000;
 using PFN_cuDeviceGetCount_cuda12 = ::PFN_cuDeviceGetCount_v2000;
 using PFN_cuDeviceGetName_cuda12 = ::PFN_cuDeviceGetName_v2000;
 using PFN_cuDeviceGetAttribute_cuda12 = ::PFN_cuDeviceGetAttribute_v2000;
+using PFN_cuDeviceCanAccessPeer_cuda12 = ::PFN_cuDeviceCanAccessPeer_v4000;
 using PFN_cuDevicePrimaryCtxRetain_cuda12 = ::PFN_cuDevicePrimaryCtxRetain_v7000;
 using PFN_cuDevicePrimaryCtxRelease_cuda12 = ::PFN_cuDevicePrimaryCtxRelease_v11000;
 using PFN_cuCtxGetCurrent_cuda12 = ::PFN_cuCtxGetCurrent_v4000;

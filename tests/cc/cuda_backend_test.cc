@@ -8,6 +8,8 @@
 // mutation-check-cuda` (tests/cc/mutation_check.py) rebuilds this test with
 // the fence, a host wait or the page-in stream wait removed and expects
 // named tests to fail.
+#include <dlfcn.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -942,46 +944,174 @@ TEST_F(TwoGpuEngineTest, APeerGpuReachesATensorThroughEveryRemap) {
   EXPECT_OK(e->Free(t));
 }
 
+// Three GPUs where GPU 2 has no peer-to-peer path to GPU 0 (their PCIe
+// switches hang off different sockets): FAKE_CUDA_NO_P2P, which the fake
+// reads at every reset.
+struct ThreeGpusWithoutP2pBetween0And2Test : FakeCudaTest {
+  bool SetUp() {
+    setenv("FAKE_CUDA_NO_P2P", "0-2", 1);
+    return FakeCudaTest::SetUp() && Fake().set_device_count(3) == 0;
+  }
+  ~ThreeGpusWithoutP2pBetween0And2Test() { unsetenv("FAKE_CUDA_NO_P2P"); }
+};
+
+// Copies the fake staged through host memory (fake_cuda_staged_copies),
+// looked up in the library the backend loaded.
+unsigned long long StagedCopies() {
+  using Fn = decltype(&fake_cuda_staged_copies);
+  static const Fn fn = [] {
+    const char* path = std::getenv("TF_LMS_CUDA_DRIVER_PATH");
+    void* handle = path != nullptr ? dlopen(path, RTLD_NOW | RTLD_LOCAL) : nullptr;
+    return handle != nullptr ? reinterpret_cast<Fn>(dlsym(handle, "fake_cuda_staged_copies"))
+                             : nullptr;
+  }();
+  return fn != nullptr ? fn() : 0;
+}
+
+// TensorFlow names every other GPU as a peer (gpu_device.cc, peer_gpu_ids),
+// whatever the topology. cuMemSetAccess refuses, with
+// CUDA_ERROR_INVALID_DEVICE, to grant a device another's memory without a
+// peer path (cuDeviceCanAccessPeer; NVIDIA cuda-samples vectorAddMMAP:
+// "cuMemSetAccess is still subject to the constraints of
+// cuDeviceCanAccessPeer for cross device mappings"), so granting every named
+// peer failed every Map on such a machine. Each GPU's backend grants only the
+// peers that can reach it (Note [Access to mapped memory]), every
+// allocation, eviction and page-in works, and a copy from GPU 0's memory to
+// GPU 2's, issued as TensorFlow's DeviceToDeviceCopy issues it
+// (cuMemcpyAsync on the sender's stream, both tensors pinned), arrives: the
+// driver stages it through host memory.
+TEST_F(ThreeGpusWithoutP2pBetween0And2Test, PeersWithoutAPeerPathAreNotGrantedAndEveryRemapWorks) {
+  constexpr int kGpus = 3;
+  std::unique_ptr<Engine> engines[kGpus];
+  CudaBackend* backends[kGpus] = {};
+  for (int gpu = 0; gpu < kGpus; ++gpu) {
+    std::vector<int> peers;
+    for (int other = 0; other < kGpus; ++other) {
+      if (other != gpu) peers.push_back(other);
+    }
+    std::unique_ptr<CudaBackend> backend;
+    EXPECT_OK(CudaBackend::Create(gpu, kGranule, /*allow_growth=*/false, &backend, peers));
+    ASSERT_TRUE(backend != nullptr);
+    backends[gpu] = backend.get();
+    engines[gpu] = MakeEngine(std::move(backend), /*device=*/2, /*host=*/8);
+  }
+  EXPECT_TRUE(backends[0]->granted_devices() == std::vector<cu::CUdevice>({0, 1}));
+  EXPECT_TRUE(backends[0]->skipped_peers() == std::vector<int>({2}));
+  EXPECT_TRUE(backends[1]->granted_devices() == std::vector<cu::CUdevice>({1, 0, 2}));
+  EXPECT_TRUE(backends[1]->skipped_peers().empty());
+  EXPECT_TRUE(backends[2]->granted_devices() == std::vector<cu::CUdevice>({2, 1}));
+  EXPECT_TRUE(backends[2]->skipped_peers() == std::vector<int>({0}));
+  EXPECT_TRUE(Contains(backends[0]->SkippedPeersMessage(), "GPU 2 cannot access the memory of"));
+  EXPECT_TRUE(backends[1]->SkippedPeersMessage().empty());
+
+  // Allocation (a Map), eviction and page-in (two remaps) on every GPU.
+  const size_t size = 2 * kGranule;
+  void* tensors[kGpus] = {};
+  for (int gpu = 0; gpu < kGpus; ++gpu) {
+    Engine& e = *engines[gpu];
+    tensors[gpu] = MustAllocate(e, size, /*pin=*/false);
+    ASSERT_TRUE(tensors[gpu] != nullptr);
+    EXPECT_OK(FillAllocation(e, tensors[gpu], size, 70 + gpu));
+    EXPECT_OK(e.Evict(tensors[gpu]));
+    EXPECT_EQ(VerifyAllocation(e, tensors[gpu], size, 70 + gpu), -1);
+    uint64_t id = 0;
+    EXPECT_OK(e.Pin(tensors[gpu], &id));
+    EXPECT_EQ(VerifyAllocation(e, tensors[gpu], size, 70 + gpu), -1);
+    EXPECT_OK(e.Unpin(tensors[gpu], id));
+  }
+
+  // GPU 1, granted, writes GPU 0's tensor from a kernel.
+  {
+    FencedStream peer(backends[0], /*other_gpu=*/1);
+    const CudaDriver& d = backends[0]->driver();
+    ScopedCudaContext scope(d, peer.context);
+    LatchedWriter w;
+    w.address = Address(tensors[0]);
+    w.bytes = size;
+    w.seed = 81;
+    w.released = true;
+    const fake_cuda_range range{w.address, w.bytes, 1};
+    w.launched = Fake().launch_kernel(peer.stream, &LatchedWriter::Run, &w, &range, 1) == 0;
+    EXPECT_TRUE(w.launched);
+    EXPECT_EQ(d.cuStreamSynchronize(peer.stream), cu::CUDA_SUCCESS);
+  }
+  EXPECT_EQ(VerifyAllocation(*engines[0], tensors[0], size, 81), -1);
+
+  // GPU 0 sends its tensor to GPU 2's, both evicted first so that the pins
+  // page them in, on a stream of GPU 0 that GPU 2's backend fences (as the
+  // adapter fences the sender's streams of a copy into its memory).
+  EXPECT_OK(engines[0]->Evict(tensors[0]));
+  EXPECT_OK(engines[2]->Evict(tensors[2]));
+  const unsigned long long staged = StagedCopies();
+  {
+    FencedStream sender(backends[2], /*other_gpu=*/0);
+    uint64_t src_id = 0, dst_id = 0;
+    EXPECT_OK(engines[0]->Pin(tensors[0], &src_id));
+    EXPECT_OK(engines[2]->Pin(tensors[2], &dst_id));
+    const CudaDriver& d = backends[2]->driver();
+    {
+      ScopedCudaContext scope(d, sender.context);
+      EXPECT_OK(d.Check(d.cuMemcpyAsync(Address(tensors[2]), Address(tensors[0]), size,
+                                        sender.stream),
+                        "cuMemcpyAsync from GPU 0 to GPU 2"));
+      EXPECT_OK(d.Check(d.cuStreamSynchronize(sender.stream), "cuStreamSynchronize"));
+    }
+    EXPECT_OK(engines[0]->Unpin(tensors[0], src_id));
+    EXPECT_OK(engines[2]->Unpin(tensors[2], dst_id));
+  }
+  EXPECT_EQ(StagedCopies(), staged + 1);
+  EXPECT_EQ(VerifyAllocation(*engines[2], tensors[2], size, 81), -1);
+  EXPECT_EQ(VerifyAllocation(*engines[0], tensors[0], size, 81), -1);
+  for (int gpu = 0; gpu < kGpus; ++gpu) EXPECT_OK(engines[gpu]->Free(tensors[gpu]));
+}
+
 // Pinned host memory cannot be swapped: one TF_GPU_HOST_MEM_LIMIT_IN_MB per
 // GPU let N GPUs pin N times it, and the OOM killer came before any error.
 // The fake's host memory is capped at one GPU's limit, as a machine is: the
 // second GPU's eviction must be refused by LMS's budget, with bytes kept, not
 // by the driver running out; once the first GPU's pool is gone it succeeds.
-TEST_F(TwoGpuTest, PinnedHostMemoryIsOneBudgetForEveryGpuOfTheProcess) {
+TEST_F(TwoGpuTest, EachGpuEvictsItsShareOfOneHostBudget) {
+  // TF_GPU_HOST_MEM_LIMIT_IN_MB is split among the GPUs (HostShareBytes), and
+  // the process's budget is the sum of their pools' limits: each GPU can make
+  // its whole share whatever the other holds, and together they never pin
+  // more than the setting (here the fake's 4 granules of host memory).
   if (Fake().set_pool_capacity(FAKE_CUDA_POOL_HOST, 4 * kGranule) != 0) return;
   std::unique_ptr<CudaBackend> first, second;
   EXPECT_OK(CudaBackend::Create(0, kGranule, /*allow_growth=*/false, &first));
   EXPECT_OK(CudaBackend::Create(1, kGranule, /*allow_growth=*/false, &second));
   if (first == nullptr || second == nullptr) return;
-  auto a = MakeEngine(std::move(first), /*device=*/2, /*host=*/4);
-  auto b = MakeEngine(std::move(second), /*device=*/2, /*host=*/4);
+  const size_t share = HostShareBytes(4 * kGranule, 2, kGranule) / kGranule;
+  EXPECT_EQ(share, 2u);
+  auto a = MakeEngine(std::move(first), /*device=*/2, /*host=*/share);
+  auto b = MakeEngine(std::move(second), /*device=*/2, /*host=*/share);
+  EXPECT_EQ(PinnedHostBudget::Process().limit(), 4 * kGranule);
   const size_t size = 2 * kGranule;
   void* a1 = MustAllocate(*a, size, /*pin=*/false);
-  ASSERT_TRUE(a1 != nullptr);
+  void* b1 = MustAllocate(*b, size, /*pin=*/false);
+  ASSERT_TRUE(a1 != nullptr && b1 != nullptr);
   EXPECT_OK(FillAllocation(*a, a1, size, 61));
-  EXPECT_OK(a->Evict(a1));  // the first GPU makes all 4 host granules
+  EXPECT_OK(FillAllocation(*b, b1, size, 63));
+  EXPECT_OK(a->Evict(a1));  // the first GPU makes its 2 host granules...
+  EXPECT_OK(b->Evict(b1));  // ...and the second its own 2
+  EXPECT_EQ(PinnedHostBudget::Process().used(), 4 * kGranule);
+  // A GPU's share is all it gets: refused by its engine, before any copy.
   void* a2 = MustAllocate(*a, size, /*pin=*/false);
   ASSERT_TRUE(a2 != nullptr);
   EXPECT_OK(FillAllocation(*a, a2, size, 62));
-  EXPECT_OK(a->Evict(a2));
-  void* b1 = MustAllocate(*b, size, /*pin=*/false);
-  ASSERT_TRUE(b1 != nullptr);
-  EXPECT_OK(FillAllocation(*b, b1, size, 63));
-  const Status refused = b->Evict(b1);
-  std::printf("  second GPU's eviction: %s\n", refused.ToString().c_str());
+  const Status refused = a->Evict(a2);
+  std::printf("  an eviction beyond the first GPU's share: %s\n", refused.ToString().c_str());
   EXPECT_TRUE(refused.code() == StatusCode::kResourceExhausted);
-  EXPECT_TRUE(Contains(refused.message(), "one budget for every GPU of the process"));
-  EXPECT_EQ(VerifyAllocation(*b, b1, size, 63), -1);
+  EXPECT_TRUE(Contains(refused.message(), "TF_GPU_HOST_MEM_LIMIT_IN_MB"));
   EXPECT_EQ(VerifyAllocation(*a, a1, size, 61), -1);
   EXPECT_EQ(VerifyAllocation(*a, a2, size, 62), -1);
+  EXPECT_EQ(VerifyAllocation(*b, b1, size, 63), -1);
   EXPECT_OK(a->Free(a1));
   EXPECT_OK(a->Free(a2));
-  a.reset();  // its host granules go back to the budget
-  EXPECT_OK(b->Evict(b1));
-  EXPECT_EQ(VerifyAllocation(*b, b1, size, 63), -1);
   EXPECT_OK(b->Free(b1));
+  a.reset();
   b.reset();
   EXPECT_EQ(PinnedHostBudget::Process().used(), 0u);
+  EXPECT_EQ(PinnedHostBudget::Process().limit(), 0u);
 }
 
 // What a device's creation and a remap cost in driver calls, counted by the

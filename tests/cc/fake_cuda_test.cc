@@ -50,7 +50,8 @@ struct Driver {
   X(set_driver_version)                                                          \
   X(set_device_count) X(set_granularity) X(set_pool_capacity) X(live_handles)   \
   X(live_mappings) X(live_reservations) X(live_streams) X(live_events)          \
-  X(pool_bytes_in_use) X(work_in_flight) X(work_running) X(check_invariants) X(destroy_all) X(reset)
+  X(pool_bytes_in_use) X(work_in_flight) X(work_running) X(check_invariants) X(destroy_all) X(reset) \
+  X(set_peer_access) X(staged_copies)
 
 struct FakeApi {
 #define FAKE_CUDA_TEST_FIELD(name) decltype(&::fake_cuda_##name) name = nullptr;
@@ -1145,6 +1146,208 @@ TEST(DeviceAccessIsPerDevice) {
   EXPECT_TRUE(ReadBack(ptr + kG, pattern.size()) == pattern);
   EXPECT_EQ(D().cuStreamDestroy(again), CUDA_SUCCESS);
   Unreserve(ptr, 2 * kG);
+}
+
+// --- Peer paths between devices ---------------------------------------------
+// cuda.h, cuDeviceCanAccessPeer(canAccessPeer, dev, peerDev): 1 "if
+// contexts on dev are capable of directly accessing memory from contexts on
+// peerDev", else 0; CUDA_ERROR_INVALID_DEVICE for a device that does not
+// exist. It needs cuInit and no context. A device and itself answer 0 on
+// real drivers (PyTorch's P2P cache fills in its diagonal instead of asking).
+
+// Device d's primary context, retained and current for the object's life;
+// then the caller's context is current again.
+class CurrentDevice {
+ public:
+  explicit CurrentDevice(int device) : device_(device) {
+    EXPECT_EQ(D().cuCtxGetCurrent(&previous_), CUDA_SUCCESS);
+    EXPECT_EQ(D().cuDevicePrimaryCtxRetain(&context_, device), CUDA_SUCCESS);
+    EXPECT_EQ(D().cuCtxSetCurrent(context_), CUDA_SUCCESS);
+  }
+  ~CurrentDevice() {
+    EXPECT_EQ(D().cuCtxSetCurrent(previous_), CUDA_SUCCESS);
+    EXPECT_EQ(D().cuDevicePrimaryCtxRelease(device_), CUDA_SUCCESS);
+  }
+
+ private:
+  int device_;
+  CUcontext previous_ = nullptr;
+  CUcontext context_ = nullptr;
+};
+
+// Maps a fresh handle of `bytes` located on `device` at ptr and grants
+// `accessor` read/write; returns the result of that cuMemSetAccess.
+CUresult MapOn(CUdeviceptr ptr, size_t bytes, int location_type, int device, int accessor) {
+  const CUmemAllocationProp prop = Prop(location_type, device);
+  CUmemGenericAllocationHandle h = 0;
+  EXPECT_EQ(D().cuMemCreate(&h, bytes, &prop, 0), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuMemMap(ptr, bytes, 0, h, 0), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuMemRelease(h), CUDA_SUCCESS);
+  const CUmemAccessDesc desc = {{CU_MEM_LOCATION_TYPE_DEVICE, accessor},
+                                CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+  return D().cuMemSetAccess(ptr, bytes, &desc, 1);
+}
+
+int CanAccessPeer(CUdevice dev, CUdevice peer) {
+  int can = -1;
+  EXPECT_EQ(D().cuDeviceCanAccessPeer(&can, dev, peer), CUDA_SUCCESS);
+  return can;
+}
+
+TEST(CanAccessPeerAnswersFromThePeerKnobAndZeroForADeviceAndItself) {
+  EXPECT_EQ(F().reset(), 0u);
+  int can = -1;
+  EXPECT_EQ(D().cuDeviceCanAccessPeer(&can, 0, 0), CUDA_ERROR_NOT_INITIALIZED);
+  Session session(/*make_current=*/false);  // no context needed
+  ASSERT_TRUE(F().set_device_count(3) == 0);
+  EXPECT_EQ(CanAccessPeer(0, 1), 1);  // by default every pair has a peer path
+  EXPECT_EQ(CanAccessPeer(0, 2), 1);
+  EXPECT_EQ(CanAccessPeer(1, 1), 0);
+  EXPECT_EQ(F().set_peer_access(0, 2, 0), 0);
+  EXPECT_EQ(CanAccessPeer(0, 2), 0);
+  EXPECT_EQ(CanAccessPeer(2, 0), 0);  // both ways
+  EXPECT_EQ(CanAccessPeer(0, 1), 1);
+  EXPECT_EQ(CanAccessPeer(1, 2), 1);
+  EXPECT_EQ(D().cuDeviceCanAccessPeer(&can, 0, 3), CUDA_ERROR_INVALID_DEVICE);
+  EXPECT_EQ(D().cuDeviceCanAccessPeer(&can, -1, 0), CUDA_ERROR_INVALID_DEVICE);
+  EXPECT_EQ(D().cuDeviceCanAccessPeer(nullptr, 0, 1), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(F().set_peer_access(1, 1, 0), -1);
+  EXPECT_EQ(F().set_peer_access(0, 8, 0), -1);
+  EXPECT_EQ(F().set_peer_access(0, 2, 1), 0);
+  EXPECT_EQ(CanAccessPeer(2, 0), 1);
+}
+
+TEST(ThePeerKnobComesFromTheEnvironmentAtReset) {
+  setenv("FAKE_CUDA_NO_P2P", "0-2,1-2", 1);
+  {
+    Session session(/*make_current=*/false);
+    ASSERT_TRUE(F().set_device_count(3) == 0);
+    EXPECT_EQ(CanAccessPeer(0, 1), 1);
+    EXPECT_EQ(CanAccessPeer(2, 0), 0);
+    EXPECT_EQ(CanAccessPeer(1, 2), 0);
+  }
+  for (const char* bad : {"0-0", "0-8", "0", "0-1,", "a-b"}) {
+    setenv("FAKE_CUDA_NO_P2P", bad, 1);
+    EXPECT_EQ(F().reset(), 0u);
+    EXPECT_EQ(D().cuInit(0), CUDA_ERROR_INVALID_VALUE);
+  }
+  unsetenv("FAKE_CUDA_NO_P2P");
+  EXPECT_EQ(F().reset(), 0u);
+  EXPECT_EQ(D().cuInit(0), CUDA_SUCCESS);
+  EXPECT_EQ(F().reset(), 0u);
+}
+
+// cuMemSetAccess (cuda.h: CUDA_ERROR_INVALID_DEVICE among its results) "is
+// still subject to the constraints of cuDeviceCanAccessPeer for cross device
+// mappings" (NVIDIA cuda-samples, Samples/0_Introduction/vectorAddMMAP/
+// vectorAddMMAP.cpp, which maps only peer-capable devices for that reason):
+// a descriptor naming a device with no peer path to the memory's device
+// fails the whole call, and nothing of it is granted. Host-located memory may
+// be granted to any device.
+TEST(SetAccessRefusesADeviceWithoutAPeerPathToTheMemorysDevice) {
+  Session session;  // device 0 current
+  ASSERT_TRUE(F().set_device_count(3) == 0);
+  ASSERT_TRUE(F().set_peer_access(0, 2, 0) == 0);
+  const CUdeviceptr ptr = Reserve(3 * kG);
+  EXPECT_EQ(MapOn(ptr, kG, CU_MEM_LOCATION_TYPE_DEVICE, /*device=*/0, /*accessor=*/1),
+            CUDA_SUCCESS);
+  const int rw = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  const CUmemAccessDesc with_2[2] = {{{CU_MEM_LOCATION_TYPE_DEVICE, 0}, rw},
+                                     {{CU_MEM_LOCATION_TYPE_DEVICE, 2}, rw}};
+  EXPECT_EQ(D().cuMemSetAccess(ptr, kG, with_2, 2), CUDA_ERROR_INVALID_DEVICE);
+  // Nothing of the refused call was granted: device 0 still cannot write.
+  const std::vector<unsigned char> pattern = Pattern(4096, 41);
+  EXPECT_EQ(D().cuMemcpyHtoD(ptr, pattern.data(), pattern.size()),
+            CUDA_ERROR_ILLEGAL_ADDRESS);
+  EXPECT_EQ(F().violation_count(), 1u);
+  F().clear_violations();
+  EXPECT_EQ(D().cuDevicePrimaryCtxRelease(0), CUDA_SUCCESS);  // clears the sticky error
+  CUcontext context = nullptr;
+  EXPECT_EQ(D().cuDevicePrimaryCtxRetain(&context, 0), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuMemSetAccess(ptr, kG, with_2, 1), CUDA_SUCCESS);  // device 0 alone
+  // Device 2's memory refuses device 0 the same way; host memory refuses none.
+  EXPECT_EQ(MapOn(ptr + kG, kG, CU_MEM_LOCATION_TYPE_DEVICE, /*device=*/2, /*accessor=*/0),
+            CUDA_ERROR_INVALID_DEVICE);
+  EXPECT_EQ(MapOn(ptr + 2 * kG, kG, CU_MEM_LOCATION_TYPE_HOST_NUMA, 0, /*accessor=*/2),
+            CUDA_SUCCESS);
+  // A range mapping both is refused for device 2 as a whole.
+  const CUmemAccessDesc only_2 = {{CU_MEM_LOCATION_TYPE_DEVICE, 2}, rw};
+  EXPECT_EQ(D().cuMemSetAccess(ptr + kG, 2 * kG, &only_2, 1), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuMemSetAccess(ptr, 3 * kG, &only_2, 1), CUDA_ERROR_INVALID_DEVICE);
+  EXPECT_EQ(F().violation_count(), 0u);
+  EXPECT_EQ(D().cuMemUnmap(ptr, 3 * kG), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuMemAddressFree(ptr, 3 * kG), CUDA_SUCCESS);
+}
+
+// A copy between the memories of two devices without peer access is staged
+// by the driver through host memory (CUDA C++ Programming Guide, "Peer-to-
+// Peer Memory Copy": once peer access is enabled, such a copy "no longer
+// needs to be staged through the host"; cuMemcpyAsync infers the kind of copy
+// from unified addresses). So a copy on device 0's stream into memory of
+// device 2, granted only to device 2, arrives, as TensorFlow's copy between
+// GPUs (the sender's stream) must. Whether a real driver does this for VMM
+// memory the copying device was not granted is not verified on hardware here.
+TEST(ACopyBetweenDevicesWithoutAPeerPathIsStagedAndArrives) {
+  Session session;  // device 0 current
+  ASSERT_TRUE(F().set_device_count(3) == 0);
+  ASSERT_TRUE(F().set_peer_access(0, 2, 0) == 0);
+  const CUdeviceptr src = Reserve(kG), dst = Reserve(kG);
+  EXPECT_EQ(MapOn(src, kG, CU_MEM_LOCATION_TYPE_DEVICE, /*device=*/0, /*accessor=*/0),
+            CUDA_SUCCESS);
+  {
+    CurrentDevice two(2);
+    EXPECT_EQ(MapOn(dst, kG, CU_MEM_LOCATION_TYPE_DEVICE, /*device=*/2, /*accessor=*/2),
+              CUDA_SUCCESS);
+  }
+  const std::vector<unsigned char> pattern = Pattern(kG, 43);
+  EXPECT_EQ(D().cuMemcpyHtoD(src, pattern.data(), pattern.size()), CUDA_SUCCESS);
+  EXPECT_EQ(F().staged_copies(), 0u);
+  const CUstream sender = NewStream();
+  EXPECT_EQ(D().cuMemcpyAsync(dst, src, kG, sender), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuStreamSynchronize(sender), CUDA_SUCCESS);
+  EXPECT_EQ(F().staged_copies(), 1u);
+  {
+    CurrentDevice two(2);
+    EXPECT_TRUE(ReadBack(dst, kG) == pattern);  // device 2's own: not staged
+  }
+  EXPECT_EQ(F().staged_copies(), 1u);
+  EXPECT_EQ(F().violation_count(), 0u);
+  // With a peer path, the same copy would use it and need a grant: without
+  // one it is an illegal address, as between any two devices.
+  ASSERT_TRUE(F().set_peer_access(0, 2, 1) == 0);
+  EXPECT_EQ(D().cuMemcpyAsync(dst, src, kG, sender), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuStreamSynchronize(sender), CUDA_ERROR_ILLEGAL_ADDRESS);
+  EXPECT_EQ(F().violation_count(), 1u);
+  EXPECT_EQ(F().staged_copies(), 1u);
+  EXPECT_EQ(D().cuStreamDestroy(sender), CUDA_SUCCESS);
+  Unreserve(src, kG);
+  Unreserve(dst, kG);
+}
+
+// What a copy may do, a kernel may not: a kernel of device 0 touching memory
+// of device 2 that device 0 could not be granted is an illegal address.
+TEST(AKernelCannotTouchMemoryOfADeviceWithoutAPeerPath) {
+  Session session;  // device 0 current
+  ASSERT_TRUE(F().set_device_count(3) == 0);
+  ASSERT_TRUE(F().set_peer_access(0, 2, 0) == 0);
+  const CUdeviceptr ptr = Reserve(kG);
+  {
+    CurrentDevice two(2);
+    EXPECT_EQ(MapOn(ptr, kG, CU_MEM_LOCATION_TYPE_DEVICE, /*device=*/2, /*accessor=*/2),
+              CUDA_SUCCESS);
+  }
+  const CUstream s = NewStream();
+  HeldKernel kernel;
+  kernel.latch.open = true;
+  const fake_cuda_range range = {ptr, kG, 0};
+  EXPECT_EQ(F().launch_kernel(s, &HeldKernel::Run, &kernel, &range, 1), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuStreamSynchronize(s), CUDA_ERROR_ILLEGAL_ADDRESS);
+  EXPECT_TRUE(!kernel.latch.reached.load());  // it never ran
+  EXPECT_EQ(F().violation_count(), 1u);
+  EXPECT_TRUE(Contains(Violations(), "not mapped with device access"));
+  EXPECT_EQ(F().staged_copies(), 0u);
+  EXPECT_EQ(D().cuStreamDestroy(s), CUDA_SUCCESS);
+  Unreserve(ptr, kG);
 }
 
 // cuda.h, cuEventRecord: "hStream ... and hEvent must be from the same

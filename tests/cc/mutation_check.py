@@ -1,8 +1,9 @@
 """Proves the stream-ordering and access tests of cuda_backend_test.cc can fail.
 
 Each mutation removes one part of the stream protocol (Note [Stream protocol]
-in backends/cuda_backend.h) or of the access rules for several GPUs (Note
-[Access to mapped memory]) from a copy of one backend source, builds the
+in backends/cuda_backend.h), of the access rules for several GPUs (Note
+[Access to mapped memory]) or of the host budget they share from a copy of
+one backend source or header, builds the
 test against that copy and runs it over the fake driver. The check
 passes only if every named test fails under its mutation (and no other test
 does); production sources are never touched.
@@ -36,6 +37,7 @@ FREED_AFTER_FENCE = "AGranuleFreedBeforeACompletedFenceIsTakenWithoutAHostWait"
 OTHER_GPU_STREAM = "AStreamOfAnotherGpuIsFencedWithAnEventOfItsOwnContext"
 PEER = "APeerGpuReachesATensorThroughEveryRemap"
 SETUP = SRC / "backends/cuda_backend_setup.cc"
+BUDGET = SRC / "backends/pinned_host_budget.h"
 HOST_LOCATION = "HostMemoryIsMadeAtTheGpusNumaNodeOrWhereTheDriverAcceptsIt"
 NO_PROBE = {"TheHostMemoryProbeOfADriverThatCannotReportSupportFailsCleanly"}
 
@@ -88,11 +90,11 @@ MUTATIONS = {
     "host-location-not-probed": (
         SETUP, "      r = d.cuMemCreate(&h, granule, &prop, 0);\n",
         "      r = cu::CUDA_SUCCESS;  // MUTATION\n", {HOST_LOCATION, *NO_PROBE}),
-    # Each GPU's host pool its own TF_GPU_HOST_MEM_LIMIT_IN_MB again.
-    "host-budget-per-gpu": (
-        MEMORY, "if (pool == PoolKind::kHost && !budget.TryTake(bytes)) {",
-        "if (false) {  // MUTATION", {"AHostRunIsOnePieceMadeMappedAndReleasedWhole",
-                                     "PinnedHostMemoryIsOneBudgetForEveryGpuOfTheProcess"}),
+    # The process's host budget the largest GPU's share again, not their sum.
+    "host-budget-largest-share": (
+        BUDGET, "    limit_ += bytes;\n",
+        "    limit_ = std::max(limit_, bytes);  // MUTATION\n",
+        {"EachGpuEvictsItsShareOfOneHostBudget"}),
     # New pieces granted one by one again, though they adjoin in the window.
     "pieces-granted-one-by-one": (
         MEMORY, "if (!made.empty() && first != end) break;",
@@ -108,8 +110,13 @@ MUTATIONS = {
     # Peers never granted: a peer GPU's copy into an LMS tensor faults. (The
     # peer test fences the peer's stream, so the fence mutations fail it too.)
     "peers-not-granted": (
-        SETUP, "if (!known) access_.push_back(",
-        "if (false) access_.push_back(  // MUTATION\n", {PEER}),
+        SETUP, "    access_.push_back({{cu::CU_MEM_LOCATION_TYPE_DEVICE, device}, rw});\n",
+        "    // MUTATION\n", {PEER, "PeersWithoutAPeerPathAreNotGrantedAndEveryRemapWorks"}),
+    # Every peer TensorFlow names granted, whether or not it can reach this
+    # GPU: cuMemSetAccess refuses the pair, so every Map fails.
+    "peers-not-filtered": (
+        SETUP, "    if (can_access == 0) {\n", "    if (false) {  // MUTATION\n",
+        {"PeersWithoutAPeerPathAreNotGrantedAndEveryRemapWorks"}),
 }
 
 
@@ -130,13 +137,22 @@ def main() -> int:
         if original.count(find) != 1:
             print(f"{name}: the text to mutate is not in {source} once; update this check")
             return 1
-        mutated = build / f"{source.stem}_{name}.cc"
-        mutated.write_text(original.replace(find, replace))
         sources = engine + [str(p) for p in sorted((SRC / "backends").glob("*.cc"))
                             if p != source]
+        includes = [f"-I{SRC}"]
+        if source.suffix == ".h":
+            # A header: its mutated copy found first by every includer.
+            root = build / f"mutated_{name}"
+            mutated = root / source.relative_to(SRC)
+            mutated.parent.mkdir(parents=True, exist_ok=True)
+            includes.insert(0, f"-I{root}")
+        else:
+            mutated = build / f"{source.stem}_{name}.cc"
+            sources.append(str(mutated))
+        mutated.write_text(original.replace(find, replace))
         binary = build / f"cuda_backend_test_{name}"
-        subprocess.run([cxx, "-std=c++17", "-O1", "-g", f"-I{SRC}", "-Itests/cc", "-Itests",
-                        "-pthread", *sources, str(mutated), "tests/cc/cuda_backend_test.cc",
+        subprocess.run([cxx, "-std=c++17", "-O1", "-g", *includes, "-Itests/cc", "-Itests",
+                        "-pthread", *sources, "tests/cc/cuda_backend_test.cc",
                         "-ldl", "-o", str(binary)], check=True)
         run = subprocess.run([str(binary)], capture_output=True, text=True, timeout=300,
                              env={**os.environ, "TF_LMS_CUDA_DRIVER_PATH": fake})

@@ -134,6 +134,23 @@ void* ResolveForDevice(int device, uint64_t address, size_t bytes, bool writes,
   return reinterpret_cast<void*>(r->alias + (address - base->first));
 }
 
+int DeviceHolding(uint64_t address, size_t bytes) {
+  MemoryState& m = Memory();
+  MutexLock lock(m.mu);
+  std::vector<Piece> pieces;
+  if (FindReservation(m, address, bytes) == nullptr ||
+      !MappedPieces(m, address, bytes, &pieces)) {
+    return -1;
+  }
+  int device = -1;
+  for (const Piece& p : pieces) {
+    const int owner = m.handles[p.mapping->handle].device;
+    if (owner < 0 || (device >= 0 && owner != device)) return -1;
+    device = owner;
+  }
+  return device;
+}
+
 std::shared_mutex& AliasMutex() {
   static std::shared_mutex* mu = new std::shared_mutex;  // used until exit
   return *mu;
@@ -309,6 +326,17 @@ CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* des
     if (!ValidAccessFlags(desc[i].flags)) return CUDA_ERROR_INVALID_VALUE;
     if (loc.type == CU_MEM_LOCATION_TYPE_DEVICE) {
       if (loc.id < 0 || loc.id >= GetKnobs().device_count) return CUDA_ERROR_INVALID_DEVICE;
+      // A device is granted another device's memory only over a peer path:
+      // "cuMemSetAccess is still subject to the constraints of
+      // cuDeviceCanAccessPeer for cross device mappings" (NVIDIA's
+      // cuda-samples, vectorAddMMAP.cpp). Host-located memory has no such
+      // constraint.
+      for (const Piece& p : pieces) {
+        const int owner = m.handles[p.mapping->handle].device;
+        if (owner >= 0 && owner != loc.id && !CanAccessPeer(loc.id, owner)) {
+          return CUDA_ERROR_INVALID_DEVICE;
+        }
+      }
     } else if (loc.type == CU_MEM_LOCATION_TYPE_HOST ||
                loc.type == CU_MEM_LOCATION_TYPE_HOST_NUMA) {
       // Device memory is never accessible from the host.

@@ -27,6 +27,11 @@ void* ResolveForDevice(int device, uint64_t address, size_t bytes, bool writes,
 // Taken after Memory().mu, never while holding it in the other order.
 std::shared_mutex& AliasMutex();
 
+// The device whose memory backs every byte of [address, address + bytes),
+// or -1 if the range is not wholly mapped inside one reservation, or maps
+// host-located memory or memory of several devices.
+int DeviceHolding(uint64_t address, size_t bytes);
+
 // Whether [address, address + bytes) lies in one reservation: what a copy
 // call checks when it is enqueued (mappings are checked when it runs).
 bool InsideOneReservation(uint64_t address, size_t bytes);

@@ -1,5 +1,6 @@
 #include "checker.h"
 
+#include <atomic>
 #include <cstdio>
 #include <map>
 #include <utility>
@@ -116,6 +117,16 @@ void ClearViolations() {
   MutexLock lock(s.mu);
   s.violations.clear();
 }
+
+namespace {
+std::atomic<uint64_t> g_staged_copies{0};
+}  // namespace
+
+void CountStagedCopy() { g_staged_copies.fetch_add(1, std::memory_order_relaxed); }
+
+uint64_t StagedCopies() { return g_staged_copies.load(std::memory_order_relaxed); }
+
+void ResetStagedCopies() { g_staged_copies.store(0, std::memory_order_relaxed); }
 
 size_t WorkInFlight() {
   CheckerState& s = State();

@@ -44,6 +44,12 @@ void ClearViolations();
 size_t WorkInFlight();
 size_t WorkRunning();
 
+// Copies between memory of devices without a peer path, which the driver
+// stages through host memory (device_work.cc), since the last reset.
+void CountStagedCopy();
+uint64_t StagedCopies();
+void ResetStagedCopies();
+
 // "[0x7f0000000000, +2097152)"
 std::string DescribeRange(uint64_t address, size_t bytes);
 

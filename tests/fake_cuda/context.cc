@@ -143,6 +143,20 @@ CUresult cuDeviceGetAttribute(int* value, int attribute, CUdevice device) noexce
   }
 }
 
+// cuda.h, cuDeviceCanAccessPeer: *canAccessPeer is 1 if `dev` can directly
+// access memory located on `peerDev`, else 0; CUDA_ERROR_INVALID_DEVICE for
+// an ordinal that names no device. Needs cuInit, not a context. A device and
+// itself answer 0, as real drivers answer (PyTorch's P2P cache fills in its
+// diagonal rather than asking; not checked on a GPU here). The answer comes
+// from FAKE_CUDA_NO_P2P / fake_cuda_set_peer_access (knobs.h).
+CUresult cuDeviceCanAccessPeer(int* can_access_peer, CUdevice dev, CUdevice peer_dev) noexcept {
+  if (CUresult r = RequireInitialized()) return r;
+  if (can_access_peer == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (!ValidDevice(dev) || !ValidDevice(peer_dev)) return CUDA_ERROR_INVALID_DEVICE;
+  *can_access_peer = CanAccessPeer(dev, peer_dev) ? 1 : 0;
+  return CUDA_SUCCESS;
+}
+
 CUresult cuDevicePrimaryCtxRetain(CUcontext* context, CUdevice device) noexcept {
   if (CUresult r = RequireInitialized()) return r;
   if (context == nullptr) return CUDA_ERROR_INVALID_VALUE;

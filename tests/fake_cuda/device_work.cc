@@ -4,7 +4,9 @@
 // enqueue to completion, with the ranges it touches, and resolves its
 // addresses when it executes, not when it is enqueued: a range unmapped or
 // without device access at that moment is an illegal address, as on a GPU
-// (a violation, and the context's sticky error).
+// (a violation, and the context's sticky error). One exception, for copies
+// only: memory of a device the copying device has no peer path to is moved
+// by its own device, staged through host memory (ResolveStaged).
 #include <unistd.h>
 
 #include <cstdio>
@@ -37,14 +39,39 @@ void DelayCopy() {
   if (const unsigned us = GetKnobs().copy_delay_us) usleep(us);
 }
 
+// A copy's range the executing device cannot reach: resolved for the device
+// holding its memory when the two have no peer path, as the driver then
+// stages the copy through host memory and that device moves the bytes (CUDA
+// C++ Programming Guide, "Peer-to-Peer Memory Copy": with peer access
+// enabled, a copy between two devices "no longer needs to be staged through
+// the host"; without it, it is). Null where that does not apply: the range
+// is host-located, spans devices, or its device is a peer of the executing
+// one (a copy there would use the peer path, and the missing grant faults).
+void* ResolveStaged(int executing_device, const DeviceRange& r) {
+  const int holder = DeviceHolding(r.address, r.bytes);
+  if (holder < 0 || holder == executing_device || CanAccessPeer(executing_device, holder)) {
+    return nullptr;
+  }
+  std::string why;
+  return ResolveForDevice(holder, r.address, r.bytes, r.writes, &why);
+}
+
 // The alias of each range, or null after recording why `what` may not touch
-// it and making CUDA_ERROR_ILLEGAL_ADDRESS the context's sticky error.
+// it and making CUDA_ERROR_ILLEGAL_ADDRESS the context's sticky error. A
+// copy (`copy`) may also reach a range through host staging (ResolveStaged);
+// a kernel reaches only what its device was granted.
 bool ResolveAll(Context* context, const std::string& what,
-                const std::vector<DeviceRange>& ranges, std::vector<void*>* aliases) {
+                const std::vector<DeviceRange>& ranges, std::vector<void*>* aliases,
+                bool copy = false) {
   aliases->clear();
+  bool staged = false;
   for (const DeviceRange& r : ranges) {
     std::string why;
     void* alias = ResolveForDevice(context->device, r.address, r.bytes, r.writes, &why);
+    if (alias == nullptr && copy) {
+      alias = ResolveStaged(context->device, r);
+      staged = staged || alias != nullptr;
+    }
     if (alias == nullptr) {
       RecordViolation(what + " touches " + DescribeRange(r.address, r.bytes) + ": " +
                       why + " (CUDA_ERROR_ILLEGAL_ADDRESS)");
@@ -53,6 +80,7 @@ bool ResolveAll(Context* context, const std::string& what,
     }
     aliases->push_back(alias);
   }
+  if (staged) CountStagedCopy();
   return true;
 }
 
@@ -61,7 +89,7 @@ void RunCopy(Context* context, uint64_t work, const std::string& what,
              const std::vector<DeviceRange>& ranges) {
   MarkWorkRunning(work);
   std::vector<void*> aliases;
-  if (ResolveAll(context, what, ranges, &aliases)) {
+  if (ResolveAll(context, what, ranges, &aliases, /*copy=*/true)) {
     DelayCopy();
     std::shared_lock<std::shared_mutex> moving(AliasMutex());
     std::memmove(aliases[0], aliases[1], ranges[0].bytes);
@@ -85,7 +113,7 @@ CUresult CopySync(const char* call, uint64_t device, void* host, size_t bytes,
   const uint64_t work = RegisterWork(what, ranges);
   MarkWorkRunning(work);
   std::vector<void*> aliases;
-  const bool ok = ResolveAll(context, what, ranges, &aliases);
+  const bool ok = ResolveAll(context, what, ranges, &aliases, /*copy=*/true);
   if (ok) {
     DelayCopy();
     std::shared_lock<std::shared_mutex> moving(AliasMutex());

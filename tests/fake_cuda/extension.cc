@@ -76,6 +76,16 @@ FAKE_CUDA_EXPORT int fake_cuda_set_device_count(int count) noexcept {
   return 0;
 }
 
+FAKE_CUDA_EXPORT int fake_cuda_set_peer_access(int a, int b, int can_access) noexcept {
+  if (a < 0 || a >= fake::kMaxDevices || b < 0 || b >= fake::kMaxDevices || a == b) return -1;
+  fake::SetPeerAccess(a, b, can_access != 0);
+  return 0;
+}
+
+FAKE_CUDA_EXPORT unsigned long long fake_cuda_staged_copies(void) noexcept {
+  return fake::StagedCopies();
+}
+
 FAKE_CUDA_EXPORT int fake_cuda_set_granularity(size_t bytes) noexcept {
   if (bytes < 4096 || (bytes & (bytes - 1)) != 0) return -1;
   fake::MemoryState& m = fake::Memory();
@@ -143,6 +153,7 @@ FAKE_CUDA_EXPORT size_t fake_cuda_reset(void) noexcept {
   if (const size_t live = fake::LiveObjects()) return live;
   fake::LoadKnobsFromEnvironment();
   fake::ClearViolations();
+  fake::ResetStagedCopies();
   fake::ResetContexts();
   fake_cuda_reset_call_counts();
   return 0;

@@ -23,7 +23,15 @@
 //     the caller. An address is resolved when the work executes; work that
 //     touches memory without device access at that moment records a
 //     violation and makes the context's sticky error
-//     CUDA_ERROR_ILLEGAL_ADDRESS.
+//     CUDA_ERROR_ILLEGAL_ADDRESS. A copy is the exception: memory on a
+//     device the stream's device has no peer path to is reached through its
+//     own device (the driver stages such copies through host memory), and
+//     counted (fake_cuda_staged_copies).
+//   - Peer paths between devices (FAKE_CUDA_NO_P2P, fake_cuda_set_peer_access):
+//     cuDeviceCanAccessPeer answers from them, and cuMemSetAccess refuses,
+//     with CUDA_ERROR_INVALID_DEVICE, to grant a device access to memory
+//     located on a device it has no peer path to (host-located memory may be
+//     granted to any device).
 //   - The checker: cuMemUnmap, cuMemSetAccess and cuMemAddressFree on a
 //     range that queued or running stream work references record a
 //     violation (the real driver does not order these calls after stream
@@ -94,6 +102,9 @@
 //                                            fake_cuda_refuse_host_create
 //   FAKE_CUDA_PRINT_VIOLATIONS               1: also print each violation to
 //                                            stderr as it is recorded
+//   FAKE_CUDA_NO_P2P                         pairs of devices with no peer
+//                                            path between them, "0-2,1-2";
+//                                            default none (every pair has one)
 // A bad value makes cuInit fail with CUDA_ERROR_INVALID_VALUE after printing
 // the variable and the value to stderr.
 #ifndef TENSORFLOW_LMS_ALLOCATOR_TESTS_FAKE_CUDA_FAKE_CUDA_H_
@@ -177,6 +188,13 @@ void fake_cuda_set_driver_version(int version) FAKE_CUDA_NOEXCEPT;
 int fake_cuda_set_device_count(int count) FAKE_CUDA_NOEXCEPT;  // 0..8
 int fake_cuda_set_granularity(size_t bytes) FAKE_CUDA_NOEXCEPT;  // a power of two >= 4096
 int fake_cuda_set_pool_capacity(int pool, size_t bytes) FAKE_CUDA_NOEXCEPT;
+// Whether devices a and b (ordinals below 8, a != b) have a peer path, both
+// ways: without one, cuDeviceCanAccessPeer answers 0 for the pair,
+// cuMemSetAccess refuses to grant either access to the other's memory, and a
+// copy between their memories is staged through host memory. Returns 0, or
+// -1 (nothing changed) for bad ordinals. fake_cuda_reset() restores
+// FAKE_CUDA_NO_P2P.
+int fake_cuda_set_peer_access(int a, int b, int can_access) FAKE_CUDA_NOEXCEPT;
 
 // --- Observers (for leak checks) ----------------------------------------------
 
@@ -189,6 +207,10 @@ size_t fake_cuda_live_events(void) FAKE_CUDA_NOEXCEPT;
 // are executing now (a test can wait for a copy to be running).
 size_t fake_cuda_work_in_flight(void) FAKE_CUDA_NOEXCEPT;
 size_t fake_cuda_work_running(void) FAKE_CUDA_NOEXCEPT;
+// Copies (cuMemcpyAsync, cuMemcpyHtoD/DtoH) that reached memory of a device
+// without a peer path to the copying one, as the driver stages them through
+// host memory; fake_cuda_reset() zeroes the count.
+unsigned long long fake_cuda_staged_copies(void) FAKE_CUDA_NOEXCEPT;
 // Bytes of the pool held by handles, including released handles that are
 // still mapped (their memory returns when the last mapping goes).
 size_t fake_cuda_pool_bytes_in_use(int pool) FAKE_CUDA_NOEXCEPT;

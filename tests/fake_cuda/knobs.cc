@@ -28,6 +28,38 @@ void ReadEnv(const char* name, long long min, long long max, long long* out) {
   *out = value;
 }
 
+// Parses FAKE_CUDA_NO_P2P, pairs of device ordinals that cannot access each
+// other's memory ("0-2,1-2"), into a no_peer_access mask; an unset or empty
+// variable is 0. A bad value is reported and flagged (cuInit fails).
+uint64_t ReadNoPeerAccessEnv() {
+  const char* name = "FAKE_CUDA_NO_P2P";
+  const char* text = std::getenv(name);
+  if (text == nullptr || *text == '\0') return 0;
+  uint64_t mask = 0;
+  const char* at = text;
+  for (;;) {
+    char* end = nullptr;
+    const long a = std::strtol(at, &end, 10);
+    const bool a_ok = end != at && *end == '-';
+    const char* b_text = a_ok ? end + 1 : end;
+    const long b = std::strtol(b_text, &end, 10);
+    const bool ok = a_ok && end != b_text && a >= 0 && a < kMaxDevices && b >= 0 &&
+                    b < kMaxDevices && a != b && (*end == ',' || *end == '\0');
+    if (!ok) {
+      std::fprintf(stderr,
+                   "fake CUDA driver: %s=%s is not a list of pairs of distinct device "
+                   "ordinals in [0, %d) such as \"0-2,1-2\"; cuInit will fail\n",
+                   name, text, kMaxDevices);
+      GetKnobs().environment_error = true;
+      return 0;
+    }
+    mask |= uint64_t{1} << (a * kMaxDevices + b);
+    mask |= uint64_t{1} << (b * kMaxDevices + a);
+    if (*end == '\0') return mask;
+    at = end + 1;
+  }
+}
+
 }  // namespace
 
 Knobs& GetKnobs() {
@@ -56,10 +88,26 @@ void LoadKnobsFromEnvironment() {
   k.host_vmm_supported = host_vmm != 0;
   k.refuse_host_create = static_cast<int>(refuse_host);
   k.print_violations = print != 0;
+  k.no_peer_access = ReadNoPeerAccessEnv();
   k.fail_create_countdown = 0;
   k.fail_map_countdown = 0;
   k.fail_map_error = 2;
   k.granularity = size_t{2} << 20;
+}
+
+bool CanAccessPeer(int device, int peer) {
+  if (device == peer) return false;
+  return ((GetKnobs().no_peer_access.load() >> (device * kMaxDevices + peer)) & 1) == 0;
+}
+
+void SetPeerAccess(int a, int b, bool can_access) {
+  const uint64_t bits =
+      (uint64_t{1} << (a * kMaxDevices + b)) | (uint64_t{1} << (b * kMaxDevices + a));
+  if (can_access) {
+    GetKnobs().no_peer_access.fetch_and(~bits);
+  } else {
+    GetKnobs().no_peer_access.fetch_or(bits);
+  }
 }
 
 bool ConsumeCountdown(std::atomic<int>& countdown) {

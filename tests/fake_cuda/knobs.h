@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
 
 namespace lms {
 namespace cu {
@@ -26,6 +27,10 @@ struct Knobs {
   // HOST_NUMA memory needs >= 12020 and HOST memory >= 13000.
   std::atomic<int> driver_version{12040};
   std::atomic<int> device_count{1};
+  // Bit (a * kMaxDevices + b) set: device a cannot access memory located on
+  // device b (cuDeviceCanAccessPeer answers 0, cuMemSetAccess refuses to
+  // grant a access to b's memory). 0, the default: every pair can.
+  std::atomic<uint64_t> no_peer_access{0};
   // Host-located VMM (attributes 141 and 145, HOST_NUMA / HOST cuMemCreate).
   std::atomic<bool> host_vmm_supported{true};
   // Bit 0: cuMemCreate refuses HOST_NUMA; bit 1: HOST (attributes unchanged).
@@ -52,6 +57,15 @@ Knobs& GetKnobs();
 // Sets every knob to its default, then applies the FAKE_CUDA_* environment
 // variables (fake_cuda.h lists them).
 void LoadKnobsFromEnvironment();
+
+// Whether `device` can access memory located on `peer` (both valid
+// ordinals): what cuDeviceCanAccessPeer(&can, device, peer) answers, so false
+// for a device and itself, as on a real driver.
+bool CanAccessPeer(int device, int peer);
+
+// Sets whether devices a and b can access each other's memory (both ways,
+// as FAKE_CUDA_NO_P2P names pairs). a and b in [0, kMaxDevices), a != b.
+void SetPeerAccess(int a, int b, bool can_access);
 
 // Counts one call against an armed countdown: true for the call that brings
 // it from 1 to 0 (the n-th after arming), false otherwise or when disarmed.

@@ -42,6 +42,9 @@ struct Handle {
   size_t size = 0;
   bool released = false;
   int mappings = 0;
+  // The device device-located memory is on (CU_MEM_LOCATION_TYPE_DEVICE's
+  // id); -1 for host-located memory, which every device may be granted.
+  int device = -1;
 };
 
 // Reserved device addresses: PROT_NONE host address space at the device

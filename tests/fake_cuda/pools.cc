@@ -176,7 +176,7 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
   }
   pool.used += size;
   const uint64_t id = m.next_handle++;
-  m.handles[id] = Handle{host, offset, size, false, 0};
+  m.handles[id] = Handle{host, offset, size, false, 0, host ? -1 : prop->location.id};
   *handle = id;
   return CUDA_SUCCESS;
 }

@@ -62,6 +62,7 @@ int IntroducedIn(const char* name) {
     return 10020;  // the VMM API
   }
   if (std::strcmp(name, "cuLaunchHostFunc") == 0) return 10000;
+  if (std::strcmp(name, "cuDeviceCanAccessPeer") == 0) return 4000;
   if (std::strcmp(name, "cuStreamGetCtx") == 0) return 9020;
   if (std::strncmp(name, "cuDevicePrimaryCtx", 18) == 0) return 7000;
   return 2000;

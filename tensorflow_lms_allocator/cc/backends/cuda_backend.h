@@ -120,15 +120,36 @@
 // The costs are counted (GetStatistics): fences, host waits, copies, bytes.
 //
 // Note [Access to mapped memory]. A cuMemMap mapping is reachable only by the
-// devices cuMemSetAccess granted, and every new mapping starts with none;
-// peer access (cuCtxEnablePeerAccess) does not cover VMM memory. So every
-// Map of a slot grants read/write to this device and to each peer GPU
-// TensorFlow named (a copy between GPUs runs on the sending GPU's stream and
-// touches the receiver's memory), again at every remap. Pool windows are
-// reached by this device's copy stream only. A fenced stream may belong to
-// another device's context (the sender's streams of such a copy): its event
-// is created in that context (cuEventRecord refuses an event of another
-// context; cuStreamWaitEvent takes one of any).
+// devices cuMemSetAccess granted, and every new mapping starts with none; peer
+// access (cuCtxEnablePeerAccess) does not cover VMM memory. So every Map of a
+// slot grants read/write to this device and to each peer GPU TensorFlow named
+// that can reach it (a copy between GPUs runs on the sending GPU's stream and
+// touches the receiver's memory), again at every remap. TensorFlow names every
+// other GPU of the process, whatever the topology, but a device can be granted
+// another's memory only over a peer-to-peer path: cuMemSetAccess "is still
+// subject to the constraints of cuDeviceCanAccessPeer for cross device
+// mappings" (NVIDIA's cuda-samples, vectorAddMMAP) and refuses the whole call
+// with CUDA_ERROR_INVALID_DEVICE otherwise (GPUs on PCIe switches of different
+// sockets, P2P disabled, different models). One such peer would fail every Map.
+// So Create asks cuDeviceCanAccessPeer(peer, this device) for each and grants
+// only those it says yes to, as TensorFlow's GpuVirtualMemAllocator and NCCL's
+// VMM allocator do (they ask in the other order, this device first; cuda.h's
+// order is the accessing device first, and NCCL's maintainers expect the same
+// answer both ways in practice: NVIDIA/nccl#1507). A skipped peer loses nothing
+// it could have had: its kernels could not touch this device's memory anyway,
+// and TensorFlow's copies between the two still work, staged by the driver
+// through host memory (CUDA C++ Programming Guide, "Peer-to-Peer Memory Copy":
+// with peer access a copy between two devices "no longer needs to be staged
+// through the host"). Whether the driver stages a copy whose destination is VMM
+// memory the sending device was not granted has not been tried on GPUs without
+// P2P here; the fake driver models it so. Skipped peers are said once, on
+// stderr, and kept (skipped_peers()). The grant covers host-pool mappings too,
+// which any device could reach: an evicted tensor is then reachable by the same
+// devices as a resident one. Pool windows are reached by this device's copy
+// stream only. A fenced stream may belong to another device's context (the
+// sender's streams of such a copy): its event is created in that context
+// (cuEventRecord refuses an event of another context; cuStreamWaitEvent takes
+// one of any).
 //
 // Thread-safety: Map, Unmap, copies and pools are called with the engine's
 // lock held (thread-compatible, like the POSIX backend). AddFencedStream,
@@ -161,8 +182,10 @@ class CudaBackend : public Backend {
   // memory is always created as it is first used. `peer_ordinals`: other
   // devices whose work reads or writes this device's memory (TensorFlow's
   // peer GPUs: a copy between GPUs runs on the sender's streams); every
-  // mapping grants them read/write as it grants this device
-  // (Note [Access to mapped memory]).
+  // mapping grants read/write to those of them cuDeviceCanAccessPeer says
+  // can access this device's memory, as it grants this device, and the
+  // others are skipped (skipped_peers(); Note [Access to mapped memory]).
+  // kInvalidArgument for a peer ordinal the driver does not know.
   static Status Create(int ordinal, size_t min_granule_bytes, bool allow_growth,
                        std::unique_ptr<CudaBackend>* out,
                        const std::vector<int>& peer_ordinals = {});
@@ -212,6 +235,21 @@ class CudaBackend : public Backend {
   const std::string& description() const { return description_; }
   // Where host memory is made: "HOST_NUMA node 0" or "HOST".
   std::string host_location() const { return LocationName(host_location_); }
+  // The peer ordinals Create was given that cannot access this device's
+  // memory (cuDeviceCanAccessPeer), in the order given: never granted
+  // access (Note [Access to mapped memory]). Empty on a fully connected
+  // machine.
+  const std::vector<int>& skipped_peers() const { return skipped_peers_; }
+  // The devices every mapping of a slot grants read/write: this device
+  // first, then the peers that can access its memory.
+  std::vector<cu::CUdevice> granted_devices() const {
+    std::vector<cu::CUdevice> devices;
+    for (const cu::CUmemAccessDesc& a : access_) devices.push_back(a.location.id);
+    return devices;
+  }
+  // Why skipped_peers() are not granted access ("GPU 2 cannot access the
+  // memory of ..."), "" if none are: the line Create prints once.
+  std::string SkippedPeersMessage() const;
 
  private:
   // Which location host-pool granules are created at.
@@ -247,7 +285,8 @@ class CudaBackend : public Backend {
   // cuInit, the device by ordinal and CheckSupport: no context.
   Status InitDevice();
   Status CheckSupport();
-  // Sets access_: this device and each of `peer_ordinals`.
+  // Sets access_: this device and each of `peer_ordinals` that can access
+  // its memory; the others go to skipped_peers_.
   Status GrantPeers(const std::vector<int>& peer_ordinals);
   cu::CUmemAllocationProp AllocationProp(PoolKind pool) const;
   // Note [Where host memory is made]. The device attributes can say host
@@ -314,9 +353,12 @@ class CudaBackend : public Backend {
   const int ordinal_;
   bool allow_growth_ = false;
   cu::CUdevice device_ = 0;
-  // This device's and the peers' read/write access, granted to every
-  // mapping of a slot (Map); set by Init.
+  // This device's and the reachable peers' read/write access, granted to
+  // every mapping of a slot (Map); set by GrantPeers. access_[0] is this
+  // device.
   std::vector<cu::CUmemAccessDesc> access_;
+  // Peers cuDeviceCanAccessPeer refused: never in access_.
+  std::vector<int> skipped_peers_;
   cu::CUcontext context_ = nullptr;  // retained primary context
   bool context_retained_ = false;
   size_t granule_ = 0;

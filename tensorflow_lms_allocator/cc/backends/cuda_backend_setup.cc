@@ -1,6 +1,7 @@
 // CudaBackend's creation and destruction: the driver, the device and what it
 // supports, the primary context, the granule and the copy stream.
 #include <algorithm>
+#include <cstdio>
 #include <string>
 #include <utility>
 
@@ -82,6 +83,7 @@ Status CudaBackend::GrantPeers(const std::vector<int>& peer_ordinals) {
   const CudaDriver& d = *driver_;
   const int rw = cu::CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
   access_ = {{{cu::CU_MEM_LOCATION_TYPE_DEVICE, device_}, rw}};
+  skipped_peers_.clear();
   int count = 0;
   LMS_RETURN_IF_ERROR(d.Check(d.cuDeviceGetCount(&count), "cuDeviceGetCount"));
   for (int peer : peer_ordinals) {
@@ -95,9 +97,48 @@ Status CudaBackend::GrantPeers(const std::vector<int>& peer_ordinals) {
     const bool known = std::any_of(access_.begin(), access_.end(), [&](const auto& a) {
       return a.location.id == device;
     });
-    if (!known) access_.push_back({{cu::CU_MEM_LOCATION_TYPE_DEVICE, device}, rw});
+    if (known || std::find(skipped_peers_.begin(), skipped_peers_.end(), peer) !=
+                     skipped_peers_.end()) {
+      continue;
+    }
+    // Note [Access to mapped memory]: the peer reads and writes this
+    // device's memory, so the question is whether it can access memory
+    // located here (cuda.h's order: the accessing device, then the one the
+    // memory is on).
+    int can_access = 0;
+    LMS_RETURN_IF_ERROR(d.Check(d.cuDeviceCanAccessPeer(&can_access, device, device_),
+                                "cuDeviceCanAccessPeer(GPU " + std::to_string(peer) +
+                                    ", GPU " + std::to_string(ordinal_) + ")"));
+    if (can_access == 0) {
+      skipped_peers_.push_back(peer);
+      continue;
+    }
+    access_.push_back({{cu::CU_MEM_LOCATION_TYPE_DEVICE, device}, rw});
+  }
+  if (!skipped_peers_.empty()) {
+    // Said once, at creation: nothing is wrong, but copies between these
+    // GPUs run at host-memory speed, which a user tuning placement wants to
+    // know.
+    std::fprintf(stderr, "tensorflow_lms_allocator: %s\n", SkippedPeersMessage().c_str());
   }
   return Status::Ok();
+}
+
+std::string CudaBackend::SkippedPeersMessage() const {
+  if (skipped_peers_.empty()) return "";
+  std::string gpus;
+  for (size_t i = 0; i < skipped_peers_.size(); ++i) {
+    gpus += (i == 0 ? "" : i + 1 == skipped_peers_.size() ? " and " : ", ") +
+            std::to_string(skipped_peers_[i]);
+  }
+  const std::string self = "GPU " + std::to_string(ordinal_);
+  return (skipped_peers_.size() == 1 ? "GPU " : "GPUs ") + gpus +
+         " cannot access the memory of " + self +
+         " peer to peer (cuDeviceCanAccessPeer): LMS does not grant " +
+         (skipped_peers_.size() == 1 ? "it" : "them") + " access to " + self +
+         "'s tensors, and TensorFlow's copies between " + self +
+         " and " + (skipped_peers_.size() == 1 ? "it" : "them") +
+         " are staged by the driver through host memory";
 }
 
 Status CudaBackend::Init(size_t min_granule_bytes) {
@@ -285,11 +326,13 @@ CudaBackend::~CudaBackend() {
       }
       for (PoolKind kind : {PoolKind::kDevice, PoolKind::kHost}) {
         Pool& pool = pools_[static_cast<int>(kind)];
-        // Only a pool CreatePool completed was added to the budget.
-        if (kind == PoolKind::kHost && pool.window != 0) {
-          PinnedHostBudget::Process().RemovePool(pool.handles.size() * granule_);
-        }
+        // Only a pool CreatePool completed was added to the budget. Its
+        // granules go back before its limit leaves, so the budget never
+        // holds more than its limit (another GPU would be refused meanwhile).
+        const size_t limit =
+            kind == PoolKind::kHost && pool.window != 0 ? pool.handles.size() * granule_ : 0;
         DestroyWindow(kind, &pool);
+        if (limit > 0) PinnedHostBudget::Process().RemovePool(limit);
       }
       {
         MutexLock lock(streams_mu_);

@@ -124,6 +124,9 @@ using PFN_cuGetProcAddress = CUresult (*)(const char* symbol, void** pfn,
 
 // X(name, return type, parameter list): every driver function the backend
 // calls, by its base name as cuGetProcAddress takes it.
+// cuDeviceCanAccessPeer(&can, dev, peerDev) answers whether `dev` can access
+// memory located on `peerDev` (cuda.h: "dev - Device from which allocations
+// on peerDev are to be directly accessed"), 0 for a device and itself.
 #define LMS_CUDA_DRIVER_FUNCTIONS(X)                                          \
   X(cuInit, CUresult, (unsigned int flags))                                  \
   X(cuDriverGetVersion, CUresult, (int* version))                            \
@@ -134,6 +137,8 @@ using PFN_cuGetProcAddress = CUresult (*)(const char* symbol, void** pfn,
   X(cuDeviceGetName, CUresult, (char* name, int len, CUdevice device))       \
   X(cuDeviceGetAttribute, CUresult,                                          \
     (int* value, int attribute, CUdevice device))                            \
+  X(cuDeviceCanAccessPeer, CUresult,                                         \
+    (int* canAccessPeer, CUdevice dev, CUdevice peerDev))                    \
   X(cuDevicePrimaryCtxRetain, CUresult, (CUcontext * context, CUdevice dev)) \
   X(cuDevicePrimaryCtxRelease, CUresult, (CUdevice device))                  \
   X(cuCtxGetCurrent, CUresult, (CUcontext * context))                        \

@@ -1,14 +1,21 @@
 // PinnedHostBudget: the pinned host memory all GPUs of the process may create
 // for evicted tensors, one budget for them all.
 //
-// Each GPU's host pool may grow to TF_GPU_HOST_MEM_LIMIT_IN_MB (by default up
-// to the machine's memory), and pinned memory cannot be swapped: with one
-// budget per GPU, N GPUs could pin N times the machine, and the kernel's OOM
-// killer would come before any clean error. So the limit is the process's:
-// every host granule a CUDA backend creates is taken from this budget first
-// and given back when its pool is destroyed (a created granule stays pinned
-// until then, whether or not it holds a tensor). The budget is the largest
-// limit of the live GPUs' pools (every GPU reads the same setting).
+// Pinned memory cannot be swapped: with no process-wide bound, N GPUs could
+// pin N times TF_GPU_HOST_MEM_LIMIT_IN_MB, and the kernel's OOM killer would
+// come before any clean error. The setting is split among the GPUs
+// (HostShareBytes in env_options.h: each GPU's host pool holds its share),
+// and the budget is the sum of the live GPUs' pools' limits:
+//
+//   limit() == sum over live host pools of the pool's limit
+//   used()  == sum over live host pools of the granules they have created
+//
+// so the process never pins more than the setting (the shares add up to no
+// more than it), and each GPU can always create its whole pool: a GPU's
+// limit is exactly what it can get, whatever the others hold. Every host
+// granule a CUDA backend creates is taken from this budget first and given
+// back when it is released (a created granule stays pinned until then,
+// whether or not it holds a tensor).
 //
 // Thread-safe: GPUs create granules under their own engines' locks.
 #ifndef TENSORFLOW_LMS_ALLOCATOR_CC_BACKENDS_PINNED_HOST_BUDGET_H_
@@ -16,7 +23,6 @@
 
 #include <algorithm>
 #include <cstddef>
-#include <set>
 
 #include "engine/mutex.h"
 
@@ -24,26 +30,32 @@ namespace lms {
 
 class PinnedHostBudget {
  public:
-  // The process's budget.
+  // The process's budget, which every CUDA backend's host pool draws on.
   static PinnedHostBudget& Process() {
     static PinnedHostBudget* budget = new PinnedHostBudget;  // outlives every backend
     return *budget;
   }
 
-  // A GPU's host pool that may hold up to `bytes` was created / destroyed.
+  // An empty budget (limit 0); tests make their own, the backends use
+  // Process().
+  PinnedHostBudget() = default;
+  PinnedHostBudget(const PinnedHostBudget&) = delete;
+  PinnedHostBudget& operator=(const PinnedHostBudget&) = delete;
+
+  // A GPU's host pool that may hold up to `bytes` was created / destroyed:
+  // the limit grows / shrinks by `bytes`.
   void AddPool(size_t bytes) LMS_LOCKS_EXCLUDED(mu_) {
     MutexLock lock(mu_);
-    pools_.insert(bytes);
+    limit_ += bytes;
   }
   void RemovePool(size_t bytes) LMS_LOCKS_EXCLUDED(mu_) {
     MutexLock lock(mu_);
-    auto it = pools_.find(bytes);
-    if (it != pools_.end()) pools_.erase(it);
+    limit_ -= std::min(limit_, bytes);
   }
   // Takes `bytes` if the budget has them.
   bool TryTake(size_t bytes) LMS_LOCKS_EXCLUDED(mu_) {
     MutexLock lock(mu_);
-    if (used_ + bytes > Limit()) return false;
+    if (used_ + bytes > limit_) return false;
     used_ += bytes;
     return true;
   }
@@ -53,7 +65,7 @@ class PinnedHostBudget {
   }
   size_t limit() const LMS_LOCKS_EXCLUDED(mu_) {
     MutexLock lock(mu_);
-    return Limit();
+    return limit_;
   }
   size_t used() const LMS_LOCKS_EXCLUDED(mu_) {
     MutexLock lock(mu_);
@@ -61,13 +73,8 @@ class PinnedHostBudget {
   }
 
  private:
-  PinnedHostBudget() = default;
-  size_t Limit() const LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return pools_.empty() ? 0 : *pools_.rbegin();
-  }
-
   mutable Mutex mu_;
-  std::multiset<size_t> pools_ LMS_GUARDED_BY(mu_);  // each live host pool's limit
+  size_t limit_ LMS_GUARDED_BY(mu_) = 0;  // the live host pools' limits, summed
   size_t used_ LMS_GUARDED_BY(mu_) = 0;
 };
 

@@ -100,7 +100,7 @@ Engine::~Engine() {
 }
 
 void* Engine::Allocate(size_t bytes, Hold hold, Status* status,
-                       uint64_t* unit_id, size_t alignment, bool optional) {
+                       uint64_t* unit_id, size_t alignment, bool optional, int64_t step) {
   Status ignored;
   if (status == nullptr) status = &ignored;
   uint64_t unused_id;
@@ -119,13 +119,27 @@ void* Engine::Allocate(size_t bytes, Hold hold, Status* status,
   // stack] in strict_monitor.cc).
   if (strict_) StrictMonitor::EnsureSignalStack();
   MutexLock lock(mu_);
+  const int64_t reclaimed_before = stats_.bytes_reclaimed;
+  if (optional && step != optional_step_) {
+    optional_step_ = step;  // a new step's allowance
+    optional_evicted_ = 0;
+  }
   // A small object is 256-byte aligned; a stricter alignment takes a
   // granule-aligned unit of its own (requested size unchanged).
   void* ptr = bytes < small_threshold_ && alignment <= SmallPages::kUnit
                   ? AllocateSmall(bytes, hold, optional, status, unit_id)
                   : AllocateLarge(bytes, hold, optional, status, unit_id);
-  if (ptr == nullptr && optional && status->code() == StatusCode::kResourceExhausted) {
-    ++stats_.num_optional_refused;
+  if (optional) {
+    // What this request's reclaims evicted (the lock was held throughout,
+    // or released only inside them: other threads' evictions count in
+    // their own requests' deltas only when they ran in between, a
+    // conservative error that shrinks the allowance).
+    const int64_t evicted = stats_.bytes_reclaimed - reclaimed_before;
+    optional_evicted_ += evicted;
+    stats_.bytes_evicted_for_optional += evicted;
+    if (ptr == nullptr && status->code() == StatusCode::kResourceExhausted) {
+      ++stats_.num_optional_refused;
+    }
   }
   if (ptr != nullptr) {
     ++stats_.num_allocs;
@@ -162,7 +176,8 @@ void* Engine::AllocateLarge(size_t bytes, Hold hold, bool optional, Status* stat
         " free; raise TF_GPU_HOST_MEM_LIMIT_IN_MB");
     return nullptr;
   }
-  const bool may_evict = !optional && (hold != Hold::kWriter || WriterMayEvict(n));
+  const bool may_evict =
+      optional ? OptionalMayEvict(n) : hold != Hold::kWriter || WriterMayEvict(n);
   if (may_evict) MakeRoomUnlocked(n);
   const ChunkId c = PlaceUnit(n, hold, may_evict,
                               /*may_be_born_evicted=*/!optional && hold != Hold::kPin, status);
@@ -604,6 +619,20 @@ Status Engine::StopTrace(TraceSummary* summary) {
 void Engine::NoteOverflowPlacement() {
   MutexLock lock(mu_);
   ++stats_.num_overflow_placements;
+}
+
+void Engine::NoteKernelWait(int64_t nanos) {
+  MutexLock lock(mu_);
+  ++stats_.num_kernel_waits;
+  stats_.time_kernel_waiting_ns += nanos;
+  stats_.time_longest_kernel_wait_ns = std::max(stats_.time_longest_kernel_wait_ns, nanos);
+}
+
+bool Engine::OptionalMayEvict(uint64_t granules) const {
+  // Note [Optional requests]: a sixteenth of the device a step.
+  const int64_t allowance = static_cast<int64_t>(device_pool_.capacity() * granule_ / 16);
+  return lms_enabled_ &&
+         optional_evicted_ + static_cast<int64_t>(granules * granule_) <= allowance;
 }
 
 Status Engine::Evict(const void* ptr) {

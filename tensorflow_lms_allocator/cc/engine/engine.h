@@ -92,6 +92,23 @@
 // nothing unclaimed (CheckInvariants checks it): MapEvicted maps a held unit
 // readable, and every change of its holders ends in FollowHolders.
 //
+// Note [Optional requests]. TensorFlow marks some requests optional
+// (retry_on_failure off): cuDNN's autotuning tries each algorithm's
+// workspace that way, and a convolution asks for its chosen algorithm's
+// workspace that way every step, falling back to an algorithm without one
+// when refused. Under LMS the device is full of inactive tensors, so an
+// optional request that never evicts is always refused: autotuning then
+// picks, and TensorFlow caches for the life of the process, the algorithms
+// that need no workspace (often several times slower). So an optional
+// request evicts as any other, with three limits: it is never born evicted
+// (scratch in host memory would be slower than the algorithm without it);
+// it never waits for other kernels (the adapter gives it one attempt); and
+// within one TensorFlow step (the asking kernel's step id) optional
+// requests evict at most a sixteenth of the device, so scratch never makes a
+// step copy more than that. Victims are what the policy evicts first
+// anyway: the least recently used, or the farthest predicted next use.
+// Counted: bytes_evicted_for_optional.
+//
 // Note [Copies outside the lock]. On a backend whose copies are the calling
 // thread's own (the emulated device: Backend::CopiesMayRunUnlocked), an
 // eviction or a page-in releases the engine's lock while it copies, so
@@ -196,11 +213,13 @@ class Engine {
   // with Hold::kWriter it stays unevictable until its first pin (Note
   // [Writers outside kernels]). *unit_id (if given) receives the id Unpin
   // takes for it (Note [Residency units]). An `optional` request (scratch a
-  // kernel can do without: TensorFlow's retry_on_failure off) is served from
-  // free device memory only, defragmentation allowed: it evicts nothing and
-  // is never born evicted; refused, it counts in num_optional_refused.
+  // kernel can do without: TensorFlow's retry_on_failure off) is never born
+  // evicted, and evicts only within its step's allowance (Note [Optional
+  // requests]); `step` is the TensorFlow step of the kernel asking.
+  // Refused, it counts in num_optional_refused.
   void* Allocate(size_t bytes, Hold hold, Status* status,
-                 uint64_t* unit_id = nullptr, size_t alignment = 256, bool optional = false);
+                 uint64_t* unit_id = nullptr, size_t alignment = 256, bool optional = false,
+                 int64_t step = 0);
   // Hold::kPin or Hold::kNone.
   void* Allocate(size_t bytes, bool pin, Status* status,
                  uint64_t* unit_id = nullptr, size_t alignment = 256) {
@@ -266,6 +285,10 @@ class Engine {
   // Counts a kernel's request that its user placed in host memory because
   // the device could not hold it (statistic num_overflow_placements).
   void NoteOverflowPlacement();
+  // Counts a wait of `nanos` for other kernels to release memory
+  // (statistics num_kernel_waits, time_kernel_waiting_ns and
+  // time_longest_kernel_wait_ns).
+  void NoteKernelWait(int64_t nanos);
 
   // Evicts the inactive unit holding `ptr` now (tests and tools);
   // kFailedPrecondition if it is pinned, unclaimed or already evicted.
@@ -346,6 +369,9 @@ class Engine {
   void* AllocateLarge(size_t bytes, Hold hold, bool optional, Status* status,
                       uint64_t* unit_id)
       LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether an optional request for `granules` more may evict now (Note
+  // [Optional requests]): within the step's allowance.
+  bool OptionalMayEvict(uint64_t granules) const LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Places a unit of `n` slots backed by device granules (mapping what the
   // cache does not cover; evicting for them if `may_evict`), tracked as
   // `hold` says (Hold::kWriter: holding one unclaimed allocation); with
@@ -454,8 +480,9 @@ class Engine {
 
   // Creates an empty page for objects of `size_class` (resident, or born
   // evicted if allowed and the device is full) and returns its segment. A
-  // page for `hold` kWriter evicts nothing to be resident, nor one for an
-  // optional request (which is never born evicted either).
+  // page for `hold` kWriter evicts nothing to be resident; one for an
+  // optional request evicts within its step's allowance and is never born
+  // evicted (Note [Optional requests]).
   Status NewSmallPage(Hold hold, int size_class, uint64_t* segment, bool optional = false)
       LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Releases a page with no object and no pin.
@@ -638,6 +665,10 @@ class Engine {
   bool defrag_enabled_ LMS_GUARDED_BY(mu_);
   uint64_t next_allocation_id_ LMS_GUARDED_BY(mu_) = 1;
   Statistics stats_ LMS_GUARDED_BY(mu_);
+  // The step of the last optional request, and the bytes optional requests
+  // evicted in it (Note [Optional requests]).
+  int64_t optional_step_ LMS_GUARDED_BY(mu_) = 0;
+  int64_t optional_evicted_ LMS_GUARDED_BY(mu_) = 0;
   // Granules out of their pool for good, by PoolKind, since they may still
   // be mapped at a slot: host granules whose unmap failed when their unit was
   // freed, and those of a remap whose restore failed (RestoreMapping).

@@ -197,8 +197,9 @@ Status Engine::FreeSmall(ChunkId page_unit, const void* ptr) {
 Status Engine::NewSmallPage(Hold hold, int size_class, uint64_t* segment,
                             bool optional) {
   // A page for a writer's object evicts nothing: it takes free device memory
-  // or is born evicted (Note [Writer pages]).
-  const bool may_evict = !optional && hold != Hold::kWriter;
+  // or is born evicted (Note [Writer pages]); one for an optional request
+  // evicts within its step's allowance (Note [Optional requests]).
+  const bool may_evict = optional ? OptionalMayEvict(1) : hold != Hold::kWriter;
   if (may_evict) MakeRoomUnlocked(1);
   if (!small_.TakeSegment(segment)) {
     return ResourceExhausted("the small-object region has no room for another "

@@ -2,8 +2,10 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -38,7 +40,89 @@ Status GranuleFromEnv(size_t* bytes) {
   return Status::Ok();
 }
 
+// The text of the file at `path`, or "" where it cannot be read.
+std::string ReadSmallFile(const std::string& path) {
+  std::string text;
+  std::FILE* file = std::fopen(path.c_str(), "r");
+  if (file == nullptr) return text;
+  char buffer[4096];
+  size_t n = 0;
+  while ((n = std::fread(buffer, 1, sizeof(buffer), file)) > 0) text.append(buffer, n);
+  std::fclose(file);
+  return text;
+}
+
+// A cgroup memory limit file's value in bytes, or 0 for none: "max" (v2),
+// v1's unlimited value (2^63 less a page), anything not a number.
+size_t CgroupLimitValue(const std::string& text) {
+  const size_t begin = text.find_first_not_of(" \t\n");
+  if (begin == std::string::npos) return 0;
+  const size_t end = text.find_first_of(" \t\n", begin);
+  const std::string value = text.substr(begin, end - begin);
+  if (value.size() > 20 || value.find_first_not_of("0123456789") != std::string::npos) {
+    return 0;
+  }
+  const unsigned long long bytes = std::strtoull(value.c_str(), nullptr, 10);
+  return bytes >= (1ull << 62) ? 0 : static_cast<size_t>(bytes);
+}
+
+// The smallest limit in `file` of the cgroup `path` (as /proc/self/cgroup
+// writes it) under `dir` and of its ancestors up to `dir` itself; 0: none.
+size_t SmallestLimitUpTo(const std::string& dir, std::string path, const char* file) {
+  // A path outside the mount (a cgroup namespace's "/../sibling") names no
+  // directory under it: only the mount root's limit is known.
+  if ((path + "/").find("/../") != std::string::npos) path.clear();
+  while (!path.empty() && path.back() == '/') path.pop_back();
+  size_t smallest = 0;
+  for (;;) {
+    const size_t limit = CgroupLimitValue(ReadSmallFile(dir + path + "/" + file));
+    if (limit != 0 && (smallest == 0 || limit < smallest)) smallest = limit;
+    if (path.empty()) return smallest;
+    path.erase(path.rfind('/'));
+  }
+}
+
 }  // namespace
+
+size_t CgroupMemoryLimitBytes(const std::string& cgroup_root,
+                              const std::string& proc_self_cgroup) {
+  size_t smallest = 0;
+  size_t line_begin = 0;
+  while (line_begin < proc_self_cgroup.size()) {
+    size_t line_end = proc_self_cgroup.find('\n', line_begin);
+    if (line_end == std::string::npos) line_end = proc_self_cgroup.size();
+    const std::string line = proc_self_cgroup.substr(line_begin, line_end - line_begin);
+    line_begin = line_end + 1;
+    // hierarchy-id:controllers:path; the path may itself hold ':'.
+    const size_t first = line.find(':');
+    const size_t second = first == std::string::npos ? first : line.find(':', first + 1);
+    if (second == std::string::npos || second + 1 >= line.size() || line[second + 1] != '/') {
+      continue;
+    }
+    const std::string id = line.substr(0, first);
+    const std::string controllers = "," + line.substr(first + 1, second - first - 1) + ",";
+    const std::string path = line.substr(second + 1);
+    size_t limit = 0;
+    if (id == "0" && controllers == ",,") {
+      limit = SmallestLimitUpTo(cgroup_root, path, "memory.max");
+    } else if (controllers.find(",memory,") != std::string::npos) {
+      limit = SmallestLimitUpTo(cgroup_root + "/memory", path, "memory.limit_in_bytes");
+    }
+    if (limit != 0 && (smallest == 0 || limit < smallest)) smallest = limit;
+  }
+  return smallest;
+}
+
+size_t ProcessCgroupMemoryLimitBytes() {
+  return CgroupMemoryLimitBytes("/sys/fs/cgroup", ReadSmallFile("/proc/self/cgroup"));
+}
+
+size_t HostShareBytes(size_t limit_bytes, size_t devices, size_t granule_bytes) {
+  if (limit_bytes == 0 || granule_bytes == 0) return limit_bytes;
+  if (devices == 0) devices = 1;
+  const size_t share = limit_bytes / devices / granule_bytes * granule_bytes;
+  return share < granule_bytes ? granule_bytes : share;
+}
 
 Status MegabytesFromEnv(const char* name, bool* present, size_t* bytes) {
   const char* raw = ValueOf(name);
@@ -135,8 +219,14 @@ Status CheckMemorySetting(const char* name, size_t* bytes_in_out, size_t granule
   return Status::Ok();
 }
 
-size_t DefaultHostLimitBytes(size_t granule_bytes, size_t machine_bytes) {
-  const size_t max = MaxMemorySettingBytes(granule_bytes, machine_bytes);
+size_t DefaultHostLimitBytes(size_t granule_bytes, size_t machine_bytes,
+                             size_t cgroup_bytes) {
+  size_t max = MaxMemorySettingBytes(granule_bytes, machine_bytes);
+  if (cgroup_bytes != 0) {
+    const size_t in_cgroup = MaxMemorySettingBytes(granule_bytes, cgroup_bytes);
+    // A cgroup of less than a granule leaves the smallest valid value.
+    max = std::min(max, std::max(in_cgroup, granule_bytes));
+  }
   return kDefaultHostLimitBytes < max ? kDefaultHostLimitBytes : max;
 }
 
@@ -175,10 +265,13 @@ Status ReadSettingsFromEnv(Settings* out, std::vector<std::string>* notes) {
                                            s.granule_bytes, machine, &rounded));
     if (!rounded.empty()) notes->push_back(rounded);
   }
-  // The host pool is a sparse file: TensorFlow's 64 GiB default costs nothing
-  // until evicted tensors fill it, but it is capped at the machine's memory
-  // so that the default is itself a valid value.
-  engine.host_bytes = DefaultHostLimitBytes(s.granule_bytes, machine);
+  // The host pool is a sparse file (pinned memory made as evictions need it,
+  // on a GPU): TensorFlow's 64 GiB default costs nothing until evicted
+  // tensors fill it, but it is capped at the machine's memory so that the
+  // default is itself a valid value, and at the cgroup's so that a container
+  // gets LMS's out-of-memory error rather than the kernel's OOM killer.
+  engine.host_bytes =
+      DefaultHostLimitBytes(s.granule_bytes, machine, ProcessCgroupMemoryLimitBytes());
   LMS_RETURN_IF_ERROR(
       MegabytesFromEnv("TF_GPU_HOST_MEM_LIMIT_IN_MB", &host_present, &engine.host_bytes));
   if (host_present) {

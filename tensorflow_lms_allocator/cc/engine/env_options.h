@@ -74,7 +74,8 @@ struct EngineOptions {
   // The device pool's size: the device's memory (rounded down to granules).
   size_t device_bytes = 0;
   // The host pool's size: swap space for evicted allocations
-  // (TF_GPU_HOST_MEM_LIMIT_IN_MB). Zero disables eviction's destination.
+  // (TF_GPU_HOST_MEM_LIMIT_IN_MB, or a GPU's share of it). Zero disables
+  // eviction's destination.
   size_t host_bytes = 0;
   // Requests below this many bytes are packed into small-object pages
   // (evicted a page at a time). Zero means one granule.
@@ -95,12 +96,19 @@ struct EngineOptions {
   // Which inactive allocations a reclaim evicts first: LRU, or the learned
   // farthest-next-use order (Note [Learned eviction] in learned_policy.h).
   PolicyKind policy = kDefaultPolicy;
+  // Where host_bytes is one device's share of a process-wide limit (a GPU's
+  // share of TF_GPU_HOST_MEM_LIMIT_IN_MB, HostShareBytes): that limit and
+  // the number of devices that split it, for messages. The engine reads
+  // neither. 0 and 1: host_bytes is the limit itself.
+  size_t host_limit_bytes = 0;
+  size_t host_limit_devices = 1;
 };
 
 // What the environment asks of every LMS device TensorFlow makes: the
 // engine's options (device_bytes is the emulated device's, 0: none;
-// host_bytes the host pool of every LMS device; a GPU's GPUOptions may turn
-// more on, gpu_devices.h) and the front ends' own.
+// host_bytes the process's TF_GPU_HOST_MEM_LIMIT_IN_MB: the emulated
+// device's host pool, split among the GPUs (HostShareBytes); a GPU's
+// GPUOptions may turn more on, gpu_devices.h) and the front ends' own.
 struct Settings {
   EngineOptions engine = [] {
     EngineOptions options;
@@ -199,10 +207,43 @@ size_t MaxMemorySettingBytes(size_t granule_bytes, size_t machine_bytes);
 Status CheckMemorySetting(const char* name, size_t* bytes, size_t granule_bytes,
                           size_t machine_bytes, std::string* rounded);
 
-// TF_GPU_HOST_MEM_LIMIT_IN_MB's default on a machine with `machine_bytes`:
-// TensorFlow's 64 GiB, or the largest valid value if that is less (so the
-// default is valid on every machine).
-size_t DefaultHostLimitBytes(size_t granule_bytes, size_t machine_bytes);
+// TF_GPU_HOST_MEM_LIMIT_IN_MB's default on a machine with `machine_bytes`
+// in a cgroup limited to `cgroup_bytes` (0: no limit, CgroupMemoryLimitBytes):
+// TensorFlow's 64 GiB, or the smaller of the two memories if less, rounded
+// down to whole granules (so the default is valid on every machine, and a
+// container's evicted tensors meet a clean out-of-memory error of LMS's
+// before the kernel's OOM killer).
+size_t DefaultHostLimitBytes(size_t granule_bytes, size_t machine_bytes,
+                             size_t cgroup_bytes);
+
+// The memory limit of the cgroup a process is in, or 0 where none is set.
+// `proc_self_cgroup` is the text of /proc/self/cgroup; `cgroup_root` is
+// where the hierarchies are mounted (/sys/fs/cgroup). The limit is the
+// smallest of the cgroup's and its ancestors' up to the mount root (the
+// kernel enforces each of them):
+//   - cgroup v2, the `0::/path` line: `memory.max` of cgroup_root/path and
+//     up, each a number of bytes or "max" (none);
+//   - cgroup v1, the `N:...memory...:/path` line: `memory.limit_in_bytes` of
+//     cgroup_root/memory/path and up, where an unlimited cgroup reads about
+//     2^63 (any value of 2^62 or more counts as none).
+// A file that is missing or unreadable sets no limit. In a container the
+// path is often "/" (the namespace's root, which its mount shows), and
+// where the path is one of the host's the mount root still has the
+// container's limit; a path that leaves the mount ("..") is read at the
+// mount root only.
+size_t CgroupMemoryLimitBytes(const std::string& cgroup_root,
+                              const std::string& proc_self_cgroup);
+
+// CgroupMemoryLimitBytes of this process: /sys/fs/cgroup, /proc/self/cgroup.
+size_t ProcessCgroupMemoryLimitBytes();
+
+// One device's share of a host memory limit that `devices` devices split
+// (TF_GPU_HOST_MEM_LIMIT_IN_MB among the GPUs TensorFlow creates): the
+// limit divided evenly, rounded down to whole granules, and at least one
+// granule, so that every GPU can evict. The shares add up to no more than
+// the limit unless it holds fewer granules than there are devices. A zero
+// limit (no host pool) stays zero; zero devices count as one.
+size_t HostShareBytes(size_t limit_bytes, size_t devices, size_t granule_bytes);
 
 }  // namespace lms
 

@@ -70,6 +70,9 @@
     "optional requests (scratch a kernel can do without: TensorFlow's "         \
     "retry_on_failure off, as cuDNN's autotuning and workspaces ask) refused "  \
     "because only an eviction could have served them")                         \
+  X(bytes_evicted_for_optional,                                                 \
+    "bytes evicted to serve optional requests (at most a sixteenth of the "      \
+    "device a TensorFlow step, never waiting for other kernels); cumulative")    \
   X(num_failed_pins,                                                            \
     "pins refused because the unit could not be paged in (its user may still " \
     "read it in place, from host memory)")                                      \
@@ -123,6 +126,13 @@
     "nanoseconds threads waited for the allocator's lock while another thread " \
     "held it: evictions and page-ins copy and remap under it, so a kernel "     \
     "allocating or pinning meanwhile waits")                                    \
+  X(num_kernel_waits,                                                           \
+    "requests (allocations, kernels' inputs, TensorFlow's copies) that waited " \
+    "for other kernels to release memory, and kernels that waited for them "    \
+    "before pinning their inputs")                                              \
+  X(time_kernel_waiting_ns,                                                     \
+    "nanoseconds those waits took, cumulative")                                 \
+  X(time_longest_kernel_wait_ns, "the longest of those waits, in nanoseconds")  \
   X(num_learned_reclaims,                                                       \
     "reclaims whose victims the learned policy chose (farthest predicted next " \
     "use; 0 with the LRU policy)")                                              \

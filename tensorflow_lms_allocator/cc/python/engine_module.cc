@@ -82,14 +82,15 @@ class PyEngine {
     Check(Engine::Create(o, std::move(backend), &engine_));
   }
 
-  uintptr_t Allocate(size_t bytes, bool pin, size_t alignment, bool writer, bool optional) {
+  uintptr_t Allocate(size_t bytes, bool pin, size_t alignment, bool writer, bool optional,
+                     int64_t step) {
     if (pin && writer) Check(InvalidArgument("allocate: pin and writer exclude each other"));
     const Hold hold = pin ? Hold::kPin : writer ? Hold::kWriter : Hold::kNone;
     Status s;
     void* p;
     {
       nb::gil_scoped_release release;
-      p = engine_->Allocate(bytes, hold, &s, nullptr, alignment, optional);
+      p = engine_->Allocate(bytes, hold, &s, nullptr, alignment, optional, step);
     }
     if (p == nullptr) Raise(s);
     return reinterpret_cast<uintptr_t>(p);
@@ -265,13 +266,15 @@ NB_MODULE(_engine, m) {
            "    >>> e.free(p)")
       .def("allocate", &PyEngine::Allocate, nb::arg("bytes"), nb::arg("pin") = false,
            nb::arg("alignment") = 256, nb::arg("writer") = false,
-           nb::arg("optional") = false,
+           nb::arg("optional") = false, nb::arg("step") = 0,
            "Returns the address of a new allocation; raises OutOfMemoryError.\n"
            "With pin, its unit (the allocation, or a small object's page) starts\n"
            "pinned: unpin it with inspect(address)['unit_id']. With writer, it\n"
            "is written outside any kernel: unclaimed, never evicted until its\n"
            "first pin or its free (Note [Writers outside kernels]). With optional\n"
-           "(scratch a kernel can do without), only free device memory serves it.")
+           "(scratch a kernel can do without), it is never born evicted and\n"
+           "evicts at most a sixteenth of the device per TensorFlow `step`\n"
+           "(Note [Optional requests]).")
       .def("free", &PyEngine::Free, nb::arg("address"))
       .def("pin", &PyEngine::Pin, nb::arg("address"),
            "Pins the unit containing `address` (an allocation, or a small "
@@ -425,4 +428,11 @@ NB_MODULE(_engine, m) {
      "Example:\n"
      "    >>> settings_from_env()['policy']\n"
      "    'learned'");
+  m.def("cgroup_memory_limit", [] { return lms::ProcessCgroupMemoryLimitBytes(); },
+        "The memory limit of this process's cgroup in bytes (v1 or v2, the\n"
+        "smallest of its cgroup and their ancestors), 0 where none is set:\n"
+        "TF_GPU_HOST_MEM_LIMIT_IN_MB's default is at most this.\n\n"
+        "Example:\n"
+        "    >>> cgroup_memory_limit() >= 0\n"
+        "    True");
 }

@@ -58,7 +58,8 @@ EngineOptions GpuEngineOptions(const Settings& settings, const void* gpu_options
   return engine;
 }
 
-Status GpuDeviceSpec(const EngineOptions& engine, bool prefetch, const void* gpu_options,
+Status GpuDeviceSpec(const EngineOptions& engine, bool prefetch, size_t granule_bytes,
+                     const void* gpu_options,
                      int tf_device_id, size_t total_bytes, const void* peer_gpu_ids,
                      LmsDeviceSpec* spec) {
   const std::string name = GpuDeviceName(tf_device_id);
@@ -105,6 +106,15 @@ Status GpuDeviceSpec(const EngineOptions& engine, bool prefetch, const void* gpu
   spec->backend.peer_ordinals = std::move(peer_ordinals);
   spec->engine = engine;
   spec->engine.device_bytes = total_bytes;
+  // TensorFlow names every other GPU it creates as a peer, so each GPU sees
+  // the same count and the shares add up to the setting (Note in
+  // pinned_host_budget.h), in whole granules of the setting's size (a
+  // driver's larger granule rounds it down again in LmsDevice::Create).
+  const size_t gpus = spec->backend.peer_ordinals.size() + 1;
+  spec->backend.granule_bytes = granule_bytes;
+  spec->engine.host_limit_bytes = engine.host_bytes;
+  spec->engine.host_limit_devices = gpus;
+  spec->engine.host_bytes = HostShareBytes(engine.host_bytes, gpus, granule_bytes);
   spec->prefetch = prefetch;
   return Status::Ok();
 }

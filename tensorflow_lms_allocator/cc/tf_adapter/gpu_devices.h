@@ -58,7 +58,13 @@ EngineOptions GpuEngineOptions(const Settings& settings, const void* gpu_options
 // `peer_gpu_ids` (const std::vector<tsl::TfDeviceId>*, or null) are the GPUs
 // TensorFlow enabled peer access with: each is granted access to the
 // device's memory (Note [Access to mapped memory] in cuda_backend.h).
-Status GpuDeviceSpec(const EngineOptions& engine, bool prefetch, const void* gpu_options,
+// TensorFlow names every other GPU it creates, so the device's host pool is
+// `engine.host_bytes` (TF_GPU_HOST_MEM_LIMIT_IN_MB) split among them all:
+// HostShareBytes of it for peers + 1 GPUs in whole `granule_bytes`
+// (TF_LMS_GRANULE_MB; engine.host_limit_bytes and host_limit_devices say
+// so).
+Status GpuDeviceSpec(const EngineOptions& engine, bool prefetch, size_t granule_bytes,
+                     const void* gpu_options,
                      int tf_device_id, size_t total_bytes, const void* peer_gpu_ids,
                      LmsDeviceSpec* spec);
 

@@ -16,7 +16,13 @@
 
 namespace lms {
 
-// Note [Kernel context lifetime] in kernel_pins.h.
+// How many devices' KernelPins a thread counts apart (Note [Contexts per
+// device]); more live at once share the last slot, whose counts then mix
+// them as every device's did before.
+constexpr int kDeviceSlots = 32;
+
+// Note [Kernel context lifetime] and Note [Contexts per device] in
+// kernel_pins.h.
 struct ThreadContexts {
   struct Frame {
     void* context;
@@ -24,12 +30,16 @@ struct ThreadContexts {
     const char* label;  // the op's name, for strict mode's report
     // The kernel (InXlaKernel looks at it, on the failure path only).
     const tensorflow::OpKernel* kernel;
+    int slot;    // its device's (KernelPins::slot_)
+    bool async;  // an AsyncOpKernel's
+    int64_t step;  // TensorFlow's step id
   };
   std::mutex mu;
   // Live contexts this thread created, outermost first.
   std::vector<Frame> frames LMS_GUARDED_BY(mu);
-  // frames.size(), for the lock-free InKernel(); written under mu.
-  std::atomic<int64_t> depth{0};
+  // Per device slot, the frames of that slot, for the lock-free InKernel();
+  // written under mu.
+  std::atomic<int64_t> depth[kDeviceSlots] = {};
   // The last serial given to a context of this thread. Only the thread
   // itself reads or writes it: serials are unique per creator, and a
   // context is identified by (creator, serial).
@@ -37,6 +47,27 @@ struct ThreadContexts {
 };
 
 namespace {
+
+// Device slots in use (Note [Contexts per device]).
+std::mutex g_slots_mu;
+bool g_slot_taken[kDeviceSlots - 1] = {};
+
+int TakeSlot() {
+  std::lock_guard<std::mutex> lock(g_slots_mu);
+  for (int i = 0; i < kDeviceSlots - 1; ++i) {
+    if (!g_slot_taken[i]) {
+      g_slot_taken[i] = true;
+      return i;
+    }
+  }
+  return kDeviceSlots - 1;  // shared
+}
+
+void GiveSlot(int slot) {
+  if (slot == kDeviceSlots - 1) return;
+  std::lock_guard<std::mutex> lock(g_slots_mu);
+  g_slot_taken[slot] = false;
+}
 
 // This thread's stack: owned by the thread and shared with the entries of
 // its live contexts, which may be destroyed after the thread exits. The raw
@@ -112,16 +143,23 @@ tensorflow::Var* LookupVariable(tensorflow::OpKernelContext* ctx,
 
 }  // namespace
 
+KernelPins::KernelPins(Engine* engine) : engine_(engine), slot_(TakeSlot()) {}
+
+KernelPins::~KernelPins() { GiveSlot(slot_); }
+
 void KernelPins::OnContextCreated(void* context, void* params) {
   auto* ctx = static_cast<tensorflow::OpKernelContext*>(context);
   auto* p = static_cast<tensorflow::OpKernelContext::Params*>(params);
   Entry entry;
+  entry.async = p->op_kernel != nullptr && p->op_kernel->AsAsync() != nullptr;
   // Counted before its first pin (the invariant of Note [Taking turns]). It
   // counts itself, then looks for waiters; a waiter takes its ticket, then
   // counts live contexts: of the two, at least one sees the other (both
   // sequentially consistent), so either this kernel holds back or the waiter
-  // waits for it.
+  // waits for it. An asynchronous kernel joins async_contexts_ after
+  // live_contexts_ and leaves it before (waiters read them in that order).
   live_contexts_.fetch_add(1);
+  if (entry.async) async_contexts_.fetch_add(1);
   const bool waiters = num_waiting_.load() > 0;
   const Status s = waiters ? Status::Ok() : PinInputs(ctx, params, &entry.pins);
   if (__builtin_expect(waiters || s.code() == StatusCode::kResourceExhausted, 0)) {
@@ -136,6 +174,7 @@ void KernelPins::OnContextCreated(void* context, void* params) {
   const char* label = p->op_kernel != nullptr ? p->op_kernel->name_view().data() : nullptr;
   entry.serial = serial;
   entry.creator = t_owner;
+  const bool async = entry.async;
   Entry replaced;
   Shard& shard = ShardFor(context);
   {
@@ -147,15 +186,15 @@ void KernelPins::OnContextCreated(void* context, void* params) {
     slot = std::move(entry);
   }
   if (replaced.creator != nullptr) {
-    Forget(*replaced.creator, replaced.serial);
+    Forget(*replaced.creator, replaced.serial, slot_);
     UnpinAll(replaced.pins);
+    if (replaced.async) async_contexts_.fetch_sub(1);
     live_contexts_.fetch_sub(1);
   }
   {
     std::lock_guard<std::mutex> lock(thread.mu);
-    thread.frames.push_back({context, serial, label, p->op_kernel});
-    thread.depth.store(static_cast<int64_t>(thread.frames.size()),
-                       std::memory_order_relaxed);
+    thread.frames.push_back({context, serial, label, p->op_kernel, slot_, async, p->step_id});
+    thread.depth[slot_].fetch_add(1, std::memory_order_relaxed);
   }
   // Strict mode labels unpinned touches with the running op.
   if (label != nullptr) StrictMonitor::SetThreadLabel(label);
@@ -175,8 +214,9 @@ void KernelPins::OnContextDestroyed(void* context) {
   // memory (RetryWhileOthersRelease) makes its last attempt after the count
   // drops, and must find the memory released by then.
   UnpinAll(entry.pins);
+  if (entry.async) async_contexts_.fetch_sub(1);
   live_contexts_.fetch_sub(1);
-  const char* enclosing_label = Forget(*entry.creator, entry.serial);
+  const char* enclosing_label = Forget(*entry.creator, entry.serial, slot_);
   if (entry.creator.get() == t_contexts) {
     // Back to the enclosing kernel's label, or none. (A context destroyed on
     // another thread cannot reach its creator's thread-local label.)
@@ -185,14 +225,16 @@ void KernelPins::OnContextDestroyed(void* context) {
 }
 
 KernelPins::Turn::Turn(KernelPins* pins)
-    : pins_(pins), own_(pins->ThreadLiveContexts()) {
+    : pins_(pins), start_(std::chrono::steady_clock::now()) {
+  int64_t all = 0;
+  pins_->CountOwnContexts(&all, &own_);
   pins_->blocked_contexts_.fetch_add(own_);
   pins_->num_waits_.fetch_add(1, std::memory_order_relaxed);
   std::lock_guard<std::mutex> lock(pins_->turn_mu_);
   // Waiters whose thread holds kernel contexts (a running kernel's
   // allocation, or a nested kernel's inputs) go before kernels that hold
   // nothing yet: only they can end a kernel and release memory.
-  ticket_ = pins_->next_ticket_++ | (own_ > 0 ? 0 : kHoldsNothing);
+  ticket_ = pins_->next_ticket_++ | (all > 0 ? 0 : kHoldsNothing);
   pins_->waiting_.insert(ticket_);
   pins_->num_waiting_.fetch_add(1);
 }
@@ -205,6 +247,21 @@ KernelPins::Turn::~Turn() {
     pins_->num_waiting_.fetch_sub(1);
   }
   pins_->turn_cv_.notify_all();
+  pins_->engine_->NoteKernelWait(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                     std::chrono::steady_clock::now() - start_)
+                                     .count());
+}
+
+void KernelPins::CountOwnContexts(int64_t* all, int64_t* synchronous) const {
+  *all = *synchronous = 0;
+  ThreadContexts* thread = t_contexts;
+  if (thread == nullptr) return;
+  std::lock_guard<std::mutex> lock(thread->mu);
+  for (const ThreadContexts::Frame& frame : thread->frames) {
+    if (frame.slot != slot_) continue;
+    ++*all;
+    if (!frame.async) ++*synchronous;
+  }
 }
 
 bool KernelPins::Turn::oldest() const {
@@ -213,8 +270,13 @@ bool KernelPins::Turn::oldest() const {
 }
 
 void KernelPins::AwaitTurn() {
+  // Note [No waits on TensorFlow's event threads].
+  if (OnTensorFlowEventThread()) return;
   // An enclosing kernel of this thread cannot end while it waits.
-  const int64_t own = ThreadLiveContexts();
+  int64_t all = 0;
+  int64_t own = 0;
+  CountOwnContexts(&all, &own);
+  const auto start = std::chrono::steady_clock::now();
   blocked_contexts_.fetch_add(own);
   {
     std::unique_lock<std::mutex> lock(turn_mu_);
@@ -222,30 +284,42 @@ void KernelPins::AwaitTurn() {
                       [this]() LMS_EXCLUSIVE_LOCKS_REQUIRED(turn_mu_) { return waiting_.empty(); });
   }
   blocked_contexts_.fetch_sub(own);
+  engine_->NoteKernelWait(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                              std::chrono::steady_clock::now() - start)
+                              .count());
 }
 
-const char* KernelPins::Forget(ThreadContexts& creator, uint64_t serial) {
+const char* KernelPins::Forget(ThreadContexts& creator, uint64_t serial, int slot) {
   std::lock_guard<std::mutex> lock(creator.mu);
   std::vector<ThreadContexts::Frame>& frames = creator.frames;
   // Innermost first: contexts mostly end in reverse order of creation.
   for (size_t i = frames.size(); i-- > 0;) {
     if (frames[i].serial == serial) {
       frames.erase(frames.begin() + static_cast<ptrdiff_t>(i));
+      creator.depth[slot].fetch_sub(1, std::memory_order_relaxed);
       break;
     }
   }
-  creator.depth.store(static_cast<int64_t>(frames.size()), std::memory_order_relaxed);
   return frames.empty() ? nullptr : frames.back().label;
 }
 
 bool KernelPins::InKernel() const {
   const ThreadContexts* thread = t_contexts;
-  return thread != nullptr && thread->depth.load(std::memory_order_relaxed) > 0;
+  return thread != nullptr && thread->depth[slot_].load(std::memory_order_relaxed) > 0;
 }
 
 int64_t KernelPins::ThreadLiveContexts() const {
   const ThreadContexts* thread = t_contexts;
-  return thread != nullptr ? thread->depth.load(std::memory_order_relaxed) : 0;
+  return thread != nullptr ? thread->depth[slot_].load(std::memory_order_relaxed) : 0;
+}
+
+// The innermost of `thread`'s frames on device `slot`, or null.
+static const ThreadContexts::Frame* InnermostOn(const ThreadContexts& thread, int slot)
+    LMS_EXCLUSIVE_LOCKS_REQUIRED(thread.mu) {
+  for (size_t i = thread.frames.size(); i-- > 0;) {
+    if (thread.frames[i].slot == slot) return &thread.frames[i];
+  }
+  return nullptr;
 }
 
 bool KernelPins::InXlaKernel() const {
@@ -254,17 +328,30 @@ bool KernelPins::InXlaKernel() const {
   const tensorflow::OpKernel* kernel = nullptr;
   {
     std::lock_guard<std::mutex> lock(thread->mu);
-    if (!thread->frames.empty()) kernel = thread->frames.back().kernel;
+    if (const ThreadContexts::Frame* frame = InnermostOn(*thread, slot_)) kernel = frame->kernel;
   }
   // The innermost context lives while this thread runs inside it.
   return kernel != nullptr && LiveVariables::IsXlaKernel(*kernel);
 }
 
+int64_t KernelPins::CurrentStep() const {
+  ThreadContexts* thread = t_contexts;
+  if (thread == nullptr) return 0;
+  std::lock_guard<std::mutex> lock(thread->mu);
+  const ThreadContexts::Frame* frame = InnermostOn(*thread, slot_);
+  return frame != nullptr ? frame->step : 0;
+}
+
+Status KernelPins::PinForCopy(const void* data, uint64_t* unit_id) {
+  Outcome outcome;
+  return RetryWhileOthersRelease([&] { return engine_->Pin(data, unit_id); }, &outcome);
+}
+
 void KernelPins::RecordAllocation(const void* ptr, uint64_t unit_id) {
-  ThreadContexts::Frame current{nullptr, 0, nullptr, nullptr};
+  ThreadContexts::Frame current{nullptr, 0, nullptr, nullptr, slot_, false, 0};
   if (ThreadContexts* thread = t_contexts) {
     std::lock_guard<std::mutex> lock(thread->mu);
-    if (!thread->frames.empty()) current = thread->frames.back();
+    if (const ThreadContexts::Frame* frame = InnermostOn(*thread, slot_)) current = *frame;
   }
   if (current.context != nullptr) {
     Shard& shard = ShardFor(current.context);

@@ -42,6 +42,44 @@
 // Precondition (TensorFlow keeps it): a context is destroyed only after its
 // constructor returned, and only once.
 //
+// Note [Contexts per device]
+// Each device has its KernelPins, but a thread may hold contexts on several:
+// under MirroredStrategy with TensorFlow's default global GPU thread mode,
+// one thread runs kernels of every GPU, and an asynchronous kernel it
+// started on GPU 0 lives on while it runs GPU 1's. So a thread's counts are
+// per (thread, device): each frame names its device, InKernel and
+// ThreadLiveContexts count this device's frames only, and an allocation
+// joins the thread's innermost kernel on the same device. A count that mixed
+// devices would make GPU 1's waiter take GPU 0's kernel for its own (no
+// release expected: kNoRelease) or for a blocked one (a false kDeadlocked).
+//
+// Note [Asynchronous kernels wait for others]
+// An asynchronous kernel's context lives from its ComputeAsync until its
+// done: a collective waiting for its peers, a _Recv waiting for its send, a
+// function call waiting for the kernels of its body, an iterator waiting for
+// its input pipeline. What it pinned comes back only when what it waits
+// for happens, often a kernel that needs memory itself, so for the deadlock
+// rule (Note [Taking turns], rule 3) such a context counts as blocked for
+// its whole life (async_contexts_), and never as the waiting thread's own
+// (which the waiter's Turn counts as blocked besides). Counting it as a
+// running kernel that will release made a request that could not fit wait
+// the whole kRetryBudget (measured: two 10 s waits in one collective), and
+// every new kernel up to kTurnWait meanwhile. A release by it still wakes
+// the waiters, and a verdict needs two slices without any release, so an
+// asynchronous kernel whose done comes soon (a GPU kernel finishing in an
+// event callback) is waited for.
+//
+// Note [No waits on TensorFlow's event threads]
+// A GPU's EventMgr runs every completion callback of that GPU on its event
+// threads ("tf_Device_Event"): some kernels allocate their outputs there
+// (Where, the segment reductions), TensorFlow copies from there, and the
+// executor runs inexpensive kernels inline there after an asynchronous
+// kernel's done. A wait for other kernels' releases there would hold up
+// every later callback of the device, among them the done that would end a
+// kernel and release memory. So on an event thread RetryWhileOthersRelease
+// makes one attempt (kNoRelease if it fails: the caller serves the request
+// otherwise or fails it) and a new kernel does not wait for its turn.
+//
 // Note [Variables reached through handles]
 // A DT_RESOURCE input holds ResourceHandles, not data. For each handle whose
 // type is tensorflow::Var, the variable is found as TensorFlow's own
@@ -81,6 +119,7 @@
 #include "engine/engine.h"
 #include "engine/thread_annotations.h"
 #include "tf_adapter/live_variables.h"
+#include "tf_adapter/outside_kernel.h"
 
 namespace tensorflow {
 class OpKernelContext;
@@ -95,7 +134,10 @@ struct ThreadContexts;
 
 class KernelPins {
  public:
-  explicit KernelPins(Engine* engine) : engine_(engine) {}
+  explicit KernelPins(Engine* engine);
+  ~KernelPins();
+  KernelPins(const KernelPins&) = delete;
+  KernelPins& operator=(const KernelPins&) = delete;
 
   // `context` is a tensorflow::OpKernelContext*, `params` its Params*.
   void OnContextCreated(void* context, void* params);
@@ -135,6 +177,11 @@ class KernelPins {
     if (status.code() != StatusCode::kResourceExhausted || !engine_->lms_enabled()) {
       return status;
     }
+    // Note [No waits on TensorFlow's event threads].
+    if (OnTensorFlowEventThread()) {
+      *outcome = Outcome::kNoRelease;
+      return status;
+    }
     const Turn turn(this);
     const auto deadline = std::chrono::steady_clock::now() + kRetryBudget;
     int stalled = 0;
@@ -144,7 +191,10 @@ class KernelPins {
       // the last one ended sees its memory, and a release after the read
       // wakes the wait below.
       const int64_t live = live_contexts_.load();
-      const int64_t blocked = blocked_contexts_.load();
+      // Asynchronous kernels count as blocked (Note [Asynchronous kernels
+      // wait for others]); read after live_contexts_, which a context
+      // joins first and leaves last, so `blocked` is never short of them.
+      const int64_t blocked = blocked_contexts_.load() + async_contexts_.load();
       uint64_t epoch = engine_->ReleaseEpoch();
       const bool oldest = turn.oldest();
       if (oldest) {
@@ -185,12 +235,23 @@ class KernelPins {
   // Adds an allocation made pinned on this thread to the current kernel.
   void RecordAllocation(const void* ptr, uint64_t unit_id);
 
+  // Pins the unit holding `data` for one of TensorFlow's own copies (Note
+  // [TensorFlow's own copies] in tensorflow_copies.h), waiting for other
+  // kernels' releases as an allocation does, except on an event thread.
+  Status PinForCopy(const void* data, uint64_t* unit_id);
+
+  // The TensorFlow step of this thread's innermost kernel on this device,
+  // or 0 outside kernels (Note [Optional requests] in engine.h).
+  int64_t CurrentStep() const;
+
   // The variable buffers running XLA kernels hold (Note [XLA frees live
   // variables on its error path] in live_variables.h).
   LiveVariables& live_variables() { return live_variables_; }
 
-  // For tests: live contexts in the process, and those this thread created.
+  // For tests: live contexts of this device, those of asynchronous kernels
+  // among them, and those this thread created on this device.
   int64_t LiveContexts() const { return live_contexts_.load(std::memory_order_relaxed); }
+  int64_t AsyncContexts() const { return async_contexts_.load(std::memory_order_relaxed); }
   int64_t ThreadLiveContexts() const;
   // For tests: requests that waited for memory (took a turn), and waits
   // that ended kDeadlocked.
@@ -236,19 +297,26 @@ class KernelPins {
   // broken within two kTurnSlice.
   class Turn {
    public:
-    // Counts the waiting thread's live contexts as blocked while it waits.
+    // Counts the waiting thread's live contexts of synchronous kernels on
+    // this device as blocked while it waits; the wait's time is counted in
+    // the engine's statistics.
     explicit Turn(KernelPins* pins);
     ~Turn();
     bool oldest() const;
-    // The waiting thread's live contexts.
+    // The waiting thread's live contexts of synchronous kernels on this
+    // device (its asynchronous ones are counted in async_contexts_).
     int64_t own() const { return own_; }
 
    private:
     static constexpr uint64_t kHoldsNothing = uint64_t{1} << 62;
     KernelPins* const pins_;
-    const int64_t own_;
+    int64_t own_ = 0;
     uint64_t ticket_;
+    std::chrono::steady_clock::time_point start_;
   };
+  // This thread's live contexts on this device: all of them, and those of
+  // synchronous kernels. Locks the thread's stack.
+  void CountOwnContexts(int64_t* all, int64_t* synchronous) const;
   // Called before a new kernel pins its inputs: waits (bounded) while
   // requests are waiting for memory.
   void AwaitTurn();
@@ -263,6 +331,7 @@ class KernelPins {
     // Unique among the contexts `creator` ever created: with the creator, it
     // tells a context at a reused address apart.
     uint64_t serial = 0;
+    bool async = false;  // an AsyncOpKernel's (counted in async_contexts_)
     std::shared_ptr<ThreadContexts> creator;
     std::vector<Pin> pins;
   };
@@ -307,13 +376,19 @@ class KernelPins {
                       bool xla, std::vector<Pin>* pins, bool all_or_none);
   // Removes the context with `serial` from its creator's stack; returns the
   // label of the creator's innermost remaining context (null if none).
-  static const char* Forget(ThreadContexts& creator, uint64_t serial);
+  static const char* Forget(ThreadContexts& creator, uint64_t serial, int slot);
   void UnpinAll(const std::vector<Pin>& pins);
 
   Engine* const engine_;
+  // This device's index in each thread's per-device counts (Note [Contexts
+  // per device]); kernel_pins.cc hands them out.
+  const int slot_;
   LiveVariables live_variables_;
   Shard shards_[kShards];
   std::atomic<int64_t> live_contexts_{0};
+  // Live contexts of asynchronous kernels, a subset of live_contexts_ (Note
+  // [Asynchronous kernels wait for others]).
+  std::atomic<int64_t> async_contexts_{0};
   std::mutex turn_mu_;
   std::condition_variable turn_cv_;
   uint64_t next_ticket_ LMS_GUARDED_BY(turn_mu_) = 0;

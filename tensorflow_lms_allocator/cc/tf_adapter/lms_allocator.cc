@@ -86,20 +86,22 @@ void* LmsAllocator::Allocate(size_t alignment, size_t num_bytes, bool retry_on_f
   // it (Note [Writers outside kernels] in engine.h).
   const Hold hold = in_kernel ? Hold::kPin : Hold::kWriter;
   // An optional request (no retry_on_failure: cuDNN's autotuning scratch and
-  // workspaces, whose kernel falls back to an algorithm without) is served
-  // from free device memory only: evicting for it would cost every step a
-  // copy to save a faster algorithm.
+  // workspaces, whose kernel falls back to an algorithm without) evicts
+  // within its step's allowance and never waits for other kernels (Note
+  // [Optional requests] in engine.h).
   const bool optional = !retry_on_failure;
+  const int64_t step = optional && pins_ != nullptr ? pins_->CurrentStep() : 0;
   auto attempt = [&] {
     Status s;
-    ptr = engine_->Allocate(num_bytes, hold, &s, &id, alignment, optional);
+    ptr = engine_->Allocate(num_bytes, hold, &s, &id, alignment, optional, step);
     return s;
   };
   KernelPins::Outcome outcome = KernelPins::Outcome::kDone;
-  // A kernel's request larger than the device is never worth a wait, nor
-  // one on TensorFlow's event threads (OnTensorFlowEventThread).
+  // A kernel's request larger than the device is never worth a wait (nor
+  // one on TensorFlow's event threads: RetryWhileOthersRelease makes one
+  // attempt there).
   const bool fits_device = num_bytes <= engine_->device_granules() * engine_->granule_bytes();
-  const bool may_wait = in_kernel ? fits_device : !OnTensorFlowEventThread();
+  const bool may_wait = !in_kernel || fits_device;
   status = pins_ != nullptr && retry_on_failure && may_wait
                ? pins_->RetryWhileOthersRelease(attempt, &outcome)
                : attempt();

@@ -39,14 +39,16 @@ Status LmsDevice::Create(const LmsDeviceSpec& spec, std::unique_ptr<LmsDevice>* 
 std::string LmsDevice::Describe(const std::string& device) const {
   const Engine& engine = allocator_->engine();
   const EngineOptions& options = spec_.engine;
+  const std::string host_source =
+      options.host_limit_devices > 1
+          ? " (TF_GPU_HOST_MEM_LIMIT_IN_MB=" + std::to_string(options.host_limit_bytes >> 20) +
+                " split among " + std::to_string(options.host_limit_devices) + " GPUs)"
+          : " (TF_GPU_HOST_MEM_LIMIT_IN_MB)";
   std::string line = "tensorflow_lms_allocator: LMS serves " + device + " (" + spec_.name +
                      ", " + backend_->Name() + " backend): device memory " +
                      FormatBytes(options.device_bytes) + ", host memory for evicted tensors " +
-                     FormatBytes(options.host_bytes) +
-                     (spec_.backend.kind == BackendKind::kCuda
-                          ? " (TF_GPU_HOST_MEM_LIMIT_IN_MB, shared by every GPU)"
-                          : " (TF_GPU_HOST_MEM_LIMIT_IN_MB)") +
-                     ", LMS " + (engine.lms_enabled() ? "on" : "off");
+                     FormatBytes(options.host_bytes) + host_source + ", LMS " +
+                     (engine.lms_enabled() ? "on" : "off");
   if (engine.lms_enabled()) {
     line += std::string(", policy ") + PolicyName(options.policy) +
             (prefetcher_ != nullptr ? " with prefetching" : "");

@@ -161,9 +161,9 @@ void Runtime::CreateGpuDevice(GpuEntry* entry, const EngineOptions& engine,
                               const void* options, int tf_device_id, size_t total_bytes,
                               const void* peer_gpu_ids) {
   LmsDeviceSpec spec;
-  Status s = GpuDeviceSpec(engine, settings_.prefetch, options, tf_device_id, total_bytes,
-                           peer_gpu_ids, &spec);
-  spec.backend.granule_bytes = settings_.granule_bytes;  // the driver's wins if larger
+  // The granule is the setting's; the driver's wins if larger.
+  Status s = GpuDeviceSpec(engine, settings_.prefetch, settings_.granule_bytes, options,
+                           tf_device_id, total_bytes, peer_gpu_ids, &spec);
   if (s.ok()) s = LmsDevice::Create(spec, &entry->device);
   if (s.ok()) {
     devices_.Add(entry->device.get(), /*emulated=*/false);

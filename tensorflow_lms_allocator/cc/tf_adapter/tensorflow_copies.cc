@@ -52,9 +52,7 @@ class CopyPins {
     if (device == nullptr) return Status::Ok();
     devices.NoteDeviceContext(device, const_cast<DeviceContext*>(device_context));
     uint64_t unit_id = 0;
-    KernelPins::Outcome outcome;
-    const Status status = device->pins()->RetryWhileOthersRelease(
-        [&] { return device->engine().Pin(data, &unit_id); }, &outcome);
+    const Status status = device->pins()->PinForCopy(data, &unit_id);
     if (!status.ok()) {
       return Status(status.code(),
                     absl::StrCat("LMS could not page in the ", tensor->TotalBytes(),

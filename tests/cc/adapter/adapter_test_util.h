@@ -54,9 +54,11 @@ inline lms::AllocationInfo Info(lms::LmsDevice& device, const tensorflow::Tensor
 // kernels without resource inputs.
 class Context {
  public:
-  Context(lms::KernelPins* pins, std::vector<tensorflow::Tensor*> inputs) : pins_(pins) {
+  Context(lms::KernelPins* pins, std::vector<tensorflow::Tensor*> inputs, int64_t step_id = 0)
+      : pins_(pins) {
     for (tensorflow::Tensor* t : inputs) values_.push_back(tensorflow::TensorValue(t));
     SetInputs(params_.inputs, values_);
+    params_.step_id = step_id;
     pins_->OnContextCreated(this, &params_);
   }
   ~Context() { Destroy(); }

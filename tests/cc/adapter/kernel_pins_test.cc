@@ -3,9 +3,12 @@
 // device is full, and how they wait for other kernels. Real tensors from an
 // LMS device's allocator, contexts as TensorFlow's hooks report them
 // (adapter_test_util.h); no TensorFlow runtime.
+#include <pthread.h>
+
 #include <atomic>
 #include <chrono>
 #include <thread>
+#include <vector>
 
 #include "adapter_test_util.h"
 #include "tensorflow/core/framework/allocator.h"
@@ -136,17 +139,206 @@ TEST(AKernelsRequestNoOtherKernelCanMakeRoomForGoesToHostMemory) {
   EXPECT_TRUE(std::chrono::steady_clock::now() - start < lms::KernelPins::kRetryBudget);
 }
 
-TEST(AnOptionalRequestEvictsNothing) {
-  auto device = MakeDevice("optional", 8);
+TEST(AnOptionalRequestEvictsWithinItsStepsAllowance) {
+  // Note [Optional requests] in engine.h: a sixteenth of the device a step.
+  auto device = MakeDevice("optional", 64);
   ASSERT_TRUE(device != nullptr);
-  tensorflow::Tensor a = MakeTensor(*device, 6);
-  { Context writer(device->pins(), {&a}); }  // inactive, resident
+  std::vector<tensorflow::Tensor> held;
+  for (int i = 0; i < 15; ++i) {
+    held.push_back(MakeTensor(*device, 4));
+    Fill(held.back(), i);
+    Context writer(device->pins(), {&held.back()});  // claimed, then inactive
+  }
   tsl::AllocationAttributes optional;
   optional.retry_on_failure = false;  // as cuDNN's autotuning scratch asks
-  void* scratch = device->allocator()->AllocateRaw(256, 4 * lms_test::kMiB, optional);
-  EXPECT_TRUE(scratch == nullptr);
-  EXPECT_TRUE(!Info(*device, a).evicted);
-  EXPECT_TRUE(device->engine().GetStatistics().num_optional_refused >= 1);
+  const auto evictions = [&] { return device->engine().GetStatistics().num_evictions; };
+  {
+    Context kernel(device->pins(), {}, /*step_id=*/7);
+    void* fits = device->allocator()->AllocateRaw(256, 4 * lms_test::kMiB, optional);
+    EXPECT_TRUE(fits != nullptr);  // the free 4 MiB
+    EXPECT_EQ(evictions(), 0);
+    void* evicts = device->allocator()->AllocateRaw(256, 4 * lms_test::kMiB, optional);
+    EXPECT_TRUE(evicts != nullptr);  // the step's allowance: one victim of 4 MiB
+    EXPECT_EQ(evictions(), 1);
+    EXPECT_EQ(device->engine().GetStatistics().bytes_evicted_for_optional,
+              int64_t{4} << 20);
+    void* refused = device->allocator()->AllocateRaw(256, 4 * lms_test::kMiB, optional);
+    EXPECT_TRUE(refused == nullptr);  // the allowance is spent
+    EXPECT_EQ(evictions(), 1);
+    EXPECT_TRUE(device->engine().GetStatistics().num_optional_refused >= 1);
+    device->allocator()->DeallocateRaw(fits);
+    device->allocator()->DeallocateRaw(evicts);
+  }
+  {
+    Context kernel(device->pins(), {}, /*step_id=*/8);
+    // 8 MiB free again (the scratch above was freed): take it, then evict.
+    void* first = device->allocator()->AllocateRaw(256, 8 * lms_test::kMiB, optional);
+    void* second = device->allocator()->AllocateRaw(256, 4 * lms_test::kMiB, optional);
+    EXPECT_TRUE(first != nullptr && second != nullptr);  // a new step, a new allowance
+    EXPECT_EQ(evictions(), 2);
+    device->allocator()->DeallocateRaw(first);
+    device->allocator()->DeallocateRaw(second);
+  }
+  EXPECT_EQ(device->engine().GetStatistics().num_born_evicted, 0);
+  for (int i = 0; i < 15; ++i) EXPECT_TRUE(Holds(held[i], i));
+}
+
+TEST(ACountOfContextsIsPerDevice) {
+  // Note [Contexts per device]: this thread holds a kernel on device 0
+  // (an asynchronous one whose done has not come, say) while its kernel on
+  // device 1 waits for another thread's kernel on device 1. Counted with
+  // device 0's, its own contexts matched device 1's live ones: no release
+  // expected, and the request went to host memory at once.
+  auto gpu0 = MakeDevice("gpu0", 8);
+  auto gpu1 = MakeDevice("gpu1", 8);
+  ASSERT_TRUE(gpu0 != nullptr && gpu1 != nullptr);
+  tensorflow::Tensor held = MakeTensor(*gpu0, 2);
+  tensorflow::Tensor a = MakeTensor(*gpu1, 6);
+  Context pending(gpu0->pins(), {&held});
+  EXPECT_EQ(gpu0->pins()->ThreadLiveContexts(), 1);
+  EXPECT_EQ(gpu1->pins()->ThreadLiveContexts(), 0);
+  EXPECT_TRUE(gpu0->pins()->InKernel() && !gpu1->pins()->InKernel());
+  std::atomic<bool> holding{false};
+  std::thread other([&] {
+    Context kernel(gpu1->pins(), {&a});
+    holding = true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  });
+  while (!holding) std::this_thread::yield();
+  {
+    Context kernel(gpu1->pins(), {});
+    tensorflow::Tensor b = MakeTensor(*gpu1, 6);  // fits once a is released
+    EXPECT_TRUE(!Info(*gpu1, b).evicted);
+    EXPECT_EQ(Info(*gpu1, b).pin_count, 1u);  // joined this thread's kernel on gpu1
+  }
+  other.join();
+  EXPECT_TRUE(gpu1->pins()->NumWaits() >= 1);
+  EXPECT_EQ(gpu1->engine().GetStatistics().num_overflow_placements, 0);
+  EXPECT_EQ(Info(*gpu0, held).pin_count, 1u);
+}
+
+// Runs `request` on a thread named as TensorFlow names its event threads,
+// while another kernel holds `a` pinned for two seconds; returns how long
+// the request took.
+template <typename Request>
+std::chrono::milliseconds OnAnEventThreadWhileAnotherKernelHolds(lms::LmsDevice& device,
+                                                                 tensorflow::Tensor& a,
+                                                                 Request request) {
+  std::atomic<bool> holding{false};
+  std::thread other([&] {
+    Context kernel(device.pins(), {&a});
+    holding = true;
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+  });
+  while (!holding) std::this_thread::yield();
+  std::chrono::milliseconds took{0};
+  std::thread event([&] {
+    pthread_setname_np(pthread_self(), "tf_Device_Event");
+    const auto start = std::chrono::steady_clock::now();
+    request();
+    took = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::steady_clock::now() - start);
+  });
+  event.join();
+  other.join();
+  return took;
+}
+
+TEST(AKernelsAllocationOnAnEventThreadNeverWaitsForOtherKernels) {
+  // The executor runs inexpensive kernels inline in an event callback (after
+  // an asynchronous kernel's done): Note [No waits on TensorFlow's event
+  // threads]. Before, the request waited for the other kernel (2 s).
+  auto device = MakeDevice("event_allocation", 8);
+  ASSERT_TRUE(device != nullptr);
+  tensorflow::Tensor a = MakeTensor(*device, 6);
+  bool evicted = false;
+  const auto took = OnAnEventThreadWhileAnotherKernelHolds(*device, a, [&] {
+    Context kernel(device->pins(), {});
+    tensorflow::Tensor b = MakeTensor(*device, 6);
+    evicted = Info(*device, b).evicted;  // served in host memory instead
+  });
+  EXPECT_TRUE(took < std::chrono::milliseconds(1000));
+  EXPECT_TRUE(evicted);
+}
+
+TEST(AKernelsInputsOnAnEventThreadNeverWaitForOtherKernels) {
+  auto device = MakeDevice("event_inputs", 8);
+  ASSERT_TRUE(device != nullptr);
+  tensorflow::Tensor b = MakeTensor(*device, 6);
+  Fill(b, 3);
+  { Context writer(device->pins(), {&b}); }  // inactive
+  tensorflow::Tensor a;
+  {
+    Context kernel(device->pins(), {});
+    a = MakeTensor(*device, 6);  // evicts b
+  }
+  ASSERT_TRUE(Info(*device, b).evicted);
+  bool still_evicted = false;
+  bool holds = false;
+  const auto took = OnAnEventThreadWhileAnotherKernelHolds(*device, a, [&] {
+    Context kernel(device->pins(), {&b});  // b cannot be paged in while a is pinned
+    still_evicted = Info(*device, b).evicted;  // read in place
+    holds = Holds(b, 3);
+  });
+  EXPECT_TRUE(took < std::chrono::milliseconds(1000));
+  EXPECT_TRUE(still_evicted && holds);
+}
+
+TEST(ACopysPinOnAnEventThreadNeverWaitsForOtherKernels) {
+  // TensorFlow's own copies (tensorflow_copies.cc) pin through PinForCopy.
+  auto device = MakeDevice("event_copy", 8);
+  ASSERT_TRUE(device != nullptr);
+  tensorflow::Tensor b = MakeTensor(*device, 6);
+  { Context writer(device->pins(), {&b}); }
+  tensorflow::Tensor a;
+  {
+    Context kernel(device->pins(), {});
+    a = MakeTensor(*device, 6);  // evicts b
+  }
+  ASSERT_TRUE(Info(*device, b).evicted);
+  lms::Status status;
+  const auto took = OnAnEventThreadWhileAnotherKernelHolds(*device, a, [&] {
+    uint64_t unit_id = 0;
+    status = device->pins()->PinForCopy(b.data(), &unit_id);
+    if (status.ok()) (void)device->engine().Unpin(b.data(), unit_id);
+  });
+  EXPECT_TRUE(took < std::chrono::milliseconds(1000));
+  EXPECT_TRUE(status.code() == lms::StatusCode::kResourceExhausted);
+  // Off the event threads the same pin waits for the release, and succeeds.
+  std::atomic<bool> holding{false};
+  std::thread other([&] {
+    Context kernel(device->pins(), {&a});
+    holding = true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  });
+  while (!holding) std::this_thread::yield();
+  uint64_t unit_id = 0;
+  EXPECT_TRUE(device->pins()->PinForCopy(b.data(), &unit_id).ok());
+  other.join();
+  EXPECT_TRUE(device->engine().Unpin(b.data(), unit_id).ok());
+}
+
+TEST(AWaitForOtherKernelsIsCountedWithTheLongest) {
+  auto device = MakeDevice("wait_statistics", 8);
+  ASSERT_TRUE(device != nullptr);
+  tensorflow::Tensor a = MakeTensor(*device, 6);
+  std::atomic<bool> holding{false};
+  std::thread other([&] {
+    Context kernel(device->pins(), {&a});
+    holding = true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  });
+  while (!holding) std::this_thread::yield();
+  {
+    Context kernel(device->pins(), {});
+    tensorflow::Tensor b = MakeTensor(*device, 6);
+  }
+  other.join();
+  const lms::Statistics stats = device->engine().GetStatistics();
+  EXPECT_TRUE(stats.num_kernel_waits >= 1);
+  EXPECT_TRUE(stats.time_longest_kernel_wait_ns >= 200'000'000);
+  EXPECT_TRUE(stats.time_longest_kernel_wait_ns < 2'000'000'000);
+  EXPECT_TRUE(stats.time_kernel_waiting_ns >= stats.time_longest_kernel_wait_ns);
 }
 
 }  // namespace
