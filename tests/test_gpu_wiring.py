@@ -161,6 +161,27 @@ def test_a_missing_driver_is_a_clear_error():
     assert code == "FAILED_PRECONDITION" and "/nonexistent/libcuda.so.1" in message
 
 
+def test_two_gpus_split_the_host_memory_limit_and_each_can_use_its_half():
+    # TensorFlow names every other GPU as a peer when it asks for a GPU's
+    # allocator: each GPU's engine gets half of TF_GPU_HOST_MEM_LIMIT_IN_MB,
+    # so the first GPU to evict cannot take the second one's half (before,
+    # each assumed all of it: GPU:0 held 36 tensors, GPU:1 only its 4
+    # resident ones, refused inside its evictions).
+    run = run_program("gpu_wiring.py", "split",
+                      env=fake_gpu(TF_LMS_ENABLED="1", FAKE_CUDA_DEVICE_COUNT="2",
+                                   TF_CPP_MIN_LOG_LEVEL="0"))
+    assert run.result and run.result["create"] == [0, 0], describe(run)
+    served = [x for x in run.stderr.splitlines() if "LMS serves GPU:" in x]
+    assert len(served) == 2, run.stderr
+    for line in served:
+        assert "host memory for evicted tensors 128.0 MiB" in line, line
+        assert "(TF_GPU_HOST_MEM_LIMIT_IN_MB=256 split among 2 GPUs)" in line, line
+    # 32 MiB resident and 128 MiB in host memory each, 8 MiB at a time.
+    assert run.result["held"] == {"GPU:0": 20, "GPU:1": 20}
+    assert run.result["host_bytes_in_use"] == {"GPU:0": 128 * MIB, "GPU:1": 128 * MIB}
+    assert run.result["violations"] == ""
+
+
 def test_the_gpu_lms_serves_is_logged_and_tf_gpu_allocator_is_said_to_be_ignored():
     run = run_program("gpu_wiring.py", "allocate",
                       env=fake_gpu(TF_LMS_ENABLED="1", TF_CPP_MIN_LOG_LEVEL="0",

@@ -49,6 +49,42 @@ def test_mirrored_strategy_on_two_logical_devices_trains_under_a_cap_with_lms(
     assert run.result["weights"] == mirrored_stock["weights"]
 
 
+def test_mirrored_strategy_with_concurrent_kernels_under_pressure_waits_under_a_second():
+    # Four inter-op threads run both replicas' kernels at once on a 32 MiB
+    # device; asynchronous kernels (collectives, function calls) count as
+    # blocked for the deadlock rule (Note [Asynchronous kernels wait for
+    # others] in kernel_pins.h). Before, a request waited out the 10 s retry
+    # budget and the step failed with an out-of-memory error; measured since:
+    # the longest wait about 0.5 s.
+    run = run_program("mirrored.py", "--steps", "4",
+                      env={"TF_LMS_CPU_DEVICE_MEMORY_MB": "32", "TF_LMS_ENABLED": "1",
+                           "LMS_TEST_INTER_OP_THREADS": "4"})
+    assert run.result and run.result["error"] is None, describe(run)
+    stats = run.result["stats"]
+    assert stats["bytes_reclaimed"] > 0 and stats["num_kernel_waits"] > 0
+    print("longest wait for other kernels:", stats["time_longest_kernel_wait_ns"] / 1e9, "s")
+    assert stats["time_longest_kernel_wait_ns"] < 1.5e9
+
+
+def test_a_kernel_that_cannot_fit_beside_a_waiting_collective_is_served_at_once():
+    # A's CollectiveReduceV2 waits for B holding 16 MiB pinned; the main
+    # thread's kernel needs 40 MiB of a 48 MiB device. Only B's arrival would
+    # release A's memory, and the main thread brings B after: before, the
+    # request waited the whole 10 s budget and failed (OOM); now A counts as
+    # blocked, the wait is seen to be a deadlock, and the output is placed in
+    # host memory.
+    run = run_program("collective_pressure.py", env={"TF_LMS_CPU_DEVICE_MEMORY_MB": "48",
+                                                     "TF_LMS_ENABLED": "1"})
+    assert run.result, describe(run)
+    r = run.result
+    assert r["error"] is None and r["large_right"], r
+    assert r["active_while_waiting"] == 16 << 20 and r["a_still_waiting"]
+    assert r["seconds"] < 3.0, r["seconds"]  # measured 0.6 s; 10 s and an OOM before
+    assert r["stats"]["time_longest_kernel_wait_ns"] < 1e9
+    assert r["stats"]["num_overflow_placements"] >= 1
+    assert r["a_right"] and r["b_right"]
+
+
 def test_mirrored_strategy_runs_out_of_memory_under_the_cap_without_lms():
     run = run_program("mirrored.py", env={"TF_LMS_CPU_DEVICE_MEMORY_MB": str(CAP_MIB),
                                           "TF_LMS_ENABLED": "0"})

@@ -12,6 +12,9 @@ Usage: python gpu_wiring.py NAME
              host memory cannot hold is refused (no pageable host pointer)
   refused    asking for the GPU allocator when LMS cannot serve it; prints
              the C API's code and message, and tf_lms_check_gpu's
+  split      two GPUs, each naming the other as its peer as TensorFlow does:
+             each gets half of TF_GPU_HOST_MEM_LIMIT_IN_MB for evicted
+             tensors, and both evict up to their half at once
   logical    one CUDA device as two logical GPUs (48 and 32 MiB), as
              tf.config.set_logical_device_configuration makes them: each
              swaps past its own memory_limit and answers for itself
@@ -174,6 +177,36 @@ def logical() -> None:
     emit(result)
 
 
+def split() -> None:
+    import tensorflow_lms_allocator as lms
+    from tensorflow_lms_allocator.overlay import activation
+
+    lib = activation.adapter()
+    message = ctypes.create_string_buffer(2048)
+    lib.tf_lms_test_set_gpu_count(2)
+    result: dict = {"create": [lib.tf_lms_test_gpu_allocator(gpu, 32 * MIB, None, 0, message,
+                                                             len(message))
+                               for gpu in (0, 1)]}
+    # GPU:0 holds as much as it can (8 MiB at a time, 32 MiB of device
+    # memory), then GPU:1: what is not resident is in each one's share of
+    # host memory, whatever the other took first.
+    held: dict[str, list[int]] = {"GPU:0": [], "GPU:1": []}
+    for name, pointers in held.items():
+        for _ in range(40):
+            ptr = ctypes.c_void_p()
+            if lib.tf_lms_test_allocate_raw(name.encode(), 256, 8 * MIB, 1, ctypes.byref(ptr),
+                                            message, len(message)) == 0:
+                pointers.append(ptr.value)
+    result["held"] = {name: len(p) for name, p in held.items()}
+    result["host_bytes_in_use"] = {name: lms.get_statistics(name)["host_bytes_in_use"]
+                                   for name in held}
+    for name, pointers in held.items():
+        for ptr in pointers:
+            lib.tf_lms_test_deallocate_raw(name.encode(), ptr)
+    result["violations"] = fake_driver_violations()
+    emit(result)
+
+
 def refused() -> None:
     from tensorflow_lms_allocator.overlay import activation
     import tensorflow_lms_allocator as lms
@@ -194,4 +227,5 @@ def refused() -> None:
 
 
 if __name__ == "__main__":
-    {"allocate": allocate, "refused": refused, "logical": logical}[sys.argv[1]]()
+    {"allocate": allocate, "refused": refused, "logical": logical,
+     "split": split}[sys.argv[1]]()

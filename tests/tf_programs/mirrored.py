@@ -6,7 +6,9 @@ and the LMS statistics.
 
 Usage: python mirrored.py [--steps N] [--batch B]  (B images per replica)
 The environment decides the allocator, as for train.py. One intra-op and one
-inter-op thread and op determinism make runs bit-identical.
+inter-op thread and op determinism make runs bit-identical;
+LMS_TEST_INTER_OP_THREADS=N runs the replicas' kernels on N inter-op
+threads instead (concurrent kernels, which take turns for memory).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import json
 import os
 import sys
 
-os.environ["TF_NUM_INTEROP_THREADS"] = "1"
+os.environ["TF_NUM_INTEROP_THREADS"] = os.environ.get("LMS_TEST_INTER_OP_THREADS", "1")
 os.environ["TF_NUM_INTRAOP_THREADS"] = "1"
 if os.environ.get("LMS_TEST_STOCK") != "1":
     import tensorflow_lms_allocator as lms  # noqa: F401  (before tensorflow)

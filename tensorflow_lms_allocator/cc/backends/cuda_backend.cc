@@ -121,7 +121,7 @@ Status CudaBackend::CreatePiece(PoolKind pool, GranuleId first, Pool* p) {
         "no pinned host memory is left for evicted tensors of " + description_ + ": " +
         FormatBytes(budget.used()) + " of the process's " + FormatBytes(budget.limit()) +
         " are made; TF_GPU_HOST_MEM_LIMIT_IN_MB is one budget for every GPU of the "
-        "process (raise it if the machine has the memory)");
+        "process, split among them (raise it if the machine has the memory)");
   }
   const cu::CUmemAllocationProp prop = AllocationProp(pool);
   cu::CUmemGenericAllocationHandle h = 0;

@@ -629,10 +629,14 @@ void Engine::NoteKernelWait(int64_t nanos) {
 }
 
 bool Engine::OptionalMayEvict(uint64_t granules) const {
-  // Note [Optional requests]: a sixteenth of the device a step.
+  // Note [Optional requests]: a sixteenth of the device a step, counting
+  // what the request cannot take from free (or cached) device memory.
+  const uint64_t room =
+      device_pool_.free_count() + (defrag_enabled_ ? backing_.cached_count() : 0);
+  const uint64_t short_of = granules > room ? granules - room : 0;
   const int64_t allowance = static_cast<int64_t>(device_pool_.capacity() * granule_ / 16);
   return lms_enabled_ &&
-         optional_evicted_ + static_cast<int64_t>(granules * granule_) <= allowance;
+         optional_evicted_ + static_cast<int64_t>(short_of * granule_) <= allowance;
 }
 
 Status Engine::Evict(const void* ptr) {

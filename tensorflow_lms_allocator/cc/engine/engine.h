@@ -369,8 +369,9 @@ class Engine {
   void* AllocateLarge(size_t bytes, Hold hold, bool optional, Status* status,
                       uint64_t* unit_id)
       LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Whether an optional request for `granules` more may evict now (Note
-  // [Optional requests]): within the step's allowance.
+  // Whether an optional request for `granules` may evict now (Note
+  // [Optional requests]): what free device memory lacks for it is within
+  // the step's allowance.
   bool OptionalMayEvict(uint64_t granules) const LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Places a unit of `n` slots backed by device granules (mapping what the
   // cache does not cover; evicting for them if `may_evict`), tracked as

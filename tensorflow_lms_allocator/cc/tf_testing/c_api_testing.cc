@@ -1,6 +1,7 @@
 #include "tf_testing/c_api_testing.h"
 
 #include <string>
+#include <algorithm>
 #include <vector>
 
 #include "tensorflow/core/common_runtime/gpu/gpu_id_manager.h"
@@ -13,10 +14,14 @@ namespace {
 // The budgets tf_lms_test_gpu_allocator's stand-in for TensorFlow's
 // GetGPUAllocator was asked for, in order (test-only; one thread).
 std::vector<size_t> g_tensorflow_gpu_allocator_budgets;
+// tf_lms_test_set_gpu_count's count (test-only; one thread).
+int g_gpu_count = 0;
 
 }  // namespace
 
 extern "C" {
+
+void tf_lms_test_set_gpu_count(int count) { g_gpu_count = count; }
 
 int tf_lms_test_allocate_raw(const char* device, size_t alignment, size_t num_bytes,
                              int retry_on_failure, void** ptr, char* message,
@@ -84,13 +89,15 @@ int tf_lms_test_gpu_allocator(int tf_device_id, size_t total_bytes, const void* 
                      message_len);
   }
   // As TensorFlow's GPU device factory would have: TfDeviceId n is CUDA
-  // device n.
-  tsl::PlatformDeviceId platform_id;
-  if (!tensorflow::GpuIdManager::TfToPlatformDeviceId(tsl::TfDeviceId(tf_device_id),
-                                                      &platform_id)
-           .ok()) {
-    (void)tensorflow::GpuIdManager::InsertTfPlatformDeviceIdPair(
-        tsl::TfDeviceId(tf_device_id), tsl::PlatformDeviceId(tf_device_id));
+  // device n, for this GPU and its peers.
+  for (int id = 0; id < std::max(g_gpu_count, tf_device_id + 1); ++id) {
+    if (id != tf_device_id && id >= g_gpu_count) continue;
+    tsl::PlatformDeviceId platform_id;
+    if (!tensorflow::GpuIdManager::TfToPlatformDeviceId(tsl::TfDeviceId(id), &platform_id)
+             .ok()) {
+      (void)tensorflow::GpuIdManager::InsertTfPlatformDeviceIdPair(tsl::TfDeviceId(id),
+                                                                   tsl::PlatformDeviceId(id));
+    }
   }
   // Stands in for TensorFlow's GetGPUAllocator, which needs a GPU: makes no
   // allocator and records the budget it was asked for.
@@ -99,9 +106,13 @@ int tf_lms_test_gpu_allocator(int tf_device_id, size_t total_bytes, const void* 
     g_tensorflow_gpu_allocator_budgets.push_back(budget);
     return nullptr;
   };
+  std::vector<tsl::TfDeviceId> peers;
+  for (int id = 0; id < g_gpu_count; ++id) {
+    if (id != tf_device_id) peers.push_back(tsl::TfDeviceId(id));
+  }
   void* allocator = lms::Runtime::Get().GpuAllocator(
       reinterpret_cast<void*>(+no_tensorflow_allocator), nullptr, &options, tf_device_id,
-      total_bytes, nullptr);
+      total_bytes, g_gpu_count > 0 ? &peers : nullptr);
   if (allocator == nullptr) {
     return lms::FailToC(TF_LMS_FAILED_PRECONDITION,
                      "LMS is not enabled: TensorFlow's own allocator would serve the GPU",

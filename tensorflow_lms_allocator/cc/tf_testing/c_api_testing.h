@@ -56,6 +56,10 @@ TF_LMS_EXPORT int tf_lms_test_tensorflow_bytes_limit(const char* device,
 TF_LMS_EXPORT int tf_lms_test_gpu_allocator(int tf_device_id, size_t total_bytes,
                                             const void* gpu_options, size_t gpu_options_len,
                                             char* message, size_t message_len);
+// Makes later tf_lms_test_gpu_allocator calls name the other GPUs of
+// [0, count) as its peers, as TensorFlow's GPU device factory names every
+// other GPU it creates (0, the default: none).
+TF_LMS_EXPORT void tf_lms_test_set_gpu_count(int count);
 // Maps TfDeviceId `tf_device_id` to CUDA device `platform_device_id`, as
 // TensorFlow's GPU device factory does for each logical GPU (several logical
 // GPUs on one CUDA device, tf.config.set_logical_device_configuration).
