@@ -112,7 +112,7 @@ def test_the_wheel_ships_no_test_entry_point_and_the_test_build_has_them(wheel, 
     import tensorflow_lms_allocator._engine as engine_module
 
     built = exported(Path(engine_module.__file__).parent / "libtf_lms_adapter.so")
-    assert len([name for name in built if name.startswith(TEST_ENTRY_POINTS)]) == 11
+    assert len([name for name in built if name.startswith(TEST_ENTRY_POINTS)]) == 12
 
 
 def test_the_installed_wheel_trains_over_the_cap_in_a_fresh_environment(user_env):

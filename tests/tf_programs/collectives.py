@@ -43,6 +43,17 @@ def two_participants() -> tuple[tf.Tensor, tf.Tensor]:
     return a, b
 
 
+def finish(waiting: threading.Thread, b: tf.Tensor, out: dict[str, tf.Tensor],
+           result: dict) -> None:
+    """Records whether A still waits, brings B, and checks both results."""
+    result["a_still_waiting"] = waiting.is_alive()
+    reduce("CPU:1", b, out, "b")
+    waiting.join()
+    expected = tf.range(ELEMENTS, dtype=tf.int32) * 4
+    result["a_right"] = bool(tf.reduce_all(out["a"] == expected))
+    result["b_right"] = bool(tf.reduce_all(out["b"] == expected))
+
+
 def main() -> None:
     a, b = two_participants()
     out: dict[str, tf.Tensor] = {}
@@ -60,12 +71,7 @@ def main() -> None:
     stats = lms.get_statistics("CPU:0")
     result["evictions_while_waiting"] = stats["num_evictions"] - evictions
     result["active_under_pressure"] = stats["bytes_active"]
-    result["a_still_waiting"] = waiting.is_alive()
-    reduce("CPU:1", b, out, "b")
-    waiting.join()
-    expected = tf.range(ELEMENTS, dtype=tf.int32) * 4
-    result["a_right"] = bool(tf.reduce_all(out["a"] == expected))
-    result["b_right"] = bool(tf.reduce_all(out["b"] == expected))
+    finish(waiting, b, out, result)
     del pressure
     result["active_after"] = lms.get_statistics("CPU:0")["bytes_active"]
     result["unpinned_touches"] = len(lms.unpinned_touches())

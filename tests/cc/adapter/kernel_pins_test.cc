@@ -30,6 +30,30 @@ bool Holds(const tensorflow::Tensor& t, uint64_t seed) {
   return lms::VerifyPattern(t.data(), t.TotalBytes(), seed) == -1;
 }
 
+// Another kernel, on a thread of its own, holding `inputs` pinned from its
+// construction (which returns once they are pinned) for `hold`; Join (or the
+// destructor) waits for it to end.
+class KernelElsewhere {
+ public:
+  KernelElsewhere(lms::KernelPins* pins, std::vector<tensorflow::Tensor*> inputs,
+                  std::chrono::milliseconds hold)
+      : thread_([this, pins, inputs, hold] {
+          Context kernel(pins, inputs);
+          holding_ = true;
+          std::this_thread::sleep_for(hold);
+        }) {
+    while (!holding_) std::this_thread::yield();
+  }
+  ~KernelElsewhere() { Join(); }
+  void Join() {
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  std::atomic<bool> holding_{false};  // before thread_, which sets it
+  std::thread thread_;
+};
+
 TEST(AnAllocationOutsideAKernelIsUnclaimedUntilAKernelPinsIt) {
   auto device = MakeDevice("outside", 16);
   ASSERT_TRUE(device != nullptr);
@@ -101,20 +125,14 @@ TEST(AKernelsRequestWaitsForAnotherKernelToReleaseItsInputs) {
   auto device = MakeDevice("waits", 8);
   ASSERT_TRUE(device != nullptr);
   tensorflow::Tensor a = MakeTensor(*device, 6);
-  std::atomic<bool> holding{false};
-  std::thread other([&] {
-    Context kernel(device->pins(), {&a});
-    holding = true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  });  // the other kernel ends here, unpinning a
-  while (!holding) std::this_thread::yield();
+  KernelElsewhere other(device->pins(), {&a}, std::chrono::milliseconds(200));
   tensorflow::Tensor b;
   {
     Context kernel(device->pins(), {});
     b = MakeTensor(*device, 6);  // fits once a is unpinned and evicted
     EXPECT_TRUE(!Info(*device, b).evicted);
   }
-  other.join();
+  other.Join();
   EXPECT_TRUE(Info(*device, a).evicted);
   EXPECT_TRUE(device->pins()->NumWaits() >= 1);
   EXPECT_EQ(device->pins()->NumDeadlocks(), 0);
@@ -198,20 +216,14 @@ TEST(ACountOfContextsIsPerDevice) {
   EXPECT_EQ(gpu0->pins()->ThreadLiveContexts(), 1);
   EXPECT_EQ(gpu1->pins()->ThreadLiveContexts(), 0);
   EXPECT_TRUE(gpu0->pins()->InKernel() && !gpu1->pins()->InKernel());
-  std::atomic<bool> holding{false};
-  std::thread other([&] {
-    Context kernel(gpu1->pins(), {&a});
-    holding = true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  });
-  while (!holding) std::this_thread::yield();
+  KernelElsewhere other(gpu1->pins(), {&a}, std::chrono::milliseconds(200));
   {
     Context kernel(gpu1->pins(), {});
     tensorflow::Tensor b = MakeTensor(*gpu1, 6);  // fits once a is released
     EXPECT_TRUE(!Info(*gpu1, b).evicted);
     EXPECT_EQ(Info(*gpu1, b).pin_count, 1u);  // joined this thread's kernel on gpu1
   }
-  other.join();
+  other.Join();
   EXPECT_TRUE(gpu1->pins()->NumWaits() >= 1);
   EXPECT_EQ(gpu1->engine().GetStatistics().num_overflow_placements, 0);
   EXPECT_EQ(Info(*gpu0, held).pin_count, 1u);
@@ -224,13 +236,7 @@ template <typename Request>
 std::chrono::milliseconds OnAnEventThreadWhileAnotherKernelHolds(lms::LmsDevice& device,
                                                                  tensorflow::Tensor& a,
                                                                  Request request) {
-  std::atomic<bool> holding{false};
-  std::thread other([&] {
-    Context kernel(device.pins(), {&a});
-    holding = true;
-    std::this_thread::sleep_for(std::chrono::seconds(2));
-  });
-  while (!holding) std::this_thread::yield();
+  KernelElsewhere other(device.pins(), {&a}, std::chrono::milliseconds(2000));
   std::chrono::milliseconds took{0};
   std::thread event([&] {
     pthread_setname_np(pthread_self(), "tf_Device_Event");
@@ -240,7 +246,7 @@ std::chrono::milliseconds OnAnEventThreadWhileAnotherKernelHolds(lms::LmsDevice&
         std::chrono::steady_clock::now() - start);
   });
   event.join();
-  other.join();
+  other.Join();
   return took;
 }
 
@@ -305,16 +311,10 @@ TEST(ACopysPinOnAnEventThreadNeverWaitsForOtherKernels) {
   EXPECT_TRUE(took < std::chrono::milliseconds(1000));
   EXPECT_TRUE(status.code() == lms::StatusCode::kResourceExhausted);
   // Off the event threads the same pin waits for the release, and succeeds.
-  std::atomic<bool> holding{false};
-  std::thread other([&] {
-    Context kernel(device->pins(), {&a});
-    holding = true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  });
-  while (!holding) std::this_thread::yield();
+  KernelElsewhere other(device->pins(), {&a}, std::chrono::milliseconds(200));
   uint64_t unit_id = 0;
   EXPECT_TRUE(device->pins()->PinForCopy(b.data(), &unit_id).ok());
-  other.join();
+  other.Join();
   EXPECT_TRUE(device->engine().Unpin(b.data(), unit_id).ok());
 }
 
@@ -322,18 +322,12 @@ TEST(AWaitForOtherKernelsIsCountedWithTheLongest) {
   auto device = MakeDevice("wait_statistics", 8);
   ASSERT_TRUE(device != nullptr);
   tensorflow::Tensor a = MakeTensor(*device, 6);
-  std::atomic<bool> holding{false};
-  std::thread other([&] {
-    Context kernel(device->pins(), {&a});
-    holding = true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  });
-  while (!holding) std::this_thread::yield();
+  KernelElsewhere other(device->pins(), {&a}, std::chrono::milliseconds(300));
   {
     Context kernel(device->pins(), {});
     tensorflow::Tensor b = MakeTensor(*device, 6);
   }
-  other.join();
+  other.Join();
   const lms::Statistics stats = device->engine().GetStatistics();
   EXPECT_TRUE(stats.num_kernel_waits >= 1);
   EXPECT_TRUE(stats.time_longest_kernel_wait_ns >= 200'000'000);
