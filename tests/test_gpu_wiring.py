@@ -179,6 +179,8 @@ def test_two_gpus_split_the_host_memory_limit_and_each_can_use_its_half():
     # 32 MiB resident and 128 MiB in host memory each, 8 MiB at a time.
     assert run.result["held"] == {"GPU:0": 20, "GPU:1": 20}
     assert run.result["host_bytes_in_use"] == {"GPU:0": 128 * MIB, "GPU:1": 128 * MIB}
+    # TensorFlow's view of each GPU's memory: its device memory and its share.
+    assert run.result["tensorflow_bytes_limit"] == {"GPU:0": 160 * MIB, "GPU:1": 160 * MIB}
     assert run.result["violations"] == ""
 
 

@@ -3,10 +3,12 @@
 Each mutation removes one part of the stream protocol (Note [Stream protocol]
 in backends/cuda_backend.h), of the access rules for several GPUs (Note
 [Access to mapped memory]) or of the host budget they share from a copy of
-one backend source or header, builds the
-test against that copy and runs it over the fake driver. The check
-passes only if every named test fails under its mutation (and no other test
-does); production sources are never touched.
+one backend source or header, builds the test against that copy and runs it
+over the fake driver. The check
+passes only if every named test fails under its mutation and no other test
+does, except tests named as racing it (a mutation that unorders copies
+makes such a test fail only when the race shows); production sources are
+never touched.
 
 Usage: python tests/cc/mutation_check.py BUILD_DIR CXX FAKE_DRIVER [NAME...]
 (NAMEs: only those mutations, for iterating on one.)
@@ -36,6 +38,7 @@ LATE_STREAM = "AStreamFencedAfterAnEvictionWaitsForItsCopy"
 FREED_AFTER_FENCE = "AGranuleFreedBeforeACompletedFenceIsTakenWithoutAHostWait"
 OTHER_GPU_STREAM = "AStreamOfAnotherGpuIsFencedWithAnEventOfItsOwnContext"
 PEER = "APeerGpuReachesATensorThroughEveryRemap"
+NO_P2P = "PeersWithoutAPeerPathAreNotGrantedAndEveryRemapWorks"
 SETUP = SRC / "backends/cuda_backend_setup.cc"
 BUDGET = SRC / "backends/pinned_host_budget.h"
 HOST_LOCATION = "HostMemoryIsMadeAtTheGpusNumaNodeOrWhereTheDriverAcceptsIt"
@@ -63,7 +66,11 @@ MUTATIONS = {
     # its copy has read them.
     "batch-without-stream-wait": (
         STREAMS, "driver_->cuStreamWaitEvent(fenced.first, copies_done_, 0)",
-        "cu::CUDA_SUCCESS /* MUTATION */", {PAGE_IN_READ, EVICTION_IN_FLIGHT, PIN_ALL, PEER}),
+        "cu::CUDA_SUCCESS /* MUTATION */",
+        {PAGE_IN_READ, EVICTION_IN_FLIGHT, PIN_ALL, PEER},
+        # Its page-ins race the copies the mutation leaves unordered: it
+        # fails when a kernel's read overtakes one (most runs, not all).
+        {NO_P2P}),
     # A stream fenced after an eviction never waits for its copy.
     "late-stream-not-ordered": (
         STREAMS, "driver_->cuStreamWaitEvent(stream, queued, 0)",
@@ -84,7 +91,7 @@ MUTATIONS = {
     "fence-event-in-the-backends-context": (
         STREAMS, "ScopedCudaContext in_stream_context(*driver_, stream_context);",
         "ScopedCudaContext in_stream_context(*driver_, context_);  // MUTATION",
-        {OTHER_GPU_STREAM, PEER}),
+        {OTHER_GPU_STREAM, PEER, NO_P2P}),
     # Host memory taken at the first location the attributes allow, without
     # creating any (Note [Where host memory is made]).
     "host-location-not-probed": (
@@ -111,12 +118,12 @@ MUTATIONS = {
     # peer test fences the peer's stream, so the fence mutations fail it too.)
     "peers-not-granted": (
         SETUP, "    access_.push_back({{cu::CU_MEM_LOCATION_TYPE_DEVICE, device}, rw});\n",
-        "    // MUTATION\n", {PEER, "PeersWithoutAPeerPathAreNotGrantedAndEveryRemapWorks"}),
+        "    // MUTATION\n", {PEER, NO_P2P}),
     # Every peer TensorFlow names granted, whether or not it can reach this
     # GPU: cuMemSetAccess refuses the pair, so every Map fails.
     "peers-not-filtered": (
         SETUP, "    if (can_access == 0) {\n", "    if (false) {  // MUTATION\n",
-        {"PeersWithoutAPeerPathAreNotGrantedAndEveryRemapWorks"}),
+        {NO_P2P}),
 }
 
 
@@ -130,9 +137,10 @@ def main() -> int:
     build.mkdir(parents=True, exist_ok=True)
     engine = [str(p) for p in sorted((SRC / "engine").glob("*.cc"))]
     ok = True
-    for name, (source, find, replace, must_fail) in MUTATIONS.items():
+    for name, (source, find, replace, must_fail, *rest) in MUTATIONS.items():
         if name not in only:
             continue
+        may_fail = rest[0] if rest else set()
         original = source.read_text()
         if original.count(find) != 1:
             print(f"{name}: the text to mutate is not in {source} once; update this check")
@@ -158,10 +166,12 @@ def main() -> int:
                              env={**os.environ, "TF_LMS_CUDA_DRIVER_PATH": fake})
         failed = {line[7:].strip() for line in run.stdout.splitlines()
                   if line.startswith("[FAIL]")}
-        verdict = "as expected" if failed == must_fail else "NOT AS EXPECTED"
-        ok &= failed == must_fail
+        expected = must_fail <= failed <= must_fail | may_fail
+        verdict = "as expected" if expected else "NOT AS EXPECTED"
+        ok &= expected
         print(f"== mutation {name}: failed {sorted(failed)} ({verdict}; "
-              f"expected {sorted(must_fail)})")
+              f"expected {sorted(must_fail)}" +
+              (f", maybe also {sorted(may_fail)})" if may_fail else ")"))
         # Failed expectations and the fake's violations, not the passing noise.
         for line in run.stdout.splitlines():
             if not line.startswith("[ OK ]") and "message:" not in line and \

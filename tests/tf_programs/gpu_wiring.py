@@ -200,6 +200,11 @@ def split() -> None:
     result["held"] = {name: len(p) for name, p in held.items()}
     result["host_bytes_in_use"] = {name: lms.get_statistics(name)["host_bytes_in_use"]
                                    for name in held}
+    limit = ctypes.c_int64()
+    result["tensorflow_bytes_limit"] = {}
+    for name in held:
+        lib.tf_lms_test_tensorflow_bytes_limit(name.encode(), ctypes.byref(limit))
+        result["tensorflow_bytes_limit"][name] = limit.value
     for name, pointers in held.items():
         for ptr in pointers:
             lib.tf_lms_test_deallocate_raw(name.encode(), ptr)
