@@ -49,13 +49,14 @@ def test_mirrored_strategy_on_two_logical_devices_trains_under_a_cap_with_lms(
     assert run.result["weights"] == mirrored_stock["weights"]
 
 
-def test_mirrored_strategy_with_concurrent_kernels_under_pressure_waits_under_a_second():
+def test_mirrored_strategy_with_concurrent_kernels_under_pressure_trains_with_short_waits():
     # Four inter-op threads run both replicas' kernels at once on a 32 MiB
     # device; asynchronous kernels (collectives, function calls) count as
     # blocked for the deadlock rule (Note [Asynchronous kernels wait for
     # others] in kernel_pins.h). Before, a request waited out the 10 s retry
     # budget and the step failed with an out-of-memory error; measured since:
-    # the longest wait about 0.5 s.
+    # the longest wait 0.5 s on an idle machine, 0.8 s beside another build
+    # (a wait for a running kernel's release lasts as long as that kernel).
     run = run_program("mirrored.py", "--steps", "4",
                       env={"TF_LMS_CPU_DEVICE_MEMORY_MB": "32", "TF_LMS_ENABLED": "1",
                            "LMS_TEST_INTER_OP_THREADS": "4"})
@@ -63,7 +64,7 @@ def test_mirrored_strategy_with_concurrent_kernels_under_pressure_waits_under_a_
     stats = run.result["stats"]
     assert stats["bytes_reclaimed"] > 0 and stats["num_kernel_waits"] > 0
     print("longest wait for other kernels:", stats["time_longest_kernel_wait_ns"] / 1e9, "s")
-    assert stats["time_longest_kernel_wait_ns"] < 1.5e9
+    assert stats["time_longest_kernel_wait_ns"] < 3e9
 
 
 def test_a_kernel_that_cannot_fit_beside_a_waiting_collective_is_served_at_once():

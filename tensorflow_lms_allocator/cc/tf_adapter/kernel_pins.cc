@@ -156,15 +156,18 @@ void KernelPins::OnContextCreated(void* context, void* params) {
   // counts itself, then looks for waiters; a waiter takes its ticket, then
   // counts live contexts: of the two, at least one sees the other (both
   // sequentially consistent), so either this kernel holds back or the waiter
-  // waits for it. An asynchronous kernel joins async_contexts_ after
-  // live_contexts_ and leaves it before (waiters read them in that order).
+  // waits for it.
   live_contexts_.fetch_add(1);
-  if (entry.async) async_contexts_.fetch_add(1);
   const bool waiters = num_waiting_.load() > 0;
   const Status s = waiters ? Status::Ok() : PinInputs(ctx, params, &entry.pins);
   if (__builtin_expect(waiters || s.code() == StatusCode::kResourceExhausted, 0)) {
     PinInputsTakingTurns(ctx, params, &entry.pins);
   }
+  // An asynchronous kernel counts as blocked once its inputs are pinned
+  // (while it takes turns for them it is not even counted live). It joins
+  // async_contexts_ after live_contexts_ and leaves it before, so a waiter,
+  // which reads them in that order, never counts it blocked and not live.
+  if (entry.async) async_contexts_.fetch_add(1);
   ThreadContexts& thread = ThisThread();
   const uint64_t serial = ++thread.last_serial;
   // name_view() views the NodeDef's std::string, so its data() ends in a

@@ -59,9 +59,10 @@
 // function call waiting for the kernels of its body, an iterator waiting for
 // its input pipeline. What it pinned comes back only when what it waits
 // for happens, often a kernel that needs memory itself, so for the deadlock
-// rule (Note [Taking turns], rule 3) such a context counts as blocked for
-// its whole life (async_contexts_), and never as the waiting thread's own
-// (which the waiter's Turn counts as blocked besides). Counting it as a
+// rule (Note [Taking turns], rule 3) such a context counts as blocked from
+// when its inputs are pinned until it ends (async_contexts_), and never as
+// the waiting thread's own (which the waiter's Turn counts as blocked
+// besides). Counting it as a
 // running kernel that will release made a request that could not fit wait
 // the whole kRetryBudget (measured: two 10 s waits in one collective), and
 // every new kernel up to kTurnWait meanwhile. A release by it still wakes
@@ -190,11 +191,14 @@ class KernelPins {
       // too: a kernel unpins before it stops counting, so the attempt after
       // the last one ended sees its memory, and a release after the read
       // wakes the wait below.
-      const int64_t live = live_contexts_.load();
       // Asynchronous kernels count as blocked (Note [Asynchronous kernels
-      // wait for others]); read after live_contexts_, which a context
-      // joins first and leaves last, so `blocked` is never short of them.
-      const int64_t blocked = blocked_contexts_.load() + async_contexts_.load();
+      // wait for others]). A context joins live_contexts_ before
+      // async_contexts_ and leaves it after, so reading async_contexts_
+      // first never counts a kernel blocked that `live` misses (which could
+      // take a running kernel's wait for a deadlock).
+      const int64_t async = async_contexts_.load();
+      const int64_t live = live_contexts_.load();
+      const int64_t blocked = blocked_contexts_.load() + async;
       uint64_t epoch = engine_->ReleaseEpoch();
       const bool oldest = turn.oldest();
       if (oldest) {
@@ -386,8 +390,8 @@ class KernelPins {
   LiveVariables live_variables_;
   Shard shards_[kShards];
   std::atomic<int64_t> live_contexts_{0};
-  // Live contexts of asynchronous kernels, a subset of live_contexts_ (Note
-  // [Asynchronous kernels wait for others]).
+  // Live contexts of asynchronous kernels whose inputs are pinned, a subset
+  // of live_contexts_ (Note [Asynchronous kernels wait for others]).
   std::atomic<int64_t> async_contexts_{0};
   std::mutex turn_mu_;
   std::condition_variable turn_cv_;
