@@ -427,17 +427,23 @@ def test_an_optional_request_evicts_within_a_sixteenth_of_the_device_a_step(make
     # Note [Optional requests]: such a request evicts as any other, up to a
     # sixteenth of the device per TensorFlow step, and is never born evicted.
     engine = make_engine(32, 64)  # an allowance of 2 granules a step
-    held = [engine.allocate(3 * GRANULE) for _ in range(10)]  # 30 of 32 granules, inactive
+    big = engine.allocate(3 * GRANULE)  # the least recently used
+    held = [engine.allocate(2 * GRANULE) for _ in range(14)]  # 31 of 32 granules, inactive
+    engine.fill_pattern(big, 3 * GRANULE, 99)
     for i, t in enumerate(held):
-        engine.fill_pattern(t, 3 * GRANULE, i)
-    scratch = [engine.allocate(2 * GRANULE, pin=True, optional=True, step=1)]  # free memory
+        engine.fill_pattern(t, 2 * GRANULE, i)
     before = engine.stats()
-    assert before["bytes_evicted_for_optional"] == 0
-    # Only an eviction serves the next one: one victim of 3 granules.
-    scratch.append(engine.allocate(2 * GRANULE, pin=True, optional=True, step=1))
+    # One granule short, but the victim would be 3 granules: over the
+    # allowance, so nothing is evicted and the request is refused.
+    with pytest.raises(OutOfMemoryError):
+        engine.allocate(2 * GRANULE, pin=True, optional=True, step=1)
+    assert engine.stats()["num_evictions"] == before["num_evictions"]
+    engine.unpin(big, engine.pin(big))  # now the most recently used
+    # The victim is a 2-granule tensor: within the allowance.
+    scratch = [engine.allocate(2 * GRANULE, pin=True, optional=True, step=1)]
     after = engine.stats()
     assert after["num_evictions"] - before["num_evictions"] == 1
-    assert after["bytes_evicted_for_optional"] == 3 * GRANULE
+    assert after["bytes_evicted_for_optional"] == 2 * GRANULE
     # The step's allowance is spent: refused, with nothing evicted or born evicted.
     with pytest.raises(OutOfMemoryError):
         engine.allocate(2 * GRANULE, pin=True, optional=True, step=1)
@@ -445,20 +451,22 @@ def test_an_optional_request_evicts_within_a_sixteenth_of_the_device_a_step(make
     with pytest.raises(OutOfMemoryError):
         engine.allocate(1000, pin=True, optional=True, step=1)  # a small one needs a page
     refused = engine.stats()
-    assert refused["num_optional_refused"] - after["num_optional_refused"] == 2
+    assert refused["num_optional_refused"] - before["num_optional_refused"] == 3
     assert refused["num_evictions"] == after["num_evictions"]
     assert refused["num_born_evicted"] == before["num_born_evicted"]
     # The next step has its own allowance.
-    scratch.append(engine.allocate(GRANULE, pin=True, optional=True, step=2))
-    assert engine.stats()["bytes_evicted_for_optional"] == 6 * GRANULE
+    scratch.append(engine.allocate(2 * GRANULE, pin=True, optional=True, step=2))
+    assert engine.stats()["bytes_evicted_for_optional"] == 4 * GRANULE
     assert sum(engine.inspect(t)["evicted"] for t in held) == 2
+    assert not engine.inspect(big)["evicted"]
+    assert engine.verify_pattern(big, 3 * GRANULE, 99) == -1
     for i, t in enumerate(held):
-        assert engine.verify_pattern(t, 3 * GRANULE, i) == -1
+        assert engine.verify_pattern(t, 2 * GRANULE, i) == -1
     for p in scratch:
         assert not engine.inspect(p)["evicted"]
         engine.unpin(p, engine.inspect(p)["unit_id"])
         engine.free(p)
-    for t in held:
+    for t in [big, *held]:
         engine.free(t)
 
 

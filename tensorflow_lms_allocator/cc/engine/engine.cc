@@ -130,10 +130,8 @@ void* Engine::Allocate(size_t bytes, Hold hold, Status* status,
                   ? AllocateSmall(bytes, hold, optional, status, unit_id)
                   : AllocateLarge(bytes, hold, optional, status, unit_id);
   if (optional) {
-    // What this request's reclaims evicted (the lock was held throughout,
-    // or released only inside them: other threads' evictions count in
-    // their own requests' deltas only when they ran in between, a
-    // conservative error that shrinks the allowance).
+    // What this request's reclaims evicted (an optional request keeps the
+    // lock throughout: PlaceOptionalUnit).
     const int64_t evicted = stats_.bytes_reclaimed - reclaimed_before;
     optional_evicted_ += evicted;
     stats_.bytes_evicted_for_optional += evicted;
@@ -178,9 +176,14 @@ void* Engine::AllocateLarge(size_t bytes, Hold hold, bool optional, Status* stat
   }
   const bool may_evict =
       optional ? OptionalMayEvict(n) : hold != Hold::kWriter || WriterMayEvict(n);
-  if (may_evict) MakeRoomUnlocked(n);
-  const ChunkId c = PlaceUnit(n, hold, may_evict,
-                              /*may_be_born_evicted=*/!optional && hold != Hold::kPin, status);
+  ChunkId c;
+  if (optional && may_evict) {
+    c = PlaceOptionalUnit(n, hold, status);
+  } else {
+    if (may_evict) MakeRoomUnlocked(n);
+    c = PlaceUnit(n, hold, may_evict,
+                  /*may_be_born_evicted=*/!optional && hold != Hold::kPin, status);
+  }
   if (c == kNoChunk) return nullptr;
   if (learning_) {
     learned_.SetKey(c, LearnedPolicy::Key(StrictMonitor::ThreadLabel(), bytes,
@@ -628,15 +631,31 @@ void Engine::NoteKernelWait(int64_t nanos) {
   stats_.time_longest_kernel_wait_ns = std::max(stats_.time_longest_kernel_wait_ns, nanos);
 }
 
+uint64_t Engine::OptionalAllowanceLeft() const {
+  // Note [Optional requests]: a sixteenth of the device a step.
+  const int64_t allowance = static_cast<int64_t>(device_pool_.capacity() * granule_ / 16);
+  return allowance > optional_evicted_
+             ? static_cast<uint64_t>(allowance - optional_evicted_) / granule_
+             : 0;
+}
+
 bool Engine::OptionalMayEvict(uint64_t granules) const {
-  // Note [Optional requests]: a sixteenth of the device a step, counting
-  // what the request cannot take from free (or cached) device memory.
+  // What the request cannot take from free (or cached) device memory must
+  // fit what is left; the victims are checked against it when planned.
   const uint64_t room =
       device_pool_.free_count() + (defrag_enabled_ ? backing_.cached_count() : 0);
   const uint64_t short_of = granules > room ? granules - room : 0;
-  const int64_t allowance = static_cast<int64_t>(device_pool_.capacity() * granule_ / 16);
-  return lms_enabled_ &&
-         optional_evicted_ + static_cast<int64_t>(short_of * granule_) <= allowance;
+  return lms_enabled_ && short_of <= OptionalAllowanceLeft();
+}
+
+ChunkId Engine::PlaceOptionalUnit(uint64_t n, Hold hold, Status* status) {
+  // No MakeRoomUnlocked: it may release the lock, and other threads'
+  // reclaims must never see the cap.
+  reclaim_cap_granules_ = OptionalAllowanceLeft();
+  const ChunkId c = PlaceUnit(n, hold, /*may_evict=*/true,
+                              /*may_be_born_evicted=*/false, status);
+  reclaim_cap_granules_ = kNoReclaimCap;
+  return c;
 }
 
 Status Engine::Evict(const void* ptr) {

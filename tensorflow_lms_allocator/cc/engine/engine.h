@@ -373,6 +373,12 @@ class Engine {
   // [Optional requests]): what free device memory lacks for it is within
   // the step's allowance.
   bool OptionalMayEvict(uint64_t granules) const LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The granules of the step's allowance optional requests have not used.
+  uint64_t OptionalAllowanceLeft() const LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // PlaceUnit for an optional request that may evict: its reclaims evict at
+  // most OptionalAllowanceLeft() granules, under the lock throughout.
+  ChunkId PlaceOptionalUnit(uint64_t n, Hold hold, Status* status)
+      LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Places a unit of `n` slots backed by device granules (mapping what the
   // cache does not cover; evicting for them if `may_evict`), tracked as
   // `hold` says (Hold::kWriter: holding one unclaimed allocation); with
@@ -670,6 +676,11 @@ class Engine {
   // evicted in it (Note [Optional requests]).
   int64_t optional_step_ LMS_GUARDED_BY(mu_) = 0;
   int64_t optional_evicted_ LMS_GUARDED_BY(mu_) = 0;
+  // While an optional request places its unit (the lock held throughout,
+  // so no other thread's reclaim sees it): the granules its reclaims may
+  // still evict. A plan whose victims exceed it evicts nothing.
+  static constexpr uint64_t kNoReclaimCap = ~uint64_t{0};
+  uint64_t reclaim_cap_granules_ LMS_GUARDED_BY(mu_) = kNoReclaimCap;
   // Granules out of their pool for good, by PoolKind, since they may still
   // be mapped at a slot: host granules whose unmap failed when their unit was
   // freed, and those of a remap whose restore failed (RestoreMapping).

@@ -102,6 +102,14 @@ bool Engine::Reclaim(uint64_t needed, bool may_unlock, Status* status) {
                       : PlanReclaim(residency_, needed, &plan);
   }
   if (!planned) return false;
+  if (reclaim_cap_granules_ != kNoReclaimCap) {
+    // An optional request's reclaim (Note [Optional requests]): its victims
+    // are whole units, and one may be far larger than what it lacks.
+    uint64_t granules = 0;
+    for (ChunkId victim : plan.victims) granules += residency_.record(victim).granules;
+    if (granules > reclaim_cap_granules_) return false;
+    reclaim_cap_granules_ -= granules;
+  }
   *status = EvictChunks(plan.victims, may_unlock);
   ++(plan.single ? stats_.num_single_reclaims : stats_.num_full_reclaims);
   if (learned) ++stats_.num_learned_reclaims;

@@ -200,7 +200,7 @@ Status Engine::NewSmallPage(Hold hold, int size_class, uint64_t* segment,
   // or is born evicted (Note [Writer pages]); one for an optional request
   // evicts within its step's allowance (Note [Optional requests]).
   const bool may_evict = optional ? OptionalMayEvict(1) : hold != Hold::kWriter;
-  if (may_evict) MakeRoomUnlocked(1);
+  if (may_evict && !optional) MakeRoomUnlocked(1);
   if (!small_.TakeSegment(segment)) {
     return ResourceExhausted("the small-object region has no room for another "
                              "page (" + std::to_string(small_.live_pages()) +
@@ -209,8 +209,10 @@ Status Engine::NewSmallPage(Hold hold, int size_class, uint64_t* segment,
   Status s;
   // Tracked unheld: the object placed in it next holds it as `hold` says.
   const ChunkId c =
-      PlaceUnit(1, Hold::kNone, may_evict,
-                /*may_be_born_evicted=*/!optional && hold != Hold::kPin, &s);
+      optional && may_evict
+          ? PlaceOptionalUnit(1, Hold::kNone, &s)
+          : PlaceUnit(1, Hold::kNone, may_evict,
+                      /*may_be_born_evicted=*/!optional && hold != Hold::kPin, &s);
   if (c == kNoChunk) {
     small_.ReturnSegment(*segment);
     return s;

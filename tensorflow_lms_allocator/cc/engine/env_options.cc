@@ -268,8 +268,10 @@ Status ReadSettingsFromEnv(Settings* out, std::vector<std::string>* notes) {
   // The host pool is a sparse file (pinned memory made as evictions need it,
   // on a GPU): TensorFlow's 64 GiB default costs nothing until evicted
   // tensors fill it, but it is capped at the machine's memory so that the
-  // default is itself a valid value, and at the cgroup's so that a container
-  // gets LMS's out-of-memory error rather than the kernel's OOM killer.
+  // default is itself a valid value, and at the cgroup's so that it is one
+  // in a container too. (The cgroup's limit covers the whole process, so
+  // evicted tensors filling all of it would still meet the kernel's OOM
+  // killer first: a container that evicts much wants a smaller setting.)
   engine.host_bytes =
       DefaultHostLimitBytes(s.granule_bytes, machine, ProcessCgroupMemoryLimitBytes());
   LMS_RETURN_IF_ERROR(

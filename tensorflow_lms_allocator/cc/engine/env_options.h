@@ -210,9 +210,9 @@ Status CheckMemorySetting(const char* name, size_t* bytes, size_t granule_bytes,
 // TF_GPU_HOST_MEM_LIMIT_IN_MB's default on a machine with `machine_bytes`
 // in a cgroup limited to `cgroup_bytes` (0: no limit, CgroupMemoryLimitBytes):
 // TensorFlow's 64 GiB, or the smaller of the two memories if less, rounded
-// down to whole granules (so the default is valid on every machine, and a
-// container's evicted tensors meet a clean out-of-memory error of LMS's
-// before the kernel's OOM killer).
+// down to whole granules (so the default is valid on every machine and in
+// every container; the cgroup's limit covers the whole process, so a pool
+// that filled it would still meet the kernel's OOM killer first).
 size_t DefaultHostLimitBytes(size_t granule_bytes, size_t machine_bytes,
                              size_t cgroup_bytes);
 

@@ -145,7 +145,17 @@ tensorflow::Var* LookupVariable(tensorflow::OpKernelContext* ctx,
 
 KernelPins::KernelPins(Engine* engine) : engine_(engine), slot_(TakeSlot()) {}
 
-KernelPins::~KernelPins() { GiveSlot(slot_); }
+KernelPins::~KernelPins() {
+  // Contexts still live (a device destroyed under a running kernel) leave
+  // their creators' stacks, so the next device given this slot inherits
+  // none of their frames.
+  for (Shard& shard : shards_) {
+    std::lock_guard<std::mutex> lock(shard.mu);
+    for (auto& [context, entry] : shard.entries) Forget(*entry.creator, entry.serial, slot_);
+    shard.entries.clear();
+  }
+  GiveSlot(slot_);
+}
 
 void KernelPins::OnContextCreated(void* context, void* params) {
   auto* ctx = static_cast<tensorflow::OpKernelContext*>(context);
@@ -157,17 +167,15 @@ void KernelPins::OnContextCreated(void* context, void* params) {
   // counts live contexts: of the two, at least one sees the other (both
   // sequentially consistent), so either this kernel holds back or the waiter
   // waits for it.
-  live_contexts_.fetch_add(1);
+  contexts_.fetch_add(1);
   const bool waiters = num_waiting_.load() > 0;
   const Status s = waiters ? Status::Ok() : PinInputs(ctx, params, &entry.pins);
   if (__builtin_expect(waiters || s.code() == StatusCode::kResourceExhausted, 0)) {
     PinInputsTakingTurns(ctx, params, &entry.pins);
   }
   // An asynchronous kernel counts as blocked once its inputs are pinned
-  // (while it takes turns for them it is not even counted live). It joins
-  // async_contexts_ after live_contexts_ and leaves it before, so a waiter,
-  // which reads them in that order, never counts it blocked and not live.
-  if (entry.async) async_contexts_.fetch_add(1);
+  // (while it takes turns for them it is not even counted live).
+  if (entry.async) contexts_.fetch_add(kAsyncUnit);
   ThreadContexts& thread = ThisThread();
   const uint64_t serial = ++thread.last_serial;
   // name_view() views the NodeDef's std::string, so its data() ends in a
@@ -191,8 +199,7 @@ void KernelPins::OnContextCreated(void* context, void* params) {
   if (replaced.creator != nullptr) {
     Forget(*replaced.creator, replaced.serial, slot_);
     UnpinAll(replaced.pins);
-    if (replaced.async) async_contexts_.fetch_sub(1);
-    live_contexts_.fetch_sub(1);
+    contexts_.fetch_sub(replaced.async ? kAsyncUnit + 1 : 1);
   }
   {
     std::lock_guard<std::mutex> lock(thread.mu);
@@ -217,8 +224,7 @@ void KernelPins::OnContextDestroyed(void* context) {
   // memory (RetryWhileOthersRelease) makes its last attempt after the count
   // drops, and must find the memory released by then.
   UnpinAll(entry.pins);
-  if (entry.async) async_contexts_.fetch_sub(1);
-  live_contexts_.fetch_sub(1);
+  contexts_.fetch_sub(entry.async ? kAsyncUnit + 1 : 1);
   const char* enclosing_label = Forget(*entry.creator, entry.serial, slot_);
   if (entry.creator.get() == t_contexts) {
     // Back to the enclosing kernel's label, or none. (A context destroyed on
@@ -347,7 +353,11 @@ int64_t KernelPins::CurrentStep() const {
 
 Status KernelPins::PinForCopy(const void* data, uint64_t* unit_id) {
   Outcome outcome;
-  return RetryWhileOthersRelease([&] { return engine_->Pin(data, unit_id); }, &outcome);
+  // A copy that cannot be pinned fails: no deadlock verdict, it waits for
+  // asynchronous kernels too.
+  return RetryWhileOthersRelease([&] { return engine_->Pin(data, unit_id); }, &outcome,
+                                 /*releases_on_failure=*/false,
+                                 /*deadlock_fallback=*/false);
 }
 
 void KernelPins::RecordAllocation(const void* ptr, uint64_t unit_id) {
@@ -449,14 +459,14 @@ __attribute__((noinline)) void KernelPins::PinInputsTakingTurns(
   const auto release = [&] {
     UnpinAll(*pins);
     pins->clear();
-    live_contexts_.fetch_sub(1);
+    contexts_.fetch_sub(1);
   };
   release();
   if (num_waiting_.load() > 0) AwaitTurn();
   Outcome outcome;
   Status s = RetryWhileOthersRelease(
       [&] {
-        live_contexts_.fetch_add(1);
+        contexts_.fetch_add(1);
         Status attempt = PinInputs(ctx, params, pins);
         if (attempt.code() == StatusCode::kResourceExhausted) release();
         return attempt;
@@ -466,7 +476,7 @@ __attribute__((noinline)) void KernelPins::PinInputsTakingTurns(
   // The device cannot hold them all now (deadlocked, or after waiting
   // kRetryBudget): pin what fits and let the kernel read the rest in place.
   // The engine counts each refused pin (num_failed_pins).
-  live_contexts_.fetch_add(1);
+  contexts_.fetch_add(1);
   PinInputs(ctx, params, pins, /*all_or_none=*/false);
 }
 

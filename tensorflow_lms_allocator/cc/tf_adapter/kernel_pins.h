@@ -60,15 +60,19 @@
 // its input pipeline. What it pinned comes back only when what it waits
 // for happens, often a kernel that needs memory itself, so for the deadlock
 // rule (Note [Taking turns], rule 3) such a context counts as blocked from
-// when its inputs are pinned until it ends (async_contexts_), and never as
+// when its inputs are pinned until it ends (Async(contexts_)), and never as
 // the waiting thread's own (which the waiter's Turn counts as blocked
 // besides). Counting it as a
 // running kernel that will release made a request that could not fit wait
 // the whole kRetryBudget (measured: two 10 s waits in one collective), and
 // every new kernel up to kTurnWait meanwhile. A release by it still wakes
-// the waiters, and a verdict needs two slices without any release, so an
-// asynchronous kernel whose done comes soon (a GPU kernel finishing in an
-// event callback) is waited for.
+// the waiters, and a verdict needs two slices (2 x kTurnSlice) without any
+// release, so an asynchronous kernel whose done comes within about 100 ms
+// (a GPU kernel finishing in an event callback) is waited for; one that
+// takes longer gets a caller that serves the request otherwise. A
+// TensorFlow copy has no other way to be served (it would fail), so for
+// it asynchronous kernels count as running and it waits for them
+// (PinForCopy: RetryWhileOthersRelease's deadlock_fallback).
 //
 // Note [No waits on TensorFlow's event threads]
 // A GPU's EventMgr runs every completion callback of that GPU on its event
@@ -102,7 +106,9 @@
 // same lock, so this is a race the program has without LMS too.
 //
 // Thread-safety: all methods may be called from any thread. One KernelPins
-// serves a process (the thread stacks are per thread, not per instance).
+// serves a device (the logical devices of the emulated device share one);
+// the thread stacks are per thread and shared by every device's, each
+// frame naming its device (Note [Contexts per device]).
 #ifndef TENSORFLOW_LMS_ALLOCATOR_CC_TF_ADAPTER_KERNEL_PINS_H_
 #define TENSORFLOW_LMS_ALLOCATOR_CC_TF_ADAPTER_KERNEL_PINS_H_
 
@@ -170,9 +176,15 @@ class KernelPins {
   // (`releases_on_failure`) must not be woken by its own release: the epoch
   // is read again after it fails, and a release by another kernel in between
   // is seen at the next slice instead.
+  // `deadlock_fallback`: the caller can serve a kDeadlocked request
+  // otherwise (host memory, inputs read in place); without one (a
+  // TensorFlow copy), asynchronous kernels count as running, not blocked,
+  // and the request waits for their release (Note [Asynchronous kernels
+  // wait for others]).
   template <typename Attempt>
   Status RetryWhileOthersRelease(Attempt attempt, Outcome* outcome,
-                                 bool releases_on_failure = false) {
+                                 bool releases_on_failure = false,
+                                 bool deadlock_fallback = true) {
     *outcome = Outcome::kDone;
     Status status = attempt();
     if (status.code() != StatusCode::kResourceExhausted || !engine_->lms_enabled()) {
@@ -192,13 +204,12 @@ class KernelPins {
       // the last one ended sees its memory, and a release after the read
       // wakes the wait below.
       // Asynchronous kernels count as blocked (Note [Asynchronous kernels
-      // wait for others]). A context joins live_contexts_ before
-      // async_contexts_ and leaves it after, so reading async_contexts_
-      // first never counts a kernel blocked that `live` misses (which could
-      // take a running kernel's wait for a deadlock).
-      const int64_t async = async_contexts_.load();
-      const int64_t live = live_contexts_.load();
-      const int64_t blocked = blocked_contexts_.load() + async;
+      // wait for others]): live and asynchronous contexts are read in one
+      // load, so no kernel counts as blocked that `live` misses.
+      const int64_t contexts = contexts_.load();
+      const int64_t live = Live(contexts);
+      const int64_t blocked =
+          blocked_contexts_.load() + (deadlock_fallback ? Async(contexts) : 0);
       uint64_t epoch = engine_->ReleaseEpoch();
       const bool oldest = turn.oldest();
       if (oldest) {
@@ -254,8 +265,8 @@ class KernelPins {
 
   // For tests: live contexts of this device, those of asynchronous kernels
   // among them, and those this thread created on this device.
-  int64_t LiveContexts() const { return live_contexts_.load(std::memory_order_relaxed); }
-  int64_t AsyncContexts() const { return async_contexts_.load(std::memory_order_relaxed); }
+  int64_t LiveContexts() const { return Live(contexts_.load(std::memory_order_relaxed)); }
+  int64_t AsyncContexts() const { return Async(contexts_.load(std::memory_order_relaxed)); }
   int64_t ThreadLiveContexts() const;
   // For tests: requests that waited for memory (took a turn), and waits
   // that ended kDeadlocked.
@@ -290,7 +301,7 @@ class KernelPins {
   //      far as they fit. It then finishes and releases, and the next
   //      waiter's turn comes.
   // Invariant (what lets a waiter trust the count): a context counts in
-  // live_contexts_ whenever it holds a pin, from before its first pin to
+  // contexts_ (Live) whenever it holds a pin, from before its first pin to
   // after its last unpin. A waiter that sees no other live context knows
   // that no kernel will release memory, and fails at once (the request does
   // not fit the device). So a kernel still pinning its inputs already
@@ -308,7 +319,7 @@ class KernelPins {
     ~Turn();
     bool oldest() const;
     // The waiting thread's live contexts of synchronous kernels on this
-    // device (its asynchronous ones are counted in async_contexts_).
+    // device (its asynchronous ones are counted in Async(contexts_)).
     int64_t own() const { return own_; }
 
    private:
@@ -335,7 +346,7 @@ class KernelPins {
     // Unique among the contexts `creator` ever created: with the creator, it
     // tells a context at a reused address apart.
     uint64_t serial = 0;
-    bool async = false;  // an AsyncOpKernel's (counted in async_contexts_)
+    bool async = false;  // an AsyncOpKernel's (counted in Async(contexts_))
     std::shared_ptr<ThreadContexts> creator;
     std::vector<Pin> pins;
   };
@@ -358,7 +369,7 @@ class KernelPins {
   // The slow path of OnContextCreated (Note [Taking turns]): releases
   // `pins`, then takes turns with other waiters and pins all the inputs at
   // once, holding none while it waits; after kRetryBudget, pins what fits.
-  // On return the context is counted in live_contexts_ and holds `pins`.
+  // On return the context is counted live and holds `pins`.
   void PinInputsTakingTurns(tensorflow::OpKernelContext* ctx, void* params,
                             std::vector<Pin>* pins);
   // Pins the unit holding `data` (in the evictable range) into `pins`.
@@ -389,10 +400,14 @@ class KernelPins {
   const int slot_;
   LiveVariables live_variables_;
   Shard shards_[kShards];
-  std::atomic<int64_t> live_contexts_{0};
-  // Live contexts of asynchronous kernels whose inputs are pinned, a subset
-  // of live_contexts_ (Note [Asynchronous kernels wait for others]).
-  std::atomic<int64_t> async_contexts_{0};
+  // Live contexts (the low 32 bits: Live) and, among them, those of
+  // asynchronous kernels whose inputs are pinned (in units of kAsyncUnit:
+  // Async; Note [Asynchronous kernels wait for others]). One word, so a
+  // waiter reads both at once.
+  std::atomic<int64_t> contexts_{0};
+  static constexpr int64_t kAsyncUnit = int64_t{1} << 32;
+  static int64_t Live(int64_t contexts) { return contexts & (kAsyncUnit - 1); }
+  static int64_t Async(int64_t contexts) { return contexts >> 32; }
   std::mutex turn_mu_;
   std::condition_variable turn_cv_;
   uint64_t next_ticket_ LMS_GUARDED_BY(turn_mu_) = 0;

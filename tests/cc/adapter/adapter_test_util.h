@@ -10,6 +10,9 @@
 #include <vector>
 
 #include "harness.h"
+#include "tensorflow/core/framework/node_def.pb.h"
+#include "tensorflow/core/framework/node_properties.h"
+#include "tensorflow/core/framework/op_def.pb.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
 #include "tf_adapter/lms_device.h"
@@ -48,17 +51,49 @@ inline lms::AllocationInfo Info(lms::LmsDevice& device, const tensorflow::Tensor
   return info;
 }
 
+// An asynchronous kernel (an AsyncOpKernel, as collectives, _Recv and
+// function calls are), for a Context whose kernel waits for others: the
+// adapter asks it only AsAsync() and its name.
+class AsyncKernel : public tensorflow::AsyncOpKernel {
+ public:
+  static std::unique_ptr<AsyncKernel> Make() {
+    static const tensorflow::OpDef* const op_def = [] {
+      auto* def = new tensorflow::OpDef;  // lives as long as the kernels
+      def->set_name("LmsTestAsync");
+      return def;
+    }();
+    tensorflow::NodeDef node;
+    node.set_name("lms_test_async");
+    node.set_op("LmsTestAsync");
+    auto props = std::make_shared<const tensorflow::NodeProperties>(
+        op_def, std::move(node), tensorflow::DataTypeSlice(), tensorflow::DataTypeSlice());
+    absl::Status status;
+    tensorflow::OpKernelConstruction construction(
+        tensorflow::DeviceType("CPU"), /*device=*/nullptr, /*allocator=*/nullptr,
+        /*flib=*/nullptr, /*resource_mgr=*/nullptr, props, {}, {}, /*graph_def_version=*/0,
+        &status);
+    return std::unique_ptr<AsyncKernel>(new AsyncKernel(&construction));
+  }
+  void ComputeAsync(tensorflow::OpKernelContext*, DoneCallback done) override { done(); }
+
+ private:
+  explicit AsyncKernel(tensorflow::OpKernelConstruction* construction)
+      : tensorflow::AsyncOpKernel(construction) {}
+};
+
 // A kernel's context on `pins` while it lives: created with `inputs` as the
 // OpKernelContext hook reports one (its Params), destroyed at scope exit.
 // The context's address is only a key to the adapter, never dereferenced for
 // kernels without resource inputs.
 class Context {
  public:
-  Context(lms::KernelPins* pins, std::vector<tensorflow::Tensor*> inputs, int64_t step_id = 0)
+  Context(lms::KernelPins* pins, std::vector<tensorflow::Tensor*> inputs, int64_t step_id = 0,
+          tensorflow::OpKernel* kernel = nullptr)
       : pins_(pins) {
     for (tensorflow::Tensor* t : inputs) values_.push_back(tensorflow::TensorValue(t));
     SetInputs(params_.inputs, values_);
     params_.step_id = step_id;
+    params_.op_kernel = kernel;
     pins_->OnContextCreated(this, &params_);
   }
   ~Context() { Destroy(); }

@@ -335,4 +335,86 @@ TEST(AWaitForOtherKernelsIsCountedWithTheLongest) {
   EXPECT_TRUE(stats.time_kernel_waiting_ns >= stats.time_longest_kernel_wait_ns);
 }
 
+// An asynchronous kernel (a collective waiting for its peer) holding `a`
+// pinned on a thread of its own until Release.
+class WaitingCollective {
+ public:
+  WaitingCollective(lms::KernelPins* pins, tensorflow::Tensor* a)
+      : kernel_(lms_test::AsyncKernel::Make()), thread_([this, pins, a] {
+          Context context(pins, {a}, /*step_id=*/1, kernel_.get());
+          holding_ = true;
+          while (!released_) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }) {
+    while (!holding_) std::this_thread::yield();
+  }
+  ~WaitingCollective() { Release(); }
+  void Release() {
+    released_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  std::unique_ptr<lms_test::AsyncKernel> kernel_;
+  std::atomic<bool> holding_{false};
+  std::atomic<bool> released_{false};
+  std::thread thread_;
+};
+
+TEST(AKernelsRequestBesideAWaitingCollectiveIsServedAtOnce) {
+  // Note [Asynchronous kernels wait for others]: the collective releases
+  // only when its peer comes, which this thread brings after. Counted as a
+  // running kernel, the request waited the whole retry budget (10 s).
+  auto device = MakeDevice("beside_collective", 8);
+  ASSERT_TRUE(device != nullptr);
+  tensorflow::Tensor a = MakeTensor(*device, 6);
+  WaitingCollective collective(device->pins(), &a);
+  EXPECT_EQ(device->pins()->AsyncContexts(), 1);
+  EXPECT_EQ(device->pins()->LiveContexts(), 1);
+  const auto start = std::chrono::steady_clock::now();
+  bool evicted = false;
+  {
+    Context kernel(device->pins(), {});
+    tensorflow::Tensor b = MakeTensor(*device, 6);
+    evicted = Info(*device, b).evicted;  // placed in host memory
+    Fill(b, 4);
+    EXPECT_TRUE(Holds(b, 4));
+  }
+  EXPECT_TRUE(std::chrono::steady_clock::now() - start < std::chrono::seconds(1));
+  EXPECT_TRUE(evicted);
+  EXPECT_TRUE(device->pins()->NumDeadlocks() >= 1);
+  collective.Release();
+  EXPECT_EQ(device->pins()->AsyncContexts(), 0);
+  EXPECT_EQ(device->pins()->LiveContexts(), 0);
+}
+
+TEST(ACopysPinWaitsForAWaitingCollectiveInsteadOfFailing) {
+  // A TensorFlow copy has no other way to be served: for it the collective
+  // counts as running, and the pin waits for its release.
+  auto device = MakeDevice("copy_beside_collective", 8);
+  ASSERT_TRUE(device != nullptr);
+  tensorflow::Tensor b = MakeTensor(*device, 6);
+  Fill(b, 5);
+  { Context writer(device->pins(), {&b}); }
+  tensorflow::Tensor a;
+  {
+    Context kernel(device->pins(), {});
+    a = MakeTensor(*device, 6);  // evicts b
+  }
+  ASSERT_TRUE(Info(*device, b).evicted);
+  WaitingCollective collective(device->pins(), &a);
+  std::thread peer([&] {  // the collective's peer comes after 300 ms
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    collective.Release();
+  });
+  uint64_t unit_id = 0;
+  const lms::Status pinned = device->pins()->PinForCopy(b.data(), &unit_id);
+  peer.join();
+  EXPECT_TRUE(pinned.ok());
+  if (pinned.ok()) {
+    EXPECT_TRUE(!Info(*device, b).evicted);
+    EXPECT_TRUE(Holds(b, 5));
+    EXPECT_TRUE(device->engine().Unpin(b.data(), unit_id).ok());
+  }
+}
+
 }  // namespace
