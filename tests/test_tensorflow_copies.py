@@ -75,6 +75,20 @@ def test_a_copy_whose_tensor_cannot_be_paged_in_fails_its_done_and_is_not_enqueu
 
 
 
+def test_a_copy_on_an_event_thread_that_must_wait_is_handed_to_a_thread_that_may(copies):
+    # Note [Copies from event threads]: a running kernel fills the device and
+    # ends 200 ms later. On TensorFlow's event threads nothing waits, and a
+    # copy's pin failed its done at once (RESOURCE_EXHAUSTED); now the copy
+    # is handed to LMS's own thread, which waits for the kernel, pages the
+    # source in, enqueues the copy and runs done.
+    device, result = copies
+    r = result["event_thread_kernel_holds"]
+    assert r["enqueued"] == 1 and r["done_code"] == 0, (device, r)
+    assert r["src_evicted"] == 0 and r["src_pins"] == 1, (device, r)
+    assert r["bytes_equal"] == 1 and r["pins_after"] == 0, (device, r)
+    assert r["seconds"] >= 0.2, (device, r)  # it waited for the kernel
+
+
 def test_a_copy_between_two_gpus_pins_both_sides_on_their_own_devices():
     """GPUUtil::DeviceToDeviceCopy between two LMS GPUs, each way: the source
     is paged in and pinned on its GPU, the destination on the other (each by

@@ -17,6 +17,8 @@ import ctypes
 import json
 import os
 import sys
+import threading
+import time
 
 MIB = 1 << 20
 KINDS = ("device_to_host", "host_to_device", "within_device", "device_to_device")
@@ -24,16 +26,35 @@ FIELDS = ("enqueued", "done_code", "src_evicted", "src_pins", "dst_evicted", "ds
           "pins_in_flight", "pins_after", "bytes_equal", "page_ins")
 
 
-def probe(lib: ctypes.CDLL, device: str, kind: int, fill_device: bool,
+def probe(lib: ctypes.CDLL, device: str, kind: int, fill_device: int,
           dst_device: str = "") -> dict:
+    """fill_device: 0 no, 1 pinned memory nobody releases, 2 a running kernel's
+    memory, released 200 ms later."""
     out = (ctypes.c_int64 * len(FIELDS))()
     message = ctypes.create_string_buffer(2048)
     code = lib.tf_lms_test_tensorflow_copy(device.encode(), dst_device.encode(), kind,
-                                           4 * MIB, 200, int(fill_device), out, message,
+                                           4 * MIB, 200, fill_device, out, message,
                                            len(message))
     if code != 0:
         raise RuntimeError(f"{lib.tf_lms_code_name(code).decode()}: {message.value.decode()}")
     return {**dict(zip(FIELDS, out)), "message": message.value.decode()}
+
+
+def on_an_event_thread(call) -> dict:
+    """call() on a thread named as TensorFlow names its device event threads,
+    with how long it took."""
+    result: dict = {}
+
+    def run() -> None:
+        ctypes.CDLL(None).prctl(15, b"tf_Device_Event", 0, 0, 0)  # PR_SET_NAME
+        start = time.monotonic()
+        result.update(call())
+        result["seconds"] = time.monotonic() - start
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    return result
 
 
 def main(device: str) -> None:
@@ -49,11 +70,12 @@ def main(device: str) -> None:
         if code != 0:
             raise RuntimeError(message.value.decode())
     if gpus == 2:  # a copy between the GPUs, each way, both sides evicted first
-        result = {"0_to_1": probe(lib, "GPU:0", 3, False, "GPU:1"),
-                  "1_to_0": probe(lib, "GPU:1", 3, False, "GPU:0")}
+        result = {"0_to_1": probe(lib, "GPU:0", 3, 0, "GPU:1"),
+                  "1_to_0": probe(lib, "GPU:1", 3, 0, "GPU:0")}
     else:
-        result = {name: probe(lib, device, kind, False) for kind, name in enumerate(KINDS)}
-        result["device_full"] = probe(lib, device, 0, True)
+        result = {name: probe(lib, device, kind, 0) for kind, name in enumerate(KINDS)}
+        result["device_full"] = probe(lib, device, 0, 1)
+        result["event_thread_kernel_holds"] = on_an_event_thread(lambda: probe(lib, device, 0, 2))
     if "TF_LMS_CUDA_DRIVER_PATH" in os.environ:
         from gpu_wiring import fake_driver_violations
 

@@ -1,10 +1,16 @@
 #include "tf_adapter/tensorflow_copies.h"
 
+#include <pthread.h>
+
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <cstring>
-#include <initializer_list>
+#include <deque>
+#include <functional>
 #include <memory>
+#include <mutex>
+#include <thread>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -16,6 +22,7 @@
 #include "tensorflow/core/framework/device.h"
 #include "tensorflow/core/framework/device_base.h"
 #include "tensorflow/core/framework/tensor.h"
+#include "tf_adapter/outside_kernel.h"
 #include "tf_adapter/runtime.h"
 
 namespace lms {
@@ -80,6 +87,54 @@ class CopyPins {
   std::atomic<bool> released_{false};
 };
 
+// Note [Copies from event threads]. A copy issued on one of TensorFlow's
+// event threads (the executor runs _Send, _Recv and inexpensive kernels
+// inline in a GPU's completion callbacks) must not wait there for other
+// kernels' releases (Note [No waits on TensorFlow's event threads] in
+// kernel_pins.h), but failing it would fail the step where a wait would
+// have served it. So a pin refused there hands the whole copy (its pins,
+// then its enqueue) to one thread of LMS's own, which may wait as any
+// other thread does; the copy is enqueued later, and its done (which
+// TensorFlow waits for in any case) comes later. The thread is started at
+// the first such copy and lives until the process exits; it names itself,
+// since a thread started from an event thread inherits its name.
+class CopyWaiter {
+ public:
+  static void Post(std::function<void()> task) {
+    CopyWaiter& waiter = Get();
+    {
+      std::lock_guard<std::mutex> lock(waiter.mu_);
+      waiter.tasks_.push_back(std::move(task));
+    }
+    waiter.cv_.notify_one();
+  }
+
+ private:
+  static CopyWaiter& Get() {
+    static CopyWaiter* waiter = new CopyWaiter;  // never destroyed: its thread runs on
+    return *waiter;
+  }
+  CopyWaiter() {
+    std::thread([this] {
+      pthread_setname_np(pthread_self(), "lms_copy_wait");
+      while (true) {
+        std::function<void()> task;
+        {
+          std::unique_lock<std::mutex> lock(mu_);
+          cv_.wait(lock, [this] { return !tasks_.empty(); });
+          task = std::move(tasks_.front());
+          tasks_.pop_front();
+        }
+        task();
+      }
+    }).detach();
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> tasks_;
+};
+
 absl::Status ToAbsl(const Status& status) {
   return absl::Status(status.code() == StatusCode::kResourceExhausted
                           ? absl::StatusCode::kResourceExhausted
@@ -91,16 +146,23 @@ absl::Status ToAbsl(const Status& status) {
 // runs `launch` (which enqueues the copy) with a callback that unpins before
 // it runs TensorFlow's `done`. If a buffer cannot be pinned, the copy is not
 // launched and `done` receives the error.
+// A pin refused on an event thread hands the copy to CopyWaiter (Note
+// [Copies from event threads]): `launch` is copied there.
 template <typename Launch>
-void PinnedCopy(const DeviceContext* device_context,
-                std::initializer_list<const Tensor*> tensors, const char* what,
-                StatusCallback callback, Launch launch) {
+void PinnedCopy(const DeviceContext* device_context, std::vector<const Tensor*> tensors,
+                const char* what, StatusCallback callback, Launch launch) {
   DeviceRegistry& devices = Runtime::Get().devices();
   auto pins = std::make_shared<CopyPins>();
   for (const Tensor* tensor : tensors) {
     const Status status = pins->Take(devices, device_context, tensor, what);
     if (!status.ok()) {
       pins->Release();
+      if (status.code() == StatusCode::kResourceExhausted && OnTensorFlowEventThread()) {
+        CopyWaiter::Post([=, callback = std::move(callback)]() mutable {
+          PinnedCopy(device_context, tensors, what, std::move(callback), launch);
+        });
+        return;
+      }
       callback(ToAbsl(status));
       return;
     }
@@ -127,7 +189,7 @@ void PinnedCopyGpuTensorToCpu(GpuToCpuFn unpinned, Device* gpu_device,
                               const DeviceContext* device_context, const Tensor* gpu_tensor,
                               Tensor* cpu_tensor, StatusCallback done) {
   PinnedCopy(device_context, {gpu_tensor}, "device-to-host copy", std::move(done),
-             [&](StatusCallback callback) {
+             [=](StatusCallback callback) {
                unpinned(gpu_device, device_context, gpu_tensor, cpu_tensor,
                         std::move(callback));
              });
@@ -137,7 +199,7 @@ void PinnedCopyCpuTensorToGpu(CpuToGpuFn unpinned, const Tensor* cpu_tensor,
                               const DeviceContext* device_context, Device* gpu_device,
                               Tensor* gpu_tensor, StatusCallback done, bool sync_dst_compute) {
   PinnedCopy(device_context, {gpu_tensor}, "host-to-device copy", std::move(done),
-             [&](StatusCallback callback) {
+             [=](StatusCallback callback) {
                unpinned(cpu_tensor, device_context, gpu_device, gpu_tensor,
                         std::move(callback), sync_dst_compute);
              });
@@ -148,7 +210,7 @@ void PinnedCopyGpuTensorToSameGpu(SameGpuFn unpinned, Device* gpu_device,
                                   const Tensor* src_gpu_tensor, Tensor* dst_gpu_tensor,
                                   StatusCallback done) {
   PinnedCopy(device_context, {src_gpu_tensor, dst_gpu_tensor}, "copy within the device",
-             std::move(done), [&](StatusCallback callback) {
+             std::move(done), [=](StatusCallback callback) {
                unpinned(gpu_device, device_context, src_gpu_tensor, dst_gpu_tensor,
                         std::move(callback));
              });
@@ -163,7 +225,7 @@ void PinnedDeviceToDeviceCopy(DeviceToDeviceFn unpinned, DeviceContext* send_dev
   // The copy runs on the sending device's streams (the approximation of
   // Note [TensorFlow's own copies] for a destination on another device).
   PinnedCopy(send_dev_context, {input, output}, "device-to-device copy", std::move(done),
-             [&](StatusCallback callback) {
+             [=](StatusCallback callback) {
                unpinned(send_dev_context, recv_dev_context, src, dst, src_alloc_attr,
                         dst_alloc_attr, input, output, dev_to_dev_stream_index,
                         std::move(callback));

@@ -20,9 +20,10 @@
 //      in step 2 makes them wait for its copy, as for a kernel's streams;
 //   2. the LMS buffers of the copy are pinned, paging an evicted one in, as
 //      a kernel pins its inputs (waiting for other kernels to release memory
-//      when the device is full, except on TensorFlow's event threads:
-//      KernelPins::PinForCopy); a buffer that cannot be pinned fails the
-//      copy's done;
+//      when the device is full: KernelPins::PinForCopy; on TensorFlow's
+//      event threads, where nothing waits, the copy is handed to a thread
+//      that may: Note [Copies from event threads] in tensorflow_copies.cc);
+//      a buffer that cannot be pinned fails the copy's done;
 //   3. only then is the copy enqueued (the original GPUUtil function), with
 //      a `done` that unpins before it calls TensorFlow's.
 // Why this closes the gap: the enqueue happens while the buffer is pinned,

@@ -4,6 +4,7 @@
 // which needs a GPU, is replaced by a stand-in that behaves as an enqueue
 // does: it returns at once and completes the copy later, on another thread.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -15,6 +16,7 @@
 #include "absl/status/status.h"
 #include "tensorflow/core/common_runtime/dma_helper.h"
 #include "tensorflow/core/framework/device.h"
+#include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
 #include "tf_testing/c_api_testing.h"
 #include "tf_adapter/runtime.h"
@@ -43,6 +45,7 @@ struct Flight {
   std::mutex mu;
   std::condition_variable cv;
   bool done = false;
+  bool failed = false;  // `done` received an error before any launch
   absl::Status status;
 };
 Flight* g_flight = nullptr;  // the probe in progress (tf_lms_test_tensorflow_copy serialises)
@@ -87,6 +90,9 @@ void Enqueue(const Tensor* src, Tensor* dst, StatusCallback done) {
   f->launched = true;
   Describe(f->src_engine, f->lms_src, &f->at_enqueue[0]);
   Describe(f->dst_engine, f->lms_dst, &f->at_enqueue[2]);
+  // Under the lock: the enqueue may run on another thread than the probe's
+  // (Note [Copies from event threads]), which joins the worker once done.
+  std::lock_guard<std::mutex> lock(f->mu);
   f->worker = std::thread([f, src, dst, done = std::move(done)] {
     std::this_thread::sleep_for(f->delay);
     Write(f->dst_engine, dst, Read(f->src_engine, src));
@@ -173,11 +179,35 @@ extern "C" int tf_lms_test_tensorflow_copy(const char* device_name, const char* 
     (void)owner.Evict(data);
   }
   std::vector<void*> fillers;
-  while (fill_device != 0) {
+  while (fill_device == 1) {
     Status s;
     void* p = engine.Allocate(engine.granule_bytes(), /*pin=*/true, &s);
     if (p == nullptr) break;
     fillers.push_back(p);
+  }
+  // fill_device 2: a running kernel fills the device, and ends after the delay.
+  std::thread holder;
+  if (fill_device == 2) {
+    std::atomic<bool> filled{false};
+    holder = std::thread([&engine, device, &filled, delay_ms] {
+      tensorflow::OpKernelContext::Params params;
+      int context = 0;  // the kernel's context: only a key to the adapter
+      device->pins()->OnContextCreated(&context, &params);
+      std::vector<void*> held;
+      while (true) {
+        Status s;
+        uint64_t id = 0;
+        void* p = engine.Allocate(engine.granule_bytes(), /*pin=*/true, &s, &id);
+        if (p == nullptr) break;
+        device->pins()->RecordAllocation(p, id);
+        held.push_back(p);
+      }
+      filled = true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+      device->pins()->OnContextDestroyed(&context);  // unpins what it held
+      for (void* p : held) (void)engine.Free(p);
+    });
+    while (!filled) std::this_thread::yield();
   }
   auto page_ins_now = [&] {
     return engine.GetStatistics().num_page_ins +
@@ -186,7 +216,11 @@ extern "C" int tf_lms_test_tensorflow_copy(const char* device_name, const char* 
   const int64_t page_ins = page_ins_now();
   g_flight = &flight;
   StatusCallback done = [](const absl::Status& s) {
-    if (!s.ok()) g_flight->status = s;  // a failed pin: called before any launch
+    if (s.ok()) return;  // the stand-in's worker marks the copy done
+    std::lock_guard<std::mutex> lock(g_flight->mu);
+    g_flight->status = s;  // a failed pin: called before any launch
+    g_flight->failed = true;
+    g_flight->cv.notify_all();
   };
   switch (kind) {
     case 0:
@@ -209,11 +243,15 @@ extern "C" int tf_lms_test_tensorflow_copy(const char* device_name, const char* 
   } else {
     Describe(&dst_engine, flight.lms_dst, in_flight);
   }
-  if (flight.launched) {
+  {
+    // Launched now, or later by the thread a copy on an event thread is
+    // handed to (Note [Copies from event threads]); or failed.
     std::unique_lock<std::mutex> lock(flight.mu);
-    flight.cv.wait_for(lock, std::chrono::seconds(30), [&] { return flight.done; });
+    flight.cv.wait_for(lock, std::chrono::seconds(30),
+                       [&] { return flight.done || flight.failed; });
   }
   if (flight.worker.joinable()) flight.worker.join();
+  if (holder.joinable()) holder.join();
   g_flight = nullptr;
   int64_t after_src[2] = {-1, -1}, after_dst[2] = {-1, -1};
   Describe(&engine, flight.lms_src, after_src);
