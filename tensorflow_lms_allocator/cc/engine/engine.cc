@@ -120,9 +120,15 @@ void* Engine::Allocate(size_t bytes, Hold hold, Status* status,
   if (strict_) StrictMonitor::EnsureSignalStack();
   MutexLock lock(mu_);
   const int64_t reclaimed_before = stats_.bytes_reclaimed;
-  if (optional && step != optional_step_) {
-    optional_step_ = step;  // a new step's allowance
-    optional_evicted_ = 0;
+  if (optional) {
+    int entry = 0;
+    while (entry < kOptionalSteps && optional_steps_[entry].step != step) ++entry;
+    if (entry == kOptionalSteps) {  // a new step's allowance, in the oldest's place
+      entry = optional_next_;
+      optional_next_ = (optional_next_ + 1) % kOptionalSteps;
+      optional_steps_[entry] = OptionalStep{step, 0};
+    }
+    optional_current_ = entry;
   }
   // A small object is 256-byte aligned; a stricter alignment takes a
   // granule-aligned unit of its own (requested size unchanged).
@@ -133,7 +139,7 @@ void* Engine::Allocate(size_t bytes, Hold hold, Status* status,
     // What this request's reclaims evicted (an optional request keeps the
     // lock throughout: PlaceOptionalUnit).
     const int64_t evicted = stats_.bytes_reclaimed - reclaimed_before;
-    optional_evicted_ += evicted;
+    optional_steps_[optional_current_].evicted += evicted;
     stats_.bytes_evicted_for_optional += evicted;
     if (ptr == nullptr && status->code() == StatusCode::kResourceExhausted) {
       ++stats_.num_optional_refused;
@@ -634,9 +640,8 @@ void Engine::NoteKernelWait(int64_t nanos) {
 uint64_t Engine::OptionalAllowanceLeft() const {
   // Note [Optional requests]: a sixteenth of the device a step.
   const int64_t allowance = static_cast<int64_t>(device_pool_.capacity() * granule_ / 16);
-  return allowance > optional_evicted_
-             ? static_cast<uint64_t>(allowance - optional_evicted_) / granule_
-             : 0;
+  const int64_t evicted = optional_steps_[optional_current_].evicted;
+  return allowance > evicted ? static_cast<uint64_t>(allowance - evicted) / granule_ : 0;
 }
 
 bool Engine::OptionalMayEvict(uint64_t granules) const {

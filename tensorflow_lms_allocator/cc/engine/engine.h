@@ -103,9 +103,11 @@
 // request evicts as any other, with three limits: it is never born evicted
 // (scratch in host memory would be slower than the algorithm without it);
 // it never waits for other kernels (the adapter gives it one attempt); and
-// within one TensorFlow step (the asking kernel's step id) optional
-// requests evict at most a sixteenth of the device, so scratch never makes a
-// step copy more than that. Victims are what the policy evicts first
+// within one TensorFlow step (the asking kernel's step id; the last eight
+// steps are told apart, so steps that interleave keep their own) optional
+// requests evict at most a sixteenth of the device, their victims checked
+// against it before any is evicted, so scratch never makes a step copy
+// more than that. Victims are what the policy evicts first
 // anyway: the least recently used, or the farthest predicted next use.
 // Counted: bytes_evicted_for_optional.
 //
@@ -672,10 +674,19 @@ class Engine {
   bool defrag_enabled_ LMS_GUARDED_BY(mu_);
   uint64_t next_allocation_id_ LMS_GUARDED_BY(mu_) = 1;
   Statistics stats_ LMS_GUARDED_BY(mu_);
-  // The step of the last optional request, and the bytes optional requests
-  // evicted in it (Note [Optional requests]).
-  int64_t optional_step_ LMS_GUARDED_BY(mu_) = 0;
-  int64_t optional_evicted_ LMS_GUARDED_BY(mu_) = 0;
+  // The bytes optional requests evicted in each of the last kOptionalSteps
+  // steps that made one (Note [Optional requests]): steps that interleave
+  // (two functions at once, eager ops beside one) keep their own counts; the
+  // oldest step is forgotten first. optional_current_ is the entry of the
+  // request being served.
+  static constexpr int kOptionalSteps = 8;
+  struct OptionalStep {
+    int64_t step = 0;
+    int64_t evicted = 0;
+  };
+  OptionalStep optional_steps_[kOptionalSteps] LMS_GUARDED_BY(mu_);
+  int optional_next_ LMS_GUARDED_BY(mu_) = 0;
+  int optional_current_ LMS_GUARDED_BY(mu_) = 0;
   // While an optional request places its unit (the lock held throughout,
   // so no other thread's reclaim sees it): the granules its reclaims may
   // still evict. A plan whose victims exceed it evicts nothing.
