@@ -119,8 +119,9 @@ void* Engine::Allocate(size_t bytes, Hold hold, Status* status,
   // stack] in strict_monitor.cc).
   if (strict_) StrictMonitor::EnsureSignalStack();
   MutexLock lock(mu_);
-  const int64_t reclaimed_before = stats_.bytes_reclaimed;
+  int64_t reclaimed_before = 0;
   if (optional) {
+    reclaimed_before = stats_.bytes_reclaimed;
     int entry = 0;
     while (entry < kOptionalSteps && optional_steps_[entry].step != step) ++entry;
     if (entry == kOptionalSteps) {  // a new step's allowance, in the oldest's place

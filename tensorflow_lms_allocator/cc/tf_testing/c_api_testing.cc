@@ -1,7 +1,6 @@
 #include "tf_testing/c_api_testing.h"
 
 #include <string>
-#include <algorithm>
 #include <vector>
 
 #include "tensorflow/core/common_runtime/gpu/gpu_id_manager.h"
@@ -88,15 +87,21 @@ int tf_lms_test_gpu_allocator(int tf_device_id, size_t total_bytes, const void* 
     return lms::FailToC(TF_LMS_INVALID_ARGUMENT, "the GPUOptions do not parse", message,
                      message_len);
   }
-  // As TensorFlow's GPU device factory would have: TfDeviceId n is CUDA
-  // device n, for this GPU and its peers.
-  for (int id = 0; id < std::max(g_gpu_count, tf_device_id + 1); ++id) {
-    if (id != tf_device_id && id >= g_gpu_count) continue;
+  // The other GPUs of tf_lms_test_set_gpu_count, named as TensorFlow's GPU
+  // device factory names them (every other one).
+  std::vector<tsl::TfDeviceId> peers;
+  for (int id = 0; id < g_gpu_count; ++id) {
+    if (id != tf_device_id) peers.push_back(tsl::TfDeviceId(id));
+  }
+  // As that factory would have: TfDeviceId n is CUDA device n, for this GPU
+  // and its peers.
+  std::vector<tsl::TfDeviceId> mapped = peers;
+  mapped.push_back(tsl::TfDeviceId(tf_device_id));
+  for (tsl::TfDeviceId id : mapped) {
     tsl::PlatformDeviceId platform_id;
-    if (!tensorflow::GpuIdManager::TfToPlatformDeviceId(tsl::TfDeviceId(id), &platform_id)
-             .ok()) {
-      (void)tensorflow::GpuIdManager::InsertTfPlatformDeviceIdPair(tsl::TfDeviceId(id),
-                                                                   tsl::PlatformDeviceId(id));
+    if (!tensorflow::GpuIdManager::TfToPlatformDeviceId(id, &platform_id).ok()) {
+      (void)tensorflow::GpuIdManager::InsertTfPlatformDeviceIdPair(
+          id, tsl::PlatformDeviceId(id.value()));
     }
   }
   // Stands in for TensorFlow's GetGPUAllocator, which needs a GPU: makes no
@@ -106,10 +111,6 @@ int tf_lms_test_gpu_allocator(int tf_device_id, size_t total_bytes, const void* 
     g_tensorflow_gpu_allocator_budgets.push_back(budget);
     return nullptr;
   };
-  std::vector<tsl::TfDeviceId> peers;
-  for (int id = 0; id < g_gpu_count; ++id) {
-    if (id != tf_device_id) peers.push_back(tsl::TfDeviceId(id));
-  }
   void* allocator = lms::Runtime::Get().GpuAllocator(
       reinterpret_cast<void*>(+no_tensorflow_allocator), nullptr, &options, tf_device_id,
       total_bytes, g_gpu_count > 0 ? &peers : nullptr);

@@ -7,6 +7,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -30,27 +32,45 @@ bool Holds(const tensorflow::Tensor& t, uint64_t seed) {
   return lms::VerifyPattern(t.data(), t.TotalBytes(), seed) == -1;
 }
 
-// Another kernel, on a thread of its own, holding `inputs` pinned from its
-// construction (which returns once they are pinned) for `hold`; Join (or the
+// Another kernel (`kernel`'s, or a synchronous one), on a thread of its
+// own, holding `inputs` pinned from its construction (which returns once
+// they are pinned) until `hold` passes or Release; Release (or the
 // destructor) waits for it to end.
 class KernelElsewhere {
  public:
   KernelElsewhere(lms::KernelPins* pins, std::vector<tensorflow::Tensor*> inputs,
-                  std::chrono::milliseconds hold)
-      : thread_([this, pins, inputs, hold] {
-          Context kernel(pins, inputs);
+                  std::chrono::milliseconds hold, tensorflow::OpKernel* kernel = nullptr)
+      : thread_([this, pins, inputs, hold, kernel] {
+          Context context(pins, inputs, /*step_id=*/1, kernel);
+          std::unique_lock<std::mutex> lock(mu_);
           holding_ = true;
-          std::this_thread::sleep_for(hold);
+          cv_.notify_all();
+          cv_.wait_for(lock, hold, [this] { return released_; });
         }) {
-    while (!holding_) std::this_thread::yield();
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return holding_; });
   }
-  ~KernelElsewhere() { Join(); }
+  ~KernelElsewhere() { Release(); }
+  KernelElsewhere(const KernelElsewhere&) = delete;
+  KernelElsewhere& operator=(const KernelElsewhere&) = delete;
+  // Ends the kernel now, or waits for its `hold` to pass (Join).
+  void Release() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      released_ = true;
+    }
+    cv_.notify_all();
+    Join();
+  }
   void Join() {
     if (thread_.joinable()) thread_.join();
   }
 
  private:
-  std::atomic<bool> holding_{false};  // before thread_, which sets it
+  std::mutex mu_;  // these before thread_, which uses them
+  std::condition_variable cv_;
+  bool holding_ = false;
+  bool released_ = false;
   std::thread thread_;
 };
 
@@ -340,24 +360,13 @@ TEST(AWaitForOtherKernelsIsCountedWithTheLongest) {
 class WaitingCollective {
  public:
   WaitingCollective(lms::KernelPins* pins, tensorflow::Tensor* a)
-      : kernel_(lms_test::AsyncKernel::Make()), thread_([this, pins, a] {
-          Context context(pins, {a}, /*step_id=*/1, kernel_.get());
-          holding_ = true;
-          while (!released_) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-        }) {
-    while (!holding_) std::this_thread::yield();
-  }
-  ~WaitingCollective() { Release(); }
-  void Release() {
-    released_ = true;
-    if (thread_.joinable()) thread_.join();
-  }
+      : kernel_(lms_test::AsyncKernel::Make()),
+        elsewhere_(pins, {a}, std::chrono::hours(1), kernel_.get()) {}
+  void Release() { elsewhere_.Release(); }
 
  private:
-  std::unique_ptr<lms_test::AsyncKernel> kernel_;
-  std::atomic<bool> holding_{false};
-  std::atomic<bool> released_{false};
-  std::thread thread_;
+  std::unique_ptr<lms_test::AsyncKernel> kernel_;  // outlives elsewhere_
+  KernelElsewhere elsewhere_;
 };
 
 TEST(AKernelsRequestBesideAWaitingCollectiveIsServedAtOnce) {
