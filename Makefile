@@ -67,7 +67,8 @@ THREAD_SAFETY_FLAGS := -std=c++17 -c -Wall -Wextra -Wthread-safety -Wthread-safe
 
 .PHONY: all build test test-asan test-tsan test-thread-safety test-python demo bench-allocator \
         bench-maxbatch bench-mincap bench-overhead bench-trace bench-policy bench-small-pages clean fake-cuda test-fake-cuda mutation-check-cuda \
-        test-gpu-wheel test-tf test-tf-matrix gpu-check gpu-check-engine bench-driver-calls wheel \
+        test-gpu-wheel test-tf test-tf-matrix gpu-check gpu-check-engine bench-driver-calls \
+        bench-gpu-model wheel \
         wheels test-wheels test-patches patches \
         test-quick test-adapter help
 
@@ -357,6 +358,13 @@ $(BUILD)/cc/cuda_backend_test_tsan: tests/cc/cuda_backend_test.cc $(ENGINE_TSAN_
 bench-driver-calls: $(BUILD)/cc/cuda_backend_test_asan $(FAKE_CUDA_ASAN_LIB)
 	$(CUDA_TEST_ASAN) $(BUILD)/cc/cuda_backend_test_asan DriverCallsPerGranule
 
+# Recorded TensorFlow steps replayed through the engine over the CUDA backend on
+# the fake driver's timing model of an H200 (benchmarks/README.md); the last
+# line is the worst case's gpu_step_vs_ideal. About 5 minutes.
+bench-gpu-model: build $(FAKE_CUDA_LIB)
+	TF_LMS_CUDA_DRIVER_PATH=$(abspath $(FAKE_CUDA_LIB)) FAKE_CUDA_DEVICE_MB=8192 \
+	  FAKE_CUDA_HOST_MB=16384 $(PY) benchmarks/gpu_model.py $(GPU_MODEL_ARGS)
+
 # Proves the stream-ordering tests fail without the fence or the host wait
 # (tests/cc/mutation_check.py; mutated copies live in build/, never in the
 # sources). About a minute; not part of `make test`.
@@ -517,6 +525,7 @@ make bench-policy        LRU, learned, perfect-foresight and Belady eviction on 
 make bench-small-pages   swap bytes with small-object size classes vs one class, on replayed traces
 make bench-trace         what recording an access trace costs a training step
 make bench-driver-calls  CUDA driver calls per GiB evicted and paged in (fake driver)
+make bench-gpu-model     recorded steps on a modeled H200: step vs compute and copies (fake driver)
 make clean               remove build/ and the package build stamp
 make help                this list
 endef

@@ -51,7 +51,8 @@ struct Driver {
   X(set_device_count) X(set_granularity) X(set_pool_capacity) X(live_handles)   \
   X(live_mappings) X(live_reservations) X(live_streams) X(live_events)          \
   X(pool_bytes_in_use) X(work_in_flight) X(work_running) X(check_invariants) X(destroy_all) X(reset) \
-  X(set_peer_access) X(staged_copies)
+  X(set_peer_access) X(staged_copies) X(launch_kernel_for) X(timing_enable)     \
+  X(timing_disable) X(timing_totals)
 
 struct FakeApi {
 #define FAKE_CUDA_TEST_FIELD(name) decltype(&::fake_cuda_##name) name = nullptr;
@@ -1525,6 +1526,131 @@ TEST(ThreadsMapCopyAndUnmapConcurrentlyWithoutViolations) {
   for (std::thread& t : threads) t.join();
   EXPECT_EQ(failures.load(), 0);
   EXPECT_EQ(F().violation_count(), 0u);
+}
+
+// --- The timing model (Note [Timing model] in tests/fake_cuda/timing.h) ---------
+
+fake_cuda_timing Totals() {
+  fake_cuda_timing t;
+  F().timing_totals(&t);
+  return t;
+}
+
+// The VMM calls cost what driver_timing measured on the H200, per handle and
+// per 2 MiB of it (benchmarks/results/gpu-check-engine-h200-host-runs.log:
+// device cuMemCreate 15.4 us, map 1.43 us, "map + access, a call a handle"
+// 41.65 us; host cuMemCreate 489.65 us per 2 MiB handle).
+TEST(TimingChargesTheMeasuredVmmCostsPerHandle) {
+  Session session;
+  EXPECT_EQ(F().timing_enable("nonsense"), -1);
+  EXPECT_EQ(F().timing_enable("h200"), 0);
+  const CUdeviceptr ptr = Reserve(2 * kG);
+  MapDevice(ptr, kG);
+  fake_cuda_timing t = Totals();
+  EXPECT_EQ(t.host_remap_ns, 1400ull + 40200ull);   // map, access
+  EXPECT_EQ(t.host_create_ns, 14000ull + 12660ull);  // create, release (11.8 + 0.86)
+  MapDevice(ptr + kG, kG, CU_MEM_LOCATION_TYPE_HOST_NUMA);
+  t = Totals();
+  EXPECT_EQ(t.host_create_ns - (14000ull + 12660ull), 489700ull + 51900ull);
+  EXPECT_EQ(t.host_remap_ns - (1400ull + 40200ull), 800ull + 74600ull);
+  EXPECT_EQ(D().cuMemUnmap(ptr, 2 * kG), CUDA_SUCCESS);  // 24.65 + 42.34 us
+  EXPECT_EQ(Totals().host_remap_ns - t.host_remap_ns, 24650ull + 42340ull);
+  EXPECT_EQ(Totals().host_now_ns, Totals().host_remap_ns + Totals().host_create_ns);
+  EXPECT_EQ(D().cuMemAddressFree(ptr, 2 * kG), CUDA_SUCCESS);
+  F().timing_disable();
+}
+
+// Each copy direction is an engine of its own beside compute: a copy to the
+// host, one to the device and a kernel on three streams run at once; two
+// copies of one direction on two streams run one after the other. A host
+// wait moves the host's clock to the end of what it waits for.
+TEST(TimingRunsEnginesAtOnceAndOneDirectionsCopiesInTurn) {
+  Session session;
+  const CUdeviceptr dev = Reserve(2 * kG), host = Reserve(2 * kG);
+  MapDevice(dev, 2 * kG);
+  MapDevice(host, 2 * kG, CU_MEM_LOCATION_TYPE_HOST_NUMA);
+  const CUstream a = NewStream(), b = NewStream(), c = NewStream();
+  EXPECT_EQ(F().timing_enable("h200"), 0);
+  const uint64_t copy_ns = static_cast<uint64_t>(kG / 55.1);  // 55.1 GB/s to the host
+  EXPECT_EQ(D().cuMemcpyAsync(host, dev, kG, a), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuMemcpyAsync(dev + kG, host + kG, kG, b), CUDA_SUCCESS);
+  EXPECT_EQ(F().launch_kernel_for(c, copy_ns, nullptr, nullptr, nullptr, 0), CUDA_SUCCESS);
+  const uint64_t launched = Totals().host_now_ns;
+  EXPECT_EQ(launched, 3 * 5000ull);  // three launches, no waiting
+  for (CUstream s : {a, b, c}) EXPECT_EQ(D().cuStreamSynchronize(s), CUDA_SUCCESS);
+  fake_cuda_timing t = Totals();
+  EXPECT_EQ(t.copy_to_host_busy_ns, copy_ns);
+  EXPECT_EQ(t.copy_to_device_busy_ns, static_cast<uint64_t>(kG / 55.3));
+  EXPECT_EQ(t.compute_busy_ns, copy_ns);
+  // The host waited for the first copy (from 5 us, copy_ns), the others
+  // were done by then (the kernel, launched at 15 us, ends as the first
+  // wait returns); each wait's return costs 5 us.
+  EXPECT_EQ(t.host_now_ns, 5000 + copy_ns + 3 * 5000ull);
+  EXPECT_EQ(t.host_wait_ns, 5000 + copy_ns - launched);
+  // Same direction, two streams: in turn.
+  const uint64_t start = t.host_now_ns;
+  EXPECT_EQ(D().cuMemcpyAsync(host, dev, kG, a), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuMemcpyAsync(host + kG, dev + kG, kG, b), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuStreamSynchronize(b), CUDA_SUCCESS);
+  EXPECT_EQ(Totals().host_now_ns, start + 5000 + 2 * copy_ns + 5000);
+  F().timing_disable();
+  for (CUstream s : {a, b, c}) EXPECT_EQ(D().cuStreamDestroy(s), CUDA_SUCCESS);
+  Unreserve(dev, 2 * kG);
+  Unreserve(host, 2 * kG);
+  EXPECT_EQ(F().violation_count(), 0u);
+}
+
+// cuStreamWaitEvent orders work in the model as it does for real: a copy
+// waiting for a kernel's event starts when the kernel ends, and the event is
+// not ready to cuEventQuery before that moment on the host's clock, whatever
+// the real clock says.
+TEST(TimingOrdersWorkAfterTheEventsItWaitsFor) {
+  Session session;
+  const CUdeviceptr dev = Reserve(kG), host = Reserve(kG);
+  MapDevice(dev, kG);
+  MapDevice(host, kG, CU_MEM_LOCATION_TYPE_HOST_NUMA);
+  const CUstream compute = NewStream(), copies = NewStream();
+  const CUevent done = NewEvent();
+  EXPECT_EQ(F().timing_enable("h100"), 0);
+  EXPECT_EQ(F().launch_kernel_for(compute, 1000000, nullptr, nullptr, nullptr, 0),
+            CUDA_SUCCESS);  // 1 ms from 5 us
+  EXPECT_EQ(D().cuEventRecord(done, compute), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuStreamWaitEvent(copies, done, 0), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuMemcpyAsync(host, dev, kG, copies), CUDA_SUCCESS);
+  // Both done for real (the fake's workers), not on the model's clock.
+  for (int i = 0; i < 10000 && F().work_in_flight() != 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(F().work_in_flight(), 0u);
+  const uint64_t now = Totals().host_now_ns;
+  EXPECT_EQ(D().cuEventQuery(done), CUDA_ERROR_NOT_READY);  // not yet on the model's clock
+  EXPECT_EQ(D().cuEventSynchronize(done), CUDA_SUCCESS);
+  EXPECT_TRUE(Totals().host_now_ns >= 5000 + 1000000);
+  EXPECT_EQ(D().cuEventQuery(done), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuStreamSynchronize(copies), CUDA_SUCCESS);
+  const fake_cuda_timing t = Totals();
+  EXPECT_EQ(t.copy_to_host_busy_ns, static_cast<uint64_t>(kG / 54.7));
+  EXPECT_TRUE(t.host_now_ns >= 5000 + 1000000 + t.copy_to_host_busy_ns);
+  EXPECT_TRUE(now < 5000 + 1000000);
+  F().timing_disable();
+  EXPECT_EQ(D().cuEventDestroy(done), CUDA_SUCCESS);
+  for (CUstream s : {compute, copies}) EXPECT_EQ(D().cuStreamDestroy(s), CUDA_SUCCESS);
+  Unreserve(dev, kG);
+  Unreserve(host, kG);
+}
+
+// Off (the default, and after every reset) the clock never moves.
+TEST(TimingIsOffByDefault) {
+  Session session;
+  const CUdeviceptr ptr = Reserve(kG);
+  MapDevice(ptr, kG);
+  const CUstream s = NewStream();
+  const uint64_t before = Totals().host_now_ns;  // what an earlier test left
+  EXPECT_EQ(F().launch_kernel_for(s, 1000000, nullptr, nullptr, nullptr, 0), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuStreamSynchronize(s), CUDA_SUCCESS);
+  EXPECT_EQ(Totals().host_now_ns, before);
+  EXPECT_EQ(D().cuStreamDestroy(s), CUDA_SUCCESS);
+  Unreserve(ptr, kG);
 }
 
 }  // namespace

@@ -77,7 +77,7 @@ class GatedBackend : public lms::Backend {
   lms::Status Unmap(uintptr_t address, size_t count) override {
     return b_->Unmap(address, count);
   }
-  lms::Status CopiesAfterCompute() override { return b_->CopiesAfterCompute(); }
+  lms::Status CopiesAfterUse(uint64_t mark) override { return b_->CopiesAfterUse(mark); }
   lms::Status WaitForCopies() override { return b_->WaitForCopies(); }
   bool CopiesMayRunUnlocked() const override { return b_->CopiesMayRunUnlocked(); }
   lms::BackendStatistics GetStatistics() const override { return b_->GetStatistics(); }

@@ -8,7 +8,9 @@ over the fake driver. The check
 passes only if every named test fails under its mutation and no other test
 does, except tests named as racing it (a mutation that unorders copies
 makes such a test fail only when the race shows); production sources are
-never touched.
+never touched. A drain (an unmap with no mark: a fence of everything and a
+host wait) is left only on failure paths and at teardown, which no ordering
+test reaches, so no mutation of it is listed.
 
 Usage: python tests/cc/mutation_check.py BUILD_DIR CXX FAKE_DRIVER [NAME...]
 (NAMEs: only those mutations, for iterating on one.)
@@ -26,46 +28,55 @@ STREAMS = SRC / "backends/cuda_backend_streams.cc"
 MEMORY = SRC / "backends/cuda_backend.cc"
 
 EVICTION = "AnEvictionCopiesWhatAKernelQueuedBeforeTheUnpinStillWrites"
-COPY = "ACopyOfAnUnpinnedTensorInFlightDuringItsEvictionReadsTheRightBytes"
-FREE = "FreeingAnEvictedTensorWaitsForACopyOfItInFlight"
+COPY = "ACopyQueuedOnAnotherFencedStreamBeforeTheUnpinReadsTheRightBytes"
+FREE = "FreeingAnEvictedTensorWaitsForWorkQueuedWhileItWasPinned"
 DEFRAG = "DefragmentationWaitsForQueuedWorkOnAFreedGranule"
 RECLAIM = "AReclaimOfSeveralVictimsWaitsOnTheHostOnce"
 PAGE_IN_READ = "APagedInTensorIsReadByTheKernelQueuedAfterThePinWithoutAHostWaitForTheCopy"
 PAGE_IN_QUEUED = "APageInWaitsForQueuedWorkOnTheEvictedTensorBeforeTheRemap"
 EVICTION_IN_FLIGHT = "AnEvictionRemapsWithoutAHostWaitForItsCopyAndTheNextKernelWaitsForIt"
-PIN_ALL = "PinAllPagesInAKernelsInputsWithOneHostWaitAndItsKernelReadsThemAll"
+PIN_ALL = "PinAllPagesInAKernelsInputsWithoutAHostWaitAndItsKernelReadsThemAll"
 LATE_STREAM = "AStreamFencedAfterAnEvictionWaitsForItsCopy"
 FREED_AFTER_FENCE = "AGranuleFreedBeforeACompletedFenceIsTakenWithoutAHostWait"
 OTHER_GPU_STREAM = "AStreamOfAnotherGpuIsFencedWithAnEventOfItsOwnContext"
 PEER = "APeerGpuReachesATensorThroughEveryRemap"
 NO_P2P = "PeersWithoutAPeerPathAreNotGrantedAndEveryRemapWorks"
 SETUP = SRC / "backends/cuda_backend_setup.cc"
+HEADER = SRC / "backends/cuda_backend.h"
+ENGINE = SRC / "engine/engine.cc"
+RECLAIM_SRC = SRC / "engine/engine_reclaim.cc"
 BUDGET = SRC / "backends/pinned_host_budget.h"
 HOST_LOCATION = "HostMemoryIsMadeAtTheGpusNumaNodeOrWhereTheDriverAcceptsIt"
 NO_PROBE = {"TheHostMemoryProbeOfADriverThatCannotReportSupportFailsCleanly"}
 
 # name -> (source, text to find, replacement, tests that must fail)
 MUTATIONS = {
-    "no-fence": (STREAMS, "Status CudaBackend::Fence() {\n",
-                 "Status CudaBackend::Fence() {\n  return Status::Ok();  // MUTATION\n",
-                 {EVICTION, FREE, DEFRAG, RECLAIM, PAGE_IN_QUEUED}),
-    "no-fence-before-copies": (
-        STREAMS, "Status CudaBackend::CopiesAfterCompute() {\n",
-        "Status CudaBackend::CopiesAfterCompute() {\n  return Status::Ok();  // MUTATION\n",
-        {EVICTION, RECLAIM, PAGE_IN_QUEUED}),
-    "no-host-wait-in-drain": (
-        STREAMS, "  LMS_RETURN_IF_ERROR(Fence());\n  return HostWait();\n",
-        "  return Fence();  // MUTATION\n",
-        {FREE, DEFRAG}),
+    # The copy stream never waits for a unit's last use (Note [Epochs of
+    # use]): an eviction copies before the kernel queued before the unpin
+    # has written, a page-in before TensorFlow's copy into a born-evicted
+    # tensor.
+    "no-last-use-wait-before-copies": (
+        STREAMS, "Status CudaBackend::CopyStreamAfter(uint64_t mark) {\n",
+        "Status CudaBackend::CopyStreamAfter(uint64_t mark) {\n  return Status::Ok();  // MUTATION\n",
+        {EVICTION, RECLAIM}),
+    # The engine never notes a kernel's unpin as a use: the eviction of what
+    # it wrote waits only for the unit's birth.
+    "unpin-not-a-use": (
+        ENGINE, "  NoteUse(c);  // the kernel queued its work on the unit before it let go\n",
+        "  // MUTATION\n", {EVICTION, RECLAIM, FREE, COPY}),
+    # A batch's victims ordered by the first victim's last use, not the latest.
+    "batch-mark-of-one-victim": (
+        RECLAIM_SRC, "  for (const Victim& v : batch) mark = std::max(mark, UseMark(v.id));\n",
+        "  if (!batch.empty()) mark = UseMark(batch.front().id);  // MUTATION\n", {RECLAIM}),
     "freed-memory-never-waits": (
-        MEMORY, "/*drain=*/fences_waited_ <= mark", "/*drain=*/false /* MUTATION */",
-        {DEFRAG}),
+        MEMORY, "  LMS_RETURN_IF_ERROR(HostWaitForEpoch(mark));\n  return UnmapSlots(",
+        "  return UnmapSlots(  // MUTATION\n", {DEFRAG, FREE}),
     # The fenced streams never wait for a remap batch's copies: the pinning
     # kernel reads the device granules before a page-in's bytes land, and
     # the kernel that gets an eviction's device granules writes them before
     # its copy has read them.
     "batch-without-stream-wait": (
-        STREAMS, "driver_->cuStreamWaitEvent(fenced.first, copies_done_, 0)",
+        STREAMS, "driver_->cuStreamWaitEvent(fenced.stream, copies_done_, 0)",
         "cu::CUDA_SUCCESS /* MUTATION */",
         {PAGE_IN_READ, EVICTION_IN_FLIGHT, PIN_ALL, PEER},
         # Its page-ins race the copies the mutation leaves unordered: it
@@ -75,16 +86,20 @@ MUTATIONS = {
     "late-stream-not-ordered": (
         STREAMS, "driver_->cuStreamWaitEvent(stream, queued, 0)",
         "cu::CUDA_SUCCESS /* MUTATION */", {LATE_STREAM}),
-    # A remap batch remaps without waiting for work queued on the old
-    # mapping: cuMemUnmap under a running kernel or copy.
+    # A remap batch remaps without waiting for the last uses of what it
+    # remaps: cuMemUnmap under a running kernel or copy.
     "batch-without-host-wait": (
-        STREAMS, "driver_->cuEventSynchronize(fenced.second)",
-        "cu::CUDA_SUCCESS /* MUTATION */", {EVICTION, RECLAIM, COPY, PAGE_IN_QUEUED}),
-    # A remap batch's host wait not counted as a waited fence: freed
-    # granules taken after an eviction drain again.
-    "batch-wait-not-a-fence": (
-        STREAMS, "  fences_waited_ = ++fences_issued_;\n",
-        "  ++fences_issued_;  // MUTATION\n", {FREED_AFTER_FENCE}),
+        STREAMS, "  LMS_RETURN_IF_ERROR(HostWaitForEpoch(mark));\n  remap_batch_drained_ = true;",
+        "  remap_batch_drained_ = true;  // MUTATION",
+        # The last one counts host waits: without the batch's, an epoch is
+        # waited for later instead.
+        {EVICTION, RECLAIM, COPY, EVICTION_IN_FLIGHT, FREED_AFTER_FENCE}),
+    # A host wait for an epoch not remembered: freed granules taken after an
+    # eviction wait again.
+    "epoch-wait-not-remembered": (
+        STREAMS, "  epoch_done_ = std::max(epoch_done_, covered);\n  return Status::Ok();\n}\n\nStatus CudaBackend::WaitForCopies",
+        "  return Status::Ok();  // MUTATION\n}\n\nStatus CudaBackend::WaitForCopies",
+        {FREED_AFTER_FENCE}),
     # A fenced stream's event made in this device's context, not the
     # stream's: cuEventRecord fails on another GPU's stream (Note [Access to
     # mapped memory]).
@@ -145,8 +160,8 @@ def main() -> int:
         if original.count(find) != 1:
             print(f"{name}: the text to mutate is not in {source} once; update this check")
             return 1
-        sources = engine + [str(p) for p in sorted((SRC / "backends").glob("*.cc"))
-                            if p != source]
+        sources = [p for p in engine + [str(q) for q in sorted((SRC / "backends").glob("*.cc"))]
+                   if p != str(source)]
         includes = [f"-I{SRC}"]
         if source.suffix == ".h":
             # A header: its mutated copy found first by every includer.

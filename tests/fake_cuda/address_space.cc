@@ -11,6 +11,7 @@
 // about to report the violation; a reservation freed in that state keeps its
 // alias mapped for the same reason (a bounded leak, only after a violation).
 #include "address_space.h"
+#include "timing.h"
 
 #include <sys/mman.h>
 
@@ -266,6 +267,7 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
   mapping.device_access.assign(granules, {});
   mapping.host_access.assign(granules, kNoAccess);
   ++h->second.mappings;
+  timing::Charge(timing::Call::kMap, h->second.host, size);
   return CUDA_SUCCESS;
 }
 
@@ -300,6 +302,7 @@ CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) noexcept {
   MapInaccessible(ptr, size);
   for (auto it = first; it != last;) {
     auto h = m.handles.find(it->second.handle);
+    timing::Charge(timing::Call::kUnmap, h->second.host, it->second.size);
     if (--h->second.mappings == 0 && h->second.released) FreeHandle(m, h->first);
     it = m.mappings.erase(it);
   }
@@ -347,6 +350,11 @@ CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* des
   }
   CheckNoWorkInFlight("cuMemSetAccess", ptr, size);
   const size_t g = GetKnobs().granularity;
+  // The driver's cost is per handle the range covers, whatever the part.
+  for (const Piece& p : pieces) {
+    timing::Charge(timing::Call::kAccess, m.handles[p.mapping->handle].host,
+                   p.mapping->size);
+  }
   for (size_t i = 0; i < count; ++i) {
     const CUmemLocation loc = desc[i].location;
     const int flags = desc[i].flags;

@@ -23,6 +23,7 @@
 #include "fake_cuda.h"
 #include "knobs.h"
 #include "streams.h"
+#include "timing.h"
 
 namespace lms {
 namespace cu {
@@ -124,7 +125,25 @@ CUresult CopySync(const char* call, uint64_t device, void* host, size_t bytes,
     }
   }
   CompleteWork(work);
+  // Synchronous: the host waits for the copy (and for nothing else: the fake
+  // has no legacy stream to order it after).
+  if (timing::Enabled()) {
+    const timing::Engine engine =
+        to_device ? timing::Engine::kCopyToDevice : timing::Engine::kCopyToHost;
+    timing::HostWaitUntil(timing::Schedule(0, context->device, engine,
+                                           timing::CopyNs(engine, bytes)));
+  }
   return ok ? CUDA_SUCCESS : CUDA_ERROR_ILLEGAL_ADDRESS;
+}
+
+// Which engine of the timing model moves a copy: by where its two ranges'
+// memory is located when it is enqueued (what the copy is issued for).
+timing::Engine CopyEngine(uint64_t dst, uint64_t src, size_t bytes) {
+  const bool to_device = DeviceHolding(dst, bytes) >= 0;
+  const bool from_device = DeviceHolding(src, bytes) >= 0;
+  if (to_device && !from_device) return timing::Engine::kCopyToDevice;
+  if (from_device && !to_device) return timing::Engine::kCopyToHost;
+  return timing::Engine::kCopyOnDevice;
 }
 
 }  // namespace
@@ -143,10 +162,16 @@ CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t bytes,
                            ", " + std::to_string(bytes) + ") on stream " +
                            Hex(reinterpret_cast<uintptr_t>(stream));
   std::vector<DeviceRange> ranges = {{dst, bytes, true}, {src, bytes, false}};
+  Modeled modeled;
+  if (timing::Enabled()) {
+    timing::Charge(timing::Call::kLaunch);
+    modeled.engine = CopyEngine(dst, src, bytes);
+    modeled.ns = timing::CopyNs(modeled.engine, bytes);
+  }
   const uint64_t work = RegisterWork(what, ranges);
   const CUresult r = Enqueue(stream, [work, what, ranges](Context* c) {
     RunCopy(c, work, what, ranges);
-  });
+  }, modeled);
   if (r != CUDA_SUCCESS) CompleteWork(work);
   return r;
 }
@@ -166,12 +191,20 @@ CUresult cuMemcpyDtoH(void* dst, CUdeviceptr src, size_t bytes) noexcept {
 FAKE_CUDA_EXPORT int fake_cuda_launch_kernel(void* stream, void (*fn)(void* user),
                                              void* user, const fake_cuda_range* ranges,
                                              size_t n) noexcept {
+  if (fn == nullptr) return lms::cu::CUDA_ERROR_INVALID_VALUE;
+  return fake_cuda_launch_kernel_for(stream, 0, fn, user, ranges, n);
+}
+
+FAKE_CUDA_EXPORT int fake_cuda_launch_kernel_for(void* stream, unsigned long long duration_ns,
+                                                 void (*fn)(void* user), void* user,
+                                                 const fake_cuda_range* ranges,
+                                                 size_t n) noexcept {
   namespace fake = lms::cu::fake;
   fake::Context* context = nullptr;
   if (lms::cu::CUresult r = fake::RequireContext(&context)) return r;
-  if (fn == nullptr || (n > 0 && ranges == nullptr)) {
-    return lms::cu::CUDA_ERROR_INVALID_VALUE;
-  }
+  if (n > 0 && ranges == nullptr) return lms::cu::CUDA_ERROR_INVALID_VALUE;
+  fake::timing::Charge(fake::timing::Call::kLaunch);
+  fake::Modeled modeled{fake::timing::Engine::kCompute, duration_ns, 0};
   std::vector<fake::DeviceRange> declared;
   for (size_t i = 0; i < n; ++i) {
     declared.push_back({ranges[i].address, ranges[i].bytes, ranges[i].writes != 0});
@@ -186,9 +219,10 @@ FAKE_CUDA_EXPORT int fake_cuda_launch_kernel(void* stream, void (*fn)(void* user
       [work, name, declared, fn, user](fake::Context* c) {
         fake::MarkWorkRunning(work);
         std::vector<void*> aliases;
-        if (fake::ResolveAll(c, name, declared, &aliases)) fn(user);
+        if (fake::ResolveAll(c, name, declared, &aliases) && fn != nullptr) fn(user);
         fake::CompleteWork(work);
-      });
+      },
+      modeled);
   if (r != lms::cu::CUDA_SUCCESS) fake::CompleteWork(work);
   return r;
 }

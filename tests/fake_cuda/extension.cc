@@ -11,6 +11,7 @@
 #include "knobs.h"
 #include "memory_state.h"
 #include "streams.h"
+#include "timing.h"
 
 namespace lms {
 namespace cu {
@@ -141,6 +142,36 @@ FAKE_CUDA_EXPORT size_t fake_cuda_pool_bytes_in_use(int pool) noexcept {
   lms::MutexLock lock(m.mu);
   if (pool != FAKE_CUDA_POOL_DEVICE && pool != FAKE_CUDA_POOL_HOST) return 0;
   return fake::PoolOf(m, pool == FAKE_CUDA_POOL_HOST).used;
+}
+
+FAKE_CUDA_EXPORT int fake_cuda_timing_enable(const char* preset) noexcept {
+  return fake::timing::Enable(preset) ? 0 : -1;
+}
+
+FAKE_CUDA_EXPORT void fake_cuda_timing_disable(void) noexcept { fake::timing::Disable(); }
+
+FAKE_CUDA_EXPORT void fake_cuda_timing_host_work(unsigned long long ns) noexcept {
+  fake::timing::ChargeHostWork(ns);
+}
+
+FAKE_CUDA_EXPORT void fake_cuda_timing_totals(fake_cuda_timing* out) noexcept {
+  using fake::timing::Call;
+  using fake::timing::Engine;
+  const fake::timing::Totals t = fake::timing::GetTotals();
+  const auto busy = [&](Engine e) { return t.busy_ns[static_cast<int>(e)]; };
+  const auto call = [&](Call c) { return t.host_call_ns[static_cast<int>(c)]; };
+  out->host_now_ns = t.host_now_ns;
+  out->compute_busy_ns = busy(Engine::kCompute);
+  out->copy_to_host_busy_ns = busy(Engine::kCopyToHost);
+  out->copy_to_device_busy_ns = busy(Engine::kCopyToDevice);
+  out->copy_on_device_busy_ns = busy(Engine::kCopyOnDevice);
+  out->host_remap_ns = call(Call::kMap) + call(Call::kAccess) + call(Call::kUnmap);
+  out->host_create_ns = call(Call::kCreate) + call(Call::kRelease);
+  out->host_stream_ns = call(Call::kLaunch) + call(Call::kRecord) + call(Call::kWait) +
+                        call(Call::kSync);
+  out->host_work_ns = t.host_work_ns;
+  out->host_wait_ns = t.host_wait_ns;
+  out->host_waits = t.host_waits;
 }
 
 FAKE_CUDA_EXPORT size_t fake_cuda_destroy_all(void) noexcept {

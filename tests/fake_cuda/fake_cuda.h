@@ -88,8 +88,11 @@
 //     safe (they finish into scratch memory); a kernel still using its alias
 //     when its range is unmapped is a race TSan reports too. Stream work that
 //     touches memory outside its declared ranges is not checked.
-//   - Events have no timing; the INTERPROCESS and BLOCKING_SYNC flags are
-//     accepted and ignored.
+//   - Events have no timing (cuEventElapsedTime is not there); the
+//     INTERPROCESS and BLOCKING_SYNC flags are accepted and ignored.
+//   - Time: everything runs at the host's speed. The timing model
+//     (fake_cuda_timing_enable) says instead how long the calls and the
+//     stream work would take on a GPU we measured, on a modeled clock.
 //
 // Every function here is thread-safe. Knobs take effect for calls made after
 // they are set. Environment variables read at load and by fake_cuda_reset():
@@ -105,6 +108,8 @@
 //   FAKE_CUDA_NO_P2P                         pairs of devices with no peer
 //                                            path between them, "0-2,1-2";
 //                                            default none (every pair has one)
+//   FAKE_CUDA_TIMING                         a timing model preset (h200,
+//                                            h100); default none (off)
 // A bad value makes cuInit fail with CUDA_ERROR_INVALID_VALUE after printing
 // the variable and the value to stderr.
 #ifndef TENSORFLOW_LMS_ALLOCATOR_TESTS_FAKE_CUDA_FAKE_CUDA_H_
@@ -140,6 +145,14 @@ enum { FAKE_CUDA_POOL_DEVICE = 0, FAKE_CUDA_POOL_HOST = 1 };
 // CUresult (the same validation as cuLaunchHostFunc).
 int fake_cuda_launch_kernel(void* stream, void (*fn)(void* user), void* user,
                             const fake_cuda_range* ranges, size_t n) FAKE_CUDA_NOEXCEPT;
+
+// fake_cuda_launch_kernel with a duration in the timing model: the kernel
+// occupies its device's compute engine for `duration_ns` of modeled time.
+// `fn` may be null: the kernel then only resolves its ranges (a touch of
+// each, checked as above) and takes its time.
+int fake_cuda_launch_kernel_for(void* stream, unsigned long long duration_ns,
+                                void (*fn)(void* user), void* user,
+                                const fake_cuda_range* ranges, size_t n) FAKE_CUDA_NOEXCEPT;
 
 // The fake's private alias of [address, address + bytes): what a kernel
 // dereferences instead of the device address. Null, with a violation
@@ -195,6 +208,39 @@ int fake_cuda_set_pool_capacity(int pool, size_t bytes) FAKE_CUDA_NOEXCEPT;
 // -1 (nothing changed) for bad ordinals. fake_cuda_reset() restores
 // FAKE_CUDA_NO_P2P.
 int fake_cuda_set_peer_access(int a, int b, int can_access) FAKE_CUDA_NOEXCEPT;
+
+// --- The timing model ---------------------------------------------------------
+//
+// A modeled clock beside the real one (Note [Timing model] in timing.h): each
+// driver call advances the host's clock by its cost on a GPU we measured
+// (the VMM calls per handle and per 2 MiB, from our driver_timing runs;
+// launches and event calls assumed), stream work is scheduled on per-device
+// engines (compute; copies to the host, to the device, on the device, each
+// one at a time, at the measured rate), and host waits move the host's clock
+// to when the awaited work completes. Real work still runs as before.
+
+// Turns the model on with a preset ("h200", "h100"), clocks and totals at
+// zero. Returns 0, or -1 (nothing changed) for an unknown name.
+int fake_cuda_timing_enable(const char* preset) FAKE_CUDA_NOEXCEPT;
+void fake_cuda_timing_disable(void) FAKE_CUDA_NOEXCEPT;
+// Advances the host's clock by `ns` of host work (a framework's own time).
+void fake_cuda_timing_host_work(unsigned long long ns) FAKE_CUDA_NOEXCEPT;
+
+typedef struct fake_cuda_timing {
+  unsigned long long host_now_ns;             // the host's modeled clock
+  unsigned long long compute_busy_ns;         // kernels, all devices
+  unsigned long long copy_to_host_busy_ns;    // copies into host memory
+  unsigned long long copy_to_device_busy_ns;  // copies into device memory
+  unsigned long long copy_on_device_busy_ns;  // copies within device memory
+  unsigned long long host_remap_ns;           // cuMemMap, cuMemSetAccess, cuMemUnmap
+  unsigned long long host_create_ns;          // cuMemCreate, cuMemRelease
+  unsigned long long host_stream_ns;          // launches, event calls, waits' returns
+  unsigned long long host_work_ns;            // fake_cuda_timing_host_work
+  unsigned long long host_wait_ns;            // blocked in host waits
+  unsigned long long host_waits;              // host waits (cuEventSynchronize, ...)
+} fake_cuda_timing;
+// The totals since fake_cuda_timing_enable.
+void fake_cuda_timing_totals(fake_cuda_timing* out) FAKE_CUDA_NOEXCEPT;
 
 // --- Observers (for leak checks) ----------------------------------------------
 

@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "timing.h"
+
 namespace lms {
 namespace cu {
 namespace fake {
@@ -93,6 +95,15 @@ void LoadKnobsFromEnvironment() {
   k.fail_map_countdown = 0;
   k.fail_map_error = 2;
   k.granularity = size_t{2} << 20;
+  // The timing model (timing.h): FAKE_CUDA_TIMING names a preset.
+  const char* preset = std::getenv("FAKE_CUDA_TIMING");
+  if (preset == nullptr || *preset == '\0') {
+    timing::Disable();
+  } else if (!timing::Enable(preset)) {
+    std::fprintf(stderr, "fake CUDA driver: FAKE_CUDA_TIMING=%s: not a preset (h200, h100)\n",
+                 preset);
+    k.environment_error = true;
+  }
 }
 
 bool CanAccessPeer(int device, int peer) {

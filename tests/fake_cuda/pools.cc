@@ -13,6 +13,7 @@
 #include "context.h"
 #include "entry_points.h"
 #include "memory_state.h"
+#include "timing.h"
 
 namespace lms {
 namespace cu {
@@ -178,6 +179,7 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
   const uint64_t id = m.next_handle++;
   m.handles[id] = Handle{host, offset, size, false, 0, host ? -1 : prop->location.id};
   *handle = id;
+  timing::Charge(timing::Call::kCreate, host, size);
   return CUDA_SUCCESS;
 }
 
@@ -189,6 +191,7 @@ CUresult cuMemRelease(CUmemGenericAllocationHandle handle) noexcept {
   auto it = m.handles.find(handle);
   if (it == m.handles.end() || it->second.released) return CUDA_ERROR_INVALID_VALUE;
   it->second.released = true;
+  timing::Charge(timing::Call::kRelease, it->second.host, it->second.size);
   if (it->second.mappings == 0) FreeHandle(m, handle);
   return CUDA_SUCCESS;
 }

@@ -1,5 +1,6 @@
 #include "streams.h"
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -31,6 +32,8 @@ struct Stream {
   // cuStreamDestroy: the worker drains the queue, then exits.
   bool stopping LMS_GUARDED_BY(g_stream_mu) = false;
   std::condition_variable_any work_cv;  // queue non-empty, or stopping
+  // The timing model's tail: when the last enqueued operation completes.
+  uint64_t model_tail LMS_GUARDED_BY(g_stream_mu) = 0;
   std::thread worker;               // set once by cuStreamCreate
 };
 
@@ -43,6 +46,8 @@ struct Event {
   uint64_t last_recorded LMS_GUARDED_BY(g_stream_mu) = 0;  // 0: never recorded
   // Records enqueued and not yet reached by their stream.
   std::set<uint64_t> pending LMS_GUARDED_BY(g_stream_mu);
+  // The timing model's moment the last record completes.
+  uint64_t model_record_ns LMS_GUARDED_BY(g_stream_mu) = 0;
 };
 
 struct StreamState {
@@ -135,12 +140,16 @@ class LMS_SCOPED_CAPABILITY Locked {
 
 }  // namespace
 
-CUresult Enqueue(CUstream stream, std::function<void(Context*)> op) {
+CUresult Enqueue(CUstream stream, std::function<void(Context*)> op, Modeled modeled) {
   std::shared_ptr<Stream> s;
   {
     Locked found(stream);
     s = found.stream;
     if (s == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+    if (timing::Enabled()) {
+      s->model_tail = timing::Schedule(std::max(s->model_tail, modeled.after_ns),
+                                       s->context->device, modeled.engine, modeled.ns);
+    }
     s->queue.push_back(std::move(op));
     ++s->enqueued;
   }
@@ -214,6 +223,7 @@ CUresult cuStreamSynchronize(CUstream stream) noexcept {
   Context* context = nullptr;
   if (CUresult r = RequireContext(&context)) return r;
   std::shared_ptr<Stream> s;
+  uint64_t done_ns = 0;
   {
     Locked found(stream);
     s = found.stream;
@@ -222,7 +232,9 @@ CUresult cuStreamSynchronize(CUstream stream) noexcept {
     Await(State().progress_cv, [&]() LMS_EXCLUSIVE_LOCKS_REQUIRED(g_stream_mu) {
       return s->completed >= target;
     });
+    done_ns = s->model_tail;
   }
+  timing::HostWaitUntil(done_ns);
   return s->context->sticky_error.load();
 }
 
@@ -232,19 +244,22 @@ CUresult cuStreamWaitEvent(CUstream stream, CUevent event, unsigned int flags) n
   if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
   std::shared_ptr<Event> e;
   uint64_t target = 0;
+  Modeled modeled;
   {
     Locked found(event);
     e = found.event;
     if (e == nullptr) return CUDA_ERROR_INVALID_HANDLE;
     target = e->last_recorded;  // the most recent record as of now
+    modeled.after_ns = e->model_record_ns;
   }
+  timing::Charge(timing::Call::kWait);
   return Enqueue(stream, [e, target](Context*) {
     StreamState& st = State();
     MutexLock lock(g_stream_mu);
     Await(st.progress_cv, [&]() LMS_EXCLUSIVE_LOCKS_REQUIRED(g_stream_mu) {
       return e->pending.count(target) == 0;
     });
-  });
+  }, modeled);
 }
 
 CUresult cuStreamGetCtx(CUstream stream, CUcontext* context) noexcept {
@@ -260,6 +275,7 @@ CUresult cuLaunchHostFunc(CUstream stream, CUhostFn fn, void* user_data) noexcep
   Context* context = nullptr;
   if (CUresult r = RequireContext(&context)) return r;
   if (fn == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  timing::Charge(timing::Call::kLaunch);
   return Enqueue(stream, [fn, user_data](Context*) { fn(user_data); });
 }
 
@@ -295,6 +311,7 @@ CUresult cuEventDestroy(CUevent event) noexcept {
 CUresult cuEventRecord(CUevent event, CUstream stream) noexcept {
   Context* context = nullptr;
   if (CUresult r = RequireContext(&context)) return r;
+  timing::Charge(timing::Call::kRecord);
   Locked found(stream, event);
   const std::shared_ptr<Event>& e = found.event;
   const std::shared_ptr<Stream>& s = found.stream;
@@ -304,6 +321,11 @@ CUresult cuEventRecord(CUevent event, CUstream stream) noexcept {
   // this call targets this record or a later one.
   const uint64_t record = ++e->last_recorded;
   e->pending.insert(record);
+  if (timing::Enabled()) {
+    s->model_tail = timing::Schedule(s->model_tail, s->context->device,
+                                     timing::Engine::kCount, 0);
+    e->model_record_ns = s->model_tail;
+  }
   s->queue.push_back([e, record](Context*) {
     MutexLock lock(g_stream_mu);
     e->pending.erase(record);
@@ -316,25 +338,32 @@ CUresult cuEventRecord(CUevent event, CUstream stream) noexcept {
 CUresult cuEventQuery(CUevent event) noexcept {
   Context* context = nullptr;
   if (CUresult r = RequireContext(&context)) return r;
+  // Charged first: a caller polling in a loop moves the modeled clock on.
+  timing::Charge(timing::Call::kSync);
   Locked found(event);
   const std::shared_ptr<Event>& e = found.event;
   if (e == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   if (e->pending.count(e->last_recorded) != 0) return CUDA_ERROR_NOT_READY;
+  // Done on the real clock, not yet on the modeled one.
+  if (timing::Enabled() && e->model_record_ns > timing::HostNow()) return CUDA_ERROR_NOT_READY;
   return context->sticky_error.load();
 }
 
 CUresult cuEventSynchronize(CUevent event) noexcept {
   Context* context = nullptr;
   if (CUresult r = RequireContext(&context)) return r;
+  uint64_t done_ns = 0;
   {
     Locked found(event);
     const std::shared_ptr<Event>& e = found.event;
     if (e == nullptr) return CUDA_ERROR_INVALID_HANDLE;
     const uint64_t target = e->last_recorded;
+    done_ns = e->model_record_ns;
     Await(State().progress_cv, [&]() LMS_EXCLUSIVE_LOCKS_REQUIRED(g_stream_mu) {
       return e->pending.count(target) == 0;
     });
   }
+  timing::HostWaitUntil(done_ns);
   return context->sticky_error.load();
 }
 

@@ -14,15 +14,25 @@
 
 #include "backends/cuda_driver_api.h"
 #include "context.h"
+#include "timing.h"
 
 namespace lms {
 namespace cu {
 namespace fake {
 
+// What an operation takes in the timing model (timing.h): `ns` on `engine`
+// (none: kCount), starting no earlier than `after_ns`.
+struct Modeled {
+  timing::Engine engine = timing::Engine::kCount;
+  uint64_t ns = 0;
+  uint64_t after_ns = 0;
+};
+
 // Enqueues op(stream's context) to run on the worker of `stream` after all
 // earlier work of the stream. CUDA_ERROR_INVALID_HANDLE if `stream` is not a
 // live stream (the null stream included: the fake has no legacy stream).
-CUresult Enqueue(CUstream stream, std::function<void(Context*)> op);
+// With the timing model on, schedules `modeled` on the stream's modeled tail.
+CUresult Enqueue(CUstream stream, std::function<void(Context*)> op, Modeled modeled = {});
 
 size_t LiveStreams();
 size_t LiveEvents();

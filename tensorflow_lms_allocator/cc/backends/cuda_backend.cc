@@ -326,9 +326,13 @@ Status CudaBackend::Unmap(uintptr_t address, size_t count) {
 
 Status CudaBackend::UnmapReleased(uintptr_t address, size_t count, uint64_t mark) {
   LMS_CUDA_SCOPE(*driver_, context_);
-  // A fence issued after the release has been waited for: nothing queued
-  // can still touch the freed slots.
-  return UnmapSlots(address, count, /*drain=*/fences_waited_ <= mark);
+  // Nothing is queued on freed memory after its free: once the epoch open
+  // at the free is complete, nothing queued can still touch the slots.
+  bool any = false;
+  for (size_t i = 0; i < count && !any; ++i) any = IsMapped(address + i * granule_);
+  if (!any) return Status::Ok();
+  LMS_RETURN_IF_ERROR(HostWaitForEpoch(mark));
+  return UnmapSlots(address, count, /*drain=*/false);
 }
 
 Status CudaBackend::UnmapSlots(uintptr_t address, size_t count, bool drain) {

@@ -22,53 +22,57 @@
 // duration (ScopedCudaContext) and restores the caller's.
 //
 // Note [Stream protocol]. Kernels and TensorFlow's own copies run after
-// their host-side call returns, so three things can touch LMS memory after
-// the engine believes nobody uses it: a kernel enqueued while its tensor was
+// their host-side call returns, so work queued on LMS memory may still run
+// after the engine has let go of it: a kernel enqueued while its tensor was
 // pinned that runs after the unpin (the OpKernelContext is gone, the work is
 // queued); TensorFlow's copies (device-to-host for .numpy(), host-to-device
-// into fresh tensors), which hold tensors by reference and never pin; and
-// work still queued on a buffer TensorFlow freed (it frees on the host when
-// the last reference drops and relies on stream order). The streams that
-// carry such work are *fenced streams*: TensorFlow's compute, host-to-device,
-// device-to-host and device-to-device streams of this device, registered with
-// AddFencedStream by the adapter.
-//   - Fence (CopiesAfterCompute): an event recorded on every fenced stream,
-//     waited on by the copy stream. Every copy issued after it runs after all
-//     work queued on a fenced stream before it, so an eviction copies the
-//     bytes a queued kernel writes, and a page-in copies the bytes a queued
-//     host-to-device copy (or an unpinned kernel, over the bus) writes into
-//     an evicted tensor.
+// into fresh tensors, sends), pinned by the adapter from before their
+// enqueue until their done callback (Note [TensorFlow's own copies] in
+// tf_adapter/tensorflow_copies.h); and work still queued on a buffer
+// TensorFlow freed (it frees on the host when the last reference drops and
+// relies on stream order). The streams that carry such work are *fenced
+// streams*: TensorFlow's compute, host-to-device, device-to-host and
+// device-to-device streams of this device, registered with AddFencedStream
+// by the adapter. Every such piece of work was enqueued before a moment the
+// engine sees: the unpin that ended its kernel's pins, the claim of a tensor
+// written outside kernels, the free of its buffer. The engine takes a mark
+// (ReleaseMark) at each of those moments, and a move or an unmap waits for
+// the work before its mark only (Note [Epochs of use]), never for
+// everything queued.
+//   - CopiesAfterUse(mark): the copy stream waits (cuStreamWaitEvent, on the
+//     GPU) for the epoch of `mark` on every fenced stream. Every copy issued
+//     after it runs after the work queued before the mark, so an eviction
+//     copies the bytes a kernel queued before the victim's unpin writes, and
+//     a page-in copies the bytes a queued host-to-device copy writes into a
+//     tensor born evicted (claimed before its pin). The mark is the latest
+//     last use among the units moved; the host does not wait.
 //   - HostWait (WaitForCopies): one event recorded on the copy stream and
 //     synchronized on the host; skipped when nothing was issued on the copy
-//     stream since the last one. Because the copy stream waited for every
-//     fence, it also waits for the fenced work before the last fence.
-//   - Drain before every cuMemUnmap (Unmap, a Map that replaces a mapping):
-//     a fence followed by a HostWait, right before the unmap. cuMemUnmap is
-//     not stream-ordered (nor cuMemMap/cuMemSetAccess; CUDA's only
+//     stream since the last one. It also completes every epoch the copy
+//     stream waited for.
+//   - An unmap waits on the host for the epoch of its memory's last use
+//     (HostWaitForEpoch), usually long complete (no call at all): cuMemUnmap
+//     is not stream-ordered (nor cuMemMap/cuMemSetAccess; CUDA's only
 //     stream-ordered mapping call, cuMemMapArrayAsync, is for CUDA arrays,
 //     not linear memory), so a mapping may go only once no queued work can
-//     use it. Copies between windows never need a drain: windows are never
-//     unmapped while the backend lives.
+//     use it. Freed memory (UnmapReleased) waits for the epoch open at its
+//     free; an unmap with no mark (Unmap, a Map replacing a mapping outside a
+//     batch) drains: a fence of everything (CopyStreamAfter(ReleaseMark()))
+//     and a HostWait. Copies between windows never need either: windows are
+//     never unmapped while the backend lives.
 //   - Remap batches: an eviction of a reclaim's victims (one or many) and a
 //     page-in of a kernel's inputs (one or many, before the kernel is
-//     enqueued) are the same sequence: fence; every copy of the batch on the
-//     copy stream (device->host, or host->device); BeginRemapBatch = an event
-//     on every fenced stream, synchronized on the host (ONE host wait, for
-//     work queued on the old mappings, NOT for the copies, which stay in
-//     flight); remap every address of the batch (their unmaps skip their own
-//     drain); EndRemapBatch = an event on the copy stream after the copies,
-//     waited on by EVERY fenced stream. The host does not wait for a copy: on
-//     a GPU the remaps' driver calls (tens of microseconds a granule) run
-//     while the copy engine moves the bytes. Why this is correct:
-//       * the unmap of an old mapping follows every access queued on a
-//         fenced stream before the batch (the host waited for them),
-//         including unpinned kernels and TensorFlow copies reading or
-//         writing an evicted tensor over the bus, or a kernel queued before
-//         a victim's unpin; that wait cannot be avoided: nothing tells the
-//         engine which queued work touches which address, and the unmap is
-//         not stream-ordered;
-//       * the copies follow the same work (the fence before them), so they
-//         copy what that work wrote;
+//     enqueued) are the same sequence: CopiesAfterUse(mark); every copy of
+//     the batch on the copy stream (device->host, or host->device);
+//     BeginRemapBatch(mark) = a host wait for the same epoch if it is not
+//     known complete (for the old mappings' users, NOT for the copies, which
+//     stay in flight); remap every address of the batch (their unmaps skip
+//     their own drain); EndRemapBatch = an event on the copy stream after the
+//     copies, waited on by EVERY fenced stream. Why this is correct:
+//       * the unmap of an old mapping follows every access to it (the host
+//         waited for the units' last uses), including a kernel queued before
+//         a victim's unpin and TensorFlow's copy into a tensor born evicted;
+//       * the copies follow the same work, so they copy what it wrote;
 //       * a copy reads and writes the pools' windows, never the addresses
 //         being remapped, so remapping under it changes nothing it sees;
 //       * what a copy writes or reads is next touched by work queued after
@@ -84,40 +88,41 @@
 //         copy stream, so after it) or work on a fenced stream (enqueued
 //         after EndRemapBatch, so after it); the host's own copies
 //         (CopyToHost/CopyFromHost) HostWait first;
+//       * granules in a pool have no queued user but the copy stream: an
+//         eviction's device granules were last used before the victim's last
+//         use (waited for), freed granules are unmapped only after their
+//         free's epoch (UnmapReleased), so a page-in copy into them needs no
+//         order beyond the copy stream's own;
 //       * a later HostWait still covers the copies (copies_in_flight_ stays
 //         set), so a drain, or a free that unmaps a tensor, waits for them.
-//     The batch's host wait is for the fenced streams only; with no fenced
-//     stream (tests, tools) a batch does not wait at all. Before this form,
-//     an eviction waited for its copies on the host before remapping (a
-//     drain): on an H100 a 64 MiB eviction then took the copy's 1.2 ms plus
-//     2.3 ms of driver calls.
-// Why this is enough for the engine's three remaps: an eviction and a
-// page-in as above;
-// defragmentation (taking a granule cached at a freed range) unmaps it only
-// after a drain, so work still queued on the freed buffer finishes before
-// the granule moves. Freed memory needs less: nothing is enqueued on a
-// buffer after its free (TensorFlow enqueues all work on a buffer before
-// dropping its last reference), so once a fence issued after the free has
-// been waited for by a HostWait, no queued work can touch the buffer, and
-// its slots are unmapped without a drain (UnmapReleased with the
-// ReleaseMark taken at the free: the fence count then; a remap batch's host
-// wait counts as such a fence). Defragmentation mostly takes such granules:
-// an eviction in between has already waited.
-// The gap the backend cannot close: a thread that did not pin a tensor may
-// enqueue work on it after the drain's (or a batch's) events were recorded
-// and before cuMemUnmap runs, or before EndRemapBatch. No fence closes that:
-// any event the backend records, however late, is recorded before the unmap
-// in host time, and the enqueue can fall between the two, because nothing
-// orders it against the engine's lock. The work would then run on the old
-// mapping (a write into a tensor being evicted is lost), on no mapping (an
-// illegal-address fault that ends the CUDA context), or on the new one
-// before the copy is done. Kernels pin what they
-// touch; TensorFlow's own copies (GPUUtil's, for .numpy(), inputs, sends)
-// are pinned by the adapter from before their enqueue until their done
-// callback (Note [TensorFlow's own copies] in tf_adapter/tensorflow_copies.h),
-// so their enqueue is either before the drain, and waited for, or after
-// the remap.
-// The costs are counted (GetStatistics): fences, host waits, copies, bytes.
+//     With no fenced stream (tests, tools) nothing waits. Before epochs, a
+//     batch recorded an event on every fenced stream and waited for all of
+//     them: the GPU's whole queue drained before every move, and the copies
+//     waited for all of it (docs/decisions/0011-epochs-of-use.md).
+// The gap the backend cannot close: work enqueued on a tensor that nobody
+// holds (no pin, no unclaimed writer) is after no mark: an eviction may copy
+// before it writes, or unmap under it (a write lost, or an illegal-address
+// fault that ends the CUDA context). Kernels pin what they touch, and
+// TensorFlow's own copies are pinned by the adapter; strict mode
+// (TF_LMS_STRICT) reports any other touch.
+// The costs are counted (GetStatistics): fences (epochs closed), host waits,
+// copies, bytes.
+//
+// Note [Epochs of use]. An epoch is a span of host time between two rounds
+// of events on the fenced streams. ReleaseMark() is the open epoch's number:
+// O(1), no driver call, so the engine takes one at every unpin. A wait for
+// mark m first closes epoch m if it is still open (records an event on each
+// fenced stream: everything enqueued before is before them) and then waits
+// for those events: on the copy stream (CopyStreamAfter) or on the host
+// (HostWaitForEpoch). Events are kept in a ring of kEpochRing slots per
+// fenced stream; a wait for an epoch the ring no longer holds uses a later
+// one (its events are recorded later on every stream, so they cover it), and
+// a stream fenced after an epoch closed invalidates every slot (the new
+// stream has no event in them). Known completion is remembered
+// (epoch_done_, and copy_stream_after_ for the copy stream), so a move whose
+// units were last used long ago costs no driver call at all. Units a reclaim
+// evicts are the ones idle longest (or not needed for longest), so usually
+// the only wait left is the copy stream's, on the GPU.
 //
 // Note [Access to mapped memory]. A cuMemMap mapping is reachable only by the
 // devices cuMemSetAccess granted, and every new mapping starts with none; peer
@@ -205,15 +210,17 @@ class CudaBackend : public Backend {
   Status Map(uintptr_t address, PoolKind pool, const GranuleId* ids, size_t count,
              Access access) override;
   Status Unmap(uintptr_t address, size_t count) override;
-  uint64_t ReleaseMark() const override { return fences_issued_; }
+  // The open epoch (Note [Epochs of use]): work queued on a fenced stream
+  // before this call is before the events that close it.
+  uint64_t ReleaseMark() const override { return epoch_; }
   Status UnmapReleased(uintptr_t address, size_t count, uint64_t mark) override;
   Status CopyGranules(PoolKind dst_pool, const GranuleId* dst, PoolKind src_pool,
                       const GranuleId* src, size_t bytes) override;
   Status CopyRanges(PoolKind dst_pool, GranuleId dst, PoolKind src_pool, GranuleId src,
                     const ByteRange* ranges, size_t count) override;
-  Status CopiesAfterCompute() override;
+  Status CopiesAfterUse(uint64_t mark) override LMS_LOCKS_EXCLUDED(streams_mu_);
   Status WaitForCopies() override;
-  Status BeginRemapBatch() override LMS_LOCKS_EXCLUDED(streams_mu_);
+  Status BeginRemapBatch(uint64_t mark) override LMS_LOCKS_EXCLUDED(streams_mu_);
   Status EndRemapBatch() override LMS_LOCKS_EXCLUDED(streams_mu_);
   bool HostCanTouch() const override { return false; }
   Status CopyToHost(void* dst, uintptr_t address, size_t bytes) override;
@@ -344,7 +351,21 @@ class CudaBackend : public Backend {
   Status CopyHost(uintptr_t address, size_t bytes, void* to_host, const void* from_host);
 
   // Stream protocol (cuda_backend_streams.cc).
-  Status Fence() LMS_LOCKS_EXCLUDED(streams_mu_);
+  // The copy stream waits for every epoch up to `mark` (closing the open
+  // one if `mark` is it): what CopiesAfterUse does, and a fence of
+  // everything queued so far with ReleaseMark().
+  Status CopyStreamAfter(uint64_t mark) LMS_LOCKS_EXCLUDED(streams_mu_);
+  Status Fence() LMS_LOCKS_EXCLUDED(streams_mu_) { return CopyStreamAfter(epoch_); }
+  // Blocks until every epoch up to `mark` is complete on the fenced streams.
+  Status HostWaitForEpoch(uint64_t mark) LMS_LOCKS_EXCLUDED(streams_mu_);
+  // The ring slot whose events cover epoch `mark`: closes epochs until
+  // `mark` is closed, or closes a new one if the ring no longer holds it
+  // (a later epoch covers it). Sets *covered to the epoch the slot holds.
+  Status SlotFor(uint64_t mark, size_t* slot, uint64_t* covered)
+      LMS_EXCLUSIVE_LOCKS_REQUIRED(streams_mu_);
+  // Records the open epoch's events on every fenced stream and opens the
+  // next.
+  Status CloseEpoch() LMS_EXCLUSIVE_LOCKS_REQUIRED(streams_mu_);
   Status HostWait();
   Status Drain();
 
@@ -377,18 +398,29 @@ class CudaBackend : public Backend {
   std::map<uintptr_t, std::vector<Slot>> ranges_;  // reserved base -> slots
   bool copies_in_flight_ = false;  // a copy was issued since the last wait
   // Between BeginRemapBatch's host wait and EndRemapBatch: unmaps skip their
-  // own drain, because that wait followed every access queued before it.
+  // own drain, because that wait followed every access to the batch's
+  // addresses (their units' last uses).
   bool remap_batch_drained_ = false;
-  // Fences issued so far, and how many of them a completed host wait covers
-  // (every fence makes the copy stream wait, so a wait on the copy stream
-  // covers every earlier fence).
-  uint64_t fences_issued_ = 0;
-  uint64_t fences_waited_ = 0;
+  // Epochs (Note [Epochs of use]): the open one, every one up to
+  // epoch_done_ is complete, and the copy stream waits for every one up to
+  // copy_stream_after_ (so a host wait on the copy stream completes them).
+  uint64_t epoch_ = 1;
+  uint64_t epoch_done_ = 0;
+  uint64_t copy_stream_after_ = 0;
   BackendStatistics stats_;
 
-  // The fenced streams, each with the event its fences record.
+  // Closed epochs kept: a move waits for an older one through a later one.
+  static constexpr size_t kEpochRing = 64;
+  // A fenced stream and its events: one per ring slot.
+  struct FencedStream {
+    cu::CUstream stream = nullptr;
+    std::vector<cu::CUevent> epochs;
+  };
   mutable Mutex streams_mu_;
-  std::vector<std::pair<cu::CUstream, cu::CUevent>> fenced_ LMS_GUARDED_BY(streams_mu_);
+  std::vector<FencedStream> fenced_ LMS_GUARDED_BY(streams_mu_);
+  // The epoch each ring slot's events close; 0: none (never recorded, or
+  // recorded before a fenced stream joined, so not on every stream).
+  uint64_t ring_epoch_[kEpochRing] LMS_GUARDED_BY(streams_mu_) = {};
 };
 
 }  // namespace lms

@@ -336,7 +336,9 @@ CudaBackend::~CudaBackend() {
       }
       {
         MutexLock lock(streams_mu_);
-        for (const auto& fenced : fenced_) driver_->cuEventDestroy(fenced.second);
+        for (const FencedStream& fenced : fenced_) {
+          for (cu::CUevent event : fenced.epochs) driver_->cuEventDestroy(event);
+        }
         fenced_.clear();
       }
       if (copies_done_ != nullptr) driver_->cuEventDestroy(copies_done_);

@@ -12,8 +12,8 @@ namespace lms {
 Status CudaBackend::AddFencedStream(cu::CUstream stream) {
   LMS_CUDA_SCOPE(*driver_, context_);
   MutexLock lock(streams_mu_);
-  for (const auto& fenced : fenced_) {
-    if (fenced.first == stream) return Status::Ok();
+  for (const FencedStream& fenced : fenced_) {
+    if (fenced.stream == stream) return Status::Ok();
   }
   // A fenced stream may be another device's (a copy between GPUs runs on
   // the sending GPU's streams and writes this device's memory). Its event is
@@ -41,10 +41,23 @@ Status CudaBackend::AddFencedStream(cu::CUstream stream) {
       driver_->Check(driver_->cuStreamGetCtx(stream, &stream_context), "cuStreamGetCtx"));
   ScopedCudaContext in_stream_context(*driver_, stream_context);
   LMS_RETURN_IF_ERROR(in_stream_context.status());
-  cu::CUevent event = nullptr;
-  LMS_RETURN_IF_ERROR(driver_->Check(
-      driver_->cuEventCreate(&event, cu::CU_EVENT_DISABLE_TIMING), "cuEventCreate"));
-  fenced_.emplace_back(stream, event);
+  FencedStream fenced{stream, std::vector<cu::CUevent>(kEpochRing, nullptr)};
+  Status made;
+  for (cu::CUevent& event : fenced.epochs) {
+    made = driver_->Check(driver_->cuEventCreate(&event, cu::CU_EVENT_DISABLE_TIMING),
+                          "cuEventCreate");
+    if (!made.ok()) break;
+  }
+  if (!made.ok()) {
+    for (cu::CUevent event : fenced.epochs) {
+      if (event != nullptr) driver_->cuEventDestroy(event);
+    }
+    return made;
+  }
+  fenced_.push_back(std::move(fenced));
+  // The closed epochs have no event on this stream: none of them covers
+  // its work any more. A wait for one closes a new epoch instead.
+  std::fill(std::begin(ring_epoch_), std::end(ring_epoch_), 0);
   return Status::Ok();
 }
 
@@ -52,33 +65,83 @@ void CudaBackend::RemoveFencedStream(cu::CUstream stream) {
   ScopedCudaContext scope(*driver_, context_);
   MutexLock lock(streams_mu_);
   auto it = std::find_if(fenced_.begin(), fenced_.end(),
-                         [&](const auto& fenced) { return fenced.first == stream; });
+                         [&](const FencedStream& fenced) { return fenced.stream == stream; });
   if (it == fenced_.end()) return;
-  // The copy stream may still wait on the event; CUDA defers its release.
-  if (scope.status().ok()) driver_->cuEventDestroy(it->second);
+  // The copy stream may still wait on the events; CUDA defers their release.
+  if (scope.status().ok()) {
+    for (cu::CUevent event : it->epochs) driver_->cuEventDestroy(event);
+  }
   fenced_.erase(it);
 }
 
-Status CudaBackend::CopiesAfterCompute() {
+Status CudaBackend::CopiesAfterUse(uint64_t mark) {
   LMS_CUDA_SCOPE(*driver_, context_);
-  return Fence();
+  return CopyStreamAfter(mark);
 }
 
-Status CudaBackend::Fence() {
+Status CudaBackend::CloseEpoch() {
+  const size_t slot = epoch_ % kEpochRing;
+  // Unusable until every stream has its record: a failure half way leaves
+  // the slot covering nothing.
+  ring_epoch_[slot] = 0;
+  {
+    ScopedNanos timed(&stats_.fence_ns);
+    for (const FencedStream& fenced : fenced_) {
+      LMS_RETURN_IF_ERROR(driver_->Check(driver_->cuEventRecord(fenced.epochs[slot], fenced.stream),
+                                         "cuEventRecord on a fenced stream"));
+    }
+  }
+  ring_epoch_[slot] = epoch_++;
+  ++stats_.fences;
+  return Status::Ok();
+}
+
+Status CudaBackend::SlotFor(uint64_t mark, size_t* slot, uint64_t* covered) {
+  while (mark >= epoch_) LMS_RETURN_IF_ERROR(CloseEpoch());
+  // The ring holds the last kEpochRing closed epochs; an older one, or one
+  // closed before a stream joined, is covered by a new one.
+  *slot = mark % kEpochRing;
+  if (ring_epoch_[*slot] < mark || ring_epoch_[*slot] == 0) {
+    *slot = epoch_ % kEpochRing;
+    LMS_RETURN_IF_ERROR(CloseEpoch());
+  }
+  *covered = ring_epoch_[*slot];
+  return Status::Ok();
+}
+
+Status CudaBackend::CopyStreamAfter(uint64_t mark) {
   MutexLock lock(streams_mu_);
-  if (fenced_.empty()) return Status::Ok();
+  if (fenced_.empty() || mark <= epoch_done_ || mark <= copy_stream_after_) {
+    return Status::Ok();
+  }
+  size_t slot = 0;
+  uint64_t covered = 0;
+  LMS_RETURN_IF_ERROR(SlotFor(mark, &slot, &covered));
   ScopedNanos timed(&stats_.fence_ns);
-  for (const auto& [stream, event] : fenced_) {
-    LMS_RETURN_IF_ERROR(driver_->Check(driver_->cuEventRecord(event, stream),
-                                       "cuEventRecord on a fenced stream"));
-    LMS_RETURN_IF_ERROR(driver_->Check(driver_->cuStreamWaitEvent(copy_stream_, event, 0),
+  for (const FencedStream& fenced : fenced_) {
+    LMS_RETURN_IF_ERROR(driver_->Check(driver_->cuStreamWaitEvent(copy_stream_, fenced.epochs[slot], 0),
                                        "cuStreamWaitEvent on the LMS copy stream"));
   }
-  // What follows on the copy stream waits for the fence: a host wait on the
-  // copy stream now also waits for the fenced work.
+  // What follows on the copy stream waits for the epoch: a host wait on the
+  // copy stream now also completes it.
+  copy_stream_after_ = covered;
   copies_in_flight_ = true;
-  ++fences_issued_;
-  ++stats_.fences;
+  return Status::Ok();
+}
+
+Status CudaBackend::HostWaitForEpoch(uint64_t mark) {
+  MutexLock lock(streams_mu_);
+  if (fenced_.empty() || mark <= epoch_done_) return Status::Ok();
+  size_t slot = 0;
+  uint64_t covered = 0;
+  LMS_RETURN_IF_ERROR(SlotFor(mark, &slot, &covered));
+  ++stats_.host_waits;
+  ScopedNanos timed(&stats_.wait_ns);
+  for (const FencedStream& fenced : fenced_) {
+    LMS_RETURN_IF_ERROR(driver_->Check(driver_->cuEventSynchronize(fenced.epochs[slot]),
+                                       "cuEventSynchronize on a fenced stream"));
+  }
+  epoch_done_ = std::max(epoch_done_, covered);
   return Status::Ok();
 }
 
@@ -87,33 +150,13 @@ Status CudaBackend::WaitForCopies() {
   return HostWait();
 }
 
-Status CudaBackend::BeginRemapBatch() {
+Status CudaBackend::BeginRemapBatch(uint64_t mark) {
   LMS_CUDA_SCOPE(*driver_, context_);
   remap_batch_drained_ = false;
-  {
-    MutexLock lock(streams_mu_);
-    // Every fenced stream's work queued so far (the old mappings' users),
-    // not the copy stream: the batch's copies stay in flight.
-    {
-      ScopedNanos timed(&stats_.fence_ns);
-      for (const auto& [stream, event] : fenced_) {
-        LMS_RETURN_IF_ERROR(driver_->Check(driver_->cuEventRecord(event, stream),
-                                           "cuEventRecord on a fenced stream"));
-      }
-    }
-    if (!fenced_.empty()) {
-      ++stats_.fences;  // a round of events on the fenced streams...
-      ++stats_.host_waits;  // ...waited for on the host
-    }
-    ScopedNanos timed(&stats_.wait_ns);
-    for (const auto& fenced : fenced_) {
-      LMS_RETURN_IF_ERROR(driver_->Check(driver_->cuEventSynchronize(fenced.second),
-                                         "cuEventSynchronize on a fenced stream"));
-    }
-  }
-  // That round was a fence waited for: work queued on a buffer freed before
-  // it is done, so its slots are unmapped without a drain (UnmapReleased).
-  fences_waited_ = ++fences_issued_;
+  // The work queued on the batch's addresses (their units' last uses), not
+  // the copy stream: the batch's copies stay in flight. Usually long done:
+  // no call at all.
+  LMS_RETURN_IF_ERROR(HostWaitForEpoch(mark));
   remap_batch_drained_ = true;
   return Status::Ok();
 }
@@ -127,9 +170,9 @@ Status CudaBackend::EndRemapBatch() {
   LMS_RETURN_IF_ERROR(driver_->Check(driver_->cuEventRecord(copies_done_, copy_stream_),
                                      "cuEventRecord on the LMS copy stream"));
   MutexLock lock(streams_mu_);
-  for (const auto& fenced : fenced_) {
+  for (const FencedStream& fenced : fenced_) {
     LMS_RETURN_IF_ERROR(
-        driver_->Check(driver_->cuStreamWaitEvent(fenced.first, copies_done_, 0),
+        driver_->Check(driver_->cuStreamWaitEvent(fenced.stream, copies_done_, 0),
                        "cuStreamWaitEvent on a fenced stream (the batch's copies)"));
   }
   return Status::Ok();
@@ -138,14 +181,14 @@ Status CudaBackend::EndRemapBatch() {
 Status CudaBackend::HostWait() {
   if (!copies_in_flight_) return Status::Ok();
   ScopedNanos timed(&stats_.wait_ns);
-  const uint64_t covered = fences_issued_;
+  const uint64_t covered = copy_stream_after_;
   LMS_RETURN_IF_ERROR(driver_->Check(driver_->cuEventRecord(copies_done_, copy_stream_),
                                      "cuEventRecord on the LMS copy stream"));
   ++stats_.host_waits;
   LMS_RETURN_IF_ERROR(driver_->Check(driver_->cuEventSynchronize(copies_done_),
                                      "cuEventSynchronize (waiting for LMS copies)"));
   copies_in_flight_ = false;
-  fences_waited_ = covered;
+  epoch_done_ = std::max(epoch_done_, covered);
   return Status::Ok();
 }
 

@@ -42,7 +42,7 @@
 // A granule smaller than a huge page is mapped in small pages either way,
 // and not collapsed.
 //
-// Copies are synchronous, so CopiesAfterCompute and WaitForCopies have
+// Copies are synchronous, so CopiesAfterUse and WaitForCopies have
 // nothing to wait for.
 //
 // Across fork() the child gets its own copy of both pools at the same
@@ -103,7 +103,7 @@ class PosixBackend : public Backend {
                       size_t bytes) override;
   Status CopyRanges(PoolKind dst_pool, GranuleId dst, PoolKind src_pool, GranuleId src,
                     const ByteRange* ranges, size_t count) override;
-  Status CopiesAfterCompute() override { return Status::Ok(); }
+  Status CopiesAfterUse(uint64_t) override { return Status::Ok(); }
   Status WaitForCopies() override { return Status::Ok(); }
   // Copies read and write only the pool windows, mapped once at CreatePool
   // and replaced only by fork's handlers, which run with no copy in flight.

@@ -11,13 +11,15 @@
 //                         (no drain inside a remap batch, whose host wait came first)
 //   CopyGranules,         memcpy between pool windows  cuMemcpyAsync on the copy
 //   CopyRanges            (without the engine's lock)  stream
-//   CopiesAfterCompute    nothing (synchronous)        fence: an event on every
-//                                                      fenced stream, waited on
-//                                                      by the copy stream
+//   CopiesAfterUse        nothing (synchronous)        the copy stream waits for
+//                                                      the units' last uses (an
+//                                                      epoch's events on the
+//                                                      fenced streams)
 //   WaitForCopies         nothing (synchronous)        event synchronize
-//   BeginRemapBatch       nothing (synchronous)        host wait for the fenced
-//                                                      streams, not the copies;
-//                                                      the remaps up to
+//   BeginRemapBatch       nothing (synchronous)        host wait for the units'
+//                                                      last uses (usually long
+//                                                      done: no call), not the
+//                                                      copies; the remaps up to
 //                                                      EndRemapBatch skip drains
 //   EndRemapBatch         nothing (synchronous)        every fenced stream waits
 //                                                      for the copies' event
@@ -137,12 +139,18 @@ class Backend {
   // Assumes what Map assumes. On failure nothing changed.
   virtual Status Unmap(uintptr_t address, size_t count) = 0;
 
+  // A mark of the device work queued so far: work that may touch LMS memory
+  // and was queued before the call is ordered before the mark; a later
+  // call's mark is never smaller. The engine takes one at a unit's last use
+  // (its last unpin, its claim, its birth) and at a free: what a move or an
+  // unmap of that memory must wait for, and no more (Note [Epochs of use]
+  // in cuda_backend.h).
+  //
   // Unmap of slots whose allocation was freed when ReleaseMark() returned
   // `mark`. Nothing is queued on freed memory after its free (its owner
   // enqueued all its work before letting go of it), so a backend whose
-  // unmaps wait for queued work may skip the wait once it has waited for
-  // everything queued before the mark (Note [Stream protocol] in
-  // cuda_backend.h). The defaults suit backends without streams.
+  // unmaps wait for queued work waits only for the work before the mark.
+  // The defaults suit backends without streams.
   virtual uint64_t ReleaseMark() const { return 0; }
   virtual Status UnmapReleased(uintptr_t address, size_t count, uint64_t mark) {
     (void)mark;
@@ -151,7 +159,7 @@ class Backend {
 
   // Copies the first `bytes` of the granule sequence src[] (in order, each
   // granule contributing up to granule_bytes()) into dst[]. Asynchronous on
-  // backends with streams: see CopiesAfterCompute and WaitForCopies.
+  // backends with streams: see CopiesAfterUse and WaitForCopies.
   // Assumes: nothing writes src[] or touches dst[] until WaitForCopies, or,
   // for work on the fenced queues, until it is ordered after EndRemapBatch.
   // On failure dst[]'s bytes are unspecified and src[]'s are untouched.
@@ -166,11 +174,14 @@ class Backend {
   virtual Status CopyRanges(PoolKind dst_pool, GranuleId dst, PoolKind src_pool,
                             GranuleId src, const ByteRange* ranges, size_t count) = 0;
 
-  // Orders the copies issued after this call behind all device work queued
-  // so far that may touch LMS memory (on a GPU: the fenced streams, Note
-  // [Stream protocol] in cuda_backend.h), so an eviction never reads a tensor
-  // a kernel still writes, nor a page-in one a queued copy still fills.
-  virtual Status CopiesAfterCompute() = 0;
+  // Orders the copies issued after this call behind the device work that
+  // may touch LMS memory queued before ReleaseMark() returned `mark` (on a
+  // GPU: on the fenced streams, Note [Stream protocol] in cuda_backend.h),
+  // so an eviction never reads a tensor a kernel still writes, nor a page-in
+  // one a queued copy still fills, when `mark` was taken at the last use of
+  // what the copies read and write. ReleaseMark() now orders them behind
+  // everything queued so far.
+  virtual Status CopiesAfterUse(uint64_t mark) = 0;
 
   // Blocks until every copy issued so far is complete, so the source granules
   // may be unmapped and reused. On failure no copy since the last successful
@@ -179,10 +190,11 @@ class Backend {
 
   // Opens a batch of remaps that follows a batch of copies (an eviction of a
   // reclaim's victims, a page-in of a kernel's inputs) and leaves the copies
-  // in flight: blocks until all work queued so far that may touch LMS memory
-  // is complete (the old mappings' users; one host wait for the batch), not
-  // the copies, which go between the pools' windows and never through an
-  // address. The Map and Unmap calls up to EndRemapBatch need no drain of
+  // in flight: blocks until the work queued before `mark` that may touch LMS
+  // memory is complete (the old mappings' users, when `mark` was taken at
+  // the last use of every address the batch remaps; one host wait for the
+  // batch, none when that work is known done), not the copies, which go
+  // between the pools' windows and never through an address. The Map and Unmap calls up to EndRemapBatch need no drain of
   // their own. EndRemapBatch then orders every later piece of work on the
   // fenced queues (a pinning kernel, a kernel writing granules an eviction
   // gave back) after the batch's copies, so nothing queued after it reads or
@@ -192,7 +204,10 @@ class Backend {
   // After either call fails, the caller waits for the copies (WaitForCopies)
   // before a granule of the batch is reused or read; when that fails too, no
   // copy of the batch may be trusted.
-  virtual Status BeginRemapBatch() { return WaitForCopies(); }
+  virtual Status BeginRemapBatch(uint64_t mark) {
+    (void)mark;
+    return WaitForCopies();
+  }
   virtual Status EndRemapBatch() { return Status::Ok(); }
 
   // Whether CopyGranules and CopyRanges are synchronous copies on the

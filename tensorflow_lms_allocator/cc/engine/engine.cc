@@ -277,6 +277,7 @@ ChunkId Engine::PlaceUnit(uint64_t n, Hold hold, bool may_evict,
         backing_.Clear(u);
       }
       residency_.Track(c, n, /*pinned=*/false, unclaimed);
+      NoteUse(c);
       s = PlaceBornEvicted(c);
       if (s.ok()) {
         if (learning_) learned_.Born(c, /*pinned=*/false);
@@ -305,6 +306,7 @@ ChunkId Engine::PlaceUnit(uint64_t n, Hold hold, bool may_evict,
     return kNoChunk;
   }
   residency_.Track(c, n, pin, unclaimed);
+  NoteUse(c);
   if (learning_) learned_.Born(c, pin);
   return c;
 }
@@ -349,7 +351,7 @@ Status Engine::ReleaseUnit(ChunkId c) {
     // unmap fails they stay out of it, stranded: a granule still mapped at
     // a free slot must never back another allocation.
     if (strict_) strict_->Unwatch(first, n);
-    status = backend_->Unmap(SlotAddress(first), n);
+    status = backend_->UnmapReleased(SlotAddress(first), n, UseMark(c));
     for (uint64_t s = first; s < first + n; ++s) {
       if (status.ok()) host_pool_.Give(backing_.at(s).granule);
       else Strand(PoolKind::kHost, 1);
@@ -392,6 +394,8 @@ uint32_t Engine::PinUnit(ChunkId c) {
 }
 
 void Engine::Claim(ChunkId c, const void* ptr) {
+  // Its writer queued its work before handing it over.
+  NoteUse(c);
   if (!residency_.IsPage(c)) {
     residency_.RemoveUnclaimed(c);
     stats_.bytes_unclaimed -= static_cast<int64_t>(residency_.record(c).granules * granule_);
@@ -419,6 +423,7 @@ void Engine::Claim(ChunkId c, const void* ptr) {
 
 uint32_t Engine::UnpinUnit(ChunkId c) {
   const uint32_t count = residency_.Unpin(c);
+  NoteUse(c);  // the kernel queued its work on the unit before it let go
   if (count == 0) {
     FollowHolders(c);
     if (learning_) learned_.Deactivated(c);

@@ -424,6 +424,20 @@ class Engine {
   // kernels]).
   void Claim(ChunkId id, const void* ptr) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint32_t UnpinUnit(ChunkId id) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Notes that unit `id` was used up to now (Residency::Record::last_use).
+  void NoteUse(ChunkId id) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    residency_.NoteUse(id, backend_->ReleaseMark());
+  }
+  // The mark a move or an unmap of unit `id` waits for: its last use, or
+  // everything queued so far while a holder may still be using it (a pin
+  // other than the caller's own, `pinned_by_caller`, which has queued
+  // nothing yet; an unclaimed writer).
+  uint64_t UseMark(ChunkId id, bool pinned_by_caller = false) const
+      LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const Residency::Record& r = residency_.record(id);
+    const bool held = r.unclaimed > 0 || r.pin_count > (pinned_by_caller ? 1u : 0u);
+    return held ? backend_->ReleaseMark() : r.last_use;
+  }
   uintptr_t SlotAddress(uint64_t slot) const { return base_ + slot * granule_; }
   // Every state change ends here (inline: it runs on every allocate and
   // free, where a call and the peaks were a measurable part of a pair).

@@ -5,10 +5,10 @@
 //   - an evicted unit is always mapped from the host pool at its own
 //     address, so an unpinned touch still reads and writes the right bytes
 //     (strict mode maps it with no access and reports the touch instead);
-//   - every copy is ordered after the device work queued before it
-//     (CopiesAfterCompute), so no byte is lost, not even one queued device
-//     work writes after the host let go of it (Note [Stream protocol] in
-//     backends/cuda_backend.h);
+//   - every copy is ordered after the device work queued before its units'
+//     last uses (CopiesAfterUse), so no byte is lost, not even one queued
+//     device work writes after the host let go of it (Note [Stream protocol]
+//     and Note [Epochs of use] in backends/cuda_backend.h);
 //   - an evicted or paged-in allocation is remapped before its copy
 //     completes (the copy goes between the pools' windows, not through the
 //     address); whatever touches its granules later is ordered after the
@@ -277,7 +277,11 @@ Status Engine::EvictChunks(const std::vector<ChunkId>& victims, bool may_unlock)
       transit_granules_[static_cast<int>(PoolKind::kHost)] += v.n;
     }
   }
-  Status s = batch.empty() ? Status::Ok() : backend_->CopiesAfterCompute();
+  // The copies wait for the victims' last uses only, not for the work
+  // queued since (Note [Epochs of use] in backends/cuda_backend.h).
+  uint64_t mark = 0;
+  for (const Victim& v : batch) mark = std::max(mark, UseMark(v.id));
+  Status s = batch.empty() ? Status::Ok() : backend_->CopiesAfterUse(mark);
   if (s.ok()) {
     s = RunCopies(unlocked, [&] {
       Status copied;
@@ -310,11 +314,12 @@ Status Engine::EvictChunks(const std::vector<ChunkId>& victims, bool may_unlock)
     batch.resize(kept);
     NoteMovesEnded();
   }
-  // The host waits once for the work queued on the victims' mappings, not
-  // for the copies: they read the device pool's window, not the addresses,
-  // and whatever next writes a victim's device granules or touches its host
-  // mapping is ordered after them (EndRemapBatch).
-  if (s.ok() && !batch.empty()) s = backend_->BeginRemapBatch();
+  // The host waits once for the work queued on the victims' mappings (their
+  // last uses: usually long done), not for the copies: they read the device
+  // pool's window, not the addresses, and whatever next writes a victim's
+  // device granules or touches its host mapping is ordered after them
+  // (EndRemapBatch).
+  if (s.ok() && !batch.empty()) s = backend_->BeginRemapBatch(mark);
   size_t remapped = 0;
   bool restored = true;
   for (; s.ok() && remapped < batch.size(); ++remapped) {
@@ -503,9 +508,14 @@ void Engine::PageInUnits(const ChunkId* ids, size_t count, Status* out, bool may
     // land after the copy, and be lost.
     if (strict_) strict_->BeginPageIn(m.first, m.n);
   }
-  // The copies follow queued work too: TensorFlow's own host-to-device
-  // copies write tensors nobody pinned (a born-evicted one), over the bus.
-  Status batch = backend_->CopiesAfterCompute();
+  // The copies follow the units' last uses: the work that wrote their host
+  // mappings (a kernel that held one evicted, over the bus; TensorFlow's own
+  // copy into a born-evicted one, before the claim that noted its use).
+  uint64_t mark = 0;
+  for (size_t i = 0; i < count; ++i) {
+    mark = std::max(mark, UseMark(ids[i], /*pinned_by_caller=*/true));
+  }
+  Status batch = backend_->CopiesAfterUse(mark);
   if (unlocked) transit_granules_[static_cast<int>(PoolKind::kDevice)] += total;
   if (batch.ok()) {
     batch = RunCopies(unlocked, [&] {
@@ -518,10 +528,10 @@ void Engine::PageInUnits(const ChunkId* ids, size_t count, Status* out, bool may
     });
   }
   if (unlocked) transit_granules_[static_cast<int>(PoolKind::kDevice)] -= total;
-  // The host waits once for every access queued on the host mappings, not
-  // for the copies; the pinning kernel's stream (every fenced stream) waits
-  // for the copies instead (Note [Stream protocol]).
-  if (batch.ok()) batch = backend_->BeginRemapBatch();
+  // The host waits once for every access queued on the host mappings (the
+  // same last uses), not for the copies; the pinning kernel's stream (every
+  // fenced stream) waits for the copies instead (Note [Stream protocol]).
+  if (batch.ok()) batch = backend_->BeginRemapBatch(mark);
   bool all_mapped = batch.ok();
   const Access evicted_access = strict_ ? Access::kNone : Access::kReadWrite;
   for (size_t i = 0; i < count; ++i) {

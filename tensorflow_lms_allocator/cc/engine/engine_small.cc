@@ -176,6 +176,7 @@ Status Engine::FreeSmall(ChunkId page_unit, const void* ptr) {
   const int64_t allocated = static_cast<int64_t>(object.size * SmallPages::kUnit);
   if (object.unclaimed) {
     object.unclaimed = false;
+    NoteUse(page_unit);  // its writer queued its work before the free
     residency_.RemoveUnclaimed(page_unit);
     stats_.bytes_unclaimed -= allocated;
   }

@@ -53,6 +53,11 @@ class Residency {
     ChunkId lru_next = kNoChunk;
     bool in_lru = false;
     uint64_t segment = kNoSegment;  // a small-object page's segment
+    // The backend's ReleaseMark() at the unit's last use so far: its birth,
+    // its last unpin, its last claim. Work that touched it was queued
+    // before; a move waits for that work only (Note [Epochs of use] in
+    // backends/cuda_backend.h).
+    uint64_t last_use = 0;
   };
 
   // Starts tracking a new resident unit, pinned once or not, holding one
@@ -98,6 +103,9 @@ class Residency {
     Record& r = records_[id];
     if (r.move == Move::kEvicting) r.move_abandoned = true;
   }
+
+  // The unit was used up to now: `mark` is the backend's ReleaseMark().
+  void NoteUse(ChunkId id, uint64_t mark) { records_[id].last_use = mark; }
 
   const Record& record(ChunkId id) const { return records_[id]; }
   // Whether the unit belongs on the LRU list.

@@ -69,7 +69,15 @@ class FaultyBackend : public Backend {
     inner_->CopyRanges(dst_pool, dst, src_pool, src, ranges, 1);
     return Internal("injected CopyRanges failure");
   }
-  Status CopiesAfterCompute() override { return inner_->CopiesAfterCompute(); }
+  uint64_t ReleaseMark() const override { return inner_->ReleaseMark(); }
+  Status UnmapReleased(uintptr_t address, size_t count, uint64_t mark) override {
+    if (fail_next_unmap_ != nullptr && *fail_next_unmap_ != 0) {
+      *fail_next_unmap_ = 0;
+      return Internal("injected Unmap failure");
+    }
+    return inner_->UnmapReleased(address, count, mark);
+  }
+  Status CopiesAfterUse(uint64_t mark) override { return inner_->CopiesAfterUse(mark); }
   Status WaitForCopies() override {
     if (fail_wait_) {
       fail_wait_ = false;
@@ -77,7 +85,7 @@ class FaultyBackend : public Backend {
     }
     return inner_->WaitForCopies();
   }
-  Status BeginRemapBatch() override { return inner_->BeginRemapBatch(); }
+  Status BeginRemapBatch(uint64_t mark) override { return inner_->BeginRemapBatch(mark); }
   Status EndRemapBatch() override {
     Status s = inner_->EndRemapBatch();
     if (fail_next_order_ == nullptr || *fail_next_order_ == 0) return s;

@@ -1,0 +1,384 @@
+#!/usr/bin/env python3
+"""The engine on a modeled GPU: `make bench-gpu-model`.
+
+Recorded TensorFlow steps replayed through the real engine over the CUDA
+backend, on the fake CUDA driver with its timing model on (Note [Timing model]
+in tests/fake_cuda/timing.h): every driver call costs the host what it cost
+on our H200 (or H100), copies run on their own engines at the measured
+pinned rate, and each kernel of the trace is a kernel of a stated duration on
+the compute stream, which the engine fences as TensorFlow's. Nothing here
+runs on a GPU: the figures are the model's, on the modeled clock, and the
+same on every run.
+
+1. Calibration: the bandwidth step of `make gpu-check-engine` (16 tensors of
+   64 MiB evicted, then paged in, on a 4 GiB device) on the model, beside what
+   the H200 measured with the same code's protocol; the model must reproduce
+   it before its other figures mean anything.
+2. Steps: ResNet-50, DenseNet121 and the Transformer of benchmarks/policy.py,
+   recorded on the emulated device (3 steps), replayed at 1/2 and 1/4 of
+   their peak and uncapped, under the learned policy. A kernel's duration is
+   its recorded time on this machine's CPU over --gpu-speedup (100: an
+   H100 running the same fp32 kernels 100 times faster than two cores); a
+   launch costs the host 5 us, as every event call costs 2 (assumed). TensorFlow's own host
+   time per op is not modeled (the host issues kernels as fast as the
+   driver takes them), nor is the engine's own CPU time.
+
+Per case and step after the first: the step (the host's clock from the
+step's first call until the compute stream has drained), compute (kernel
+time), transfers (each copy engine's busy time), remaps (the host's time in
+cuMemMap, cuMemSetAccess, cuMemUnmap, cuMemCreate and cuMemRelease), GPU idle
+(step - compute), host busy (the host's time in every driver call: remaps,
+launches, events), host waits (the host's time blocked before the step's end)
+and `gpu_step_vs_ideal` = step / max(the same step without LMS, either copy
+engine's busy time): the step over the least that the model's kernels and
+copies need (the step without LMS is the kernels' time, or the launches' where
+the kernels are shorter than a launch). The host's driver time for remaps is
+not in that floor: it is what LMS adds, so it counts against it. `uncapped` also runs the same kernels with no engine
+at all (LMS off): `lms_on_vs_off_uncapped` is on over off. The last line is
+the worst case's `gpu_step_vs_ideal R`.
+
+Example:
+    make bench-gpu-model
+    .venv/bin/python benchmarks/gpu_model.py --models transformer --preset h100
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+MIB = 1 << 20
+GIB = 1 << 30
+MODELS = ("resnet50", "densenet121", "transformer")
+# The H200's bandwidth step with host memory in runs (benchmarks/results/
+# gpu-check-engine-h200-host-runs.log, "AFTER", best of 3): GB/s.
+LOGGED = {"h200": (46.8, 40.7)}
+
+
+class FakeTiming(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_ulonglong) for name in (
+        "host_now_ns", "compute_busy_ns", "copy_to_host_busy_ns", "copy_to_device_busy_ns",
+        "copy_on_device_busy_ns", "host_remap_ns", "host_create_ns", "host_stream_ns",
+        "host_work_ns", "host_wait_ns", "host_waits")]
+
+
+class FakeRange(ctypes.Structure):
+    _fields_ = [("address", ctypes.c_ulonglong), ("bytes", ctypes.c_size_t),
+                ("writes", ctypes.c_int)]
+
+
+class FakeDriver:
+    """The fake CUDA driver the engine loaded (the same instance: dlopen of one path)."""
+
+    def __init__(self, path: str) -> None:
+        self.lib = ctypes.CDLL(path)
+        self.lib.fake_cuda_timing_enable.argtypes = [ctypes.c_char_p]
+        self.lib.fake_cuda_launch_kernel_for.argtypes = [
+            ctypes.c_void_p, ctypes.c_ulonglong, ctypes.c_void_p, ctypes.c_void_p,
+            ctypes.POINTER(FakeRange), ctypes.c_size_t]
+        self.lib.fake_cuda_violations.restype = ctypes.c_void_p
+        self.lib.fake_cuda_violation_count.restype = ctypes.c_size_t
+        gpa = self.lib.cuGetProcAddress_v2
+        gpa.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p), ctypes.c_int,
+                        ctypes.c_ulonglong, ctypes.POINTER(ctypes.c_int)]
+        self._gpa = gpa
+
+    def call(self, name: str, *args: object) -> None:
+        """Calls driver function `name` (every argument pointer-sized: handles, ints,
+        pointers), raising on a CUresult other than CUDA_SUCCESS."""
+        pfn = ctypes.c_void_p()
+        status = ctypes.c_int()
+        if self._gpa(name.encode(), ctypes.byref(pfn), 12000, 0, ctypes.byref(status)) != 0:
+            raise RuntimeError(f"the fake driver has no {name}")
+        fn = ctypes.CFUNCTYPE(ctypes.c_int, *[ctypes.c_void_p] * len(args))(pfn.value)
+        r = fn(*[ctypes.cast(a, ctypes.c_void_p) if isinstance(a, ctypes._Pointer) else a
+                 for a in args])
+        if r != 0:
+            raise RuntimeError(f"{name} failed: CUresult {r}")
+
+    def stream(self) -> int:
+        """A non-blocking stream in device 0's primary context, made current here."""
+        device, context, stream = ctypes.c_int(), ctypes.c_void_p(), ctypes.c_void_p()
+        self.call("cuInit", 0)
+        self.call("cuDeviceGet", ctypes.pointer(device), 0)
+        self.call("cuDevicePrimaryCtxRetain", ctypes.pointer(context), device.value)
+        self.call("cuCtxSetCurrent", context.value)
+        self.call("cuStreamCreate", ctypes.pointer(stream), 1)
+        return stream.value
+
+    def synchronize(self, stream: int) -> None:
+        self.call("cuStreamSynchronize", stream)
+
+    def enable(self, preset: str) -> None:
+        if self.lib.fake_cuda_timing_enable(preset.encode()) != 0:
+            raise SystemExit(f"--preset {preset}: not a preset of the fake driver (h200, h100)")
+
+    def totals(self) -> FakeTiming:
+        t = FakeTiming()
+        self.lib.fake_cuda_timing_totals(ctypes.byref(t))
+        return t
+
+    def kernel(self, stream: int, ns: int, ranges: list[tuple[int, int]]) -> None:
+        array = (FakeRange * max(len(ranges), 1))(*[FakeRange(a, b, 1) for a, b in ranges])
+        r = self.lib.fake_cuda_launch_kernel_for(stream, ns, None, None, array, len(ranges))
+        if r != 0:
+            raise RuntimeError(f"fake_cuda_launch_kernel_for failed: CUresult {r}")
+
+    def violations(self) -> int:
+        return int(self.lib.fake_cuda_violation_count())
+
+
+def delta(a: FakeTiming, b: FakeTiming) -> dict[str, int]:
+    return {name: getattr(b, name) - getattr(a, name) for name, _ in FakeTiming._fields_}
+
+
+def calibrate(driver: FakeDriver, lms: object, preset: str) -> tuple[float, float]:
+    """gpu-check-engine's bandwidth step on the model: evict and page-in GB/s."""
+    tensor, device = 64 * MIB, 4 * GIB
+    engine = lms.Engine(device, host_bytes=device, granule_bytes=2 * MIB, backend="cuda",
+                        policy="lru")
+    tensors = [engine.allocate(tensor) for _ in range(device // 4 // tensor)]
+    for i, address in enumerate(tensors):
+        engine.fill_pattern(address, tensor, 100 + i)
+    total = len(tensors) * tensor
+    best_out = best_in = 0.0
+    for _ in range(3):
+        start = driver.totals().host_now_ns
+        for address in tensors:
+            engine.evict(address)
+        engine.wait_for_copies()
+        middle = driver.totals().host_now_ns
+        for address in tensors:
+            engine.unpin(address, engine.pin(address))
+        engine.wait_for_copies()
+        end = driver.totals().host_now_ns
+        best_out = max(best_out, total / (middle - start))
+        best_in = max(best_in, total / (end - middle))
+    bad = [i for i, a in enumerate(tensors) if engine.verify_pattern(a, tensor, 100 + i) != -1]
+    if bad:
+        raise SystemExit(f"calibration: tensors {bad} lost bytes")
+    for address in tensors:
+        engine.free(address)
+    del engine
+    return best_out, best_in
+
+
+@dataclass
+class Case:
+    model: str
+    label: str
+    device_mib: int
+    steps: list[dict[str, float]] = field(default_factory=list)
+    failure: str = ""
+
+
+def replay_timed(driver: FakeDriver, lms: object | None, events: object, device: int,
+                 steps: int, speedup: float) -> list[dict[str, float]]:
+    """Replays `events` through an engine of `device` bytes (None: no engine, LMS off),
+    each kernel a timed kernel on a fenced stream; per-step figures (ns)."""
+    from tensorflow_lms_allocator import replay
+
+    stream = driver.stream()
+    engine = None
+    if lms is not None:
+        total = sum(replay.modelled_size(s, 2 * MIB) for s in events.sizes)
+        engine = lms.Engine(device, host_bytes=max(total, 2 * MIB), granule_bytes=2 * MIB,
+                            backend="cuda", policy="learned")
+        engine.add_fenced_stream(stream)
+    spans = replay.kernels(events)
+    bounds = replay.step_bounds(events, steps)
+    times = [events.events[i].time_ns for i, _ in spans] + [events.events[-1].time_ns]
+    addresses: dict[int, int] = {}
+    fake_next = [1 << 40]  # LMS off: addresses of our own, never touched
+    pinned: dict[int, tuple[int, int]] = {}
+    out: list[dict[str, float]] = []
+    labels = [None if op == "-" else op for op in events.ops]
+
+    def run(i: int, touched: list[tuple[int, int]] | None) -> None:
+        """Event i through the engine; what a kernel pins is added to `touched`."""
+        e = events.events[i]
+        size = events.sizes[e.allocation]
+        if e.kind == replay.ALLOC:
+            if engine is None:
+                addresses[e.allocation] = fake_next[0]
+                fake_next[0] += size
+                return
+            address = engine.allocate(size, pin=e.born_pinned, writer=e.unclaimed)
+            addresses[e.allocation] = address
+            if e.pin >= 0:
+                pinned[e.pin] = (address, engine.inspect(address)["unit_id"])
+                if touched is not None:
+                    touched.append((address, size))
+        elif engine is None:
+            return
+        elif e.kind == replay.PIN:
+            address = addresses[e.allocation] + e.offset
+            pinned[e.pin] = (address, engine.pin(address))
+            if touched is not None:
+                touched.append((addresses[e.allocation], size))
+        elif e.kind == replay.UNPIN and e.pin in pinned:
+            engine.unpin(*pinned.pop(e.pin))
+        elif e.kind == replay.FREE:
+            engine.free(addresses[e.allocation])
+
+    # What the trace holds before its first kernel (live at its start).
+    for i, e in enumerate(events.events):
+        if e.live_at_start:
+            run(i, None)
+    k = 0
+    for step in range(steps):
+        before = driver.totals()
+        compute = 0
+        while k < len(spans) and spans[k][0] < bounds[step + 1]:
+            first, end = spans[k]
+            duration = int(max(times[k + 1] - times[k], 0) / speedup)
+            touched: list[tuple[int, int]] = []
+            launched = False
+            if engine is not None:
+                lms.set_thread_label(labels[events.events[first].op])
+            for i in range(first, end):
+                if events.events[i].live_at_start:
+                    continue
+                if events.events[i].kind == replay.UNPIN and not launched:
+                    # Enqueued while its inputs and outputs are pinned, as a
+                    # kernel's Compute enqueues its work.
+                    driver.kernel(stream, duration, touched if engine is not None else [])
+                    compute += duration
+                    launched = True
+                run(i, touched)
+            if not launched:
+                driver.kernel(stream, duration, touched if engine is not None else [])
+                compute += duration
+            k += 1
+        queued = driver.totals()  # before the step's end waits for the GPU
+        driver.synchronize(stream)
+        d = delta(before, driver.totals())
+        d["host_wait_ns"] = queued.host_wait_ns - before.host_wait_ns
+        d["kernel_ns"] = compute
+        out.append(d)
+    if engine is not None:
+        lms.set_thread_label(None)
+        engine.remove_fenced_stream(stream)
+        del engine
+    driver.call("cuStreamDestroy", stream)
+    return out
+
+
+def figures(d: dict[str, float], off_step: float) -> dict[str, float]:
+    """A step's figures (ns) and its ratio to the ideal: the step without LMS or
+    either copy engine's busy time, whichever is longer."""
+    step = d["host_now_ns"]
+    compute = d["compute_busy_ns"]
+    ideal = max(off_step, d["copy_to_host_busy_ns"], d["copy_to_device_busy_ns"])
+    return {"step": step, "compute": compute, "to_host": d["copy_to_host_busy_ns"],
+            "to_device": d["copy_to_device_busy_ns"],
+            "remaps": d["host_remap_ns"] + d["host_create_ns"],
+            "host_busy": d["host_remap_ns"] + d["host_create_ns"] + d["host_stream_ns"],
+            "idle": max(step - compute, 0), "waits": d["host_wait_ns"],
+            "ideal": ideal, "ratio": step / ideal if ideal else 1.0}
+
+
+def record(models: Sequence[str], directory: Path, steps: int, timeout: float) -> None:
+    sys.path.insert(0, str(HERE))
+    import policy  # noqa: E402  (benchmarks/policy.py: the models and their recording)
+
+    for name in models:
+        path = directory / f"{name}.lmstrace"
+        if path.exists():
+            print(f"using {path}", flush=True)
+            continue
+        print(f"recording {name} ({steps} steps on the emulated device)", flush=True)
+        policy.run_child(["record", name, str(path), str(steps)],
+                         policy.subprocess_env(policy.ROOMY_MB, True, "lru"),
+                         f"record {name}", timeout)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
+    p.add_argument("--preset", default="h200", choices=("h200", "h100"))
+    p.add_argument("--gpu-speedup", type=float, default=100.0,
+                   help="a kernel's recorded CPU time over this is its GPU time")
+    p.add_argument("--traces", type=Path, default=None,
+                   help="a folder of MODEL.lmstrace to use (recorded there if missing)")
+    p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--timeout", type=float, default=1800)
+    args = p.parse_args(argv)
+    if not (args.gpu_speedup > 0):
+        p.error(f"--gpu-speedup {args.gpu_speedup}: must be positive")
+    if args.steps < 2:
+        p.error(f"--steps {args.steps}: at least 2 (the first is not counted)")
+    driver_path = os.environ.get("TF_LMS_CUDA_DRIVER_PATH", "")
+    if not driver_path or not Path(driver_path).exists():
+        raise SystemExit("set TF_LMS_CUDA_DRIVER_PATH to build/fake_cuda/libfakecuda.so "
+                         "(make bench-gpu-model does)")
+    sys.path.insert(0, str(ROOT))
+    import tensorflow_lms_allocator.engine as lms  # noqa: E402
+    from tensorflow_lms_allocator import replay, trace  # noqa: E402
+
+    driver = FakeDriver(driver_path)
+    driver.enable(args.preset)
+    out_gbs, in_gbs = calibrate(driver, lms, args.preset)
+    logged = LOGGED.get(args.preset)
+    print(f"== Calibration ({args.preset}): 16 tensors of 64 MiB, evict {out_gbs:.1f} GB/s, "
+          f"page-in {in_gbs:.1f} GB/s" +
+          (f"; measured on the GPU {logged[0]} / {logged[1]} GB/s "
+           f"(model/measured {out_gbs / logged[0]:.2f} / {in_gbs / logged[1]:.2f})"
+           if logged else ""), flush=True)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        directory = args.traces or Path(tmp)
+        directory.mkdir(parents=True, exist_ok=True)
+        record(args.models, directory, args.steps, args.timeout)
+        cases: list[tuple[str, str, dict[str, float]]] = []
+        on_vs_off: list[float] = []
+        for name in args.models:
+            events = replay.normalize(trace.load(directory / f"{name}.lmstrace"))
+            peak = replay.lower_bound(events, 0, 2 * MIB)
+            off = replay_timed(driver, None, events, 0, args.steps, args.gpu_speedup)
+            off_step = sum(s["host_now_ns"] for s in off[1:]) / (len(off) - 1)
+            for label, fraction in (("uncapped", 1), ("1/2", 2), ("1/4", 4)):
+                device = max(peak // fraction // (2 * MIB), 1) * 2 * MIB + (
+                    64 * MIB if fraction == 1 else 0)
+                print(f"replaying {name} at {label} ({device // MIB} MiB)", flush=True)
+                steps = replay_timed(driver, lms, events, device, args.steps,
+                                     args.gpu_speedup)
+                per = [figures(s, off_step) for s in steps[1:]]
+                mean = {key: sum(f[key] for f in per) / len(per) for key in per[0]}
+                mean["ratio"] = mean["step"] / mean["ideal"] if mean["ideal"] else 1.0
+                cases.append((name, label, mean))
+                if fraction == 1:
+                    on_vs_off.append(mean["step"] / off_step)
+                    cases.append((name, "LMS off", {"step": off_step}))
+    print(f"\n{'model':<12} {'case':<9} {'step ms':>8} {'compute':>8} {'to host':>8} "
+          f"{'to dev':>8} {'remaps':>8} {'host busy':>9} {'GPU idle':>8} {'host wait':>9} "
+          f"{'gpu_step_vs_ideal':>18}")
+    worst = ("", "", 0.0)
+    for name, label, m in cases:
+        if label == "LMS off":
+            print(f"{name:<12} {label:<9} {m['step'] / 1e6:>8.2f}")
+            continue
+        print(f"{name:<12} {label:<9} {m['step'] / 1e6:>8.2f} {m['compute'] / 1e6:>8.2f} "
+              f"{m['to_host'] / 1e6:>8.2f} {m['to_device'] / 1e6:>8.2f} "
+              f"{m['remaps'] / 1e6:>8.2f} {m['host_busy'] / 1e6:>9.2f} {m['idle'] / 1e6:>8.2f} "
+              f"{m['waits'] / 1e6:>9.2f} "
+              f"{m['ratio']:>18.3f}")
+        if label != "uncapped" and m["ratio"] > worst[2]:
+            worst = (name, label, m["ratio"])
+    print(f"\nviolations recorded by the fake driver: {driver.violations()}")
+    print(f"lms_on_vs_off_uncapped {max(on_vs_off):.3f}")
+    print(f"worst: {worst[0]} at {worst[1]}")
+    print(f"gpu_step_vs_ideal {worst[2]:.3f}")
+    return 0 if driver.violations() == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,148 @@
+// The timing model's presets, clock and engines (Note [Timing model] in
+// timing.h).
+#include "timing.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+
+#include "engine/mutex.h"
+#include "knobs.h"
+
+namespace lms {
+namespace cu {
+namespace fake {
+namespace timing {
+namespace {
+
+constexpr int kCalls = static_cast<int>(Call::kCount);
+constexpr int kEngines = static_cast<int>(Engine::kCount);
+
+// A call's host cost: `per_handle` + `per_2mib` for each 2 MiB of the handle,
+// in nanoseconds.
+struct Cost {
+  double per_handle = 0;
+  double per_2mib = 0;
+};
+
+struct Preset {
+  const char* name;
+  Cost device[kCalls];  // on device-located memory (the VMM calls)
+  Cost host[kCalls];    // on host-located memory; the same as device for the others
+  double copy_gb_per_s[kEngines];
+};
+
+// The VMM calls: a line through our driver_timing rows for 2 MiB and 32 MiB
+// handles (per handle = the 2 MiB row minus one 2 MiB share; "access" is
+// "map + access, a call a handle" minus "map"). Copies: cudaMemcpyAsync from
+// pinned memory, 1 GiB, best of 3. Launches and event calls: assumed (no GPU
+// run measured them), the same on both.
+//   h200: benchmarks/results/gpu-check-engine-h200-host-runs.log, driver 580.
+//   h100: benchmarks/results/gpu-check-engine-h100-eviction-overlap.log.
+#define LMS_FIXED_COSTS                                                      \
+  /* kLaunch */ {5000, 0}, /* kRecord */ {2000, 0}, /* kWait */ {2000, 0}, \
+      /* kSync */ {5000, 0}
+const Preset kPresets[] = {
+    {"h200",
+     // kCreate, kRelease, kMap, kAccess, kUnmap
+     {{14000, 0}, {11800, 860}, {1400, 0}, {40200, 0}, {23900, 750}, LMS_FIXED_COSTS},
+     {{64600, 425100}, {11300, 40600}, {800, 0}, {55400, 19200}, {38600, 3740},
+      LMS_FIXED_COSTS},
+     // compute, to host, to device, on device (assumed)
+     {0, 55.1, 55.3, 1000}},
+    {"h100",
+     {{13400, 0}, {13200, 1320}, {1600, 0}, {34400, 0}, {22000, 0}, LMS_FIXED_COSTS},
+     {{219000, 350500}, {12200, 57300}, {900, 0}, {47000, 22200}, {34200, 4280},
+      LMS_FIXED_COSTS},
+     {0, 54.7, 54.8, 1000}},
+};
+#undef LMS_FIXED_COSTS
+
+std::atomic<bool> g_enabled{false};
+Mutex g_mu;
+const Preset* g_preset LMS_GUARDED_BY(g_mu) = &kPresets[0];
+Totals g_totals LMS_GUARDED_BY(g_mu);
+uint64_t g_engine_free[kMaxDevices][kEngines] LMS_GUARDED_BY(g_mu) = {};
+
+}  // namespace
+
+bool Enabled() { return g_enabled.load(std::memory_order_relaxed); }
+
+bool Enable(const char* preset) {
+  for (const Preset& p : kPresets) {
+    if (preset == nullptr || std::strcmp(p.name, preset) != 0) continue;
+    MutexLock lock(g_mu);
+    g_preset = &p;
+    g_totals = Totals();
+    std::fill(&g_engine_free[0][0], &g_engine_free[0][0] + kMaxDevices * kEngines, 0);
+    g_enabled = true;
+    return true;
+  }
+  return false;
+}
+
+void Disable() { g_enabled = false; }
+
+void Charge(Call call, bool host_memory, size_t handle_bytes) {
+  if (!Enabled()) return;
+  MutexLock lock(g_mu);
+  const int c = static_cast<int>(call);
+  const Cost& cost = host_memory ? g_preset->host[c] : g_preset->device[c];
+  const uint64_t ns = static_cast<uint64_t>(
+      cost.per_handle + cost.per_2mib * static_cast<double>(handle_bytes) / (2 << 20));
+  g_totals.host_now_ns += ns;
+  g_totals.host_call_ns[c] += ns;
+}
+
+void ChargeHostWork(uint64_t ns) {
+  if (!Enabled()) return;
+  MutexLock lock(g_mu);
+  g_totals.host_now_ns += ns;
+  g_totals.host_work_ns += ns;
+}
+
+uint64_t HostNow() {
+  MutexLock lock(g_mu);
+  return g_totals.host_now_ns;
+}
+
+void HostWaitUntil(uint64_t done_ns) {
+  if (!Enabled()) return;
+  {
+    MutexLock lock(g_mu);
+    ++g_totals.host_waits;
+    if (done_ns > g_totals.host_now_ns) {
+      g_totals.host_wait_ns += done_ns - g_totals.host_now_ns;
+      g_totals.host_now_ns = done_ns;
+    }
+  }
+  Charge(Call::kSync);
+}
+
+uint64_t Schedule(uint64_t tail, int device, Engine engine, uint64_t ns) {
+  MutexLock lock(g_mu);
+  uint64_t start = std::max(tail, g_totals.host_now_ns);
+  if (engine == Engine::kCount) return start;
+  const int e = static_cast<int>(engine);
+  uint64_t& engine_free = g_engine_free[std::clamp(device, 0, kMaxDevices - 1)][e];
+  start = std::max(start, engine_free);
+  engine_free = start + ns;
+  g_totals.busy_ns[e] += ns;
+  return start + ns;
+}
+
+uint64_t CopyNs(Engine engine, size_t bytes) {
+  MutexLock lock(g_mu);
+  const double gb_per_s = g_preset->copy_gb_per_s[static_cast<int>(engine)];
+  return gb_per_s > 0 ? static_cast<uint64_t>(static_cast<double>(bytes) / gb_per_s) : 0;
+}
+
+Totals GetTotals() {
+  MutexLock lock(g_mu);
+  return g_totals;
+}
+
+}  // namespace timing
+}  // namespace fake
+}  // namespace cu
+}  // namespace lms

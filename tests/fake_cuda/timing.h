@@ -1,0 +1,100 @@
+// The fake driver's GPU timing model (fake_cuda_timing_enable in
+// fake_cuda.h): a modeled clock, apart from the real one, that says how long
+// the driver calls and the stream work would take on a real GPU.
+//
+// Note [Timing model]. Off by default; while off nothing here costs more than
+// one relaxed load. While on:
+//   - The host has one modeled clock (HostNow). Each driver call advances it
+//     by that call's cost on the modeled GPU (Costs: the VMM calls per
+//     handle, from our own driver_timing runs; launches and event calls,
+//     assumed), and a host wait (cuEventSynchronize, cuStreamSynchronize)
+//     advances it to the modeled moment the awaited work completes. One clock
+//     for every host thread: calls from several threads are modeled as if
+//     one thread made them in turn (the benchmark drives the engine from
+//     one thread).
+//   - Each stream has a modeled tail: the moment its last enqueued operation
+//     completes. An operation starts at the latest of: the host's clock when
+//     it is enqueued, its stream's tail, the events it waits for (the record
+//     a cuStreamWaitEvent names completes at the tail its stream had when the
+//     record was enqueued) and the engine it runs on being free.
+//   - Engines, per device: compute (kernels, one at a time), copy to host,
+//     copy to device, copy on the device. Copies of one direction run one at a
+//     time in enqueue order; the directions and compute run at once.
+//   - Work is scheduled when it is enqueued (every dependency is known by
+//     then), so the model is exact for the order the calls were made in and
+//     independent of the real worker threads, which still move the real bytes
+//     and enforce every rule of the driver as before.
+// What it leaves out: the engine's own CPU time between driver calls (its
+// statistics measure that on the real clock); kernels running at once on a
+// device; the PCIe/NVLink contention of two copy directions (each runs at its
+// measured one-way rate); caches of any kind.
+#ifndef TENSORFLOW_LMS_ALLOCATOR_TESTS_FAKE_CUDA_TIMING_H_
+#define TENSORFLOW_LMS_ALLOCATOR_TESTS_FAKE_CUDA_TIMING_H_
+
+#include <cstddef>
+#include <cstdint>
+
+namespace lms {
+namespace cu {
+namespace fake {
+namespace timing {
+
+enum class Engine : int { kCompute, kCopyToHost, kCopyToDevice, kCopyOnDevice, kCount };
+
+// The driver calls whose host cost the model charges.
+enum class Call : int {
+  kCreate,   // cuMemCreate, per handle
+  kRelease,  // cuMemRelease, per handle
+  kMap,      // cuMemMap, per handle
+  kAccess,   // cuMemSetAccess, per handle the range covers
+  kUnmap,    // cuMemUnmap, per handle
+  kLaunch,   // a kernel or cuMemcpyAsync enqueued
+  kRecord,   // cuEventRecord
+  kWait,     // cuStreamWaitEvent
+  kSync,     // the return from a host wait, and cuEventQuery
+  kCount
+};
+
+// Whether the model is on (a relaxed load).
+bool Enabled();
+// Turns it on with a named preset ("h200", "h100"), clocks and totals at
+// zero; false, and nothing changed, for an unknown name.
+bool Enable(const char* preset);
+void Disable();
+
+// Advances the host's clock by the cost of `call` on a handle of
+// `handle_bytes` of host-located (`host_memory`) or device memory; the VMM
+// calls cost per handle plus per 2 MiB of it, the others a fixed cost.
+void Charge(Call call, bool host_memory = false, size_t handle_bytes = 0);
+// Advances the host's clock by `ns` of host work the caller states.
+void ChargeHostWork(uint64_t ns);
+// The host's clock.
+uint64_t HostNow();
+// A host wait for work that completes at `done_ns`: the clock moves there
+// if it is later (counted as waiting), then pays kSync.
+void HostWaitUntil(uint64_t done_ns);
+
+// Schedules an operation of `ns` on `engine` of `device`, on a stream whose
+// tail is `tail` (its earliest start besides the host's clock); returns its
+// end, the stream's new tail. kCount as the engine: no engine (an event
+// record, a wait), `ns` is then 0.
+uint64_t Schedule(uint64_t tail, int device, Engine engine, uint64_t ns);
+// How long a copy of `bytes` takes on `engine`.
+uint64_t CopyNs(Engine engine, size_t bytes);
+
+struct Totals {
+  uint64_t host_now_ns = 0;
+  uint64_t busy_ns[static_cast<int>(Engine::kCount)] = {};
+  uint64_t host_call_ns[static_cast<int>(Call::kCount)] = {};
+  uint64_t host_work_ns = 0;
+  uint64_t host_wait_ns = 0;
+  uint64_t host_waits = 0;
+};
+Totals GetTotals();
+
+}  // namespace timing
+}  // namespace fake
+}  // namespace cu
+}  // namespace lms
+
+#endif  // TENSORFLOW_LMS_ALLOCATOR_TESTS_FAKE_CUDA_TIMING_H_
