@@ -109,7 +109,8 @@ def test_time_in_evictions_and_page_ins_is_accounted_with_its_parts(make_engine)
         assert delta["time_waiting_ns"] == delta["time_fencing_ns"] == 0
         assert delta["time_creating_memory_ns"] == 0
     else:
-        assert delta["time_waiting_ns"] > 0 and delta["time_unmapping_ns"] > 0
+        # No fenced stream: nothing queued to wait for, only remaps.
+        assert delta["time_unmapping_ns"] > 0
     # Every part happened inside an eviction or a page-in.
     assert sum(delta[name] for name in TIME_PARTS) <= (
         delta["time_evicting_ns"] + delta["time_paging_in_ns"])
