@@ -29,9 +29,11 @@ MEMORY = SRC / "backends/cuda_backend.cc"
 
 EVICTION = "AnEvictionCopiesWhatAKernelQueuedBeforeTheUnpinStillWrites"
 COPY = "ACopyQueuedOnAnotherFencedStreamBeforeTheUnpinReadsTheRightBytes"
-FREE = "FreeingAnEvictedTensorWaitsForWorkQueuedWhileItWasPinned"
-DEFRAG = "DefragmentationWaitsForQueuedWorkOnAFreedGranule"
-RECLAIM = "AReclaimOfSeveralVictimsWaitsOnTheHostOnce"
+FREE = "FreeingAnEvictedTensorRetiresItsMappingUnderQueuedWork"
+DEFRAG = "DefragmentationRetiresAFreedRangeAndTheNextUserWaits"
+PAGE_IN_FREED = "APageInIntoAFreedGranuleWaitsForTheKernelStillWritingIt"
+IN_PLACE = "AKernelReadingARefusedInputInPlaceSeesItsEvictedBytes"
+RECLAIM = "AReclaimOfSeveralVictimsClosesOneEpochAndCopiesAfterIt"
 PAGE_IN_READ = "APagedInTensorIsReadByTheKernelQueuedAfterThePinWithoutAHostWaitForTheCopy"
 PAGE_IN_QUEUED = "APageInWaitsForQueuedWorkOnTheEvictedTensorBeforeTheRemap"
 EVICTION_IN_FLIGHT = "AnEvictionRemapsWithoutAHostWaitForItsCopyAndTheNextKernelWaitsForIt"
@@ -58,7 +60,10 @@ MUTATIONS = {
     "no-last-use-wait-before-copies": (
         STREAMS, "Status CudaBackend::CopyStreamAfter(uint64_t mark) {\n",
         "Status CudaBackend::CopyStreamAfter(uint64_t mark) {\n  return Status::Ok();  // MUTATION\n",
-        {EVICTION, RECLAIM}),
+        {EVICTION, RECLAIM, COPY, PAGE_IN_FREED, PAGE_IN_QUEUED},
+        # Its page-ins go into device memory whose eviction was deferred, or
+        # not, as the fake's workers happen to be ahead of the poll.
+        {PIN_ALL}),
     # The engine never notes a kernel's unpin as a use: the eviction of what
     # it wrote waits only for the unit's birth.
     "unpin-not-a-use": (
@@ -68,9 +73,25 @@ MUTATIONS = {
     "batch-mark-of-one-victim": (
         RECLAIM_SRC, "  for (const Victim& v : batch) mark = std::max(mark, UseMark(v.id));\n",
         "  if (!batch.empty()) mark = UseMark(batch.front().id);  // MUTATION\n", {RECLAIM}),
-    "freed-memory-never-waits": (
-        MEMORY, "  LMS_RETURN_IF_ERROR(HostWaitForEpoch(mark));\n  return UnmapSlots(",
-        "  return UnmapSlots(  // MUTATION\n", {DEFRAG, FREE}),
+    # Retired mappings unmapped whatever their epoch: under the work still
+    # queued on them.
+    "retired-unmapped-at-once": (
+        STREAMS, "    if (EpochDone(r.mark)) {\n", "    if (true) {  // MUTATION\n",
+        {FREE, DEFRAG, EVICTION, RECLAIM, COPY, PAGE_IN_FREED}),
+    # A copy into a granule whose retired mapping still has queued work does
+    # not wait for it: the page-in lands before the freed buffer's kernel.
+    "copies-ignore-retired": (
+        STREAMS, "  return mark > epoch_done_ ? CopyStreamAfter(mark) : Status::Ok();",
+        "  return Status::Ok();  // MUTATION", {PAGE_IN_FREED}),
+    # The host's own copy into such a granule does not wait either.
+    "host-copy-ignores-retired": (
+        MEMORY, "    if (!EpochDone(busy)) LMS_RETURN_IF_ERROR(HostWaitForEpoch(busy));\n",
+        "    // MUTATION\n", {DEFRAG}),
+    # A refused pin's unit left with its eviction's remap pending: the kernel
+    # reading it in place reads the device memory it gave back.
+    "refused-pin-not-settled": (
+        ENGINE, "        backend_->SettleMapping(SlotAddress(arena_.chunk(c).start), r.granules);",
+        "        Status::Ok();  // MUTATION", {IN_PLACE}),
     # The fenced streams never wait for a remap batch's copies: the pinning
     # kernel reads the device granules before a page-in's bytes land, and
     # the kernel that gets an eviction's device granules writes them before
@@ -88,12 +109,15 @@ MUTATIONS = {
         "cu::CUDA_SUCCESS /* MUTATION */", {LATE_STREAM}),
     # A remap batch remaps without waiting for the last uses of what it
     # remaps: cuMemUnmap under a running kernel or copy.
+    # A page-in remaps without waiting for its unit's last use: the host
+    # mapping goes under TensorFlow's copy still writing it.
     "batch-without-host-wait": (
-        STREAMS, "  LMS_RETURN_IF_ERROR(HostWaitForEpoch(mark));\n  remap_batch_drained_ = true;",
-        "  remap_batch_drained_ = true;  // MUTATION",
-        # The last one counts host waits: without the batch's, an epoch is
-        # waited for later instead.
-        {EVICTION, RECLAIM, COPY, EVICTION_IN_FLIGHT, FREED_AFTER_FENCE}),
+        MEMORY, "    LMS_RETURN_IF_ERROR(HostWaitForEpoch(batch_mark_));\n",
+        "    // MUTATION\n", {PAGE_IN_QUEUED}),
+    # An eviction's old device mapping retired as if its epoch were done.
+    "eviction-retired-as-done": (
+        STREAMS, "Retire(at, length, batch_mark_)", "Retire(at, length, 0) /* MUTATION */",
+        {EVICTION, RECLAIM, COPY}),
     # A host wait for an epoch not remembered: freed granules taken after an
     # eviction wait again.
     "epoch-wait-not-remembered": (

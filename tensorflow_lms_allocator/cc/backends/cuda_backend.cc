@@ -53,7 +53,8 @@ void CudaBackend::ReleaseAddressRange(uintptr_t base, size_t bytes) {
   auto it = ranges_.find(base);
   if (it == ranges_.end()) return;
   // A range whose unmap fails cannot be freed; it stays reserved.
-  if (UnmapSlots(base, it->second.size()).ok()) {
+  if (UnmapRetired(/*wait=*/true, base, it->second.size()).ok() &&
+      UnmapSlots(base, it->second.size()).ok()) {
     driver_->cuMemAddressFree(base, bytes);
     ranges_.erase(it);
   }
@@ -90,6 +91,7 @@ Status CudaBackend::CreateWindow(PoolKind pool, size_t granules, bool eager, Poo
   p.piece_start.resize(granules);
   for (size_t i = 0; i < granules; ++i) p.piece_start[i] = static_cast<GranuleId>(i);
   p.piece_length.assign(granules, 1);
+  p.busy_until.assign(granules, 0);
   Status s = d.Check(d.cuMemAddressReserve(&p.window, granules * granule_, granule_, 0, 0),
                      "cuMemAddressReserve of the " + std::string(PoolName(pool)) +
                          " pool window");
@@ -227,10 +229,20 @@ void CudaBackend::DefineRuns(PoolKind pool, const GranuleRun* runs, size_t count
 void CudaBackend::ReleaseRuns(PoolKind pool, const GranuleRun* runs, size_t count) {
   ScopedCudaContext scope(*driver_, context_);
   // A free run's last copy (a page-in's, which leaves it in flight) may
-  // still read it through the window; nothing else can touch it (no slot
-  // maps it). Without that wait nothing is released: a copy may be reading
-  // it, and the CUDA context is broken anyway.
+  // still read it through the window, and a retired mapping may still map
+  // it at a freed address (Note [Retired mappings]); nothing else can touch
+  // it. Without those waits nothing is released: a copy may be reading it,
+  // and the CUDA context is broken anyway.
   if (!scope.status().ok() || !HostWait().ok()) return;
+  for (const Retired& r : retired_) {
+    bool maps_a_run = false;
+    for (size_t i = 0; i < count && !maps_a_run; ++i) {
+      maps_a_run = r.pool == pool && r.first < runs[i].first + runs[i].length &&
+                   runs[i].first < r.first + r.granules;
+    }
+    if (maps_a_run && !EpochDone(r.mark) && !HostWaitForEpoch(r.mark).ok()) return;
+  }
+  if (!UnmapRetired().ok()) return;
   Pool& p = pools_[static_cast<int>(pool)];
   for (size_t r = 0; r < count; ++r) {
     const GranuleId first = runs[r].first;
@@ -278,6 +290,14 @@ Status CudaBackend::Map(uintptr_t address, PoolKind pool, const GranuleId* ids,
   // Physical memory first (created on first use: CreatePool): a failure
   // here leaves the slots as they were.
   LMS_RETURN_IF_ERROR(EnsureGranules(pool, ids, count));
+  if (batch_wait_left_) {
+    // A remap batch whose units' last uses are not all done: an eviction's
+    // new mappings wait for them (Note [Retired mappings]); anything else
+    // (a page-in, whose kernel touches the address next) waits here.
+    if (pool == PoolKind::kHost && MapDeferred(address, pool, ids, count)) return Status::Ok();
+    LMS_RETURN_IF_ERROR(HostWaitForEpoch(batch_mark_));
+    batch_wait_left_ = false;
+  }
   // cuMemMap refuses a mapped range: what the slots held goes first.
   Status s = UnmapSlots(address, count);
   ScopedNanos timed(&stats_.map_ns);
@@ -328,14 +348,35 @@ Status CudaBackend::UnmapReleased(uintptr_t address, size_t count, uint64_t mark
   LMS_CUDA_SCOPE(*driver_, context_);
   // Nothing is queued on freed memory after its free: once the epoch open
   // at the free is complete, nothing queued can still touch the slots.
+  // Until then they stay mapped, retired (Note [Retired mappings]).
+  LMS_RETURN_IF_ERROR(UnmapRetired());  // those whose epoch is done
+  if (AnyRetired(address, count)) {
+    LMS_RETURN_IF_ERROR(UnmapRetired(/*wait=*/true, address, count));
+  }
   bool any = false;
   for (size_t i = 0; i < count && !any; ++i) any = IsMapped(address + i * granule_);
   if (!any) return Status::Ok();
-  LMS_RETURN_IF_ERROR(HostWaitForEpoch(mark));
-  return UnmapSlots(address, count, /*drain=*/false);
+  if (!EpochDone(mark)) PollEpochs();
+  if (EpochDone(mark)) return UnmapSlots(address, count, /*drain=*/false);
+  for (size_t i = 0; i < count;) {
+    const uintptr_t at = address + i * granule_;
+    if (!IsMapped(at)) {
+      ++i;
+      continue;
+    }
+    const size_t length = PieceLength(*SlotAt(at));
+    LMS_RETURN_IF_ERROR(Retire(at, length, mark));
+    i += length;
+  }
+  return Status::Ok();
 }
 
 Status CudaBackend::UnmapSlots(uintptr_t address, size_t count, bool drain) {
+  // A retired mapping still in the way goes first, once its epoch is done;
+  // a pending one there is dropped.
+  if (AnyRetired(address, count)) {
+    LMS_RETURN_IF_ERROR(UnmapRetired(/*wait=*/true, address, count));
+  }
   bool any = false;
   for (size_t i = 0; i < count && !any; ++i) any = IsMapped(address + i * granule_);
   if (!any) return Status::Ok();
@@ -380,6 +421,8 @@ Status CudaBackend::CopyGranules(PoolKind dst_pool, const GranuleId* dst,
   const size_t granules = (bytes + granule_ - 1) / granule_;
   LMS_RETURN_IF_ERROR(EnsureGranules(dst_pool, dst, granules));
   LMS_RETURN_IF_ERROR(EnsureGranules(src_pool, src, granules));
+  LMS_RETURN_IF_ERROR(CopiesAfterRetired(dst_pool, dst, granules));
+  LMS_RETURN_IF_ERROR(CopiesAfterRetired(src_pool, src, granules));
   ScopedNanos timed(&stats_.copy_ns);
   const cu::CUdeviceptr dst_window = pools_[static_cast<int>(dst_pool)].window;
   const cu::CUdeviceptr src_window = pools_[static_cast<int>(src_pool)].window;
@@ -404,6 +447,8 @@ Status CudaBackend::CopyRanges(PoolKind dst_pool, GranuleId dst, PoolKind src_po
   LMS_CUDA_SCOPE(*driver_, context_);
   LMS_RETURN_IF_ERROR(EnsureGranules(dst_pool, &dst, 1));
   LMS_RETURN_IF_ERROR(EnsureGranules(src_pool, &src, 1));
+  LMS_RETURN_IF_ERROR(CopiesAfterRetired(dst_pool, &dst, 1));
+  LMS_RETURN_IF_ERROR(CopiesAfterRetired(src_pool, &src, 1));
   ScopedNanos timed(&stats_.copy_ns);
   const cu::CUdeviceptr to = pools_[static_cast<int>(dst_pool)].window + size_t{dst} * granule_;
   const cu::CUdeviceptr from =
@@ -449,6 +494,9 @@ Status CudaBackend::CopyHost(uintptr_t address, size_t bytes, void* to_host,
       return FailedPrecondition("copying " + FormatBytes(bytes) + " at " + Hex(address) +
                                 ": nothing is mapped at " + Hex(at));
     }
+    // Work queued on a retired mapping of the granule comes first.
+    const uint64_t busy = pools_[static_cast<int>(slot->pool)].busy_until[slot->id];
+    if (!EpochDone(busy)) LMS_RETURN_IF_ERROR(HostWaitForEpoch(busy));
     const size_t offset = at % granule_;
     const size_t n = std::min(bytes - done, granule_ - offset);
     const cu::CUdeviceptr window =

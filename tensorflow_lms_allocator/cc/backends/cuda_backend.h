@@ -50,13 +50,14 @@
 //     synchronized on the host; skipped when nothing was issued on the copy
 //     stream since the last one. It also completes every epoch the copy
 //     stream waited for.
-//   - An unmap waits on the host for the epoch of its memory's last use
-//     (HostWaitForEpoch), usually long complete (no call at all): cuMemUnmap
-//     is not stream-ordered (nor cuMemMap/cuMemSetAccess; CUDA's only
-//     stream-ordered mapping call, cuMemMapArrayAsync, is for CUDA arrays,
-//     not linear memory), so a mapping may go only once no queued work can
-//     use it. Freed memory (UnmapReleased) waits for the epoch open at its
-//     free; an unmap with no mark (Unmap, a Map replacing a mapping outside a
+//   - A mapping goes only once the epoch of its memory's last use is
+//     complete: cuMemUnmap is not stream-ordered (nor cuMemMap/cuMemSetAccess;
+//     CUDA's only stream-ordered mapping call, cuMemMapArrayAsync, is for
+//     CUDA arrays, not linear memory), so a mapping may go only once no
+//     queued work can use it. Until then it is *retired* rather than waited
+//     for (Note [Retired mappings]): freed memory (UnmapReleased, whose mark
+//     is the epoch open at the free) and an eviction's old device mapping.
+//     An unmap with no mark (Unmap, a Map replacing a mapping outside a
 //     batch) drains: a fence of everything (CopyStreamAfter(ReleaseMark()))
 //     and a HostWait. Copies between windows never need either: windows are
 //     never unmapped while the backend lives.
@@ -68,10 +69,15 @@
 //     known complete (for the old mappings' users, NOT for the copies, which
 //     stay in flight); remap every address of the batch (their unmaps skip
 //     their own drain); EndRemapBatch = an event on the copy stream after the
-//     copies, waited on by EVERY fenced stream. Why this is correct:
+//     copies, waited on by EVERY fenced stream. When the epoch is not known
+//     complete at BeginRemapBatch, an eviction's remaps are deferred (its old
+//     device mappings retired, the host mappings made when they go) and a
+//     page-in's Map waits on the host (its kernel touches the address next).
+//     Why this is correct:
 //       * the unmap of an old mapping follows every access to it (the host
-//         waited for the units' last uses), including a kernel queued before
-//         a victim's unpin and TensorFlow's copy into a tensor born evicted;
+//         waited for the units' last uses, or it was retired until they are
+//         complete), including a kernel queued before a victim's unpin and
+//         TensorFlow's copy into a tensor born evicted;
 //       * the copies follow the same work, so they copy what it wrote;
 //       * a copy reads and writes the pools' windows, never the addresses
 //         being remapped, so remapping under it changes nothing it sees;
@@ -88,11 +94,13 @@
 //         copy stream, so after it) or work on a fenced stream (enqueued
 //         after EndRemapBatch, so after it); the host's own copies
 //         (CopyToHost/CopyFromHost) HostWait first;
-//       * granules in a pool have no queued user but the copy stream: an
-//         eviction's device granules were last used before the victim's last
-//         use (waited for), freed granules are unmapped only after their
-//         free's epoch (UnmapReleased), so a page-in copy into them needs no
-//         order beyond the copy stream's own;
+//       * a granule in a pool may still have queued users through a retired
+//         mapping: a copy reading or writing it waits on the GPU for that
+//         mapping's epoch (Pool::busy_until), the host's own copies on the
+//         host, and work on a fenced stream through its new slot is after
+//         them on the stream (TensorFlow's order for the memory it reuses:
+//         its kernels enqueue on one compute stream, and its copies into
+//         fresh memory wait for that stream first);
 //       * a later HostWait still covers the copies (copies_in_flight_ stays
 //         set), so a drain, or a free that unmaps a tensor, waits for them.
 //     With no fenced stream (tests, tools) nothing waits. Before epochs, a
@@ -103,8 +111,12 @@
 // holds (no pin, no unclaimed writer) is after no mark: an eviction may copy
 // before it writes, or unmap under it (a write lost, or an illegal-address
 // fault that ends the CUDA context). Kernels pin what they touch, and
-// TensorFlow's own copies are pinned by the adapter; strict mode
-// (TF_LMS_STRICT) reports any other touch.
+// TensorFlow's own copies are pinned by the adapter; a kernel whose pin was
+// refused (the adapter's last resort under a deadlock) reads that tensor in
+// place, and the engine then treats it as used by everything queued from
+// then on (Engine::UseMark) and settles its mapping first (SettleMapping).
+// Strict mode reports any other touch on the emulated device; a GPU has no
+// such check.
 // The costs are counted (GetStatistics): fences (epochs closed), host waits,
 // copies, bytes.
 //
@@ -123,6 +135,25 @@
 // units were last used long ago costs no driver call at all. Units a reclaim
 // evicts are the ones idle longest (or not needed for longest), so usually
 // the only wait left is the copy stream's, on the GPU.
+//
+// Note [Retired mappings]. A mapping the engine lets go of while work queued
+// before its mark may still use it is left mapped in the driver, *retired*:
+// its slots are free in the slot table (or, for an eviction, map the host
+// granules in the engine's view, *pending*), and its physical granules go
+// back to their pool at once. A VMM handle may be mapped at several
+// addresses, so the granules may back another slot meanwhile; nothing
+// reaches them through the retired address but the work queued before the
+// mark. Each granule remembers the latest mark of a retired mapping of it
+// (Pool::busy_until): a copy that reads or writes it waits for that epoch on
+// the copy stream (CopiesAfterRetired), the host's own copies wait on the
+// host. Retired mappings are unmapped once their epoch is known complete
+// (PollEpochs asks the events without waiting: at a remap batch, a free),
+// and pending mappings made then. A Map, Unmap or free at a slot a retired
+// mapping still occupies waits for its epoch first (usually long complete:
+// the unit was evicted as the one not needed for longest), and drops what
+// was pending there. So neither a free nor an eviction makes the host wait
+// for the GPU to reach the memory's last use; a page-in still may, since its
+// kernel touches the address as soon as Pin returns.
 //
 // Note [Access to mapped memory]. A cuMemMap mapping is reachable only by the
 // devices cuMemSetAccess granted, and every new mapping starts with none; peer
@@ -235,6 +266,11 @@ class CudaBackend : public Backend {
     return AddFencedStream(static_cast<cu::CUstream>(queue));
   }
   void RemoveFencedStream(cu::CUstream stream) LMS_LOCKS_EXCLUDED(streams_mu_);
+  // Unmaps the retired mappings whose epoch the fenced streams' events say
+  // is complete, without waiting (Note [Retired mappings]), as every remap
+  // batch and free does. With the engine's lock held, as every other call.
+  Status UnmapCompletedRetired();
+  Status SettleMapping(uintptr_t address, size_t count) override;
 
   const CudaDriver& driver() const { return *driver_; }
   cu::CUcontext context() const { return context_; }
@@ -276,13 +312,32 @@ class CudaBackend : public Backend {
     // length in granules.
     std::vector<GranuleId> piece_start;
     std::vector<uint32_t> piece_length;
+    // Per granule id: the latest mark of a retired mapping of it (Note
+    // [Retired mappings]): a copy touching it waits for that epoch.
+    std::vector<uint64_t> busy_until;
     cu::CUdeviceptr window = 0;  // the piece at id i is mapped at window + i * granule
   };
-  // What backs one slot of a reserved range.
+  // What backs one slot of a reserved range: the engine's view (mapped,
+  // pool, id), whether the driver still maps a retired piece there
+  // (`retired`), and whether the engine's mapping waits for that piece to go
+  // (`pending`: then `mapped` and `retired` are set; Note [Retired
+  // mappings]).
   struct Slot {
     bool mapped = false;
     PoolKind pool = PoolKind::kDevice;
     GranuleId id = 0;
+    bool retired = false;
+    // Mapped in the engine's view, not yet in the driver: an eviction's new
+    // mapping, made once the retired one in its place goes.
+    bool pending = false;
+  };
+  // A mapping left in place until the epoch `mark` is complete.
+  struct Retired {
+    uintptr_t address = 0;
+    size_t granules = 0;
+    uint64_t mark = 0;
+    PoolKind pool = PoolKind::kDevice;  // the piece it maps, from granule `first`
+    GranuleId first = 0;
   };
 
   CudaBackend(std::unique_ptr<CudaDriver> driver, int ordinal);
@@ -368,6 +423,42 @@ class CudaBackend : public Backend {
   Status CloseEpoch() LMS_EXCLUSIVE_LOCKS_REQUIRED(streams_mu_);
   Status HostWait();
   Status Drain();
+  // Note [Retired mappings] (cuda_backend_streams.cc).
+  // Completes epoch_done_ as far as the fenced streams' events already
+  // say, without waiting (cuEventQuery), a few epochs at a time.
+  void PollEpochs() LMS_LOCKS_EXCLUDED(streams_mu_);
+  // Whether every epoch up to `mark` is known complete (PollEpochs learns
+  // more); true without fenced streams, where nothing LMS orders can be
+  // queued.
+  bool EpochDone(uint64_t mark) LMS_LOCKS_EXCLUDED(streams_mu_);
+  // Leaves the piece mapped at `address` in place, free in the slot table,
+  // until epoch `mark` is complete.
+  Status Retire(uintptr_t address, size_t granules, uint64_t mark)
+      LMS_LOCKS_EXCLUDED(streams_mu_);
+  // Unmaps the retired mappings whose epoch is complete, and makes the
+  // pending mappings they were in the way of; with `wait`, also those
+  // overlapping [address, address + count slots), after waiting for their
+  // epochs, and the pending mappings there are dropped instead (the caller
+  // replaces or unmaps those slots) unless `drop_pending` is false.
+  Status UnmapRetired(bool wait = false, uintptr_t address = 0, size_t count = 0,
+                      bool drop_pending = true);
+  // Maps the pending pieces whose slots no retired mapping occupies any
+  // more, among the `count` slots from `address`.
+  Status MapPending(uintptr_t address, size_t count);
+  // Map within a remap batch whose epoch is not complete: the slots'
+  // mappings are retired and the new ones left pending (Note [Retired
+  // mappings]). False, and nothing done, where that does not apply.
+  bool MapDeferred(uintptr_t address, PoolKind pool, const GranuleId* ids, size_t count);
+  bool AnyRetired(uintptr_t address, size_t count) {
+    for (size_t i = 0; i < count; ++i) {
+      const Slot* slot = SlotAt(address + i * granule_);
+      if (slot != nullptr && slot->retired) return true;
+    }
+    return false;
+  }
+  // Orders the copy stream after the retired mappings of the `count`
+  // granules of `pool` from ids (Pool::busy_until).
+  Status CopiesAfterRetired(PoolKind pool, const GranuleId* ids, size_t count);
 
   // Immutable after Create: read without a lock.
   const std::unique_ptr<CudaDriver> driver_;
@@ -396,11 +487,17 @@ class CudaBackend : public Backend {
   // Thread-compatible (the engine's lock serialises these calls).
   Pool pools_[2];
   std::map<uintptr_t, std::vector<Slot>> ranges_;  // reserved base -> slots
+  std::vector<Retired> retired_;
   bool copies_in_flight_ = false;  // a copy was issued since the last wait
   // Between BeginRemapBatch's host wait and EndRemapBatch: unmaps skip their
   // own drain, because that wait followed every access to the batch's
   // addresses (their units' last uses).
   bool remap_batch_drained_ = false;
+  // Between BeginRemapBatch and EndRemapBatch: the batch's mark, and whether
+  // its host wait is still to come (the epoch was not complete at its
+  // start: an eviction's remaps are deferred instead, a page-in's wait).
+  uint64_t batch_mark_ = 0;
+  bool batch_wait_left_ = false;
   // Epochs (Note [Epochs of use]): the open one, every one up to
   // epoch_done_ is complete, and the copy stream waits for every one up to
   // copy_stream_after_ (so a host wait on the copy stream completes them).

@@ -320,6 +320,7 @@ CudaBackend::~CudaBackend() {
     if (scope.status().ok()) {
       // Nothing of ours may run while the memory goes.
       if (copy_stream_ != nullptr) driver_->cuStreamSynchronize(copy_stream_);
+      for (const auto& [base, slots] : ranges_) UnmapRetired(/*wait=*/true, base, slots.size());
       for (const auto& [base, slots] : ranges_) {
         UnmapSlots(base, slots.size());
         driver_->cuMemAddressFree(base, slots.size() * granule_);

@@ -145,6 +145,180 @@ Status CudaBackend::HostWaitForEpoch(uint64_t mark) {
   return Status::Ok();
 }
 
+bool CudaBackend::EpochDone(uint64_t mark) {
+  if (mark <= epoch_done_) return true;
+  // No fenced stream: nothing LMS orders can be queued.
+  MutexLock lock(streams_mu_);
+  return fenced_.empty();
+}
+
+void CudaBackend::PollEpochs() {
+  MutexLock lock(streams_mu_);
+  if (fenced_.empty()) return;
+  // A few at a time: each costs a query per fenced stream. The next closed
+  // epoch the ring holds (the one after epoch_done_, or a later one where
+  // the ring has moved on or a stream joined since) covers every epoch
+  // before it.
+  for (int n = 0; n < 4; ++n) {
+    size_t slot = kEpochRing;
+    for (size_t i = 0; i < kEpochRing; ++i) {
+      const uint64_t e = ring_epoch_[i];
+      if (e > epoch_done_ && (slot == kEpochRing || e < ring_epoch_[slot])) slot = i;
+    }
+    if (slot == kEpochRing) return;
+    for (const FencedStream& fenced : fenced_) {
+      if (driver_->cuEventQuery(fenced.epochs[slot]) != cu::CUDA_SUCCESS) return;
+    }
+    epoch_done_ = ring_epoch_[slot];
+  }
+}
+
+Status CudaBackend::Retire(uintptr_t address, size_t granules, uint64_t mark) {
+  {
+    // Closed now, so that its events can complete it later.
+    MutexLock lock(streams_mu_);
+    while (!fenced_.empty() && mark >= epoch_) LMS_RETURN_IF_ERROR(CloseEpoch());
+  }
+  const Slot first = *SlotAt(address);
+  Pool& p = pools_[static_cast<int>(first.pool)];
+  for (size_t k = 0; k < granules; ++k) {
+    uint64_t& busy = p.busy_until[first.id + k];
+    busy = std::max(busy, mark);
+  }
+  for (size_t k = 0; k < granules; ++k) {
+    Slot& slot = *SlotAt(address + k * granule_);
+    slot = Slot();
+    slot.retired = true;
+  }
+  retired_.push_back({address, granules, mark, first.pool, first.id});
+  return Status::Ok();
+}
+
+Status CudaBackend::UnmapCompletedRetired() {
+  LMS_CUDA_SCOPE(*driver_, context_);
+  return UnmapRetired();
+}
+
+Status CudaBackend::SettleMapping(uintptr_t address, size_t count) {
+  if (!AnyRetired(address, count)) return Status::Ok();
+  LMS_CUDA_SCOPE(*driver_, context_);
+  return UnmapRetired(/*wait=*/true, address, count, /*drop_pending=*/false);
+}
+
+Status CudaBackend::UnmapRetired(bool wait, uintptr_t address, size_t count,
+                                 bool drop_pending) {
+  if (retired_.empty()) return Status::Ok();
+  const uintptr_t end = address + count * granule_;
+  const auto in_the_way = [&](const Retired& r) {
+    return wait && r.address < end && address < r.address + r.granules * granule_;
+  };
+  // The waits first: one may complete other retired mappings' epochs too.
+  PollEpochs();
+  for (const Retired& r : retired_) {
+    if (in_the_way(r) && !EpochDone(r.mark)) LMS_RETURN_IF_ERROR(HostWaitForEpoch(r.mark));
+  }
+  Status status;
+  size_t kept = 0;
+  std::vector<Retired> unmapped;
+  for (size_t i = 0; i < retired_.size(); ++i) {
+    const Retired r = retired_[i];
+    if (EpochDone(r.mark)) {
+      ScopedNanos timed(&stats_.unmap_ns);
+      const Status s = driver_->Check(
+          driver_->cuMemUnmap(r.address, r.granules * granule_),
+          "cuMemUnmap of a retired mapping at " + FormatAddress(reinterpret_cast<void*>(r.address)));
+      if (s.ok()) {
+        for (size_t k = 0; k < r.granules; ++k) {
+          Slot& slot = *SlotAt(r.address + k * granule_);
+          slot.retired = false;
+          // The caller replaces what is pending there: nothing to map.
+          if (drop_pending && in_the_way(r) && slot.pending) slot = Slot();
+        }
+        unmapped.push_back(r);
+        continue;
+      }
+      if (status.ok()) status = s;
+    }
+    retired_[kept++] = r;
+  }
+  retired_.resize(kept);
+  for (const Retired& r : unmapped) {
+    Status s = MapPending(r.address, r.granules);
+    if (!s.ok() && status.ok()) status = s;
+  }
+  return status;
+}
+
+Status CudaBackend::MapPending(uintptr_t address, size_t count) {
+  const CudaDriver& d = *driver_;
+  for (size_t i = 0; i < count; ++i) {
+    const uintptr_t at = address + i * granule_;
+    const Slot* slot = SlotAt(at);
+    if (slot == nullptr || !slot->pending || slot->retired) continue;
+    // The piece's first slot and length: pieces are mapped whole, in order.
+    const Pool& p = pools_[static_cast<int>(slot->pool)];
+    const GranuleId first = p.piece_start[slot->id];
+    const size_t length = p.piece_length[first];
+    const uintptr_t start = at - size_t{slot->id - first} * granule_;
+    bool free = true;
+    for (size_t k = 0; free && k < length; ++k) free = !SlotAt(start + k * granule_)->retired;
+    if (!free) continue;  // another retired mapping still in the way
+    ScopedNanos timed(&stats_.map_ns);
+    Status s = d.Check(d.cuMemMap(start, length * granule_, 0, p.handles[first], 0),
+                       "cuMemMap of a deferred mapping at " +
+                           FormatAddress(reinterpret_cast<void*>(start)));
+    if (s.ok()) {
+      s = d.Check(d.cuMemSetAccess(start, length * granule_, access_.data(), access_.size()),
+                  "cuMemSetAccess of a deferred mapping at " +
+                      FormatAddress(reinterpret_cast<void*>(start)));
+      if (!s.ok()) d.cuMemUnmap(start, length * granule_);
+    }
+    // Mapped, or left with nothing mapped (the table says so: a later Map
+    // there maps without an unmap, a free gives the granules back).
+    for (size_t k = 0; k < length; ++k) {
+      Slot& slot = *SlotAt(start + k * granule_);
+      if (s.ok()) {
+        slot.pending = false;
+      } else {
+        slot = Slot();
+      }
+    }
+    LMS_RETURN_IF_ERROR(s);
+  }
+  return Status::Ok();
+}
+
+bool CudaBackend::MapDeferred(uintptr_t address, PoolKind pool, const GranuleId* ids,
+                              size_t count) {
+  // Every slot maps a piece of its own in the driver (a resident unit being
+  // evicted): those are retired, with the batch's mark.
+  for (size_t i = 0; i < count; ++i) {
+    const Slot* slot = SlotAt(address + i * granule_);
+    if (!slot->mapped || slot->pending || slot->retired) return false;
+  }
+  for (size_t i = 0; i < count;) {
+    const uintptr_t at = address + i * granule_;
+    const size_t length = PieceLength(*SlotAt(at));
+    if (!Retire(at, length, batch_mark_).ok()) return false;  // nothing retired yet fails
+    i += length;
+  }
+  for (size_t i = 0; i < count; ++i) {
+    Slot& slot = *SlotAt(address + i * granule_);
+    slot.mapped = true;
+    slot.pool = pool;
+    slot.id = ids[i];
+    slot.pending = true;
+  }
+  return true;
+}
+
+Status CudaBackend::CopiesAfterRetired(PoolKind pool, const GranuleId* ids, size_t count) {
+  const Pool& p = pools_[static_cast<int>(pool)];
+  uint64_t mark = 0;
+  for (size_t i = 0; i < count; ++i) mark = std::max(mark, p.busy_until[ids[i]]);
+  return mark > epoch_done_ ? CopyStreamAfter(mark) : Status::Ok();
+}
+
 Status CudaBackend::WaitForCopies() {
   LMS_CUDA_SCOPE(*driver_, context_);
   return HostWait();
@@ -153,16 +327,21 @@ Status CudaBackend::WaitForCopies() {
 Status CudaBackend::BeginRemapBatch(uint64_t mark) {
   LMS_CUDA_SCOPE(*driver_, context_);
   remap_batch_drained_ = false;
+  LMS_RETURN_IF_ERROR(UnmapRetired());  // those whose epoch is done
   // The work queued on the batch's addresses (their units' last uses), not
   // the copy stream: the batch's copies stay in flight. Usually long done:
-  // no call at all.
-  LMS_RETURN_IF_ERROR(HostWaitForEpoch(mark));
+  // no call at all. If not, an eviction's remaps are deferred (Map) and
+  // only a page-in's wait, in its first Map.
+  batch_mark_ = mark;
+  if (!EpochDone(mark)) PollEpochs();
+  batch_wait_left_ = !EpochDone(mark);
   remap_batch_drained_ = true;
   return Status::Ok();
 }
 
 Status CudaBackend::EndRemapBatch() {
   remap_batch_drained_ = false;
+  batch_wait_left_ = false;
   if (!copies_in_flight_) return Status::Ok();
   LMS_CUDA_SCOPE(*driver_, context_);
   ScopedNanos timed(&stats_.fence_ns);

@@ -210,6 +210,16 @@ class Backend {
   }
   virtual Status EndRemapBatch() { return Status::Ok(); }
 
+  // Makes `count` slots from `address` map what the engine last mapped there
+  // before anything touches them unpinned: a backend that defers remaps
+  // (Note [Retired mappings] in cuda_backend.h) completes them, waiting for
+  // what they wait for. The default suits backends that never defer.
+  virtual Status SettleMapping(uintptr_t address, size_t count) {
+    (void)address;
+    (void)count;
+    return Status::Ok();
+  }
+
   // Whether CopyGranules and CopyRanges are synchronous copies on the
   // calling thread that may run beside any other call of this backend on
   // granules they do not name: the engine then copies without its lock (Note

@@ -351,7 +351,10 @@ Status Engine::ReleaseUnit(ChunkId c) {
     // unmap fails they stay out of it, stranded: a granule still mapped at
     // a free slot must never back another allocation.
     if (strict_) strict_->Unwatch(first, n);
-    status = backend_->UnmapReleased(SlotAddress(first), n, UseMark(c));
+    // The mark at the free, as for every freed range: work queued on it
+    // before the free is before that mark (a backend retires the mapping
+    // rather than wait for it).
+    status = backend_->UnmapReleased(SlotAddress(first), n, backend_->ReleaseMark());
     for (uint64_t s = first; s < first + n; ++s) {
       if (status.ok()) host_pool_.Give(backing_.at(s).granule);
       else Strand(PoolKind::kHost, 1);
@@ -461,6 +464,17 @@ void Engine::UndoFailedPin(ChunkId c, const void* ptr) {
   ++stats_.num_failed_pins;
   FollowObjectPin(c, ptr, /*pinned=*/false);
   UnpinUnit(c);
+  // Its kernel may read it in place (the adapter's last resort): from now
+  // on every move or unmap of it waits for everything queued before, and
+  // its address maps its host memory before the kernel is enqueued (an
+  // eviction's remap may still be pending, Note [Retired mappings]).
+  residency_.NoteReadInPlace(c);
+  const Residency::Record& r = residency_.record(c);
+  if (r.evicted) {
+    const Status settled =
+        backend_->SettleMapping(SlotAddress(arena_.chunk(c).start), r.granules);
+    (void)settled;  // on failure the driver is broken: the kernel's touch reports it
+  }
 }
 
 void Engine::FollowObjectPin(ChunkId c, const void* ptr, bool pinned) {

@@ -431,11 +431,13 @@ class Engine {
   // The mark a move or an unmap of unit `id` waits for: its last use, or
   // everything queued so far while a holder may still be using it (a pin
   // other than the caller's own, `pinned_by_caller`, which has queued
-  // nothing yet; an unclaimed writer).
+  // nothing yet; an unclaimed writer; a kernel whose pin of it was refused
+  // and that reads it in place).
   uint64_t UseMark(ChunkId id, bool pinned_by_caller = false) const
       LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     const Residency::Record& r = residency_.record(id);
-    const bool held = r.unclaimed > 0 || r.pin_count > (pinned_by_caller ? 1u : 0u);
+    const bool held = r.unclaimed > 0 || r.read_in_place ||
+                      r.pin_count > (pinned_by_caller ? 1u : 0u);
     return held ? backend_->ReleaseMark() : r.last_use;
   }
   uintptr_t SlotAddress(uint64_t slot) const { return base_ + slot * granule_; }

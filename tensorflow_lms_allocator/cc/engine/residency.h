@@ -58,6 +58,9 @@ class Residency {
     // before; a move waits for that work only (Note [Epochs of use] in
     // backends/cuda_backend.h).
     uint64_t last_use = 0;
+    // A pin of it was refused: the kernel may read it in place, unpinned,
+    // with no later moment known as its last use (Note [Epochs of use]).
+    bool read_in_place = false;
   };
 
   // Starts tracking a new resident unit, pinned once or not, holding one
@@ -106,6 +109,7 @@ class Residency {
 
   // The unit was used up to now: `mark` is the backend's ReleaseMark().
   void NoteUse(ChunkId id, uint64_t mark) { records_[id].last_use = mark; }
+  void NoteReadInPlace(ChunkId id) { records_[id].read_in_place = true; }
 
   const Record& record(ChunkId id) const { return records_[id]; }
   // Whether the unit belongs on the LRU list.

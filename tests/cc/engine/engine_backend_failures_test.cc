@@ -78,6 +78,9 @@ class FaultyBackend : public Backend {
     return inner_->UnmapReleased(address, count, mark);
   }
   Status CopiesAfterUse(uint64_t mark) override { return inner_->CopiesAfterUse(mark); }
+  Status SettleMapping(uintptr_t address, size_t count) override {
+    return inner_->SettleMapping(address, count);
+  }
   Status WaitForCopies() override {
     if (fail_wait_) {
       fail_wait_ = false;
