@@ -39,7 +39,6 @@ PAGE_IN_QUEUED = "APageInWaitsForQueuedWorkOnTheEvictedTensorBeforeTheRemap"
 EVICTION_IN_FLIGHT = "AnEvictionRemapsWithoutAHostWaitForItsCopyAndTheNextKernelWaitsForIt"
 PIN_ALL = "PinAllPagesInAKernelsInputsWithoutAHostWaitAndItsKernelReadsThemAll"
 LATE_STREAM = "AStreamFencedAfterAnEvictionWaitsForItsCopy"
-FREED_AFTER_FENCE = "AGranuleFreedBeforeACompletedFenceIsTakenWithoutAHostWait"
 OTHER_GPU_STREAM = "AStreamOfAnotherGpuIsFencedWithAnEventOfItsOwnContext"
 PEER = "APeerGpuReachesATensorThroughEveryRemap"
 NO_P2P = "PeersWithoutAPeerPathAreNotGrantedAndEveryRemapWorks"
@@ -60,15 +59,16 @@ MUTATIONS = {
     "no-last-use-wait-before-copies": (
         STREAMS, "Status CudaBackend::CopyStreamAfter(uint64_t mark) {\n",
         "Status CudaBackend::CopyStreamAfter(uint64_t mark) {\n  return Status::Ok();  // MUTATION\n",
-        {EVICTION, RECLAIM, COPY, PAGE_IN_FREED, PAGE_IN_QUEUED},
-        # Its page-ins go into device memory whose eviction was deferred, or
-        # not, as the fake's workers happen to be ahead of the poll.
-        {PIN_ALL}),
+        {EVICTION, RECLAIM, PAGE_IN_FREED, PAGE_IN_QUEUED, IN_PLACE},
+        # Their page-ins (and the copy's eviction) go into memory whose
+        # eviction was deferred, or not, as the fake's workers happen to be
+        # ahead of the poll: they fail when it was.
+        {PIN_ALL, COPY}),
     # The engine never notes a kernel's unpin as a use: the eviction of what
     # it wrote waits only for the unit's birth.
     "unpin-not-a-use": (
         ENGINE, "  NoteUse(c);  // the kernel queued its work on the unit before it let go\n",
-        "  // MUTATION\n", {EVICTION, RECLAIM, FREE, COPY}),
+        "  // MUTATION\n", {EVICTION, RECLAIM, COPY, IN_PLACE}),
     # A batch's victims ordered by the first victim's last use, not the latest.
     "batch-mark-of-one-victim": (
         RECLAIM_SRC, "  for (const Victim& v : batch) mark = std::max(mark, UseMark(v.id));\n",
@@ -99,7 +99,7 @@ MUTATIONS = {
     "batch-without-stream-wait": (
         STREAMS, "driver_->cuStreamWaitEvent(fenced.stream, copies_done_, 0)",
         "cu::CUDA_SUCCESS /* MUTATION */",
-        {PAGE_IN_READ, EVICTION_IN_FLIGHT, PIN_ALL, PEER},
+        {PAGE_IN_READ, EVICTION_IN_FLIGHT, PIN_ALL, PEER, IN_PLACE},
         # Its page-ins race the copies the mutation leaves unordered: it
         # fails when a kernel's read overtakes one (most runs, not all).
         {NO_P2P}),
@@ -117,13 +117,7 @@ MUTATIONS = {
     # An eviction's old device mapping retired as if its epoch were done.
     "eviction-retired-as-done": (
         STREAMS, "Retire(at, length, batch_mark_)", "Retire(at, length, 0) /* MUTATION */",
-        {EVICTION, RECLAIM, COPY}),
-    # A host wait for an epoch not remembered: freed granules taken after an
-    # eviction wait again.
-    "epoch-wait-not-remembered": (
-        STREAMS, "  epoch_done_ = std::max(epoch_done_, covered);\n  return Status::Ok();\n}\n\nStatus CudaBackend::WaitForCopies",
-        "  return Status::Ok();  // MUTATION\n}\n\nStatus CudaBackend::WaitForCopies",
-        {FREED_AFTER_FENCE}),
+        {EVICTION, RECLAIM, COPY, IN_PLACE}),
     # A fenced stream's event made in this device's context, not the
     # stream's: cuEventRecord fails on another GPU's stream (Note [Access to
     # mapped memory]).
