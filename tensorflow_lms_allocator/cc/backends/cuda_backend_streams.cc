@@ -87,8 +87,9 @@ Status CudaBackend::CloseEpoch() {
   {
     ScopedNanos timed(&stats_.fence_ns);
     for (const FencedStream& fenced : fenced_) {
-      LMS_RETURN_IF_ERROR(driver_->Check(driver_->cuEventRecord(fenced.epochs[slot], fenced.stream),
-                                         "cuEventRecord on a fenced stream"));
+      LMS_RETURN_IF_ERROR(
+          driver_->Check(driver_->cuEventRecord(fenced.epochs[slot], fenced.stream),
+                         "cuEventRecord on a fenced stream"));
     }
   }
   ring_epoch_[slot] = epoch_++;
@@ -119,8 +120,9 @@ Status CudaBackend::CopyStreamAfter(uint64_t mark) {
   LMS_RETURN_IF_ERROR(SlotFor(mark, &slot, &covered));
   ScopedNanos timed(&stats_.fence_ns);
   for (const FencedStream& fenced : fenced_) {
-    LMS_RETURN_IF_ERROR(driver_->Check(driver_->cuStreamWaitEvent(copy_stream_, fenced.epochs[slot], 0),
-                                       "cuStreamWaitEvent on the LMS copy stream"));
+    LMS_RETURN_IF_ERROR(
+        driver_->Check(driver_->cuStreamWaitEvent(copy_stream_, fenced.epochs[slot], 0),
+                       "cuStreamWaitEvent on the LMS copy stream"));
   }
   // What follows on the copy stream waits for the epoch: a host wait on the
   // copy stream now also completes it.
@@ -224,9 +226,10 @@ Status CudaBackend::UnmapRetired(bool wait, uintptr_t address, size_t count,
     const Retired r = retired_[i];
     if (EpochDone(r.mark)) {
       ScopedNanos timed(&stats_.unmap_ns);
-      const Status s = driver_->Check(
-          driver_->cuMemUnmap(r.address, r.granules * granule_),
-          "cuMemUnmap of a retired mapping at " + FormatAddress(reinterpret_cast<void*>(r.address)));
+      const Status s =
+          driver_->Check(driver_->cuMemUnmap(r.address, r.granules * granule_),
+                         "cuMemUnmap of a retired mapping at " +
+                             FormatAddress(reinterpret_cast<void*>(r.address)));
       if (s.ok()) {
         for (size_t k = 0; k < r.granules; ++k) {
           Slot& slot = *SlotAt(r.address + k * granule_);

@@ -194,8 +194,10 @@ class Backend {
   // memory is complete (the old mappings' users, when `mark` was taken at
   // the last use of every address the batch remaps; one host wait for the
   // batch, none when that work is known done), not the copies, which go
-  // between the pools' windows and never through an address. The Map and Unmap calls up to EndRemapBatch need no drain of
-  // their own. EndRemapBatch then orders every later piece of work on the
+  // between the pools' windows and never through an address (a backend may
+  // instead defer the remaps that wait, Note [Retired mappings] in
+  // cuda_backend.h). The Map and Unmap calls up to EndRemapBatch need no
+  // drain of their own. EndRemapBatch then orders every later piece of work on the
   // fenced queues (a pinning kernel, a kernel writing granules an eviction
   // gave back) after the batch's copies, so nothing queued after it reads or
   // writes a granule before its copy is done.
