@@ -577,6 +577,17 @@ Status LaunchWriter(CudaBackend* b, cu::CUstream stream, LatchedWriter* w) {
   return s;
 }
 
+// A kernel on `stream` that writes pattern `seed` over [t, t + bytes) once
+// released, launched and running (held at its latch) when this returns.
+void StartLatchedWriter(CudaBackend* b, cu::CUstream stream, const void* t, size_t bytes,
+                        uint64_t seed, LatchedWriter* w) {
+  w->address = Address(t);
+  w->bytes = bytes;
+  w->seed = seed;
+  EXPECT_OK(LaunchWriter(b, stream, w));
+  w->WaitStarted();
+}
+
 // Ends the open epoch and waits for it (Note [Epochs of use]): an eviction of
 // a granule allocated for the purpose, then its free. What was born or last
 // used before is then known complete, so a test can tell a mark taken at a
@@ -600,11 +611,7 @@ TEST_F(EngineTest, AnEvictionCopiesWhatAKernelQueuedBeforeTheUnpinStillWrites) {
   // The kernel writes T (pattern 2) after its context is gone: T is
   // unpinned while the kernel is still queued.
   LatchedWriter kernel;
-  kernel.address = Address(t);
-  kernel.bytes = size;
-  kernel.seed = 2;
-  EXPECT_OK(LaunchWriter(b, compute.stream, &kernel));
-  kernel.WaitStarted();
+  StartLatchedWriter(b, compute.stream, t, size, 2, &kernel);
   EXPECT_OK(e->Unpin(t, id));
   std::thread release = kernel.ReleaseAfter(std::chrono::milliseconds(200));
   // Needs T's granules: T is evicted while the kernel still runs.
@@ -1253,11 +1260,7 @@ TEST_F(EngineTest, APageInWaitsForQueuedWorkOnTheEvictedTensorBeforeTheRemap) {
   EXPECT_OK(e->Inspect(t, &info));
   EXPECT_TRUE(info.evicted);
   LatchedWriter copy;  // TensorFlow's copy into T, over the bus
-  copy.address = Address(t);
-  copy.bytes = size;
-  copy.seed = 15;
-  EXPECT_OK(LaunchWriter(b, host_to_device.stream, &copy));
-  copy.WaitStarted();
+  StartLatchedWriter(b, host_to_device.stream, t, size, 15, &copy);
   std::thread release = copy.ReleaseAfter(std::chrono::milliseconds(200));
   EXPECT_OK(e->Free(full));
   EXPECT_OK(e->Pin(t, &id));  // claims T and pages it in
@@ -1332,11 +1335,7 @@ TEST_F(EngineTest, FreeingAnEvictedTensorRetiresItsMappingUnderQueuedWork) {
   EXPECT_OK(e->Inspect(t, &info));
   EXPECT_TRUE(info.evicted);
   LatchedWriter kernel;
-  kernel.address = Address(t);
-  kernel.bytes = size;
-  kernel.seed = 4;
-  EXPECT_OK(LaunchWriter(b, compute.stream, &kernel));
-  kernel.WaitStarted();
+  StartLatchedWriter(b, compute.stream, t, size, 4, &kernel);
   EXPECT_OK(e->Unpin(t, id));
   const int64_t waits = e->GetStatistics().num_host_waits;
   EXPECT_OK(e->Free(t));  // retires T's host mapping: the kernel still writes it
@@ -1364,11 +1363,7 @@ TEST_F(EngineTest, AKernelReadingARefusedInputInPlaceSeesItsEvictedBytes) {
   uint64_t id = 0;
   EXPECT_OK(e->Pin(w, &id));
   LatchedWriter last_use;  // W's last kernel, still running when W is evicted
-  last_use.address = Address(w);
-  last_use.bytes = 2 * kGranule;
-  last_use.seed = 41;
-  EXPECT_OK(LaunchWriter(b, compute.stream, &last_use));
-  last_use.WaitStarted();
+  StartLatchedWriter(b, compute.stream, w, 2 * kGranule, 41, &last_use);
   EXPECT_OK(e->Unpin(w, id));
   uint64_t p_id = 0;
   void* p = e->Allocate(4 * kGranule, /*pin=*/true, nullptr, &p_id);  // evicts W
@@ -1412,11 +1407,7 @@ TEST_F(EngineTest, APageInIntoAFreedGranuleWaitsForTheKernelStillWritingIt) {
   void* t = e->Allocate(4 * kGranule, /*pin=*/true, nullptr, &id);
   ASSERT_TRUE(t != nullptr);
   LatchedWriter kernel;
-  kernel.address = Address(t);
-  kernel.bytes = 4 * kGranule;
-  kernel.seed = 31;
-  EXPECT_OK(LaunchWriter(b, compute.stream, &kernel));
-  kernel.WaitStarted();
+  StartLatchedWriter(b, compute.stream, t, 4 * kGranule, 31, &kernel);
   EXPECT_OK(e->Unpin(t, id));
   EXPECT_OK(e->Free(t));  // cached at its range, the kernel still writing
   const int64_t waits = e->GetStatistics().num_host_waits;
@@ -1443,11 +1434,7 @@ TEST_F(EngineTest, DefragmentationRetiresAFreedRangeAndTheNextUserWaits) {
   void* wall = MustAllocate(*e, kGranule, /*pin=*/true);  // T's hole stays 3 slots
   ASSERT_TRUE(t != nullptr && wall != nullptr);
   LatchedWriter kernel;
-  kernel.address = Address(t);
-  kernel.bytes = size;
-  kernel.seed = 5;
-  EXPECT_OK(LaunchWriter(b, compute.stream, &kernel));
-  kernel.WaitStarted();
+  StartLatchedWriter(b, compute.stream, t, size, 5, &kernel);
   // TensorFlow frees T on the host while the kernel still writes it.
   EXPECT_OK(e->Unpin(t, id));
   EXPECT_OK(e->Free(t));
