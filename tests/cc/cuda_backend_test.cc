@@ -365,7 +365,13 @@ TEST_F(TwoGpuTest, EveryCallLeavesTheCallersContextCurrent) {
 
 // ------------------------------------------------------------ all or nothing
 
+// On a driver that maps only from offset 0, every device granule is a piece
+// of its own, so a pool is made of many; any one failing unmakes the rest.
 TEST_F(BackendTest, CreatePoolIsAllOrNothing) {
+  b.reset();
+  Fake().set_map_offset_zero_only(1);
+  b = MustMakeCuda();
+  EXPECT_TRUE(!b->maps_at_offsets());
   Fake().fail_nth_mem_create(3);  // the third granule's handle
   Status s = b->CreatePool(PoolKind::kDevice, 8);
   EXPECT_TRUE(s.code() == StatusCode::kResourceExhausted);
@@ -383,23 +389,111 @@ TEST_F(BackendTest, CreatePoolIsAllOrNothing) {
   EXPECT_EQ(Fake().live_handles(), 8u);
 }
 
+// Note [Device memory in runs]: the device pool is one piece here (8
+// granules, under kDevicePieceBytes), and a run of consecutive ids is one
+// cuMemMap at its offset into it, whatever slots it lands on; the bytes are
+// the pool's, seen the same through the window and through every mapping.
+TEST_F(BackendTest, ARunOfConsecutiveDeviceGranulesIsOneMappingAtItsOffset) {
+  EXPECT_TRUE(b->maps_at_offsets());
+  uintptr_t base = 0;
+  EXPECT_OK(b->ReserveAddressRange(8 * kGranule, &base));
+  Fake().reset_call_counts();
+  EXPECT_OK(b->CreatePool(PoolKind::kDevice, 8));
+  EXPECT_EQ(Fake().call_count("cuMemCreate"), 1u);
+  EXPECT_EQ(Fake().live_handles(), 1u);
+  Fake().reset_call_counts();
+  const GranuleId ids[] = {3, 4, 5, 1, 2};  // two runs: 3..5 and 1..2
+  EXPECT_OK(b->Map(base, PoolKind::kDevice, ids, 5, Access::kReadWrite));
+  EXPECT_EQ(Fake().call_count("cuMemMap"), 2u);
+  EXPECT_EQ(Fake().call_count("cuMemSetAccess"), 1u);
+  uintptr_t first = 0;
+  EXPECT_EQ(b->MappingAt(base + 2 * kGranule, &first), 3u);
+  EXPECT_EQ(first, base);
+  EXPECT_EQ(b->MappingAt(base + 4 * kGranule, &first), 2u);
+  EXPECT_EQ(first, base + 3 * kGranule);
+  std::vector<unsigned char> bytes(5 * kGranule);
+  for (size_t i = 0; i < bytes.size(); ++i) {  // a different pattern in each granule
+    bytes[i] = static_cast<unsigned char>(i * 7 + 3 + i / kGranule * 13);
+  }
+  EXPECT_OK(b->CopyFromHost(base, bytes.data(), bytes.size()));  // through the window
+  // What a kernel sees at each slot (the fake's alias of the device address,
+  // through the slot's own mapping) is that granule's bytes.
+  const auto* seen = static_cast<const unsigned char*>(Fake().device_alias(base, 5 * kGranule));
+  ASSERT_TRUE(seen != nullptr);
+  EXPECT_TRUE(std::equal(bytes.begin(), bytes.end(), seen));
+  // Granule 4 (slot 1) read through the window of the pool, by a copy.
+  const GranuleId four = 4, spare = 7;
+  EXPECT_OK(b->CopyGranules(PoolKind::kDevice, &spare, PoolKind::kDevice, &four, kGranule));
+  EXPECT_OK(b->Map(base + 7 * kGranule, PoolKind::kDevice, &spare, 1, Access::kReadWrite));
+  std::vector<unsigned char> back(kGranule);
+  EXPECT_OK(b->CopyToHost(back.data(), base + 7 * kGranule, back.size()));
+  EXPECT_TRUE(std::equal(back.begin(), back.end(), bytes.begin() + kGranule));
+  // A mapping goes whole or not at all: cutting one is refused, and nothing
+  // is unmapped.
+  Fake().reset_call_counts();
+  Status s = b->Unmap(base + kGranule, 2);
+  EXPECT_TRUE(s.code() == StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Contains(s.message(), "whole mappings"));
+  s = b->UnmapReleased(base + 4 * kGranule, 1, b->ReleaseMark());
+  EXPECT_TRUE(s.code() == StatusCode::kInvalidArgument);
+  const GranuleId six = 6;
+  s = b->Map(base + 2 * kGranule, PoolKind::kDevice, &six, 1, Access::kReadWrite);
+  EXPECT_TRUE(s.code() == StatusCode::kInvalidArgument);
+  EXPECT_EQ(Fake().call_count("cuMemUnmap"), 0u);
+  EXPECT_OK(b->CopyToHost(back.data(), base + 4 * kGranule, back.size()));
+  EXPECT_TRUE(std::equal(back.begin(), back.end(), bytes.begin() + 4 * kGranule));
+  EXPECT_OK(b->Unmap(base, 8));
+  EXPECT_EQ(Fake().call_count("cuMemUnmap"), 2u);  // two runs of mapped slots
+  EXPECT_EQ(b->GetStatistics().mappings, 3);
+  EXPECT_EQ(b->GetStatistics().unmappings, 3);
+  b->ReleaseAddressRange(base, 8 * kGranule);
+}
+
+// Under allow_growth the device pool's pieces double from one granule, as
+// TensorFlow's BFC allocator grows its regions: memory made stays within
+// twice what was used, in few handles.
+TEST_F(FakeCudaTest, UnderAllowGrowthDevicePiecesDoubleAsTheyAreFirstUsed) {
+  std::unique_ptr<CudaBackend> b;
+  EXPECT_OK(CudaBackend::Create(0, kGranule, /*allow_growth=*/true, &b));
+  if (b == nullptr) return;
+  uintptr_t base = 0;
+  EXPECT_OK(b->ReserveAddressRange(16 * kGranule, &base));
+  EXPECT_OK(b->CreatePool(PoolKind::kDevice, 16));
+  EXPECT_EQ(Fake().pool_bytes_in_use(FAKE_CUDA_POOL_DEVICE), 0u);
+  const GranuleId ids[] = {0, 1, 2, 3};
+  EXPECT_OK(b->Map(base, PoolKind::kDevice, ids, 1, Access::kReadWrite));
+  EXPECT_EQ(Fake().pool_bytes_in_use(FAKE_CUDA_POOL_DEVICE), kGranule);  // piece 0
+  Fake().reset_call_counts();
+  EXPECT_OK(b->Map(base + kGranule, PoolKind::kDevice, ids + 1, 3, Access::kReadWrite));
+  // Pieces [1, 3) and [3, 7): made whole, the ids mapped as two runs.
+  EXPECT_EQ(Fake().call_count("cuMemCreate"), 2u);
+  EXPECT_EQ(Fake().call_count("cuMemMap"), 2u + 2u);  // two into the window, two at slots
+  EXPECT_EQ(Fake().pool_bytes_in_use(FAKE_CUDA_POOL_DEVICE), 7 * kGranule);
+  EXPECT_OK(b->Unmap(base, 4));
+  b->ReleaseAddressRange(base, 16 * kGranule);
+  b.reset();
+  ExpectNoViolationAndNothingLeaked();
+}
+
 TEST_F(BackendTest, MapIsAllOrNothingUnderAnInjectedFailure) {
   uintptr_t base = 0;
   EXPECT_OK(b->ReserveAddressRange(8 * kGranule, &base));
   EXPECT_OK(b->CreatePool(PoolKind::kDevice, 8));
   const size_t window_mappings = Fake().live_mappings();
   const GranuleId first[] = {0, 1, 2, 3};
-  EXPECT_OK(b->Map(base, PoolKind::kDevice, first, 4, Access::kReadWrite));
+  EXPECT_OK(b->Map(base, PoolKind::kDevice, first, 2, Access::kReadWrite));
+  EXPECT_OK(b->Map(base + 2 * kGranule, PoolKind::kDevice, first + 2, 2, Access::kReadWrite));
   std::vector<unsigned char> bytes(2 * kGranule, 0x5a);
   EXPECT_OK(b->CopyFromHost(base, bytes.data(), bytes.size()));
-  // Slots 2..5 replaced by granules 4..7; the third cuMemMap fails.
+  // Slots 2..5 replaced by granules 4..7, each a mapping of its own (ids out
+  // of order); the third cuMemMap fails.
   Fake().fail_nth_mem_map(3, cu::CUDA_ERROR_OUT_OF_MEMORY);
-  const GranuleId second[] = {4, 5, 6, 7};
+  const GranuleId second[] = {4, 6, 5, 7};
   Status s = b->Map(base + 2 * kGranule, PoolKind::kDevice, second, 4, Access::kReadWrite);
   EXPECT_TRUE(s.code() == StatusCode::kResourceExhausted);
   // Every slot of the call is unmapped, whatever it held; the others keep
   // theirs and their bytes.
-  EXPECT_EQ(Fake().live_mappings(), window_mappings + 2);
+  EXPECT_EQ(Fake().live_mappings(), window_mappings + 1);  // slots 0 and 1: one run
   unsigned char probe[16];
   for (int slot = 2; slot < 6; ++slot) {
     EXPECT_TRUE(b->CopyToHost(probe, base + slot * kGranule, sizeof(probe)).code() ==
@@ -1148,20 +1242,23 @@ TEST_F(TwoGpuTest, EachGpuEvictsItsShareOfOneHostBudget) {
 
 // What a device's creation and a remap cost in driver calls, counted by the
 // fake at 2 MiB granules. cuMemMap, cuMemUnmap and cuMemSetAccess are
-// synchronous (PyTorch measured their cost growing with the number of
-// chunks): each granule needs its own cuMemCreate and cuMemMap (one handle
-// per granule is what lets granules move one by one), and cuMemUnmap each
-// mapping; cuMemSetAccess covers a contiguous run of mapped granules in one
-// call: at creation (the whole window), at a first use of granules (each
-// run of consecutive ones in the window) and at every remap.
+// synchronous, and a real driver's cost is per mapping (docs/design.md), so
+// what matters is how many mappings a move makes and tears down: device
+// memory in runs (Note [Device memory in runs]) and host memory in runs
+// (RunPool) make one each way for a tensor whose granules are one extent.
+// cuMemSetAccess covers a contiguous run of mapped granules in one call.
+// The lines mappings_per_gib_* count mappings made at the tensors'
+// addresses (unmappings_per_gib_*: torn down there), for 64 MiB tensors.
 TEST_F(FakeCudaTest, DriverCallsPerGranuleOfACreatedDeviceAndOfARemap) {
   constexpr size_t k2M = size_t{2} << 20;
   constexpr size_t kGranules = 128;  // 256 MiB: per GiB below is x4
+  constexpr size_t kTensors = 4;     // of 64 MiB
   if (Fake().set_granularity(k2M) != 0) return;
   auto count = [](const char* name) { return Fake().call_count(name); };
   std::unique_ptr<CudaBackend> backend;
   EXPECT_OK(CudaBackend::Create(0, k2M, /*allow_growth=*/false, &backend));
   if (backend == nullptr) return;
+  EXPECT_TRUE(backend->maps_at_offsets());
   Fake().reset_call_counts();
   EngineOptions o;
   o.device_bytes = kGranules * k2M;
@@ -1173,43 +1270,109 @@ TEST_F(FakeCudaTest, DriverCallsPerGranuleOfACreatedDeviceAndOfARemap) {
   const unsigned long long create = count("cuMemCreate"), map = count("cuMemMap"),
                            access = count("cuMemSetAccess"), all = count(nullptr);
   std::printf("  creating a %zu MiB device: %llu driver calls (cuMemCreate %llu, cuMemMap %llu, "
-              "cuMemSetAccess %llu); an 80 GiB device: about %llu\n",
-              kGranules * 2, all, create, map, access, all * 80 * 1024 / (kGranules * 2));
-  EXPECT_EQ(create, kGranules);  // the device pool, eagerly; host granules on use
-  EXPECT_EQ(map, kGranules);
+              "cuMemSetAccess %llu); an 80 GiB device: about %llu (80 pieces of 1 GiB)\n",
+              kGranules * 2, all, create, map, access, all - 2 + 2 * 80);
+  EXPECT_EQ(create, 1u);  // the device pool, eagerly, one piece; host memory on use
+  EXPECT_EQ(map, 1u);     // into the window
   EXPECT_EQ(access, 1u);  // one for the whole window
-  const size_t size = kGranules * k2M;
-  void* t = MustAllocate(*e, size, /*pin=*/false);
-  ASSERT_TRUE(t != nullptr);
-  Fake().reset_call_counts();
-  EXPECT_OK(e->Evict(t));
-  const unsigned long long evict_all = count(nullptr), evict_access = count("cuMemSetAccess"),
-                           evict_unmap = count("cuMemUnmap"), evict_map = count("cuMemMap"),
-                           evict_create = count("cuMemCreate");
-  Fake().reset_call_counts();
+  const size_t size = kGranules / kTensors * k2M;
+  void* t[kTensors];
+  for (void*& p : t) {
+    p = MustAllocate(*e, size, /*pin=*/false);
+    ASSERT_TRUE(p != nullptr);
+  }
+  // Moves of every tensor: driver calls, mappings made and torn down.
+  struct Moves {
+    unsigned long long calls, create, map, unmap, access;
+    int64_t mappings, unmappings;
+  };
+  const auto moves = [&](bool evict) {
+    Fake().reset_call_counts();
+    const BackendStatistics before = e->backend().GetStatistics();
+    for (void* p : t) {
+      uint64_t id = 0;
+      if (evict) {
+        EXPECT_OK(e->Evict(p));
+      } else {
+        EXPECT_OK(e->Pin(p, &id));
+        EXPECT_OK(e->Unpin(p, id));
+      }
+    }
+    const BackendStatistics after = e->backend().GetStatistics();
+    return Moves{count(nullptr), count("cuMemCreate"), count("cuMemMap"), count("cuMemUnmap"),
+                 count("cuMemSetAccess"), after.mappings - before.mappings,
+                 after.unmappings - before.unmappings};
+  };
+  const Moves first = moves(/*evict=*/true);
+  const Moves page_in = moves(/*evict=*/false);
+  const Moves evict = moves(/*evict=*/true);  // host memory already made
+  std::printf("  64 MiB tensors, per GiB: first evicted %llu calls (cuMemCreate %llu, cuMemMap "
+              "%llu, cuMemUnmap %llu, cuMemSetAccess %llu); evicted again %llu; paged in %llu\n",
+              first.calls * 4, first.create * 4, first.map * 4, first.unmap * 4,
+              first.access * 4, evict.calls * 4, page_in.calls * 4);
+  std::printf("mappings_per_gib_evicted %lld\nmappings_per_gib_paged_in %lld\n"
+              "unmappings_per_gib_evicted %lld\nunmappings_per_gib_paged_in %lld\n",
+              static_cast<long long>(evict.mappings * 4),
+              static_cast<long long>(page_in.mappings * 4),
+              static_cast<long long>(evict.unmappings * 4),
+              static_cast<long long>(page_in.unmappings * 4));
+  EXPECT_EQ(first.create, kTensors);  // host memory in runs: one piece a tensor
+  EXPECT_EQ(first.map, 2 * kTensors);  // into the window, then at the tensor
+  EXPECT_EQ(first.access, 2 * kTensors);
+  for (const Moves& m : {first, evict, page_in}) {
+    EXPECT_EQ(m.mappings, static_cast<int64_t>(kTensors));  // one each way a tensor
+    EXPECT_EQ(m.unmappings, static_cast<int64_t>(kTensors));
+    EXPECT_EQ(m.unmap, kTensors);
+  }
+  EXPECT_EQ(evict.create, 0u);  // evicted again: the same pieces, nothing made
+  EXPECT_EQ(evict.map, kTensors);
+  EXPECT_EQ(page_in.access, kTensors);
+  for (void* p : t) EXPECT_OK(e->Free(p));
+}
+
+// Note [Mappings within a unit]. A freed unit's device mapping stays, cached
+// (one mapping of 4 granules here). A smaller unit placed on its first two
+// slots must not share it: cuMemUnmap takes whole mappings, so the unit's
+// eviction would have to unmap its neighbour's slots too. The placement
+// unmaps the cached mapping whole and maps the new unit on its own.
+TEST_F(EngineTest, AUnitPlacedOverPartOfACachedMappingGetsItsOwnAndMovesAlone) {
+  StartEngine(/*device=*/8, /*host=*/8, /*defrag=*/true);
+  void* a = MustAllocate(*e, 4 * kGranule, /*pin=*/false);
+  ASSERT_TRUE(a != nullptr);
+  EXPECT_OK(e->Free(a));
+  void* u = MustAllocate(*e, 2 * kGranule, /*pin=*/false);
+  ASSERT_TRUE(u == a);  // best fit: the freed range's start
+  uintptr_t first = 0;
+  EXPECT_EQ(b->MappingAt(reinterpret_cast<uintptr_t>(u), &first), 2u);
+  EXPECT_EQ(first, reinterpret_cast<uintptr_t>(u));
+  EXPECT_OK(FillAllocation(*e, u, 2 * kGranule, 41));
+  EXPECT_OK(e->Evict(u));
+  EXPECT_EQ(VerifyAllocation(*e, u, 2 * kGranule, 41), -1);
   uint64_t id = 0;
-  EXPECT_OK(e->Pin(t, &id));
-  const unsigned long long page_in_all = count(nullptr),
-                           page_in_access = count("cuMemSetAccess"),
-                           page_in_unmap = count("cuMemUnmap");
-  std::printf("  per GiB evicted: %llu calls (cuMemUnmap %llu, cuMemMap %llu, cuMemSetAccess "
-              "%llu; first use of the host granules included); per GiB paged in: %llu\n",
-              evict_all * 4, evict_unmap * 4, evict_map * 4, evict_access * 4,
-              page_in_all * 4);
-  EXPECT_EQ(evict_unmap, 1u);  // the tensor's device granules: one run
-  EXPECT_EQ(evict_access, 2u);  // the new host memory, then the run at t
-  EXPECT_EQ(evict_create, 1u);  // host memory in runs: one piece for the tensor
-  EXPECT_EQ(evict_map, 2u);     // into its window, then at t
-  EXPECT_EQ(page_in_access, 1u);
-  EXPECT_EQ(page_in_unmap, 1u);  // the host granules at t: one run
-  // Evicted again, the tensor gets the same piece: nothing made, one map.
-  EXPECT_OK(e->Unpin(t, id));
-  Fake().reset_call_counts();
-  EXPECT_OK(e->Evict(t));
-  EXPECT_EQ(count("cuMemCreate"), 0u);
-  EXPECT_EQ(count("cuMemMap"), 1u);
-  EXPECT_OK(e->Pin(t, &id));
-  EXPECT_OK(e->Free(t));
+  EXPECT_OK(e->Pin(u, &id));
+  EXPECT_EQ(VerifyAllocation(*e, u, 2 * kGranule, 41), -1);
+  EXPECT_OK(e->Unpin(u, id));
+  EXPECT_OK(e->Free(u));
+}
+
+// Defragmentation takes a cached mapping whole: here 3 more granules are
+// needed and the only cached mapping has 4, all of which go back to the
+// device pool (taking 3 would cut it).
+TEST_F(EngineTest, DefragmentationTakesACachedMappingWhole) {
+  StartEngine(/*device=*/8, /*host=*/8, /*defrag=*/true);
+  void* a = MustAllocate(*e, 4 * kGranule, /*pin=*/false);
+  void* x = MustAllocate(*e, 2 * kGranule, /*pin=*/true);
+  ASSERT_TRUE(a != nullptr && x != nullptr);
+  EXPECT_OK(e->Free(a));  // 4 cached, 2 free
+  void* c = MustAllocate(*e, 5 * kGranule, /*pin=*/false);  // not in a's range: too small
+  ASSERT_TRUE(c != nullptr);
+  EXPECT_TRUE(c != a);
+  EXPECT_EQ(e->GetStatistics().bytes_reserved, static_cast<int64_t>(7 * kGranule));
+  EXPECT_OK(FillAllocation(*e, c, 5 * kGranule, 42));
+  EXPECT_OK(e->Evict(c));
+  EXPECT_EQ(VerifyAllocation(*e, c, 5 * kGranule, 42), -1);
+  EXPECT_OK(e->Free(c));
+  EXPECT_OK(e->Free(x));
 }
 
 // A page-in leaves its copy reading the host run in flight, and the run is

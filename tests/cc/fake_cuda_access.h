@@ -28,6 +28,7 @@ struct FakeCuda {
   X(set_host_vmm_supported, fake_cuda_set_host_vmm_supported)          \
   X(refuse_host_create, fake_cuda_refuse_host_create)                  \
   X(set_driver_version, fake_cuda_set_driver_version)                  \
+  X(set_map_offset_zero_only, fake_cuda_set_map_offset_zero_only)      \
   X(set_device_count, fake_cuda_set_device_count)                      \
   X(set_granularity, fake_cuda_set_granularity)                        \
   X(set_pool_capacity, fake_cuda_set_pool_capacity)                    \

@@ -48,6 +48,7 @@ struct Driver {
   X(clear_violations) X(set_copy_delay_us) X(fail_nth_mem_create)               \
   X(fail_nth_mem_map) X(set_host_vmm_supported) X(refuse_host_create)           \
   X(set_driver_version)                                                          \
+  X(set_map_offset_zero_only)                                                    \
   X(set_device_count) X(set_granularity) X(set_pool_capacity) X(live_handles)   \
   X(live_mappings) X(live_reservations) X(live_streams) X(live_events)          \
   X(pool_bytes_in_use) X(work_in_flight) X(work_running) X(check_invariants) X(destroy_all) X(reset) \
@@ -628,11 +629,13 @@ TEST(ReleaseOfAMappedHandleReturnsItsMemoryAtTheLastUnmap) {
 
 // --- Mapping rules ----------------------------------------------------------------
 
-TEST(MapOnlyOntoAnUnmappedPartOfAReservationAtOffsetZero) {
+TEST(MapOnlyOntoAnUnmappedPartOfAReservation) {
   Session session;
   const CUdeviceptr ptr = Reserve(4 * kG);
   const CUmemGenericAllocationHandle h = Create(2 * kG);
-  EXPECT_EQ(D().cuMemMap(ptr, 2 * kG, kG, h, 0), CUDA_ERROR_INVALID_VALUE);  // offset
+  EXPECT_EQ(D().cuMemMap(ptr, 2 * kG, kG, h, 0), CUDA_ERROR_INVALID_VALUE);  // past its end
+  EXPECT_EQ(D().cuMemMap(ptr, kG, kG / 2, h, 0), CUDA_ERROR_INVALID_VALUE);  // offset granule
+  EXPECT_EQ(D().cuMemMap(ptr, kG, 2 * kG, h, 0), CUDA_ERROR_INVALID_VALUE);  // offset past end
   EXPECT_EQ(D().cuMemMap(ptr, 4 * kG, 0, h, 0), CUDA_ERROR_INVALID_VALUE);  // > handle
   EXPECT_EQ(D().cuMemMap(ptr, kG / 2, 0, h, 0), CUDA_ERROR_INVALID_VALUE);  // granule
   EXPECT_EQ(D().cuMemMap(ptr + 4096, kG, 0, h, 0), CUDA_ERROR_INVALID_VALUE);  // aligned
@@ -652,6 +655,57 @@ TEST(MapOnlyOntoAnUnmappedPartOfAReservationAtOffsetZero) {
   EXPECT_EQ(D().cuMemUnmap(ptr, 3 * kG), CUDA_SUCCESS);
   EXPECT_EQ(D().cuMemAddressFree(ptr, 2 * kG), CUDA_ERROR_INVALID_VALUE);  // not whole
   EXPECT_EQ(D().cuMemAddressFree(ptr, 4 * kG), CUDA_SUCCESS);
+}
+
+// cuda.h's cuMemMap: "Maps bytes of memory represented by handle starting
+// from byte offset to size to address range [addr, addr + size]", offset +
+// size within the handle, each a multiple of the minimum granularity. The
+// sub-range is the same memory wherever it is mapped, and unmaps on its own.
+TEST(MapsAGranuleAlignedSubRangeOfAHandleAtAnOffset) {
+  Session session;
+  const CUdeviceptr whole = Reserve(4 * kG);
+  const CUdeviceptr part = Reserve(2 * kG);
+  const CUmemGenericAllocationHandle h = Create(4 * kG);
+  EXPECT_EQ(D().cuMemMap(whole, 4 * kG, 0, h, 0), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuMemMap(part, 2 * kG, kG, h, 0), CUDA_SUCCESS);  // granules 1 and 2
+  for (CUdeviceptr at : {whole, part}) {
+    EXPECT_EQ(SetAccess(at, at == whole ? 4 * kG : 2 * kG, CU_MEM_LOCATION_TYPE_DEVICE,
+                        CU_MEM_ACCESS_FLAGS_PROT_READWRITE),
+              CUDA_SUCCESS);
+  }
+  const std::vector<unsigned char> pattern = Pattern(2 * kG, 7);
+  EXPECT_EQ(D().cuMemcpyHtoD(whole + kG, pattern.data(), pattern.size()), CUDA_SUCCESS);
+  EXPECT_TRUE(ReadBack(part, 2 * kG) == pattern);
+  const std::vector<unsigned char> other = Pattern(kG, 9);
+  EXPECT_EQ(D().cuMemcpyHtoD(part + kG, other.data(), other.size()), CUDA_SUCCESS);
+  EXPECT_TRUE(ReadBack(whole + 2 * kG, kG) == other);
+  EXPECT_EQ(F().live_mappings(), 2u);
+  EXPECT_EQ(D().cuMemUnmap(part, kG), CUDA_ERROR_INVALID_VALUE);  // half of the mapping
+  EXPECT_EQ(D().cuMemUnmap(part, 2 * kG), CUDA_SUCCESS);
+  EXPECT_TRUE(ReadBack(whole + kG, kG) == std::vector<unsigned char>(pattern.begin(),
+                                                                     pattern.begin() + kG));
+  EXPECT_EQ(D().cuMemRelease(h), CUDA_SUCCESS);
+  Unreserve(whole, 4 * kG);
+  EXPECT_EQ(D().cuMemAddressFree(part, 2 * kG), CUDA_SUCCESS);
+  EXPECT_EQ(F().live_handles(), 0u);
+  EXPECT_EQ(F().violation_count(), 0u);
+}
+
+// The same comment's parameter list says of offset "currently must be
+// zero"; a driver that keeps to it refuses any other, and the backend finds
+// out by trying (CudaBackend's Note [Device memory in runs]).
+TEST(ADriverThatMapsOnlyFromOffsetZeroRefusesAnyOther) {
+  Session session;
+  F().set_map_offset_zero_only(1);
+  const CUdeviceptr ptr = Reserve(2 * kG);
+  const CUmemGenericAllocationHandle h = Create(2 * kG);
+  EXPECT_EQ(D().cuMemMap(ptr, kG, kG, h, 0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(F().live_mappings(), 0u);
+  EXPECT_EQ(D().cuMemMap(ptr, kG, 0, h, 0), CUDA_SUCCESS);  // part of it, from 0
+  F().set_map_offset_zero_only(0);
+  EXPECT_EQ(D().cuMemMap(ptr + kG, kG, kG, h, 0), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuMemRelease(h), CUDA_SUCCESS);
+  Unreserve(ptr, 2 * kG);
 }
 
 TEST(UnmapTakesOnlyWholeMappedRanges) {

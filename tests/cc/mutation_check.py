@@ -49,9 +49,31 @@ RECLAIM_SRC = SRC / "engine/engine_reclaim.cc"
 BUDGET = SRC / "backends/pinned_host_budget.h"
 HOST_LOCATION = "HostMemoryIsMadeAtTheGpusNumaNodeOrWhereTheDriverAcceptsIt"
 NO_PROBE = {"TheHostMemoryProbeOfADriverThatCannotReportSupportFailsCleanly"}
+RUNS = "ARunOfConsecutiveDeviceGranulesIsOneMappingAtItsOffset"
+TRIM = "AUnitPlacedOverPartOfACachedMappingGetsItsOwnAndMovesAlone"
+STEAL = "DefragmentationTakesACachedMappingWhole"
+FREED_BEFORE_FENCE = "AGranuleFreedBeforeACompletedFenceIsTakenWithoutAHostWait"
 
 # name -> (source, text to find, replacement, tests that must fail)
 MUTATIONS = {
+    # A run of a device piece mapped from the piece's start, not its offset
+    # (Note [Device memory in runs]): a tensor sees another's bytes.
+    "device-run-mapped-at-offset-zero": (
+        MEMORY, "size_t{first_id - piece} * granule_,", "0, /* MUTATION */",
+        {RUNS, COPY, RECLAIM, PIN_ALL}),
+    # A new unit shares a cached mapping with the free slots beside it (Note
+    # [Mappings within a unit]): its eviction would have to cut the mapping.
+    "cached-mapping-not-trimmed": (
+        RECLAIM_SRC, "    if (from >= first && from + count <= first + n) continue;",
+        "    continue;  // MUTATION", {TRIM}),
+    # Defragmentation takes as many cached granules as it needs, cutting a
+    # mapping.
+    "cached-mapping-stolen-in-part": (
+        RECLAIM_SRC,
+        "    const uint64_t count = backend_->MappingAt(SlotAddress(backing_.AnyCached()), &start);",
+        "    const uint64_t count = 1;  // MUTATION\n"
+        "    start = SlotAddress(backing_.AnyCached());",
+        {STEAL, PAGE_IN_QUEUED, PAGE_IN_FREED, DEFRAG, FREED_BEFORE_FENCE}),
     # The copy stream never waits for a unit's last use (Note [Epochs of
     # use]): an eviction copies before the kernel queued before the unpin
     # has written, a page-in before TensorFlow's copy into a born-evicted

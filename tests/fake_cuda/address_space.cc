@@ -233,14 +233,21 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
                   CUmemGenericAllocationHandle handle, unsigned long long flags) noexcept {
   Context* context = nullptr;
   if (CUresult r = RequireContext(&context)) return r;
-  if (size == 0 || !Aligned(size) || !Aligned(ptr) || offset != 0 || flags != 0) {
+  // cuda.h: "offset + size must be less than the size of the memory
+  // allocation. Both ptr, size, and offset must be a multiple of" the minimum
+  // granularity (read as "not more than": a whole handle maps from offset 0).
+  // The same comment's parameter list still says of offset "currently must
+  // be zero"; a driver that keeps to that is modeled by
+  // fake_cuda_set_map_offset_zero_only.
+  if (size == 0 || !Aligned(size) || !Aligned(ptr) || !Aligned(offset) || flags != 0) {
     return CUDA_ERROR_INVALID_VALUE;
   }
+  if (offset != 0 && GetKnobs().map_offset_zero_only) return CUDA_ERROR_INVALID_VALUE;
   MemoryState& m = Memory();
   MutexLock lock(m.mu);
   auto h = m.handles.find(handle);
   if (h == m.handles.end() || h->second.released) return CUDA_ERROR_INVALID_VALUE;
-  if (size > h->second.size) return CUDA_ERROR_INVALID_VALUE;
+  if (offset > h->second.size || size > h->second.size - offset) return CUDA_ERROR_INVALID_VALUE;
   const Reservation* r = FindReservation(m, ptr, size);
   if (r == nullptr) return CUDA_ERROR_INVALID_VALUE;
   // Only onto an unmapped part of the reservation.
@@ -257,13 +264,14 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
   auto base = m.reservations.upper_bound(ptr);
   --base;
   if (MapAt(r->alias + (ptr - base->first), size, PROT_READ | PROT_WRITE, MAP_SHARED,
-            fd, h->second.offset) == MAP_FAILED) {
+            fd, h->second.offset + offset) == MAP_FAILED) {
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   const size_t granules = size / GetKnobs().granularity;
   Mapping& mapping = m.mappings[ptr];
   mapping.size = size;
   mapping.handle = handle;
+  mapping.offset = offset;
   mapping.device_access.assign(granules, {});
   mapping.host_access.assign(granules, kNoAccess);
   ++h->second.mappings;
@@ -376,7 +384,7 @@ CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* des
       }
       const int prot = flags == kReadWrite ? PROT_READ | PROT_WRITE : PROT_READ;
       MapAtOrDie(at, p.count * g, prot, MAP_SHARED, PoolOf(m, true).fd,
-                 m.handles[p.mapping->handle].offset + p.first * g);
+                 m.handles[p.mapping->handle].offset + p.mapping->offset + p.first * g);
     }
   }
   return CUDA_SUCCESS;

@@ -67,6 +67,10 @@ FAKE_CUDA_EXPORT void fake_cuda_refuse_host_create(int mask) noexcept {
   fake::GetKnobs().refuse_host_create = mask & 3;
 }
 
+FAKE_CUDA_EXPORT void fake_cuda_set_map_offset_zero_only(int zero_only) noexcept {
+  fake::GetKnobs().map_offset_zero_only = zero_only != 0;
+}
+
 FAKE_CUDA_EXPORT void fake_cuda_set_driver_version(int version) noexcept {
   fake::GetKnobs().driver_version = version;
 }

@@ -105,6 +105,7 @@
 //                                            fake_cuda_refuse_host_create
 //   FAKE_CUDA_PRINT_VIOLATIONS               1: also print each violation to
 //                                            stderr as it is recorded
+//   FAKE_CUDA_MAP_OFFSET_ZERO_ONLY           1: fake_cuda_set_map_offset_zero_only
 //   FAKE_CUDA_NO_P2P                         pairs of devices with no peer
 //                                            path between them, "0-2,1-2";
 //                                            default none (every pair has one)
@@ -192,6 +193,11 @@ void fake_cuda_set_host_vmm_supported(int supported) FAKE_CUDA_NOEXCEPT;
 // still say it is supported: a container or system without NUMA support,
 // which NCCL probes for by creating host memory. 0 (the default) refuses none.
 void fake_cuda_refuse_host_create(int mask) FAKE_CUDA_NOEXCEPT;
+// cuMemMap refuses a nonzero offset into a handle (CUDA_ERROR_INVALID_VALUE),
+// as the parameter note of cuda.h's cuMemMap comment says ("currently must
+// be zero"); by default (0) it maps any granularity-aligned sub-range of a
+// handle, as the same comment's description says.
+void fake_cuda_set_map_offset_zero_only(int zero_only) FAKE_CUDA_NOEXCEPT;
 // What cuDriverGetVersion reports and cuGetProcAddress compares against
 // (e.g. 11080 for a driver too old for the backend).
 void fake_cuda_set_driver_version(int version) FAKE_CUDA_NOEXCEPT;

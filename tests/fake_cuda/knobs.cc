@@ -73,7 +73,7 @@ void LoadKnobsFromEnvironment() {
   Knobs& k = GetKnobs();
   k.environment_error = false;
   long long device_mb = 1024, host_mb = 1024, version = 12040, devices = 1,
-            delay_us = 0, host_vmm = 1, refuse_host = 0, print = 0;
+            delay_us = 0, host_vmm = 1, refuse_host = 0, print = 0, offset_zero = 0;
   ReadEnv("FAKE_CUDA_DEVICE_MB", 0, 1 << 20, &device_mb);
   ReadEnv("FAKE_CUDA_HOST_MB", 0, 1 << 20, &host_mb);
   ReadEnv("FAKE_CUDA_DRIVER_VERSION", 1000, 99999, &version);
@@ -82,6 +82,7 @@ void LoadKnobsFromEnvironment() {
   ReadEnv("FAKE_CUDA_HOST_VMM", 0, 1, &host_vmm);
   ReadEnv("FAKE_CUDA_REFUSE_HOST_CREATE", 0, 3, &refuse_host);
   ReadEnv("FAKE_CUDA_PRINT_VIOLATIONS", 0, 1, &print);
+  ReadEnv("FAKE_CUDA_MAP_OFFSET_ZERO_ONLY", 0, 1, &offset_zero);
   k.device_capacity = static_cast<size_t>(device_mb) << 20;
   k.host_capacity = static_cast<size_t>(host_mb) << 20;
   k.driver_version = static_cast<int>(version);
@@ -90,6 +91,7 @@ void LoadKnobsFromEnvironment() {
   k.host_vmm_supported = host_vmm != 0;
   k.refuse_host_create = static_cast<int>(refuse_host);
   k.print_violations = print != 0;
+  k.map_offset_zero_only = offset_zero != 0;
   k.no_peer_access = ReadNoPeerAccessEnv();
   k.fail_create_countdown = 0;
   k.fail_map_countdown = 0;

@@ -35,6 +35,10 @@ struct Knobs {
   std::atomic<bool> host_vmm_supported{true};
   // Bit 0: cuMemCreate refuses HOST_NUMA; bit 1: HOST (attributes unchanged).
   std::atomic<int> refuse_host_create{0};
+  // cuMemMap refuses a nonzero offset (CUDA_ERROR_INVALID_VALUE), as cuda.h's
+  // parameter note "currently must be zero" says, although its description
+  // allows one.
+  std::atomic<bool> map_offset_zero_only{false};
   // Sleep before each copy moves bytes, to widen race windows.
   std::atomic<unsigned> copy_delay_us{0};
   // n > 0: the n-th next call fails (see ConsumeCountdown).

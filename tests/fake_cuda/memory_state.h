@@ -60,6 +60,7 @@ struct Reservation {
 struct Mapping {
   size_t size = 0;
   uint64_t handle = 0;
+  uint64_t offset = 0;  // into the handle's memory: cuMemMap's `offset`
   std::vector<std::array<uint8_t, kMaxDevices>> device_access;
   std::vector<uint8_t> host_access;
 };

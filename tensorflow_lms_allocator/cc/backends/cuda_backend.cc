@@ -5,9 +5,12 @@
 //   - ranges_ records exactly the slots cuMemMap mapped and cuMemUnmap has
 //     not unmapped, so Map can unmap what it replaces (cuMemMap refuses a
 //     mapped range) and a failure never loses track of a mapping;
-//   - every piece (a granule, or a run the engine defined: Pool) is mapped
-//     whole, from offset 0, and a slot run is unmapped only whole pieces at a
-//     time, so every cuMemUnmap covers whole mappings;
+//   - a mapping at slots maps consecutive ids of one piece: a whole piece (a
+//     host run, or a device granule where the driver maps only from offset
+//     0), or any run of a device piece at its offset (Note [Device memory in
+//     runs]); the slot table records each (Slot::head, Slot::span), and a
+//     slot run is unmapped only whole mappings at a time, so every cuMemUnmap
+//     covers whole mappings;
 //   - a piece exists (handles[first] != 0) from its first use (Map or a
 //     copy; all of the device pool at CreatePool without allow_growth) until
 //     ReleaseRuns or the backend's destruction, and is mapped in the pool's
@@ -92,11 +95,12 @@ Status CudaBackend::CreateWindow(PoolKind pool, size_t granules, bool eager, Poo
   for (size_t i = 0; i < granules; ++i) p.piece_start[i] = static_cast<GranuleId>(i);
   p.piece_length.assign(granules, 1);
   p.busy_until.assign(granules, 0);
+  if (pool == PoolKind::kDevice) DefineDevicePieces(granules, &p);
   Status s = d.Check(d.cuMemAddressReserve(&p.window, granules * granule_, granule_, 0, 0),
                      "cuMemAddressReserve of the " + std::string(PoolName(pool)) +
                          " pool window");
   if (!s.ok()) return s;
-  for (size_t i = 0; eager && i < granules && s.ok(); ++i) {
+  for (size_t i = 0; eager && i < granules && s.ok(); i += p.piece_length[i]) {
     s = CreatePiece(pool, static_cast<GranuleId>(i), &p);
   }
   // One grant for the whole window: cuMemSetAccess is synchronous, and one
@@ -216,6 +220,83 @@ void CudaBackend::DestroyWindow(PoolKind kind, Pool* pool) {
   pool->window = 0;
 }
 
+void CudaBackend::DefineDevicePieces(size_t granules, Pool* p) const {
+  if (!map_at_offset_) return;  // a granule a piece, each mapped whole
+  const size_t most = std::max<size_t>(1, kDevicePieceBytes / granule_);
+  size_t length = allow_growth_ ? 1 : most;
+  for (size_t first = 0; first < granules; first += p->piece_length[first]) {
+    const size_t n = std::min({length, most, granules - first});
+    for (size_t k = 0; k < n; ++k) p->piece_start[first + k] = static_cast<GranuleId>(first);
+    p->piece_length[first] = static_cast<uint32_t>(n);
+    if (allow_growth_) length *= 2;  // made at most twice what was used
+  }
+}
+
+size_t CudaBackend::NextMapping(PoolKind pool, const GranuleId* ids, size_t count) const {
+  const Pool& p = pools_[static_cast<int>(pool)];
+  if (!MapsAtOffsets(pool)) return p.piece_length[ids[0]];
+  const GranuleId piece = p.piece_start[ids[0]];
+  size_t n = 1;
+  while (n < count && ids[n] == ids[0] + n && p.piece_start[ids[n]] == piece) ++n;
+  return n;
+}
+
+void CudaBackend::SetMapping(uintptr_t address, size_t length, PoolKind pool,
+                             GranuleId first_id, bool pending) {
+  for (size_t k = 0; k < length; ++k) {
+    Slot& slot = *SlotAt(address + k * granule_);
+    slot.mapped = true;
+    slot.pool = pool;
+    slot.id = static_cast<GranuleId>(first_id + k);
+    slot.pending = pending;
+    slot.head = static_cast<uint32_t>(k);
+    slot.span = k == 0 ? static_cast<uint32_t>(length) : 0;
+  }
+}
+
+cu::CUresult CudaBackend::MapRun(uintptr_t at, size_t length, PoolKind pool,
+                                 GranuleId first_id) {
+  const Pool& p = pools_[static_cast<int>(pool)];
+  const GranuleId piece = p.piece_start[first_id];
+  const cu::CUresult r = driver_->cuMemMap(at, length * granule_,
+                                           size_t{first_id - piece} * granule_,
+                                           p.handles[piece], 0);
+  if (r == cu::CUDA_SUCCESS) ++stats_.mappings;
+  return r;
+}
+
+Status CudaBackend::CheckWholeMappings(uintptr_t address, size_t count, const char* what) {
+  const uintptr_t end = address + count * granule_;
+  for (size_t i = 0; i < count;) {
+    const uintptr_t at = address + i * granule_;
+    const Slot* slot = SlotAt(at);
+    if (slot == nullptr || !slot->mapped) {
+      ++i;
+      continue;
+    }
+    const uintptr_t first = at - size_t{slot->head} * granule_;
+    const size_t span = SlotAt(first)->span;
+    if (first < address || first + span * granule_ > end) {
+      return InvalidArgument(std::string(what) + " " + std::to_string(count) + " slots at " +
+                             Hex(address) + " would cut the mapping of " +
+                             std::to_string(span) + " slots at " + Hex(first) +
+                             ": cuMemUnmap takes whole mappings only");
+    }
+    i += span - slot->head;
+  }
+  return Status::Ok();
+}
+
+size_t CudaBackend::MappingAt(uintptr_t address, uintptr_t* first) {
+  const Slot* slot = SlotAt(address);
+  if (slot == nullptr || !slot->mapped) {
+    *first = address;
+    return 1;
+  }
+  *first = address - size_t{slot->head} * granule_;
+  return SlotAt(*first)->span;
+}
+
 void CudaBackend::DefineRuns(PoolKind pool, const GranuleRun* runs, size_t count) {
   Pool& p = pools_[static_cast<int>(pool)];
   for (size_t r = 0; r < count; ++r) {
@@ -272,8 +353,9 @@ Status CudaBackend::Map(uintptr_t address, PoolKind pool, const GranuleId* ids,
                              ": not a slot of a reserved range, or no such granule");
     }
   }
-  // Pieces are mapped whole (Pool): ids name each from its first granule on.
-  for (size_t i = 0; i < count;) {
+  // Pieces are mapped whole where the pool does not map at offsets (Pool):
+  // ids name each from its first granule on.
+  for (size_t i = 0; !MapsAtOffsets(pool) && i < count;) {
     const GranuleId first = p.piece_start[ids[i]];
     const size_t length = p.piece_length[first];
     bool whole = ids[i] == first && i + length <= count;
@@ -305,16 +387,14 @@ Status CudaBackend::Map(uintptr_t address, PoolKind pool, const GranuleId* ids,
   while (s.ok() && mapped < count) {
     const uintptr_t at = address + mapped * granule_;
     const GranuleId first = ids[mapped];
-    const size_t length = p.piece_length[first];
-    s = d.Check(d.cuMemMap(at, length * granule_, 0, p.handles[first], 0),
+    const size_t length = NextMapping(pool, ids + mapped, count - mapped);
+    s = d.Check(MapRun(at, length, pool, first),
                 "cuMemMap of " + std::string(PoolName(pool)) + " granule " +
                     std::to_string(first) +
                     (length > 1 ? " and the " + std::to_string(length - 1) + " after it" : "") +
                     " at " + Hex(at));
     if (!s.ok()) break;
-    for (size_t k = 0; k < length; ++k) {
-      *SlotAt(at + k * granule_) = Slot{true, pool, static_cast<GranuleId>(first + k)};
-    }
+    SetMapping(at, length, pool, first, /*pending=*/false);
     mapped += length;
   }
   if (s.ok()) {
@@ -329,7 +409,7 @@ Status CudaBackend::Map(uintptr_t address, PoolKind pool, const GranuleId* ids,
     // they go without a drain.
     for (size_t i = 0; i < mapped;) {
       const uintptr_t at = address + i * granule_;
-      const size_t length = p.piece_length[ids[i]];
+      const size_t length = SpanAt(at);
       if (d.cuMemUnmap(at, length * granule_) == cu::CUDA_SUCCESS) {
         for (size_t k = 0; k < length; ++k) *SlotAt(at + k * granule_) = Slot();
       }
@@ -356,6 +436,7 @@ Status CudaBackend::UnmapReleased(uintptr_t address, size_t count, uint64_t mark
   bool any = false;
   for (size_t i = 0; i < count && !any; ++i) any = IsMapped(address + i * granule_);
   if (!any) return Status::Ok();
+  LMS_RETURN_IF_ERROR(CheckWholeMappings(address, count, "unmapping"));
   if (!EpochDone(mark)) PollEpochs();
   if (EpochDone(mark)) return UnmapSlots(address, count, /*drain=*/false);
   for (size_t i = 0; i < count;) {
@@ -364,7 +445,7 @@ Status CudaBackend::UnmapReleased(uintptr_t address, size_t count, uint64_t mark
       ++i;
       continue;
     }
-    const size_t length = PieceLength(*SlotAt(at));
+    const size_t length = SpanAt(at);
     LMS_RETURN_IF_ERROR(Retire(at, length, mark));
     i += length;
   }
@@ -380,6 +461,7 @@ Status CudaBackend::UnmapSlots(uintptr_t address, size_t count, bool drain) {
   bool any = false;
   for (size_t i = 0; i < count && !any; ++i) any = IsMapped(address + i * granule_);
   if (!any) return Status::Ok();
+  LMS_RETURN_IF_ERROR(CheckWholeMappings(address, count, "unmapping"));
   if (drain && !remap_batch_drained_) LMS_RETURN_IF_ERROR(Drain());
   ScopedNanos timed(&stats_.unmap_ns);
   Status status;
@@ -396,15 +478,19 @@ Status CudaBackend::UnmapSlots(uintptr_t address, size_t count, bool drain) {
     // spends its time per mapping torn down (about 20 us a device granule,
     // 40 a host one on an H200), however the calls group them.
     const uintptr_t at = address + i * granule_;
+    size_t mappings = 0;
+    for (size_t j = 0; j < run; j += SpanAt(at + j * granule_)) ++mappings;
     if (driver_->cuMemUnmap(at, run * granule_) == cu::CUDA_SUCCESS) {
       for (size_t j = 0; j < run; ++j) *SlotAt(at + j * granule_) = Slot();
+      stats_.unmappings += static_cast<int64_t>(mappings);
     } else {
-      // Piece by piece, so that each slot says whether it is still mapped.
+      // Mapping by mapping, so that each slot says whether it is still mapped.
       for (size_t j = 0; j < run;) {
         const uintptr_t g = at + j * granule_;
-        const size_t length = PieceLength(*SlotAt(g));
+        const size_t length = SpanAt(g);
         Status s = driver_->Check(driver_->cuMemUnmap(g, length * granule_),
                                   "cuMemUnmap at " + Hex(g));
+        if (s.ok()) ++stats_.unmappings;
         for (size_t k = 0; s.ok() && k < length; ++k) *SlotAt(g + k * granule_) = Slot();
         if (!s.ok() && status.ok()) status = s;
         j += length;

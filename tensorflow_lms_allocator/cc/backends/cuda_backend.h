@@ -1,8 +1,9 @@
 // CudaBackend: the engine's backend on an NVIDIA GPU, over the CUDA virtual
 // memory management (VMM) driver API, loaded at run time (cuda_driver.h).
 //
-// Physical memory: one cuMemCreate handle per granule. Device-pool granules
-// are located on the device; host-pool granules in pinned host memory
+// Physical memory: cuMemCreate handles (*pieces*) of one or more granules
+// (Note [Device memory in runs]). Device-pool granules are located on the
+// device; host-pool granules in pinned host memory
 // (HOST_NUMA on the GPU's own node on CUDA 12.2+ drivers, or
 // CU_MEM_LOCATION_TYPE_HOST on CUDA 13 drivers that refuse HOST_NUMA: Note
 // [Where host memory is made]), which the device reads and writes over
@@ -155,6 +156,30 @@
 // for the GPU to reach the memory's last use; a page-in still may, since its
 // kernel touches the address as soon as Pin returns.
 //
+// Note [Device memory in runs]. A remap costs the driver per mapping, not per
+// byte (docs/design.md, "Measured on real GPUs"), so a unit should be backed
+// by few mappings. cuda.h's cuMemMap maps "bytes of memory represented by
+// handle starting from byte offset", offset + size within the handle and
+// each a multiple of the granularity, so the device pool is made of large
+// pieces (kDevicePieceBytes; under allow_growth, pieces that double from one
+// granule, as TensorFlow's BFC allocator grows its regions) and a run of
+// consecutive ids of one piece is one cuMemMap at its offset: a unit whose
+// granules the pool handed out as one extent (GranulePool) costs one mapping,
+// one cuMemSetAccess and one cuMemUnmap a move. The 2 MiB granule stays the
+// unit of everything else (addresses, defragmentation, small-object pages).
+// cuMemUnmap takes whole mappings only, so a mapping must never be cut: each
+// lies within one unit or is wholly cached (Engine's Note [Mappings within a
+// unit]); MappingAt tells the engine where a mapping starts and ends, and a
+// call that would cut one fails (kInvalidArgument) rather than unmap
+// anything. The same comment's parameter list says of offset "currently must
+// be zero"; whether this driver maps at an offset is found out once at
+// Create by mapping one (ProbeMapAtOffset), and where it does not, every
+// device granule is a piece of its own, mapped whole, as host runs are
+// (maps_at_offsets()). Whether mapping part of a large handle costs a real
+// driver what mapping a handle of that size does is for driver_timing to
+// say on the next GPU (tests/gpu/driver_timing.cc); the fake's timing model
+// assumes so.
+//
 // Note [Access to mapped memory]. A cuMemMap mapping is reachable only by the
 // devices cuMemSetAccess granted, and every new mapping starts with none; peer
 // access (cuCtxEnablePeerAccess) does not cover VMM memory. So every Map of a
@@ -195,6 +220,7 @@
 #ifndef TENSORFLOW_LMS_ALLOCATOR_CC_BACKENDS_CUDA_BACKEND_H_
 #define TENSORFLOW_LMS_ALLOCATOR_CC_BACKENDS_CUDA_BACKEND_H_
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -271,6 +297,12 @@ class CudaBackend : public Backend {
   // batch and free does. With the engine's lock held, as every other call.
   Status UnmapCompletedRetired();
   Status SettleMapping(uintptr_t address, size_t count) override;
+  size_t MappingAt(uintptr_t address, uintptr_t* first) override;
+  // Whether device memory is mapped in runs at offsets into large pieces
+  // (Note [Device memory in runs]): the driver accepted a nonzero offset.
+  bool maps_at_offsets() const { return map_at_offset_; }
+  // The largest piece of device memory made by one cuMemCreate.
+  static constexpr size_t kDevicePieceBytes = size_t{1} << 30;
 
   const CudaDriver& driver() const { return *driver_; }
   cu::CUcontext context() const { return context_; }
@@ -330,6 +362,11 @@ class CudaBackend : public Backend {
     // Mapped in the engine's view, not yet in the driver: an eviction's new
     // mapping, made once the retired one in its place goes.
     bool pending = false;
+    // The mapping (the engine's view: made, or pending) this slot is part
+    // of: `head` slots after its first, which records its length in `span`
+    // (0 at every other slot). Its ids are consecutive, from the first's.
+    uint32_t head = 0;
+    uint32_t span = 0;
   };
   // A mapping left in place until the epoch `mark` is complete.
   struct Retired {
@@ -391,10 +428,33 @@ class CudaBackend : public Backend {
   // Unmaps the piece starting at `first` from the window and releases it
   // (and a host piece's share of the PinnedHostBudget).
   void ReleasePiece(PoolKind kind, Pool* pool, GranuleId first);
-  // Granules of the piece a mapped slot maps from its first granule.
-  size_t PieceLength(const Slot& slot) const {
-    return pools_[static_cast<int>(slot.pool)].piece_length[slot.id];
+  // The slots of the mapping whose first slot is at `address`.
+  // (1 if the table says none starts there: a loop over mappings always
+  // moves on).
+  size_t SpanAt(uintptr_t address) { return std::max<size_t>(SlotAt(address)->span, 1); }
+  // How many of ids[0..count) the next mapping of `pool` covers: the rest
+  // of a run of consecutive ids of one piece where the pool maps at offsets,
+  // else the whole piece ids[0] starts (Map checked it is whole).
+  size_t NextMapping(PoolKind pool, const GranuleId* ids, size_t count) const;
+  bool MapsAtOffsets(PoolKind pool) const {
+    return pool == PoolKind::kDevice && map_at_offset_;
   }
+  // Records the `length` slots from `address` as one mapping of ids from
+  // `first_id` of `pool` (made, or pending).
+  void SetMapping(uintptr_t address, size_t length, PoolKind pool, GranuleId first_id,
+                  bool pending);
+  // kInvalidArgument if a mapping (made or pending) holding one of the
+  // `count` slots from `address` extends outside them: cuMemUnmap takes
+  // whole mappings only (Note [Device memory in runs]).
+  Status CheckWholeMappings(uintptr_t address, size_t count, const char* what);
+  // Maps the `length` ids from `first_id` of `pool` at `at`, one cuMemMap
+  // (at the ids' offset into their piece), counted.
+  cu::CUresult MapRun(uintptr_t at, size_t length, PoolKind pool, GranuleId first_id);
+  // Defines the device pool's pieces for `granules` (Note [Device memory in
+  // runs]).
+  void DefineDevicePieces(size_t granules, Pool* p) const;
+  // Whether cuMemMap accepts a nonzero offset (sets map_at_offset_).
+  void ProbeMapAtOffset();
   // Unmaps and releases a window's granules and frees its range.
   // A host window gives its granules back to the process's PinnedHostBudget.
   void DestroyWindow(PoolKind kind, Pool* pool);
@@ -480,6 +540,8 @@ class CudaBackend : public Backend {
   // The driver does not know attribute 141 (before 12.9): host-located VMM
   // support is found out by ChooseHostLocation.
   bool host_support_unreported_ = false;
+  // The driver maps part of a handle at an offset (ProbeMapAtOffset).
+  bool map_at_offset_ = false;
   cu::CUstream copy_stream_ = nullptr;
   cu::CUevent copies_done_ = nullptr;
   std::string description_;

@@ -156,6 +156,7 @@ Status CudaBackend::Init(size_t min_granule_bytes) {
   size_t granule = min_granule_bytes;
   LMS_RETURN_IF_ERROR(Granularity(PoolKind::kDevice, &granule));
   LMS_RETURN_IF_ERROR(ChooseHostLocation(granule));
+  ProbeMapAtOffset();
   LMS_RETURN_IF_ERROR(d.Check(d.cuStreamCreate(&copy_stream_, cu::CU_STREAM_NON_BLOCKING),
                               "cuStreamCreate (the LMS copy stream)"));
   return d.Check(d.cuEventCreate(&copies_done_, cu::CU_EVENT_DISABLE_TIMING),
@@ -299,6 +300,26 @@ Status CudaBackend::HostPoolUnsupported(const char* call, cu::CUresult r) const 
       "and " + call + " of host memory at NUMA node " +
       std::to_string(host_location_.id) + " failed with " + driver_->ErrorName(r) +
       ": this GPU or system does not support it (or upgrade the NVIDIA driver)");
+}
+
+void CudaBackend::ProbeMapAtOffset() {
+  // One device handle of two granules, its second granule mapped on its own
+  // (Note [Device memory in runs]). Any failure, of the probe's own memory
+  // included, leaves device memory a granule a piece: slower remaps, never
+  // a wrong one.
+  const CudaDriver& d = *driver_;
+  map_at_offset_ = false;
+  const cu::CUmemAllocationProp prop = AllocationProp(PoolKind::kDevice);
+  cu::CUmemGenericAllocationHandle h = 0;
+  if (d.cuMemCreate(&h, 2 * granule_, &prop, 0) != cu::CUDA_SUCCESS) return;
+  cu::CUdeviceptr at = 0;
+  if (d.cuMemAddressReserve(&at, granule_, granule_, 0, 0) == cu::CUDA_SUCCESS) {
+    if (d.cuMemMap(at, granule_, granule_, h, 0) == cu::CUDA_SUCCESS) {
+      map_at_offset_ = d.cuMemUnmap(at, granule_) == cu::CUDA_SUCCESS;
+    }
+    d.cuMemAddressFree(at, granule_);
+  }
+  d.cuMemRelease(h);
 }
 
 cu::CUmemAllocationProp CudaBackend::AllocationProp(PoolKind pool) const {

@@ -231,6 +231,7 @@ Status CudaBackend::UnmapRetired(bool wait, uintptr_t address, size_t count,
                          "cuMemUnmap of a retired mapping at " +
                              FormatAddress(reinterpret_cast<void*>(r.address)));
       if (s.ok()) {
+        ++stats_.unmappings;
         for (size_t k = 0; k < r.granules; ++k) {
           Slot& slot = *SlotAt(r.address + k * granule_);
           slot.retired = false;
@@ -254,20 +255,25 @@ Status CudaBackend::UnmapRetired(bool wait, uintptr_t address, size_t count,
 
 Status CudaBackend::MapPending(uintptr_t address, size_t count) {
   const CudaDriver& d = *driver_;
-  for (size_t i = 0; i < count; ++i) {
+  for (size_t i = 0; i < count;) {
     const uintptr_t at = address + i * granule_;
     const Slot* slot = SlotAt(at);
-    if (slot == nullptr || !slot->pending || slot->retired) continue;
-    // The piece's first slot and length: pieces are mapped whole, in order.
-    const Pool& p = pools_[static_cast<int>(slot->pool)];
-    const GranuleId first = p.piece_start[slot->id];
-    const size_t length = p.piece_length[first];
-    const uintptr_t start = at - size_t{slot->id - first} * granule_;
+    if (slot == nullptr || !slot->pending || slot->retired) {
+      ++i;
+      continue;
+    }
+    // The pending mapping's first slot (it may start before `address`) and
+    // length: MapDeferred recorded them as Map would map them.
+    const uintptr_t start = at - size_t{slot->head} * granule_;
+    const size_t length = SpanAt(start);
+    const PoolKind pool = SlotAt(start)->pool;
+    const GranuleId first_id = SlotAt(start)->id;
+    i += length - slot->head;
     bool free = true;
     for (size_t k = 0; free && k < length; ++k) free = !SlotAt(start + k * granule_)->retired;
     if (!free) continue;  // another retired mapping still in the way
     ScopedNanos timed(&stats_.map_ns);
-    Status s = d.Check(d.cuMemMap(start, length * granule_, 0, p.handles[first], 0),
+    Status s = d.Check(MapRun(start, length, pool, first_id),
                        "cuMemMap of a deferred mapping at " +
                            FormatAddress(reinterpret_cast<void*>(start)));
     if (s.ok()) {
@@ -279,11 +285,11 @@ Status CudaBackend::MapPending(uintptr_t address, size_t count) {
     // Mapped, or left with nothing mapped (the table says so: a later Map
     // there maps without an unmap, a free gives the granules back).
     for (size_t k = 0; k < length; ++k) {
-      Slot& slot = *SlotAt(start + k * granule_);
+      Slot& pending = *SlotAt(start + k * granule_);
       if (s.ok()) {
-        slot.pending = false;
+        pending.pending = false;
       } else {
-        slot = Slot();
+        pending = Slot();
       }
     }
     LMS_RETURN_IF_ERROR(s);
@@ -293,24 +299,24 @@ Status CudaBackend::MapPending(uintptr_t address, size_t count) {
 
 bool CudaBackend::MapDeferred(uintptr_t address, PoolKind pool, const GranuleId* ids,
                               size_t count) {
-  // Every slot maps a piece of its own in the driver (a resident unit being
-  // evicted): those are retired, with the batch's mark.
+  // Every slot is mapped in the driver (a resident unit being evicted), by
+  // mappings within the `count` slots: those are retired, with the batch's
+  // mark.
   for (size_t i = 0; i < count; ++i) {
     const Slot* slot = SlotAt(address + i * granule_);
     if (!slot->mapped || slot->pending || slot->retired) return false;
   }
+  if (!CheckWholeMappings(address, count, "deferring").ok()) return false;
   for (size_t i = 0; i < count;) {
     const uintptr_t at = address + i * granule_;
-    const size_t length = PieceLength(*SlotAt(at));
+    const size_t length = SpanAt(at);
     if (!Retire(at, length, batch_mark_).ok()) return false;  // nothing retired yet fails
     i += length;
   }
-  for (size_t i = 0; i < count; ++i) {
-    Slot& slot = *SlotAt(address + i * granule_);
-    slot.mapped = true;
-    slot.pool = pool;
-    slot.id = ids[i];
-    slot.pending = true;
+  for (size_t i = 0; i < count;) {
+    const size_t length = NextMapping(pool, ids + i, count - i);
+    SetMapping(address + i * granule_, length, pool, ids[i], /*pending=*/true);
+    i += length;
   }
   return true;
 }

@@ -3,10 +3,11 @@
 //
 //   engine call           POSIX backend                CUDA VMM backend
 //   ReserveAddressRange   mmap(PROT_NONE)              cuMemAddressReserve
-//   CreatePool            memfd_create + ftruncate     cuMemCreate per granule
-//                                                      (device- or host-located)
-//   Map                   mmap(MAP_FIXED|MAP_SHARED)   [drain] cuMemMap per
-//                                                      granule + cuMemSetAccess
+//   CreatePool            memfd_create + ftruncate     cuMemCreate per piece
+//                                                      (device: up to 1 GiB;
+//                                                      host: runs, on first use)
+//   Map                   mmap(MAP_FIXED|MAP_SHARED)   [drain] cuMemMap per run
+//                                                      of a piece + cuMemSetAccess
 //   Unmap                 mmap(PROT_NONE, MAP_FIXED)   [drain] + cuMemUnmap
 //                         (no drain inside a remap batch, whose host wait came first)
 //   CopyGranules,         memcpy between pool windows  cuMemcpyAsync on the copy
@@ -78,6 +79,10 @@ struct BackendStatistics {
   int64_t create_ns = 0;  // making physical memory as granules are first used
   int64_t map_ns = 0;     // mapping granules at addresses, granting access
   int64_t unmap_ns = 0;   // unmapping granules
+  // Mappings made at allocation addresses (a GPU: cuMemMap calls, each one
+  // driver mapping; POSIX: mmap calls) and unmapped there.
+  int64_t mappings = 0;
+  int64_t unmappings = 0;
 };
 
 // Every call states what it assumes and what holds after it fails, because
@@ -118,6 +123,18 @@ class Backend {
   // run until defined again.
   virtual void ReleaseRuns(PoolKind pool, const GranuleRun* runs, size_t count) {
     (void)pool, (void)runs, (void)count;
+  }
+
+  // The mapping that holds the mapped slot at `address`: sets *first to the
+  // address of its first slot and returns its length in slots. A backend
+  // that maps a run of granules as one mapping (CUDA: Note [Device memory in
+  // runs]) can unmap only whole mappings, so the engine keeps each within
+  // one unit or wholly cached (Note [Mappings within a unit], engine.h), and
+  // Map, Unmap and UnmapReleased fail (kInvalidArgument) rather than cut
+  // one. The default: every slot is a mapping of its own.
+  virtual size_t MappingAt(uintptr_t address, uintptr_t* first) {
+    *first = address;
+    return 1;
   }
 
   // Maps ids[0..count) of `pool` at the consecutive slots starting at

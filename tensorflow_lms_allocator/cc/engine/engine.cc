@@ -239,6 +239,13 @@ ChunkId Engine::PlaceUnit(uint64_t n, Hold hold, bool may_evict,
   }
   arena_.chunk(c).allocation_id = next_allocation_id_++;
   const uint64_t first = arena_.chunk(c).start;
+  // A cached mapping reaching outside the range goes whole first (Note
+  // [Mappings within a unit]).
+  if (Status trimmed = TrimCachedMappings(first, n); !trimmed.ok()) {
+    arena_.Free(c);
+    *status = trimmed;
+    return kNoChunk;
+  }
   // Cached slots in the range keep their granules: no mapping call. They
   // leave the cache first, so defragmentation below cannot take them.
   const uint64_t unmapped = n - backing_.TakeCachedRun(first, n);

@@ -57,6 +57,17 @@
 // all cached instead, if there is one (PlaceAddressRange): a range costs
 // nothing, a remapped granule an unmap and a map.
 //
+// Note [Mappings within a unit]. A backend may map a run of granules as one
+// mapping (CUDA: Note [Device memory in runs]) and unmap only whole ones
+// (Backend::MappingAt). Every Map the engine makes covers slots of one unit,
+// so each mapping lies within one unit, or, once the unit is freed, within a
+// free range whose slots are all cached. Two places could cut one, and both
+// keep whole mappings instead: a new unit placed over part of a cached
+// mapping first unmaps that mapping whole (TrimCachedMappings; only at the
+// unit's two ends, as a mapping is contiguous), and defragmentation takes a
+// cached mapping whole (StealCachedGranules). The POSIX backend maps every
+// granule on its own, so neither ever does anything there.
+//
 // Note [Writers outside kernels]. Not everything is written by a kernel that
 // pins what it writes. tf.data fills a batch on its own threads, TensorFlow
 // copies a NumPy array into a buffer it just allocated, a GPU kernel's
@@ -441,6 +452,7 @@ class Engine {
     return held ? backend_->ReleaseMark() : r.last_use;
   }
   uintptr_t SlotAddress(uint64_t slot) const { return base_ + slot * granule_; }
+  uint64_t SlotIndex(uintptr_t address) const { return (address - base_) >> granule_shift_; }
   // Every state change ends here (inline: it runs on every allocate and
   // free, where a call and the peaks were a measurable part of a pair).
   void RefreshPoolStatistics() LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -577,8 +589,17 @@ class Engine {
     }
     return c;
   }
+  // Takes cached granules back into the device pool, whole mappings at a
+  // time, until `granules` are taken or none are cached; returns how many.
   uint64_t StealCachedGranules(uint64_t granules)
       LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Unmaps the cached mappings that hold a slot of the free range
+  // [first, first + n) and one outside it, and gives their granules back
+  // (Note [Mappings within a unit]).
+  Status TrimCachedMappings(uint64_t first, uint64_t n) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Unmaps the cached mapping of `count` slots from `first` (every one
+  // cached) and gives its granules back to the device pool.
+  Status UncacheMapping(uint64_t first, uint64_t count) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Evicts `victims` as one batch: one fence, every copy, one host wait for
   // queued work (not the copies), every remap while the copies run, then
   // the order of later work after them (Note [Stream protocol] in

@@ -162,17 +162,42 @@ Status Engine::Prefetch(uint64_t lookahead, uint64_t* units) {
 uint64_t Engine::StealCachedGranules(uint64_t granules) {
   uint64_t stolen = 0;
   while (stolen < granules && backing_.cached_count() > 0) {
-    const uint64_t slot = backing_.AnyCached();
-    const GranuleId g = backing_.at(slot).granule;
-    if (!backend_->UnmapReleased(SlotAddress(slot), 1, backing_.release_mark(slot)).ok()) {
-      break;
-    }
-    backing_.RemoveCached(slot);
-    backing_.Clear(slot);
-    device_pool_.Give(g);
-    ++stolen;
+    // The whole mapping of a cached slot is cached (Note [Mappings within a
+    // unit]), and goes whole.
+    uintptr_t start = 0;
+    const uint64_t count = backend_->MappingAt(SlotAddress(backing_.AnyCached()), &start);
+    if (!UncacheMapping(SlotIndex(start), count).ok()) break;
+    stolen += count;
   }
   return stolen;
+}
+
+Status Engine::UncacheMapping(uint64_t first, uint64_t count) {
+  uint64_t mark = 0;
+  for (uint64_t s = first; s < first + count; ++s) {
+    assert(backing_.IsCached(s));
+    mark = std::max(mark, backing_.release_mark(s));
+  }
+  LMS_RETURN_IF_ERROR(backend_->UnmapReleased(SlotAddress(first), count, mark));
+  for (uint64_t s = first; s < first + count; ++s) {
+    const GranuleId g = backing_.at(s).granule;
+    backing_.RemoveCached(s);
+    backing_.Clear(s);
+    device_pool_.Give(g);
+  }
+  return Status::Ok();
+}
+
+Status Engine::TrimCachedMappings(uint64_t first, uint64_t n) {
+  for (const uint64_t s : {first, first + n - 1}) {
+    if (!backing_.IsCached(s)) continue;
+    uintptr_t start = 0;
+    const uint64_t count = backend_->MappingAt(SlotAddress(s), &start);
+    const uint64_t from = SlotIndex(start);
+    if (from >= first && from + count <= first + n) continue;  // within the range
+    LMS_RETURN_IF_ERROR(UncacheMapping(from, count));
+  }
+  return Status::Ok();
 }
 
 Status Engine::OutOfMemory(uint64_t granules, const char* what) const {

@@ -2,12 +2,17 @@
 //
 // The engine's device pool (the device's memory; the host pool, handed out
 // in runs, is RunPool). The backend creates every granule of a pool once;
-// the pool only decides which granule ids are free. A granule is either free here or backs exactly one
-// address slot (an allocation, a cached free range, or the small-object
-// region), so in_use() never exceeds capacity().
+// the pool only decides which granule ids are free. A granule is either free
+// here or backs exactly one address slot (an allocation, a cached free range,
+// or the small-object region), so in_use() never exceeds capacity().
 //
-// Ids are handed out lowest first when the pool is fresh, so a new mapping
-// usually gets consecutive granules and the backend maps a run in one call.
+// Free ids are kept as extents (runs of consecutive ids), and Take hands out
+// as few extents as it can: the smallest free extent that holds all n, else
+// the largest ones first. A GPU driver remaps per mapping, not per byte, and
+// the CUDA backend maps consecutive ids of one piece of device memory with
+// one cuMemMap (Note [Device memory in runs] in cuda_backend.h), so a unit
+// backed by one extent costs one mapping. A fresh pool hands out the lowest
+// ids first.
 //
 // Thread-compatible: the engine's lock guards every call.
 #ifndef TENSORFLOW_LMS_ALLOCATOR_CC_ENGINE_GRANULE_POOL_H_
@@ -15,7 +20,9 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <vector>
+#include <map>
+#include <set>
+#include <utility>
 
 #include "engine/backend.h"
 
@@ -27,21 +34,35 @@ class GranulePool {
 
   PoolKind kind() const { return kind_; }
   size_t capacity() const { return capacity_; }
-  size_t free_count() const { return free_.size(); }
-  size_t in_use() const { return capacity_ - free_.size(); }
+  size_t free_count() const { return free_count_; }
+  size_t in_use() const { return capacity_ - free_count_; }
   size_t peak_in_use() const { return peak_in_use_; }
+  // How many extents the free ids form (1 for a fresh pool, 0 for a full one).
+  size_t free_extents() const { return by_start_.size(); }
 
-  // Takes `n` granules into out[0..n), all or none. Returns false if fewer
-  // than `n` are free.
+  // Takes `n` granules into out[0..n), all or none, each extent's ids in
+  // ascending order. Returns false if fewer than `n` are free.
   bool Take(size_t n, GranuleId* out);
+  // Gives back taken ids, in any order.
   void Give(const GranuleId* ids, size_t n);
   void Give(GranuleId id) { Give(&id, 1); }
 
  private:
+  using Extents = std::map<GranuleId, uint32_t>;  // first id -> length
+  // Takes `length` ids from the start of the free extent `it`.
+  void TakeFrom(Extents::iterator it, uint32_t length, GranuleId* out);
+  // Frees [first, first + length), none of it free, merged with neighbours.
+  void Free(GranuleId first, uint32_t length);
+  void Insert(GranuleId first, uint32_t length);
+  void Erase(Extents::iterator it);
+
   const PoolKind kind_;
   const size_t capacity_;
-  std::vector<GranuleId> free_;  // a stack; the top is handed out next
+  size_t free_count_ = 0;
   size_t peak_in_use_ = 0;
+  // The free extents, by first id (never adjoining) and by (length, first).
+  Extents by_start_;
+  std::set<std::pair<uint32_t, GranuleId>> by_length_;
 };
 
 }  // namespace lms

@@ -1,5 +1,9 @@
-// GranulePool (engine/granule_pool.h): consecutive ids, all or none.
+// GranulePool (engine/granule_pool.h): consecutive ids, few extents, all or
+// none.
 #include "engine/granule_pool.h"
+
+#include <vector>
+
 #include "harness.h"
 
 namespace lms {
@@ -16,6 +20,40 @@ TEST(GranulePoolHandsOutConsecutiveIdsAndNeverMoreThanCapacity) {
   pool.Give(ids, 3);
   EXPECT_EQ(pool.in_use(), 0u);
   EXPECT_EQ(pool.peak_in_use(), 3u);
+  EXPECT_EQ(pool.free_extents(), 1u);  // given back, merged with the last id
+}
+
+// Holes of 5, 2 and 3 ids: a take of 3 fills the hole of 3 (best fit), not
+// the first one that holds it; a take of 7 gets the largest, 5, then the
+// smallest that holds the 2 still needed.
+TEST(GranulePoolTakesTheSmallestExtentThatHoldsAllElseTheLargestFirst) {
+  GranulePool pool(PoolKind::kDevice, 16);
+  std::vector<GranuleId> all(16);
+  ASSERT_TRUE(pool.Take(16, all.data()));
+  EXPECT_EQ(pool.free_extents(), 0u);
+  const GranuleId hole5[] = {1, 2, 3, 4, 5};
+  const GranuleId hole2[] = {8, 7};  // any order
+  const GranuleId hole3[] = {11, 12, 13};
+  pool.Give(hole5, 5);
+  pool.Give(hole2, 2);
+  pool.Give(hole3, 3);
+  EXPECT_EQ(pool.free_extents(), 3u);
+  GranuleId ids[7];
+  ASSERT_TRUE(pool.Take(3, ids));
+  EXPECT_EQ(ids[0], 11u);
+  EXPECT_EQ(ids[2], 13u);
+  pool.Give(ids, 3);
+  ASSERT_TRUE(pool.Take(7, ids));
+  const std::vector<GranuleId> got(ids, ids + 7);
+  EXPECT_TRUE(got == (std::vector<GranuleId>{1, 2, 3, 4, 5, 7, 8}));
+  EXPECT_EQ(pool.free_count(), 3u);  // 11 to 13
+  EXPECT_EQ(pool.free_extents(), 1u);
+  // Giving back the ids between merges them into one extent again.
+  pool.Give(ids, 7);
+  const GranuleId rest[] = {0, 6, 9, 10, 14, 15};
+  pool.Give(rest, 6);
+  EXPECT_EQ(pool.free_extents(), 1u);
+  EXPECT_EQ(pool.free_count(), 16u);
 }
 
 }  // namespace
