@@ -132,6 +132,12 @@ struct EngineTest : FakeCudaTest {
   void StartEngine(size_t device_granules, size_t host_granules, bool defrag = false) {
     StartEngine(MustMakeCuda(), device_granules, host_granules, defrag);
   }
+  // Device memory is mapped in runs from the engine's first eviction on
+  // (Note [Mappings within a unit]): one of a granule, freed.
+  void StartDeviceRuns() {
+    void* first = e->Allocate(kGranule, /*pin=*/false, nullptr);
+    EXPECT_TRUE(first != nullptr && e->Evict(first).ok() && e->Free(first).ok());
+  }
   CudaBackend* b = nullptr;
   std::unique_ptr<Engine> e;
 };
@@ -1307,9 +1313,11 @@ TEST_F(FakeCudaTest, DriverCallsPerGranuleOfACreatedDeviceAndOfARemap) {
   const Moves page_in = moves(/*evict=*/false);
   const Moves evict = moves(/*evict=*/true);  // host memory already made
   std::printf("  64 MiB tensors, per GiB: first evicted %llu calls (cuMemCreate %llu, cuMemMap "
-              "%llu, cuMemUnmap %llu, cuMemSetAccess %llu); evicted again %llu; paged in %llu\n",
+              "%llu, cuMemUnmap %llu, cuMemSetAccess %llu; %lld mappings unmapped: allocated "
+              "before the first eviction, a granule each); evicted again %llu; paged in %llu\n",
               first.calls * 4, first.create * 4, first.map * 4, first.unmap * 4,
-              first.access * 4, evict.calls * 4, page_in.calls * 4);
+              first.access * 4, static_cast<long long>(first.unmappings * 4), evict.calls * 4,
+              page_in.calls * 4);
   std::printf("mappings_per_gib_evicted %lld\nmappings_per_gib_paged_in %lld\n"
               "unmappings_per_gib_evicted %lld\nunmappings_per_gib_paged_in %lld\n",
               static_cast<long long>(evict.mappings * 4),
@@ -1321,6 +1329,11 @@ TEST_F(FakeCudaTest, DriverCallsPerGranuleOfACreatedDeviceAndOfARemap) {
   EXPECT_EQ(first.access, 2 * kTensors);
   for (const Moves& m : {first, evict, page_in}) {
     EXPECT_EQ(m.mappings, static_cast<int64_t>(kTensors));  // one each way a tensor
+  }
+  // Allocated before the engine's first eviction, the tensors were mapped a
+  // granule at a time (Note [Mappings within a unit]); paged in, in runs.
+  EXPECT_EQ(first.unmappings, static_cast<int64_t>(kGranules));
+  for (const Moves& m : {evict, page_in}) {
     EXPECT_EQ(m.unmappings, static_cast<int64_t>(kTensors));
     EXPECT_EQ(m.unmap, kTensors);
   }
@@ -1331,26 +1344,57 @@ TEST_F(FakeCudaTest, DriverCallsPerGranuleOfACreatedDeviceAndOfARemap) {
 }
 
 // Note [Mappings within a unit]. A freed unit's device mapping stays, cached
-// (one mapping of 4 granules here). A smaller unit placed on its first two
-// slots must not share it: cuMemUnmap takes whole mappings, so the unit's
-// eviction would have to unmap its neighbour's slots too. The placement
-// unmaps the cached mapping whole and maps the new unit on its own.
-TEST_F(EngineTest, AUnitPlacedOverPartOfACachedMappingGetsItsOwnAndMovesAlone) {
+// (one mapping of 4 granules here). A smaller unit is placed elsewhere rather
+// than on part of it (best fit's range would cut it), and the mapping waits
+// whole for a unit of its size, which reuses it without a driver call.
+TEST_F(EngineTest, ASmallerUnitIsPlacedWhereItCutsNoCachedMapping) {
   StartEngine(/*device=*/8, /*host=*/8, /*defrag=*/true);
+  StartDeviceRuns();
   void* a = MustAllocate(*e, 4 * kGranule, /*pin=*/false);
   ASSERT_TRUE(a != nullptr);
   EXPECT_OK(e->Free(a));
   void* u = MustAllocate(*e, 2 * kGranule, /*pin=*/false);
-  ASSERT_TRUE(u == a);  // best fit: the freed range's start
+  ASSERT_TRUE(u != nullptr);
+  EXPECT_TRUE(u != a);
+  EXPECT_EQ(e->GetStatistics().num_cut_mappings_avoided, 1);
   uintptr_t first = 0;
-  EXPECT_EQ(b->MappingAt(reinterpret_cast<uintptr_t>(u), &first), 2u);
+  EXPECT_EQ(b->MappingAt(reinterpret_cast<uintptr_t>(a), &first), 4u);
+  Fake().reset_call_counts();
+  void* v = MustAllocate(*e, 4 * kGranule, /*pin=*/false);
+  EXPECT_TRUE(v == a);
+  EXPECT_EQ(Fake().call_count("cuMemMap"), 0u);
+  EXPECT_EQ(Fake().call_count("cuMemUnmap"), 0u);
+  EXPECT_OK(e->Free(u));
+  EXPECT_OK(e->Free(v));
+}
+
+// Where every range best fit offers cuts a cached mapping (here 50 freed
+// units of 2 granules tile the device's worth of address space, more than
+// placement holds while it looks), the unit placed on part of one must not
+// share it: cuMemUnmap takes whole mappings, so the unit's eviction would
+// have to unmap its free neighbour too. The placement unmaps the cached
+// mapping whole and maps the new unit on its own.
+TEST_F(EngineTest, AUnitPlacedOverPartOfACachedMappingGetsItsOwnAndMovesAlone) {
+  StartEngine(/*device=*/100, /*host=*/8, /*defrag=*/true);
+  StartDeviceRuns();
+  std::vector<void*> freed;
+  for (int i = 0; i < 50; ++i) {
+    freed.push_back(MustAllocate(*e, 2 * kGranule, /*pin=*/false));
+    ASSERT_TRUE(freed.back() != nullptr);
+  }
+  for (void* p : freed) EXPECT_OK(e->Free(p));
+  void* u = MustAllocate(*e, kGranule, /*pin=*/false);
+  ASSERT_TRUE(u == freed[0]);  // best fit's range after every try
+  uintptr_t first = 0;
+  EXPECT_EQ(b->MappingAt(reinterpret_cast<uintptr_t>(u), &first), 1u);
   EXPECT_EQ(first, reinterpret_cast<uintptr_t>(u));
-  EXPECT_OK(FillAllocation(*e, u, 2 * kGranule, 41));
+  EXPECT_EQ(e->cached_granules(), 98u);  // the cut mapping left the cache whole
+  EXPECT_OK(FillAllocation(*e, u, kGranule, 41));
   EXPECT_OK(e->Evict(u));
-  EXPECT_EQ(VerifyAllocation(*e, u, 2 * kGranule, 41), -1);
+  EXPECT_EQ(VerifyAllocation(*e, u, kGranule, 41), -1);
   uint64_t id = 0;
   EXPECT_OK(e->Pin(u, &id));
-  EXPECT_EQ(VerifyAllocation(*e, u, 2 * kGranule, 41), -1);
+  EXPECT_EQ(VerifyAllocation(*e, u, kGranule, 41), -1);
   EXPECT_OK(e->Unpin(u, id));
   EXPECT_OK(e->Free(u));
 }
@@ -1360,6 +1404,7 @@ TEST_F(EngineTest, AUnitPlacedOverPartOfACachedMappingGetsItsOwnAndMovesAlone) {
 // device pool (taking 3 would cut it).
 TEST_F(EngineTest, DefragmentationTakesACachedMappingWhole) {
   StartEngine(/*device=*/8, /*host=*/8, /*defrag=*/true);
+  StartDeviceRuns();
   void* a = MustAllocate(*e, 4 * kGranule, /*pin=*/false);
   void* x = MustAllocate(*e, 2 * kGranule, /*pin=*/true);
   ASSERT_TRUE(a != nullptr && x != nullptr);
@@ -1585,22 +1630,32 @@ TEST_F(EngineTest, APageInIntoAFreedGranuleWaitsForTheKernelStillWritingIt) {
   EXPECT_OK(e->Free(x));
 }
 
+// T (3 granules) and a pinned granule after it (*wall: T's hole stays 3
+// slots), a latched kernel writing T on `stream`, and T freed by TensorFlow
+// on the host while the kernel still writes it. Returns T's address.
+void* FreeWhileAKernelWrites(EngineTest* test, cu::CUstream stream, LatchedWriter* kernel,
+                             void** wall) {
+  Engine& e = *test->e;
+  uint64_t id = 0;
+  void* t = e.Allocate(3 * kGranule, /*pin=*/true, nullptr, &id);
+  *wall = MustAllocate(e, kGranule, /*pin=*/true);
+  EXPECT_TRUE(t != nullptr && *wall != nullptr);
+  if (t == nullptr) return nullptr;
+  StartLatchedWriter(test->b, stream, t, 3 * kGranule, 5, kernel);
+  EXPECT_OK(e.Unpin(t, id));
+  EXPECT_OK(e.Free(t));
+  return t;
+}
+
 // Defragmentation takes granules of a range freed while a kernel still
 // writes it without waiting (the range's mapping is retired, Note [Retired
 // mappings]); the host's own copy into them waits for that kernel.
 TEST_F(EngineTest, DefragmentationRetiresAFreedRangeAndTheNextUserWaits) {
   StartEngine(/*device=*/6, /*host=*/8, /*defrag=*/true);
   FencedStream compute(b);
-  const size_t size = 3 * kGranule;
-  uint64_t id = 0;
-  void* t = e->Allocate(size, /*pin=*/true, nullptr, &id);
-  void* wall = MustAllocate(*e, kGranule, /*pin=*/true);  // T's hole stays 3 slots
-  ASSERT_TRUE(t != nullptr && wall != nullptr);
   LatchedWriter kernel;
-  StartLatchedWriter(b, compute.stream, t, size, 5, &kernel);
-  // TensorFlow frees T on the host while the kernel still writes it.
-  EXPECT_OK(e->Unpin(t, id));
-  EXPECT_OK(e->Free(t));
+  void* wall = nullptr;
+  FreeWhileAKernelWrites(this, compute.stream, &kernel, &wall);
   EXPECT_EQ(e->cached_granules(), 3u);
   const int64_t waits = e->GetStatistics().num_host_waits;
   // 4 granules: 2 free, 2 taken from T's freed range, elsewhere.
@@ -1616,6 +1671,35 @@ TEST_F(EngineTest, DefragmentationRetiresAFreedRangeAndTheNextUserWaits) {
   EXPECT_TRUE(st.num_host_waits - waits >= 1);
   EXPECT_EQ(VerifyAllocation(*e, u, 4 * kGranule, 6), -1);
   EXPECT_OK(e->Free(u));
+  EXPECT_OK(e->Free(wall));
+}
+
+// A new unit is not placed where a retired mapping still in use sits (its
+// Map would wait on the host for the kernel still writing the freed range,
+// Note [Mappings within a unit]): here T's range, taken back by
+// defragmentation while a kernel writes it, is skipped for the next unit.
+TEST_F(EngineTest, ANewUnitIsPlacedAwayFromARetiredMappingStillInUse) {
+  StartEngine(/*device=*/6, /*host=*/8, /*defrag=*/true);
+  StartDeviceRuns();
+  FencedStream compute(b);
+  LatchedWriter kernel;
+  void* wall = nullptr;
+  void* t = FreeWhileAKernelWrites(this, compute.stream, &kernel, &wall);
+  void* u = MustAllocate(*e, 4 * kGranule, /*pin=*/true);  // takes T's granules back
+  ASSERT_TRUE(u != nullptr);
+  EXPECT_OK(e->Free(u));
+  const int64_t waits = e->GetStatistics().num_host_waits;
+  const int64_t avoided = e->GetStatistics().num_cut_mappings_avoided;
+  // Placed on T's range, its Map would wait for the kernel (released later).
+  std::thread release = kernel.ReleaseAfter(std::chrono::milliseconds(300));
+  void* v = MustAllocate(*e, kGranule, /*pin=*/true);  // best fit: T's range
+  const Statistics st = e->GetStatistics();
+  release.join();
+  ASSERT_TRUE(v != nullptr);
+  EXPECT_TRUE(v != t);
+  EXPECT_EQ(st.num_cut_mappings_avoided - avoided, 1);
+  EXPECT_EQ(st.num_host_waits - waits, 0);
+  EXPECT_OK(e->Free(v));
   EXPECT_OK(e->Free(wall));
 }
 

@@ -51,8 +51,9 @@ HOST_LOCATION = "HostMemoryIsMadeAtTheGpusNumaNodeOrWhereTheDriverAcceptsIt"
 NO_PROBE = {"TheHostMemoryProbeOfADriverThatCannotReportSupportFailsCleanly"}
 RUNS = "ARunOfConsecutiveDeviceGranulesIsOneMappingAtItsOffset"
 TRIM = "AUnitPlacedOverPartOfACachedMappingGetsItsOwnAndMovesAlone"
+AVOID = "ASmallerUnitIsPlacedWhereItCutsNoCachedMapping"
+AWAY = "ANewUnitIsPlacedAwayFromARetiredMappingStillInUse"
 STEAL = "DefragmentationTakesACachedMappingWhole"
-FREED_BEFORE_FENCE = "AGranuleFreedBeforeACompletedFenceIsTakenWithoutAHostWait"
 
 # name -> (source, text to find, replacement, tests that must fail)
 MUTATIONS = {
@@ -60,20 +61,25 @@ MUTATIONS = {
     # (Note [Device memory in runs]): a tensor sees another's bytes.
     "device-run-mapped-at-offset-zero": (
         MEMORY, "size_t{first_id - piece} * granule_,", "0, /* MUTATION */",
-        {RUNS, COPY, RECLAIM, PIN_ALL}),
+        {RUNS, COPY, RECLAIM, PIN_ALL, EVICTION, IN_PLACE, PEER}),
     # A new unit shares a cached mapping with the free slots beside it (Note
     # [Mappings within a unit]): its eviction would have to cut the mapping.
     "cached-mapping-not-trimmed": (
-        RECLAIM_SRC, "    if (from >= first && from + count <= first + n) continue;",
-        "    continue;  // MUTATION", {TRIM}),
+        RECLAIM_SRC, "    if (*from < first || *from + *count > first + n) return true;",
+        "    // MUTATION", {TRIM, AVOID}),
+    # A new unit placed on a retired mapping still in use: its Map waits on
+    # the host for the kernel still writing the freed range.
+    "placed-on-a-retired-mapping": (
+        STREAMS, "  if (retired_.empty() || !AnyRetired(address, count)) return true;",
+        "  return true;  // MUTATION", {AWAY}),
     # Defragmentation takes as many cached granules as it needs, cutting a
     # mapping.
     "cached-mapping-stolen-in-part": (
         RECLAIM_SRC,
-        "    const uint64_t count = backend_->MappingAt(SlotAddress(backing_.AnyCached()), &start);",
-        "    const uint64_t count = 1;  // MUTATION\n"
-        "    start = SlotAddress(backing_.AnyCached());",
-        {STEAL, PAGE_IN_QUEUED, PAGE_IN_FREED, DEFRAG, FREED_BEFORE_FENCE}),
+        "    if (!UncacheMapping(best_from, best_count).ok()) break;\n    stolen += best_count;",
+        "    if (!UncacheMapping(best_from + best_count - 1, 1).ok()) break;  // MUTATION\n"
+        "    stolen += 1;",
+        {STEAL, PAGE_IN_FREED, AWAY}),
     # The copy stream never waits for a unit's last use (Note [Epochs of
     # use]): an eviction copies before the kernel queued before the unpin
     # has written, a page-in before TensorFlow's copy into a born-evicted

@@ -235,6 +235,7 @@ void CudaBackend::DefineDevicePieces(size_t granules, Pool* p) const {
 size_t CudaBackend::NextMapping(PoolKind pool, const GranuleId* ids, size_t count) const {
   const Pool& p = pools_[static_cast<int>(pool)];
   if (!MapsAtOffsets(pool)) return p.piece_length[ids[0]];
+  if (!device_runs_) return 1;
   const GranuleId piece = p.piece_start[ids[0]];
   size_t n = 1;
   while (n < count && ids[n] == ids[0] + n && p.piece_start[ids[n]] == piece) ++n;

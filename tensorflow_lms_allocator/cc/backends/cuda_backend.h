@@ -175,7 +175,8 @@
 // be zero"; whether this driver maps at an offset is found out once at
 // Create by mapping one (ProbeMapAtOffset), and where it does not, every
 // device granule is a piece of its own, mapped whole, as host runs are
-// (maps_at_offsets()). Whether mapping part of a large handle costs a real
+// (maps_at_offsets()). The engine turns runs off until its first eviction
+// (SetDeviceRuns): without moves they buy nothing. Whether mapping part of a large handle costs a real
 // driver what mapping a handle of that size does is for driver_timing to
 // say on the next GPU (tests/gpu/driver_timing.cc); the fake's timing model
 // assumes so.
@@ -297,7 +298,10 @@ class CudaBackend : public Backend {
   // batch and free does. With the engine's lock held, as every other call.
   Status UnmapCompletedRetired();
   Status SettleMapping(uintptr_t address, size_t count) override;
+  bool KeepsMappingsWhole() const override { return true; }
   size_t MappingAt(uintptr_t address, uintptr_t* first) override;
+  bool MapsWithoutWait(uintptr_t address, size_t count) override;
+  void SetDeviceRuns(bool on) override { device_runs_ = on; }
   // Whether device memory is mapped in runs at offsets into large pieces
   // (Note [Device memory in runs]): the driver accepted a nonzero offset.
   bool maps_at_offsets() const { return map_at_offset_; }
@@ -433,8 +437,9 @@ class CudaBackend : public Backend {
   // moves on).
   size_t SpanAt(uintptr_t address) { return std::max<size_t>(SlotAt(address)->span, 1); }
   // How many of ids[0..count) the next mapping of `pool` covers: the rest
-  // of a run of consecutive ids of one piece where the pool maps at offsets,
-  // else the whole piece ids[0] starts (Map checked it is whole).
+  // of a run of consecutive ids of one piece where the pool maps at offsets
+  // (one id with device runs off), else the whole piece ids[0] starts (Map
+  // checked it is whole).
   size_t NextMapping(PoolKind pool, const GranuleId* ids, size_t count) const;
   bool MapsAtOffsets(PoolKind pool) const {
     return pool == PoolKind::kDevice && map_at_offset_;
@@ -542,6 +547,9 @@ class CudaBackend : public Backend {
   bool host_support_unreported_ = false;
   // The driver maps part of a handle at an offset (ProbeMapAtOffset).
   bool map_at_offset_ = false;
+  // A run of consecutive device ids is one mapping (SetDeviceRuns); else
+  // one a granule, each at its offset.
+  bool device_runs_ = true;
   cu::CUstream copy_stream_ = nullptr;
   cu::CUevent copies_done_ = nullptr;
   std::string description_;

@@ -196,6 +196,18 @@ Status CudaBackend::Retire(uintptr_t address, size_t granules, uint64_t mark) {
   return Status::Ok();
 }
 
+bool CudaBackend::MapsWithoutWait(uintptr_t address, size_t count) {
+  if (retired_.empty() || !AnyRetired(address, count)) return true;
+  PollEpochs();
+  const uintptr_t end = address + count * granule_;
+  for (const Retired& r : retired_) {
+    if (r.address < end && address < r.address + r.granules * granule_ && !EpochDone(r.mark)) {
+      return false;
+    }
+  }
+  return true;
+}
+
 Status CudaBackend::UnmapCompletedRetired() {
   LMS_CUDA_SCOPE(*driver_, context_);
   return UnmapRetired();

@@ -125,6 +125,12 @@ class Backend {
     (void)pool, (void)runs, (void)count;
   }
 
+  // Whether a mapping may span several slots and go only whole, and a Map
+  // may wait for queued work (CUDA): then the engine places units so as to
+  // spare remaps and waits (Note [Mappings within a unit]); otherwise it
+  // skips those checks.
+  virtual bool KeepsMappingsWhole() const { return false; }
+
   // The mapping that holds the mapped slot at `address`: sets *first to the
   // address of its first slot and returns its length in slots. A backend
   // that maps a run of granules as one mapping (CUDA: Note [Device memory in
@@ -135,6 +141,22 @@ class Backend {
   virtual size_t MappingAt(uintptr_t address, uintptr_t* first) {
     *first = address;
     return 1;
+  }
+
+  // Whether Map may make one mapping of a run of consecutive device
+  // granules (CUDA: Note [Device memory in runs]) rather than one a granule.
+  // On by default where the backend can; the engine keeps it off until its
+  // first eviction (Note [Mappings within a unit]). Backends that map every
+  // granule alone ignore it.
+  virtual void SetDeviceRuns(bool on) { (void)on; }
+
+  // Whether a Map at the `count` slots from `address` would map without a
+  // host wait for queued work still using what was mapped there (CUDA: a
+  // retired mapping whose epoch is not complete, Note [Retired mappings]).
+  // The engine places new units elsewhere when it can. The default: always.
+  virtual bool MapsWithoutWait(uintptr_t address, size_t count) {
+    (void)address, (void)count;
+    return true;
   }
 
   // Maps ids[0..count) of `pool` at the consecutive slots starting at

@@ -1,5 +1,7 @@
 #include "engine/backing_map.h"
 
+#include <algorithm>
+
 #include <cassert>
 
 namespace lms {
@@ -94,6 +96,29 @@ uint64_t BackingMap::AnyCached() const {
     return w * 64 + 63 - __builtin_clzll(cached_[w]);
   }
   return 0;  // unreachable while the cache is not empty
+}
+
+bool BackingMap::PrevCached(uint64_t before, uint64_t* slot) const {
+  before = std::min<uint64_t>(before, cached_.size() * 64);
+  if (before == 0) return false;
+  const uint64_t last = before - 1;
+  uint64_t w = last >> 6;
+  uint64_t bits = cached_[w] & (~uint64_t{0} >> (63 - (last & 63)));
+  while (bits == 0) {
+    if (w == 0) return false;
+    --w;
+    // The next lower word with a cached slot, through the summary.
+    uint64_t s = w >> 6;
+    uint64_t words = summary_[s] & (~uint64_t{0} >> (63 - (w & 63)));
+    while (words == 0) {
+      if (s == 0) return false;
+      words = summary_[--s];
+    }
+    w = s * 64 + 63 - static_cast<uint64_t>(__builtin_clzll(words));
+    bits = cached_[w];
+  }
+  *slot = w * 64 + 63 - static_cast<uint64_t>(__builtin_clzll(bits));
+  return true;
 }
 
 }  // namespace lms

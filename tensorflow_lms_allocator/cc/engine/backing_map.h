@@ -58,6 +58,9 @@ class BackingMap {
   bool FindCachedRun(uint64_t n, uint64_t* first) const;
   // The highest cached slot; the cache must not be empty.
   uint64_t AnyCached() const;
+  // The highest cached slot below `before`, if there is one: O(bitmap words
+  // skipped / 64) through the summary.
+  bool PrevCached(uint64_t before, uint64_t* slot) const;
 
   // The backend's ReleaseMark() when the slot's allocation was last freed
   // (0 if never): what UnmapReleased needs to skip waiting for queued work.

@@ -71,6 +71,8 @@ Status Engine::Init() {
   LMS_RETURN_IF_ERROR(backend_->ReserveAddressRange(slots_ * granule_, &base_));
   LMS_RETURN_IF_ERROR(
       backend_->CreatePool(PoolKind::kDevice, device_pool_.capacity()));
+  backend_->SetDeviceRuns(false);  // until the first eviction (Note [Mappings within a unit])
+  whole_mappings_ = backend_->KeepsMappingsWhole();
   if (host_pool_.capacity() > 0) {
     LMS_RETURN_IF_ERROR(
         backend_->CreatePool(PoolKind::kHost, host_pool_.capacity()));
@@ -208,8 +210,9 @@ void* Engine::AllocateLarge(size_t bytes, Hold hold, bool optional, Status* stat
 }
 
 ChunkId Engine::PlaceAddressRange(uint64_t n) {
-  const ChunkId c = arena_.Allocate(n);
+  ChunkId c = arena_.Allocate(n);
   if (c == kNoChunk) return kNoChunk;
+  c = PlaceWithoutCuts(c, n);
   // Best fit chooses among address ranges, not memory. When its range lacks
   // device granules the pool cannot give, they would be taken from cached
   // ranges elsewhere (defragmentation: an unmap there, a map here, per
@@ -220,6 +223,9 @@ ChunkId Engine::PlaceAddressRange(uint64_t n) {
   const uint64_t missing = n - backing_.CountCached(arena_.chunk(c).start, n);
   uint64_t run = 0;
   if (missing <= device_pool_.free_count() || !backing_.FindCachedRun(n, &run)) return c;
+  // Not where it would cut a cached mapping (Note [Mappings within a unit]).
+  uint64_t from = 0, count = 0;
+  if (whole_mappings_ && CutsCachedMapping(run, n, &from, &count)) return c;
   arena_.Free(c);
   const ChunkId at = arena_.AllocateAt(run, n);
   assert(at != kNoChunk);  // cached slots are free slots (BackingMap's invariant)

@@ -65,7 +65,17 @@
 // keep whole mappings instead: a new unit placed over part of a cached
 // mapping first unmaps that mapping whole (TrimCachedMappings; only at the
 // unit's two ends, as a mapping is contiguous), and defragmentation takes a
-// cached mapping whole (StealCachedGranules). The POSIX backend maps every
+// cached mapping whole (StealCachedGranules). A cut costs a remap, and a
+// wait on the host when the mapping's memory was freed so recently that work
+// queued before the free may still use it (the new mapping at the same slots
+// must wait for the old one to go: Note [Retired mappings]), so placement
+// first looks for a range that cuts nothing and holds no retired mapping
+// still in use (PlaceWithoutCuts): on a GPU a new unit then never waits for
+// the GPU to finish with memory freed or taken back moments ago. Runs pay
+// off only in moves, and a model that fits moves nothing, while granules
+// mapped one by one serve a freed range's reuse at any size; so the engine
+// has the backend map a granule at a time until its first eviction
+// (Backend::SetDeviceRuns) and in runs from then on. The POSIX backend maps every
 // granule on its own, so neither ever does anything there.
 //
 // Note [Writers outside kernels]. Not everything is written by a kernel that
@@ -597,6 +607,22 @@ class Engine {
   // [first, first + n) and one outside it, and gives their granules back
   // (Note [Mappings within a unit]).
   Status TrimCachedMappings(uint64_t first, uint64_t n) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether a cached mapping holds a slot of [first, first + n) and one
+  // outside it; if so, sets *from and *count to one such mapping's slots.
+  bool CutsCachedMapping(uint64_t first, uint64_t n, uint64_t* from, uint64_t* count)
+      LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // From the first eviction on, device memory is mapped in runs (Note
+  // [Mappings within a unit]).
+  void StartDeviceRuns() LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether a unit at [first, first + n) would neither cut a cached mapping
+  // nor wait to map (Backend::MapsWithoutWait); if not, sets *from and
+  // *count to the slots in the way.
+  bool RangeIsClear(uint64_t first, uint64_t n, uint64_t* from, uint64_t* count)
+      LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `c` (n slots, just placed by best fit), or another free range of n slots
+  // that is clear (RangeIsClear) if best fit finds one with what is in the
+  // way held (Note [Mappings within a unit]).
+  ChunkId PlaceWithoutCuts(ChunkId c, uint64_t n) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Unmaps the cached mapping of `count` slots from `first` (every one
   // cached) and gives its granules back to the device pool.
   Status UncacheMapping(uint64_t first, uint64_t count) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -698,6 +724,9 @@ class Engine {
   uint64_t release_epoch_ LMS_GUARDED_BY(mu_) = 0;
   mutable int release_waiters_ LMS_GUARDED_BY(mu_) = 0;
   GranulePool device_pool_ LMS_GUARDED_BY(mu_);
+  bool device_runs_ LMS_GUARDED_BY(mu_) = false;  // StartDeviceRuns
+  // Backend::KeepsMappingsWhole, asked once.
+  bool whole_mappings_ = false;
   RunPool host_pool_ LMS_GUARDED_BY(mu_);  // in runs: few pieces a unit
   BestFitArena arena_ LMS_GUARDED_BY(mu_);
   BackingMap backing_ LMS_GUARDED_BY(mu_);

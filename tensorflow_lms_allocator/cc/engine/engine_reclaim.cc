@@ -163,11 +163,31 @@ uint64_t Engine::StealCachedGranules(uint64_t granules) {
   uint64_t stolen = 0;
   while (stolen < granules && backing_.cached_count() > 0) {
     // The whole mapping of a cached slot is cached (Note [Mappings within a
-    // unit]), and goes whole.
-    uintptr_t start = 0;
-    const uint64_t count = backend_->MappingAt(SlotAddress(backing_.AnyCached()), &start);
-    if (!UncacheMapping(SlotIndex(start), count).ok()) break;
-    stolen += count;
+    // unit]), and goes whole: the first from the top no larger than what is
+    // still needed (a granule is, on a backend that maps each alone), else
+    // the smallest of the few looked at, so little more goes than is needed.
+    constexpr int kLooks = 64;
+    const uint64_t need = granules - stolen;
+    uint64_t best_from = 0, best_count = 0;
+    uint64_t before = ~uint64_t{0}, slot = 0;
+    if (!whole_mappings_) {  // a granule a mapping: any will do
+      best_from = backing_.AnyCached();
+      best_count = 1;
+    }
+    for (int looks = 0; whole_mappings_ && looks < kLooks && backing_.PrevCached(before, &slot);
+         ++looks) {
+      uintptr_t start = 0;
+      const uint64_t count = backend_->MappingAt(SlotAddress(slot), &start);
+      const uint64_t from = SlotIndex(start);
+      if (best_count == 0 || count < best_count) {
+        best_from = from;
+        best_count = count;
+      }
+      if (count <= need) break;
+      before = from;
+    }
+    if (!UncacheMapping(best_from, best_count).ok()) break;
+    stolen += best_count;
   }
   return stolen;
 }
@@ -188,16 +208,66 @@ Status Engine::UncacheMapping(uint64_t first, uint64_t count) {
   return Status::Ok();
 }
 
-Status Engine::TrimCachedMappings(uint64_t first, uint64_t n) {
+bool Engine::CutsCachedMapping(uint64_t first, uint64_t n, uint64_t* from, uint64_t* count) {
   for (const uint64_t s : {first, first + n - 1}) {
     if (!backing_.IsCached(s)) continue;
     uintptr_t start = 0;
-    const uint64_t count = backend_->MappingAt(SlotAddress(s), &start);
-    const uint64_t from = SlotIndex(start);
-    if (from >= first && from + count <= first + n) continue;  // within the range
+    *count = backend_->MappingAt(SlotAddress(s), &start);
+    *from = SlotIndex(start);
+    if (*from < first || *from + *count > first + n) return true;
+  }
+  return false;
+}
+
+Status Engine::TrimCachedMappings(uint64_t first, uint64_t n) {
+  if (!whole_mappings_) return Status::Ok();
+  uint64_t from = 0, count = 0;
+  while (CutsCachedMapping(first, n, &from, &count)) {
     LMS_RETURN_IF_ERROR(UncacheMapping(from, count));
   }
   return Status::Ok();
+}
+
+bool Engine::RangeIsClear(uint64_t first, uint64_t n, uint64_t* from, uint64_t* count) {
+  if (CutsCachedMapping(first, n, from, count)) return false;
+  if (backend_->MapsWithoutWait(SlotAddress(first), n)) return true;
+  *from = first;
+  *count = n;
+  return false;
+}
+
+ChunkId Engine::PlaceWithoutCuts(ChunkId c, uint64_t n) {
+  if (!whole_mappings_) return c;
+  uint64_t from = 0, count = 0;
+  if (RangeIsClear(arena_.chunk(c).start, n, &from, &count)) return c;
+  // Best fit again with what is in the way held, a few times: a range that
+  // cuts nothing keeps a cached mapping whole for a unit of its size, and
+  // one without retired mappings maps without a wait.
+  constexpr int kTries = 32;
+  ChunkId held[kTries];
+  int holds = 0;
+  ChunkId placed = kNoChunk;
+  arena_.Free(c);
+  while (holds < kTries) {
+    const ChunkId h = arena_.AllocateAt(from, count);
+    if (h == kNoChunk) break;  // not free: cannot happen for free or cached slots
+    held[holds++] = h;
+    const ChunkId d = arena_.Allocate(n);
+    if (d == kNoChunk) break;
+    if (RangeIsClear(arena_.chunk(d).start, n, &from, &count)) {
+      placed = d;
+      break;
+    }
+    arena_.Free(d);
+  }
+  for (int i = 0; i < holds; ++i) arena_.Free(held[i]);
+  if (placed != kNoChunk) {
+    ++stats_.num_cut_mappings_avoided;
+    return placed;
+  }
+  // None found: best fit's range, whose placement unmaps a cut mapping and
+  // whose Map waits for a retired one.
+  return arena_.Allocate(n);
 }
 
 Status Engine::OutOfMemory(uint64_t granules, const char* what) const {
@@ -269,8 +339,15 @@ bool Engine::RestoreMapping(uint64_t first_slot, uint64_t count, PoolKind pool,
   return false;
 }
 
+void Engine::StartDeviceRuns() {
+  if (device_runs_) return;
+  device_runs_ = true;
+  backend_->SetDeviceRuns(true);
+}
+
 Status Engine::EvictChunks(const std::vector<ChunkId>& victims, bool may_unlock) {
   ScopedNanos timed(&stats_.time_evicting_ns);
+  StartDeviceRuns();
   struct Victim {
     ChunkId id;
     uint64_t first;
@@ -614,6 +691,7 @@ void Engine::PageInUnits(const ChunkId* ids, size_t count, Status* out, bool may
 }
 
 Status Engine::PlaceBornEvicted(ChunkId id) {
+  StartDeviceRuns();
   const uint64_t n = residency_.record(id).granules;
   std::vector<GranuleId> host;
   LMS_RETURN_IF_ERROR(TakeHostGranules(n, "placing", &host));

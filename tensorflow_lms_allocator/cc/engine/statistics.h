@@ -49,6 +49,9 @@
   X(num_cached_placements,                                                      \
     "new units placed at a free range whose granules were still mapped, "       \
     "sparing a defragmentation")                                                \
+  X(num_cut_mappings_avoided,                                                   \
+    "new units placed elsewhere than best fit's range, which would have cut "   \
+    "a cached mapping or waited for a retired one (a GPU)")                     \
   X(host_bytes_in_use, "host-pool granules backing evicted units")              \
   X(host_peak_bytes_in_use, "highest host_bytes_in_use")                        \
   X(num_page_ins, "pins that copied a unit back to the device")                 \
