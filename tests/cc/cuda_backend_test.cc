@@ -964,7 +964,9 @@ TEST_F(EngineTest, PinAllPagesInAKernelsInputsWithoutAHostWaitAndItsKernelReadsT
     FinishEvictionCopies(b);
     const int64_t before = e->GetStatistics().num_host_waits;
     Fake().set_copy_delay_us(100000);  // each page-in copy lands late
-    const void* ptrs[3] = {inputs[0], inputs[1], inputs[2]};
+    // In the reverse order of their eviction: each input gets device granules
+    // that held another's bytes, so a read before its copy lands is wrong.
+    const void* ptrs[3] = {inputs[2], inputs[1], inputs[0]};
     uint64_t ids[3] = {0, 0, 0};
     const auto start = std::chrono::steady_clock::now();
     if (batched) {
