@@ -76,8 +76,8 @@ MUTATIONS = {
     # mapping.
     "cached-mapping-stolen-in-part": (
         RECLAIM_SRC,
-        "    if (!UncacheMapping(best_from, best_count).ok()) break;\n    stolen += best_count;",
-        "    if (!UncacheMapping(best_from + best_count - 1, 1).ok()) break;  // MUTATION\n"
+        "    if (!UncacheMapping(from, count).ok()) break;\n    stolen += count;",
+        "    if (!UncacheMapping(from + count - 1, 1).ok()) break;  // MUTATION\n"
         "    stolen += 1;",
         {STEAL, PAGE_IN_FREED, AWAY}),
     # The copy stream never waits for a unit's last use (Note [Epochs of

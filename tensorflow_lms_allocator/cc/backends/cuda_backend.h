@@ -521,6 +521,10 @@ class CudaBackend : public Backend {
     }
     return false;
   }
+  // Whether retired mapping `r` holds one of the `count` slots from `address`.
+  bool Overlaps(const Retired& r, uintptr_t address, size_t count) const {
+    return r.address < address + count * granule_ && address < r.address + r.granules * granule_;
+  }
   // Orders the copy stream after the retired mappings of the `count`
   // granules of `pool` from ids (Pool::busy_until).
   Status CopiesAfterRetired(PoolKind pool, const GranuleId* ids, size_t count);

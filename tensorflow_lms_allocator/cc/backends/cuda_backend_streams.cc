@@ -199,11 +199,8 @@ Status CudaBackend::Retire(uintptr_t address, size_t granules, uint64_t mark) {
 bool CudaBackend::MapsWithoutWait(uintptr_t address, size_t count) {
   if (retired_.empty() || !AnyRetired(address, count)) return true;
   PollEpochs();
-  const uintptr_t end = address + count * granule_;
   for (const Retired& r : retired_) {
-    if (r.address < end && address < r.address + r.granules * granule_ && !EpochDone(r.mark)) {
-      return false;
-    }
+    if (Overlaps(r, address, count) && !EpochDone(r.mark)) return false;
   }
   return true;
 }
@@ -222,10 +219,7 @@ Status CudaBackend::SettleMapping(uintptr_t address, size_t count) {
 Status CudaBackend::UnmapRetired(bool wait, uintptr_t address, size_t count,
                                  bool drop_pending) {
   if (retired_.empty()) return Status::Ok();
-  const uintptr_t end = address + count * granule_;
-  const auto in_the_way = [&](const Retired& r) {
-    return wait && r.address < end && address < r.address + r.granules * granule_;
-  };
+  const auto in_the_way = [&](const Retired& r) { return wait && Overlaps(r, address, count); };
   // The waits first: one may complete other retired mappings' epochs too.
   PollEpochs();
   for (const Retired& r : retired_) {

@@ -603,6 +603,10 @@ class Engine {
   // time, until `granules` are taken or none are cached; returns how many.
   uint64_t StealCachedGranules(uint64_t granules)
       LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The cached mapping defragmentation takes next, when `need` granules are
+  // still wanted (the cache must not be empty).
+  void ChooseCachedMapping(uint64_t need, uint64_t* from, uint64_t* count)
+      LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Unmaps the cached mappings that hold a slot of the free range
   // [first, first + n) and one outside it, and gives their granules back
   // (Note [Mappings within a unit]).

@@ -162,34 +162,36 @@ Status Engine::Prefetch(uint64_t lookahead, uint64_t* units) {
 uint64_t Engine::StealCachedGranules(uint64_t granules) {
   uint64_t stolen = 0;
   while (stolen < granules && backing_.cached_count() > 0) {
-    // The whole mapping of a cached slot is cached (Note [Mappings within a
-    // unit]), and goes whole: the first from the top no larger than what is
-    // still needed (a granule is, on a backend that maps each alone), else
-    // the smallest of the few looked at, so little more goes than is needed.
-    constexpr int kLooks = 64;
-    const uint64_t need = granules - stolen;
-    uint64_t best_from = 0, best_count = 0;
-    uint64_t before = ~uint64_t{0}, slot = 0;
-    if (!whole_mappings_) {  // a granule a mapping: any will do
-      best_from = backing_.AnyCached();
-      best_count = 1;
-    }
-    for (int looks = 0; whole_mappings_ && looks < kLooks && backing_.PrevCached(before, &slot);
-         ++looks) {
-      uintptr_t start = 0;
-      const uint64_t count = backend_->MappingAt(SlotAddress(slot), &start);
-      const uint64_t from = SlotIndex(start);
-      if (best_count == 0 || count < best_count) {
-        best_from = from;
-        best_count = count;
-      }
-      if (count <= need) break;
-      before = from;
-    }
-    if (!UncacheMapping(best_from, best_count).ok()) break;
-    stolen += best_count;
+    uint64_t from = 0, count = 0;
+    ChooseCachedMapping(granules - stolen, &from, &count);
+    if (!UncacheMapping(from, count).ok()) break;
+    stolen += count;
   }
   return stolen;
+}
+
+void Engine::ChooseCachedMapping(uint64_t need, uint64_t* from, uint64_t* count) {
+  if (!whole_mappings_) {  // a granule a mapping: any will do
+    *from = backing_.AnyCached();
+    *count = 1;
+    return;
+  }
+  // The whole mapping of a cached slot is cached (Note [Mappings within a
+  // unit]) and goes whole: the first from the top no larger than `need`,
+  // else the smallest of the few looked at, so little more goes than needed.
+  constexpr int kLooks = 64;
+  *count = 0;
+  uint64_t before = ~uint64_t{0}, slot = 0;
+  for (int looks = 0; looks < kLooks && backing_.PrevCached(before, &slot); ++looks) {
+    uintptr_t start = 0;
+    const uint64_t n = backend_->MappingAt(SlotAddress(slot), &start);
+    if (*count == 0 || n < *count) {
+      *from = SlotIndex(start);
+      *count = n;
+    }
+    if (n <= need) return;
+    before = SlotIndex(start);
+  }
 }
 
 Status Engine::UncacheMapping(uint64_t first, uint64_t count) {
