@@ -140,35 +140,46 @@ def delta(a: FakeTiming, b: FakeTiming) -> dict[str, int]:
     return {name: getattr(b, name) - getattr(a, name) for name, _ in FakeTiming._fields_}
 
 
-def calibrate(driver: FakeDriver, lms: object, preset: str) -> tuple[float, float]:
-    """gpu-check-engine's bandwidth step on the model: evict and page-in GB/s."""
-    tensor, device = 64 * MIB, 4 * GIB
+def calibrate(driver: FakeDriver, lms: object, tensor: int = 64 * MIB,
+              host_ahead: int = 0) -> dict[str, float]:
+    """gpu-check-engine's bandwidth step on the model: 1 GiB of `tensor`-byte
+    tensors on a 4 GiB device evicted, then paged in, three rounds, with
+    `host_ahead` bytes of host memory made at the engine's creation. GB/s:
+    the first round's eviction (`first_out`, the one that makes host memory
+    made at eviction), the best round's each way, and the first round's
+    eviction over its copies alone (`first_out_vs_copy`)."""
+    device = 4 * GIB
     engine = lms.Engine(device, host_bytes=device, granule_bytes=2 * MIB, backend="cuda",
-                        policy="lru")
+                        policy="lru", host_ahead_bytes=host_ahead)
     tensors = [engine.allocate(tensor) for _ in range(device // 4 // tensor)]
     for i, address in enumerate(tensors):
         engine.fill_pattern(address, tensor, 100 + i)
     total = len(tensors) * tensor
-    best_out = best_in = 0.0
-    for _ in range(3):
-        start = driver.totals().host_now_ns
+    result = {"best_out": 0.0, "best_in": 0.0}
+    for round_ in range(3):
+        before = driver.totals()
         for address in tensors:
             engine.evict(address)
         engine.wait_for_copies()
-        middle = driver.totals().host_now_ns
+        middle = driver.totals()
         for address in tensors:
             engine.unpin(address, engine.pin(address))
         engine.wait_for_copies()
         end = driver.totals().host_now_ns
-        best_out = max(best_out, total / (middle - start))
-        best_in = max(best_in, total / (end - middle))
+        out = total / (middle.host_now_ns - before.host_now_ns)
+        if round_ == 0:
+            result["first_out"] = out
+            copying = middle.copy_to_host_busy_ns - before.copy_to_host_busy_ns
+            result["first_out_vs_copy"] = copying / (middle.host_now_ns - before.host_now_ns)
+        result["best_out"] = max(result["best_out"], out)
+        result["best_in"] = max(result["best_in"], total / (end - middle.host_now_ns))
     bad = [i for i, a in enumerate(tensors) if engine.verify_pattern(a, tensor, 100 + i) != -1]
     if bad:
         raise SystemExit(f"calibration: tensors {bad} lost bytes")
     for address in tensors:
         engine.free(address)
     del engine
-    return best_out, best_in
+    return result
 
 
 @dataclass
@@ -326,13 +337,30 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     driver = FakeDriver(driver_path)
     driver.enable(args.preset)
-    out_gbs, in_gbs = calibrate(driver, lms, args.preset)
+    calibration = calibrate(driver, lms)
+    out_gbs, in_gbs = calibration["best_out"], calibration["best_in"]
     logged = LOGGED.get(args.preset)
     print(f"== Calibration ({args.preset}): 16 tensors of 64 MiB, evict {out_gbs:.1f} GB/s, "
           f"page-in {in_gbs:.1f} GB/s" +
           (f"; measured on the GPU {logged[0]} / {logged[1]} GB/s "
            f"(model/measured {out_gbs / logged[0]:.2f} / {in_gbs / logged[1]:.2f})"
            if logged else ""), flush=True)
+    # The first eviction, whose host memory is made at eviction unless it
+    # was made ahead (Note [Host memory made ahead] in engine.h).
+    from tensorflow_lms_allocator import _engine  # noqa: E402
+
+    ahead_mib = int({name: default for name, default, _ in _engine.settings_table()}[
+        "TF_LMS_HOST_AHEAD_MB"])
+    worst_first = 1.0
+    for tensor in (64 * MIB, 8 * MIB):
+        made = calibrate(driver, lms, tensor, 0)
+        ahead = calibrate(driver, lms, tensor, ahead_mib * MIB)
+        print(f"== First eviction, {tensor // MIB} MiB tensors: {ahead['first_out']:.1f} GB/s "
+              f"({ahead['first_out_vs_copy']:.2f} of its copies) with "
+              f"TF_LMS_HOST_AHEAD_MB={ahead_mib}, "
+              f"{made['first_out']:.1f} GB/s ({made['first_out_vs_copy']:.2f}) with 0",
+              flush=True)
+        worst_first = min(worst_first, ahead["first_out_vs_copy"])
 
     with tempfile.TemporaryDirectory() as tmp:
         directory = args.traces or Path(tmp)
@@ -375,6 +403,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             worst = (name, label, m["ratio"])
     print(f"\nviolations recorded by the fake driver: {driver.violations()}")
     print(f"lms_on_vs_off_uncapped {max(on_vs_off):.3f}")
+    print(f"first_eviction_vs_copy {worst_first:.3f}")
     print(f"worst: {worst[0]} at {worst[1]}")
     print(f"gpu_step_vs_ideal {worst[2]:.3f}")
     return 0 if driver.violations() == 0 else 1

@@ -91,6 +91,7 @@ def as_documented(parsed: dict) -> dict[str, str]:
         "TF_GPU_HOST_MEM_LIMIT_IN_MB": host,
         "TF_LMS_POLICY": parsed["policy"],
         "TF_LMS_PREFETCH": on_off[parsed["prefetch"]],
+        "TF_LMS_HOST_AHEAD_MB": str(parsed["host_ahead_bytes"] // MIB),
         "TF_LMS_GRANULE_MB": str(parsed["granule_bytes"] // MIB),
         "TF_LMS_HUGE_PAGES": parsed["huge_pages"],
         "TF_LMS_STRICT": on_off[parsed["strict"]],
@@ -110,6 +111,7 @@ def test_an_empty_environment_gives_the_tables_defaults(clean_environment):
 def test_each_setting_is_parsed_into_its_typed_option(clean_environment, monkeypatch):
     for name, value in [("TF_LMS_ENABLED", "TRUE"), ("TF_LMS_DEFRAG_ENABLED", "0"),
                         ("TF_LMS_POLICY", "lru"), ("TF_LMS_PREFETCH", "1"),
+                        ("TF_LMS_HOST_AHEAD_MB", "0"),
                         ("TF_LMS_GRANULE_MB", "8"), ("TF_LMS_HUGE_PAGES", "off"),
                         ("TF_LMS_CPU_DEVICE_MEMORY_MB", "100"),
                         ("TF_GPU_HOST_MEM_LIMIT_IN_MB", "1024"), ("TF_LMS_STRICT", "true"),
@@ -119,7 +121,8 @@ def test_each_setting_is_parsed_into_its_typed_option(clean_environment, monkeyp
     assert as_documented(parsed) | {"TF_LMS_CPU_DEVICE_MEMORY_MB": "96"} == {
         "TF_LMS_ENABLED": "on", "TF_LMS_DEFRAG_ENABLED": "off",
         "TF_LMS_CPU_DEVICE_MEMORY_MB": "96", "TF_GPU_HOST_MEM_LIMIT_IN_MB": "1024",
-        "TF_LMS_POLICY": "lru", "TF_LMS_PREFETCH": "on", "TF_LMS_GRANULE_MB": "8",
+        "TF_LMS_POLICY": "lru", "TF_LMS_PREFETCH": "on", "TF_LMS_HOST_AHEAD_MB": "0",
+        "TF_LMS_GRANULE_MB": "8",
         "TF_LMS_HUGE_PAGES": "off", "TF_LMS_STRICT": "on",
         "TF_LMS_CUDA_DRIVER_PATH": "libcuda.so.1", "TF_GPU_ALLOCATOR": "cuda_malloc_async"}
     # 100 MiB is not a whole number of 8 MiB granules: 96, said in a note;
@@ -134,6 +137,16 @@ def test_each_setting_is_parsed_into_its_typed_option(clean_environment, monkeyp
 def test_a_bad_value_is_a_value_error_naming_the_variable(clean_environment, monkeypatch):
     monkeypatch.setenv("TF_LMS_POLICY", "fifo")
     with pytest.raises(ValueError, match="TF_LMS_POLICY='fifo' is not a policy"):
+        _engine.settings_from_env()
+    monkeypatch.delenv("TF_LMS_POLICY")
+    # 0 turns making host memory ahead off; any other size is checked as one.
+    monkeypatch.setenv("TF_LMS_HOST_AHEAD_MB", "0")
+    assert _engine.settings_from_env()["host_ahead_bytes"] == 0
+    monkeypatch.setenv("TF_LMS_HOST_AHEAD_MB", "1")
+    with pytest.raises(ValueError, match="TF_LMS_HOST_AHEAD_MB='1' is less than one granule"):
+        _engine.settings_from_env()
+    monkeypatch.setenv("TF_LMS_HOST_AHEAD_MB", "lots")
+    with pytest.raises(ValueError, match="TF_LMS_HOST_AHEAD_MB='lots' is not a whole number"):
         _engine.settings_from_env()
 
 

@@ -112,9 +112,10 @@ def test_a_missing_gpu_or_driver_raises(fake, monkeypatch):
 
 def test_a_failed_pool_creation_raises_and_leaks_nothing(fake):
     # The first cuMemCreate probes host memory (the fake's default 12.4 driver
-    # cannot report host-located VMM support), the second whether the driver
-    # maps at an offset; then the device pool, one piece of its 8 granules.
-    fake.fake_cuda_fail_nth_mem_create(3)
+    # cannot report host-located VMM support), the next two whether the driver
+    # maps device and host memory at an offset; then the device pool, one
+    # piece of its 8 granules.
+    fake.fake_cuda_fail_nth_mem_create(4)
     with pytest.raises(OutOfMemoryError,
                        match="cuMemCreate of device granule 0 and the 7 after it"):
         cuda_engine(8, 8)

@@ -42,8 +42,9 @@ def test_a_gpu_gets_an_lms_device_from_tensorflows_budget_and_swaps_past_it():
     # none); TensorFlow makes it once and returns it again.
     assert r["tensorflow_budgets"] == [1 * MIB, 1 * MIB]
     # The device budget is taken at once (as TensorFlow's BFC allocator takes
-    # it); pinned host memory only as tensors are evicted.
-    assert r["created"] == [64 * MIB, 0]
+    # it), and pinned host memory made ahead: TF_LMS_HOST_AHEAD_MB's 1024 MiB,
+    # at most the host limit of 256.
+    assert r["created"] == [64 * MIB, 256 * MIB]
     assert r["names"] == ["GPU:0"]
     # 64.5 MiB from TensorFlow: the engine takes whole 2 MiB granules.
     assert r["limit_by_name"] == r["limit_by_index"] == 64 * MIB
@@ -70,9 +71,11 @@ def test_a_gpu_gets_an_lms_device_from_tensorflows_budget_and_swaps_past_it():
 def test_a_gpu_takes_the_granule_tf_lms_granule_mb_asks_for():
     """The fake driver's granularity is 2 MiB; TF_LMS_GRANULE_MB=8 is larger,
     so it is the GPU's granule: a 9 MiB tensor takes two 8 MiB granules, and
-    the 8 MiB tensors past the device are evicted and placed as before."""
+    the 8 MiB tensors past the device are evicted and placed as before. With
+    TF_LMS_HOST_AHEAD_MB=0 host memory is made only as tensors are evicted."""
     run = run_program("gpu_wiring.py", "allocate",
-                      env=fake_gpu(TF_LMS_ENABLED="1", TF_LMS_GRANULE_MB="8"))
+                      env=fake_gpu(TF_LMS_ENABLED="1", TF_LMS_GRANULE_MB="8",
+                                   TF_LMS_HOST_AHEAD_MB="0"))
     assert run.result, describe(run)
     r = run.result
     assert r["create"] == [0, ""]
@@ -89,7 +92,8 @@ def test_allow_growth_creates_device_memory_as_it_is_used():
     run = run_program("gpu_wiring.py", "allocate",
                       env=fake_gpu(TF_LMS_ENABLED="1", TF_FORCE_GPU_ALLOW_GROWTH="true"))
     assert run.result, describe(run)
-    assert run.result["created"] == [0, 0]
+    # Host memory made ahead is TF_LMS_HOST_AHEAD_MB's, whatever allow_growth.
+    assert run.result["created"] == [0, 256 * MIB]
     assert run.result["allocated"] == 12 and run.result["violations"] == ""
 
 
@@ -176,6 +180,8 @@ def test_two_gpus_split_the_host_memory_limit_and_each_can_use_its_half():
     for line in served:
         assert "host memory for evicted tensors 128.0 MiB" in line, line
         assert "(TF_GPU_HOST_MEM_LIMIT_IN_MB=256 split among 2 GPUs)" in line, line
+        # TF_LMS_HOST_AHEAD_MB's 1024 by default, at most the GPU's share.
+        assert "128.0 MiB (134217728 bytes) of it made ahead (TF_LMS_HOST_AHEAD_MB)" in line, line
     # 32 MiB resident and 128 MiB in host memory each, 8 MiB at a time.
     assert run.result["held"] == {"GPU:0": 20, "GPU:1": 20}
     assert run.result["host_bytes_in_use"] == {"GPU:0": 128 * MIB, "GPU:1": 128 * MIB}

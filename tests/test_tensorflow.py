@@ -300,13 +300,13 @@ def test_only_settings_that_do_not_turn_lms_off_ask_for_it():
 
     assert asking_settings({"TF_LMS_ENABLED": "0", "TF_LMS_DEFRAG_ENABLED": "False",
                             "TF_LMS_PREFETCH": "0", "TF_LMS_STRICT": "",
-                            "HOME": "/root"}) == []
+                            "TF_LMS_HOST_AHEAD_MB": "0", "HOME": "/root"}) == []
     # A value LMS refuses asks for LMS: its import says what is wrong with it.
     assert asking_settings({"TF_LMS_ENABLED": "1", "TF_LMS_POLICY": "lru",
                             "TF_LMS_CPU_DEVICE_MEMORY_MB": "0", "TF_LMS_PREFETCH": " 0",
-                            "TF_LMS_STRICT": "maybe"}) == [
-        "TF_LMS_CPU_DEVICE_MEMORY_MB", "TF_LMS_ENABLED", "TF_LMS_POLICY", "TF_LMS_PREFETCH",
-        "TF_LMS_STRICT"]
+                            "TF_LMS_STRICT": "maybe", "TF_LMS_HOST_AHEAD_MB": "512"}) == [
+        "TF_LMS_CPU_DEVICE_MEMORY_MB", "TF_LMS_ENABLED", "TF_LMS_HOST_AHEAD_MB", "TF_LMS_POLICY",
+        "TF_LMS_PREFETCH", "TF_LMS_STRICT"]
 
 
 @pytest.mark.parametrize("installed, words", [

@@ -306,10 +306,15 @@ TEST_F(BackendTest, NoAccessMappingsAreRefusedOnAGpu) {
 // Host memory in runs (backend.h, DefineRuns): a run is made by one
 // cuMemCreate and mapped by one cuMemMap wherever it goes, its bytes in order
 // (new runs that adjoin in the window are granted there in one call); a Map
-// naming part of a run is refused (LMS maps pieces whole, so that every
-// cuMemUnmap covers whole mappings, as cuMemUnmap requires); ReleaseRuns
-// gives the memory back, and the ids are single granules again.
+// naming part of a run is refused where the driver maps only from offset 0
+// (LMS maps pieces whole there, so that every cuMemUnmap covers whole
+// mappings, as cuMemUnmap requires); ReleaseRuns gives the memory back, and
+// the ids are single granules again.
 TEST_F(BackendTest, AHostRunIsOnePieceMadeMappedAndReleasedWhole) {
+  b.reset();
+  Fake().set_map_offset_zero_only(1);
+  b = MustMakeCuda();
+  EXPECT_TRUE(!b->MapsPartsOfRuns(PoolKind::kHost));
   uintptr_t base = 0;
   EXPECT_OK(b->ReserveAddressRange(8 * kGranule, &base));
   EXPECT_OK(b->CreatePool(PoolKind::kHost, 8));
@@ -340,6 +345,44 @@ TEST_F(BackendTest, AHostRunIsOnePieceMadeMappedAndReleasedWhole) {
   EXPECT_EQ(PinnedHostBudget::Process().used(), budget_before);
   EXPECT_OK(b->Map(base, PoolKind::kHost, ids + 1, 1, Access::kReadWrite));  // one granule
   EXPECT_OK(b->Unmap(base, 1));
+  b->ReleaseAddressRange(base, 8 * kGranule);
+}
+
+// Where the driver maps at an offset, part of a host run (consecutive ids of
+// it) is one cuMemMap at its offset into the run's piece, made ahead by
+// MakeRuns (Note [Host memory made ahead] in engine.h); the slots show that
+// part's bytes.
+TEST_F(BackendTest, PartOfAHostRunMadeAheadIsOneMappingAtItsOffset) {
+  EXPECT_TRUE(b->MapsPartsOfRuns(PoolKind::kHost));
+  uintptr_t base = 0;
+  EXPECT_OK(b->ReserveAddressRange(8 * kGranule, &base));
+  EXPECT_OK(b->CreatePool(PoolKind::kHost, 8));
+  const GranuleRun run = {2, 4};
+  b->DefineRuns(PoolKind::kHost, &run, 1);
+  Fake().reset_call_counts();
+  EXPECT_OK(b->MakeRuns(PoolKind::kHost, &run, 1));
+  EXPECT_EQ(Fake().call_count("cuMemCreate"), 1u);
+  EXPECT_EQ(Fake().pool_bytes_in_use(FAKE_CUDA_POOL_HOST), 4 * kGranule);
+  const GranuleId all[] = {2, 3, 4, 5};
+  std::vector<unsigned char> in(4 * kGranule);
+  for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<unsigned char>(i * 5 + i / kGranule);
+  EXPECT_OK(b->Map(base, PoolKind::kHost, all, 4, Access::kReadWrite));
+  EXPECT_OK(b->CopyFromHost(base, in.data(), in.size()));
+  EXPECT_OK(b->Unmap(base, 4));
+  Fake().reset_call_counts();
+  EXPECT_OK(b->Map(base + 5 * kGranule, PoolKind::kHost, all + 1, 2, Access::kReadWrite));
+  EXPECT_EQ(Fake().call_count("cuMemCreate"), 0u);
+  EXPECT_EQ(Fake().call_count("cuMemMap"), 1u);
+  uintptr_t first = 0;
+  EXPECT_EQ(b->MappingAt(base + 6 * kGranule, &first), 2u);
+  EXPECT_EQ(first, base + 5 * kGranule);
+  const auto* seen =
+      static_cast<const unsigned char*>(Fake().device_alias(base + 5 * kGranule, 2 * kGranule));
+  ASSERT_TRUE(seen != nullptr);
+  EXPECT_TRUE(std::equal(in.begin() + kGranule, in.begin() + 3 * kGranule, seen));
+  EXPECT_OK(b->Unmap(base + 5 * kGranule, 2));
+  b->ReleaseRuns(PoolKind::kHost, &run, 1);
+  EXPECT_EQ(Fake().pool_bytes_in_use(FAKE_CUDA_POOL_HOST), 0u);
   b->ReleaseAddressRange(base, 8 * kGranule);
 }
 
@@ -1426,7 +1469,10 @@ TEST_F(EngineTest, DefragmentationTakesACachedMappingWhole) {
 // free at once; host memory made is kept to the most ever in use (RunPool),
 // so the next eviction may release that run. cuMemUnmap and cuMemRelease are
 // not stream-ordered: the release waits for the copy (backend.h, ReleaseRuns).
+// (On a driver that maps host runs only whole: with parts, the free run is
+// split rather than released.)
 TEST_F(EngineTest, AHostRunIsReleasedOnlyAfterThePageInCopyStillReadingIt) {
+  Fake().set_map_offset_zero_only(1);
   StartEngine(/*device=*/4, /*host=*/8);
   const size_t size = 2 * kGranule;
   void* t = MustAllocate(*e, size, /*pin=*/false);
@@ -1448,6 +1494,92 @@ TEST_F(EngineTest, AHostRunIsReleasedOnlyAfterThePageInCopyStillReadingIt) {
   EXPECT_EQ(VerifyAllocation(*e, u, kGranule, 22), -1);
   EXPECT_OK(e->Free(t));
   EXPECT_OK(e->Free(u));
+}
+
+// Note [Host memory made ahead]: an engine made with host_ahead_bytes makes
+// that much host memory at creation (one run here); evictions of units of
+// any size take parts of it, each one cuMemMap at its offset, and make no
+// memory; parts given back merge, so a unit as large as the run takes it
+// whole. Every byte survives.
+std::unique_ptr<Engine> EngineMakingHostAhead(std::unique_ptr<CudaBackend> backend,
+                                              size_t ahead_granules) {
+  EngineOptions o;
+  o.device_bytes = 12 * kGranule;
+  o.host_bytes = 32 * kGranule;
+  o.host_ahead_bytes = ahead_granules * kGranule;
+  o.policy = PolicyKind::kLru;
+  return engine_test::MustCreateEngine(o, std::move(backend));
+}
+
+TEST_F(FakeCudaTest, HostMemoryMadeAheadServesEvictionsOfAnySizeWithoutMakingMore) {
+  std::unique_ptr<CudaBackend> backend = MustMakeCuda();
+  CudaBackend* b = backend.get();
+  EXPECT_TRUE(b->MapsPartsOfRuns(PoolKind::kHost));
+  auto e = EngineMakingHostAhead(std::move(backend), 10);
+  EXPECT_EQ(e->GetStatistics().host_bytes_made_ahead, static_cast<int64_t>(10 * kGranule));
+  EXPECT_EQ(Fake().pool_bytes_in_use(FAKE_CUDA_POOL_HOST), 10 * kGranule);
+  const size_t sizes[] = {3, 2, 5};
+  void* units[3];
+  for (int i = 0; i < 3; ++i) {
+    units[i] = MustAllocate(*e, sizes[i] * kGranule, /*pin=*/false);
+    ASSERT_TRUE(units[i] != nullptr);
+    EXPECT_OK(FillAllocation(*e, units[i], sizes[i] * kGranule, 60 + i));
+  }
+  Fake().reset_call_counts();
+  for (void* u : units) EXPECT_OK(e->Evict(u));
+  EXPECT_EQ(Fake().call_count("cuMemCreate"), 0u);
+  EXPECT_EQ(Fake().call_count("cuMemMap"), 3u);  // one host mapping a unit
+  FinishEvictionCopies(b);
+  for (int i = 0; i < 3; ++i) {
+    uintptr_t first = 0;
+    EXPECT_EQ(b->MappingAt(Address(units[i]), &first), sizes[i]);
+    // What an unpinned kernel reads at the unit's address: its own part.
+    const void* seen = Fake().device_alias(Address(units[i]), sizes[i] * kGranule);
+    ASSERT_TRUE(seen != nullptr);
+    EXPECT_EQ(VerifyPattern(seen, sizes[i] * kGranule, 60 + i), -1);
+    EXPECT_EQ(VerifyAllocation(*e, units[i], sizes[i] * kGranule, 60 + i), -1);
+    uint64_t id = 0;
+    EXPECT_OK(e->Pin(units[i], &id));
+    EXPECT_EQ(VerifyAllocation(*e, units[i], sizes[i] * kGranule, 60 + i), -1);
+    EXPECT_OK(e->Unpin(units[i], id));
+    EXPECT_OK(e->Free(units[i]));
+  }
+  void* whole = MustAllocate(*e, 10 * kGranule, /*pin=*/false);
+  ASSERT_TRUE(whole != nullptr);
+  EXPECT_OK(FillAllocation(*e, whole, 10 * kGranule, 63));
+  Fake().reset_call_counts();
+  EXPECT_OK(e->Evict(whole));
+  EXPECT_EQ(Fake().call_count("cuMemCreate"), 0u);
+  EXPECT_EQ(Fake().call_count("cuMemMap"), 1u);
+  EXPECT_EQ(VerifyAllocation(*e, whole, 10 * kGranule, 63), -1);
+  EXPECT_OK(e->Free(whole));
+  EXPECT_EQ(Fake().pool_bytes_in_use(FAKE_CUDA_POOL_HOST), 10 * kGranule);  // all kept
+}
+
+// A driver that maps host memory only from offset 0 gets nothing made ahead
+// (a run of no request's size would be released and made again), and memory
+// the backend cannot make at creation is made as evictions need it: neither
+// is an error.
+TEST_F(FakeCudaTest, HostMemoryIsMadeAtEvictionWhereItCannotBeMadeAhead) {
+  for (const bool whole_runs_only : {true, false}) {
+    Fake().set_map_offset_zero_only(whole_runs_only ? 1 : 0);
+    std::unique_ptr<CudaBackend> backend = MustMakeCuda();
+    EXPECT_TRUE(backend->MapsPartsOfRuns(PoolKind::kHost) == !whole_runs_only);
+    // The device pool's piece is the first cuMemCreate, the run made ahead
+    // the second (refused).
+    if (!whole_runs_only) Fake().fail_nth_mem_create(2);
+    auto e = EngineMakingHostAhead(std::move(backend), 10);
+    EXPECT_EQ(e->GetStatistics().host_bytes_made_ahead, 0);
+    EXPECT_EQ(Fake().pool_bytes_in_use(FAKE_CUDA_POOL_HOST), 0u);
+    void* u = MustAllocate(*e, 3 * kGranule, /*pin=*/false);
+    ASSERT_TRUE(u != nullptr);
+    EXPECT_OK(FillAllocation(*e, u, 3 * kGranule, 64));
+    Fake().reset_call_counts();
+    EXPECT_OK(e->Evict(u));
+    EXPECT_EQ(Fake().call_count("cuMemCreate"), 1u);  // its run, at the eviction
+    EXPECT_EQ(VerifyAllocation(*e, u, 3 * kGranule, 64), -1);
+    EXPECT_OK(e->Free(u));
+  }
 }
 
 // cuMemUnmap is not stream-ordered: the host mapping of an evicted tensor

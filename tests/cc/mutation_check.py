@@ -54,14 +54,30 @@ TRIM = "AUnitPlacedOverPartOfACachedMappingGetsItsOwnAndMovesAlone"
 AVOID = "ASmallerUnitIsPlacedWhereItCutsNoCachedMapping"
 AWAY = "ANewUnitIsPlacedAwayFromARetiredMappingStillInUse"
 STEAL = "DefragmentationTakesACachedMappingWhole"
+RUN_POOL = SRC / "engine/run_pool.cc"
+AHEAD = "HostMemoryMadeAheadServesEvictionsOfAnySizeWithoutMakingMore"
+HOST_PART = "PartOfAHostRunMadeAheadIsOneMappingAtItsOffset"
+NOT_AHEAD = "HostMemoryIsMadeAtEvictionWhereItCannotBeMadeAhead"
 
 # name -> (source, text to find, replacement, tests that must fail)
 MUTATIONS = {
-    # A run of a device piece mapped from the piece's start, not its offset
-    # (Note [Device memory in runs]): a tensor sees another's bytes.
+    # A run of a piece mapped from the piece's start, not its offset (Note
+    # [Device memory in runs]; a part of a host run, Note [Host memory made
+    # ahead]): a tensor sees another's bytes.
     "device-run-mapped-at-offset-zero": (
         MEMORY, "size_t{first_id - piece} * granule_,", "0, /* MUTATION */",
-        {RUNS, COPY, RECLAIM, PIN_ALL, EVICTION, IN_PLACE, PEER}),
+        {RUNS, COPY, RECLAIM, PIN_ALL, EVICTION, IN_PLACE, PEER, HOST_PART, AHEAD}),
+    # Host memory made ahead is not made (Note [Host memory made ahead]):
+    # the first evictions make it.
+    "made-ahead-not-made": (
+        MEMORY, "  return EnsureGranules(pool, firsts.data(), firsts.size());",
+        "  return Status::Ok();  // MUTATION", {AHEAD, HOST_PART, NOT_AHEAD}),
+    # Parts of a host run given back stay apart: a unit as large as the run
+    # gets several mappings, and in time memory is made again.
+    "host-parts-not-merged": (
+        RUN_POOL, "    if (splits_) {\n      const GranuleId run = run_start_[start];",
+        "    if (false) {  // MUTATION\n      const GranuleId run = run_start_[start];",
+        {AHEAD}),
     # A new unit shares a cached mapping with the free slots beside it (Note
     # [Mappings within a unit]): its eviction would have to cut the mapping.
     "cached-mapping-not-trimmed": (

@@ -235,7 +235,7 @@ void CudaBackend::DefineDevicePieces(size_t granules, Pool* p) const {
 size_t CudaBackend::NextMapping(PoolKind pool, const GranuleId* ids, size_t count) const {
   const Pool& p = pools_[static_cast<int>(pool)];
   if (!MapsAtOffsets(pool)) return p.piece_length[ids[0]];
-  if (!device_runs_) return 1;
+  if (pool == PoolKind::kDevice && !device_runs_) return 1;
   const GranuleId piece = p.piece_start[ids[0]];
   size_t n = 1;
   while (n < count && ids[n] == ids[0] + n && p.piece_start[ids[n]] == piece) ++n;
@@ -306,6 +306,13 @@ void CudaBackend::DefineRuns(PoolKind pool, const GranuleRun* runs, size_t count
     }
     p.piece_length[runs[r].first] = runs[r].length;
   }
+}
+
+Status CudaBackend::MakeRuns(PoolKind pool, const GranuleRun* runs, size_t count) {
+  LMS_CUDA_SCOPE(*driver_, context_);
+  std::vector<GranuleId> firsts(count);
+  for (size_t r = 0; r < count; ++r) firsts[r] = runs[r].first;
+  return EnsureGranules(pool, firsts.data(), firsts.size());
 }
 
 void CudaBackend::ReleaseRuns(PoolKind pool, const GranuleRun* runs, size_t count) {

@@ -305,6 +305,12 @@ class CudaBackend : public Backend {
   // Whether device memory is mapped in runs at offsets into large pieces
   // (Note [Device memory in runs]): the driver accepted a nonzero offset.
   bool maps_at_offsets() const { return map_at_offset_; }
+  // Whether a host run is mapped in parts at their offsets (the driver
+  // accepted a nonzero offset into host-located memory too), so that host
+  // memory made ahead serves any size (Note [Host memory made ahead] in
+  // engine.h).
+  bool MapsPartsOfRuns(PoolKind pool) const override { return MapsAtOffsets(pool); }
+  Status MakeRuns(PoolKind pool, const GranuleRun* runs, size_t count) override;
   // The largest piece of device memory made by one cuMemCreate.
   static constexpr size_t kDevicePieceBytes = size_t{1} << 30;
 
@@ -442,7 +448,7 @@ class CudaBackend : public Backend {
   // checked it is whole).
   size_t NextMapping(PoolKind pool, const GranuleId* ids, size_t count) const;
   bool MapsAtOffsets(PoolKind pool) const {
-    return pool == PoolKind::kDevice && map_at_offset_;
+    return pool == PoolKind::kDevice ? map_at_offset_ : host_map_at_offset_;
   }
   // Records the `length` slots from `address` as one mapping of ids from
   // `first_id` of `pool` (made, or pending).
@@ -458,8 +464,8 @@ class CudaBackend : public Backend {
   // Defines the device pool's pieces for `granules` (Note [Device memory in
   // runs]).
   void DefineDevicePieces(size_t granules, Pool* p) const;
-  // Whether cuMemMap accepts a nonzero offset (sets map_at_offset_).
-  void ProbeMapAtOffset();
+  // Whether cuMemMap accepts a nonzero offset into memory of `pool`.
+  bool ProbeMapAtOffset(PoolKind pool);
   // Unmaps and releases a window's granules and frees its range.
   // A host window gives its granules back to the process's PinnedHostBudget.
   void DestroyWindow(PoolKind kind, Pool* pool);
@@ -549,8 +555,10 @@ class CudaBackend : public Backend {
   // The driver does not know attribute 141 (before 12.9): host-located VMM
   // support is found out by ChooseHostLocation.
   bool host_support_unreported_ = false;
-  // The driver maps part of a handle at an offset (ProbeMapAtOffset).
+  // The driver maps part of a device (host) handle at an offset
+  // (ProbeMapAtOffset).
   bool map_at_offset_ = false;
+  bool host_map_at_offset_ = false;
   // A run of consecutive device ids is one mapping (SetDeviceRuns); else
   // one a granule, each at its offset.
   bool device_runs_ = true;

@@ -156,7 +156,8 @@ Status CudaBackend::Init(size_t min_granule_bytes) {
   size_t granule = min_granule_bytes;
   LMS_RETURN_IF_ERROR(Granularity(PoolKind::kDevice, &granule));
   LMS_RETURN_IF_ERROR(ChooseHostLocation(granule));
-  ProbeMapAtOffset();
+  map_at_offset_ = ProbeMapAtOffset(PoolKind::kDevice);
+  host_map_at_offset_ = ProbeMapAtOffset(PoolKind::kHost);
   LMS_RETURN_IF_ERROR(d.Check(d.cuStreamCreate(&copy_stream_, cu::CU_STREAM_NON_BLOCKING),
                               "cuStreamCreate (the LMS copy stream)"));
   return d.Check(d.cuEventCreate(&copies_done_, cu::CU_EVENT_DISABLE_TIMING),
@@ -302,24 +303,25 @@ Status CudaBackend::HostPoolUnsupported(const char* call, cu::CUresult r) const 
       ": this GPU or system does not support it (or upgrade the NVIDIA driver)");
 }
 
-void CudaBackend::ProbeMapAtOffset() {
-  // One device handle of two granules, its second granule mapped on its own
-  // (Note [Device memory in runs]). Any failure, of the probe's own memory
-  // included, leaves device memory a granule a piece: slower remaps, never
-  // a wrong one.
+bool CudaBackend::ProbeMapAtOffset(PoolKind pool) {
+  // One handle of two granules, its second granule mapped on its own (Note
+  // [Device memory in runs]). Any failure, of the probe's own memory
+  // included, leaves the pool's memory mapped a piece at a time: slower
+  // remaps, never a wrong one.
   const CudaDriver& d = *driver_;
-  map_at_offset_ = false;
-  const cu::CUmemAllocationProp prop = AllocationProp(PoolKind::kDevice);
+  bool maps = false;
+  const cu::CUmemAllocationProp prop = AllocationProp(pool);
   cu::CUmemGenericAllocationHandle h = 0;
-  if (d.cuMemCreate(&h, 2 * granule_, &prop, 0) != cu::CUDA_SUCCESS) return;
+  if (d.cuMemCreate(&h, 2 * granule_, &prop, 0) != cu::CUDA_SUCCESS) return false;
   cu::CUdeviceptr at = 0;
   if (d.cuMemAddressReserve(&at, granule_, granule_, 0, 0) == cu::CUDA_SUCCESS) {
     if (d.cuMemMap(at, granule_, granule_, h, 0) == cu::CUDA_SUCCESS) {
-      map_at_offset_ = d.cuMemUnmap(at, granule_) == cu::CUDA_SUCCESS;
+      maps = d.cuMemUnmap(at, granule_) == cu::CUDA_SUCCESS;
     }
     d.cuMemAddressFree(at, granule_);
   }
   d.cuMemRelease(h);
+  return maps;
 }
 
 cu::CUmemAllocationProp CudaBackend::AllocationProp(PoolKind pool) const {

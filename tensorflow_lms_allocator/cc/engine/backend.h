@@ -5,7 +5,8 @@
 //   ReserveAddressRange   mmap(PROT_NONE)              cuMemAddressReserve
 //   CreatePool            memfd_create + ftruncate     cuMemCreate per piece
 //                                                      (device: up to 1 GiB;
-//                                                      host: runs, on first use)
+//                                                      host: runs, made ahead
+//                                                      or on first use)
 //   Map                   mmap(MAP_FIXED|MAP_SHARED)   [drain] cuMemMap per run
 //                                                      of a piece + cuMemSetAccess
 //   Unmap                 mmap(PROT_NONE, MAP_FIXED)   [drain] + cuMemUnmap
@@ -111,12 +112,30 @@ class Backend {
 
   // Runs of a pool (the host pool: RunPool). From now on each of `runs` is
   // one piece of memory, made whole when a copy or a Map first names any of
-  // it, and named whole by every Map (a driver's remap costs per piece, not
-  // per byte). An id in no run is a piece of its own. Assumes: no id of
-  // `runs` is made or mapped. The defaults suit backends whose remaps cost
-  // per byte.
+  // it (or MakeRuns), and named by every Map whole, or where MapsPartsOfRuns
+  // a run of its consecutive ids (a driver's remap costs per piece, not per
+  // byte). An id in no run is a piece of its own. Assumes: no id of `runs`
+  // is made or mapped. The defaults suit backends whose remaps cost per
+  // byte.
   virtual void DefineRuns(PoolKind pool, const GranuleRun* runs, size_t count) {
     (void)pool, (void)runs, (void)count;
+  }
+  // Whether a Map of `pool` may name part of a run (consecutive ids of it,
+  // mapped at their offset into its piece), so that the engine may split a
+  // run of memory made once among units of any size (Note [Host memory
+  // made ahead], engine.h). Known from creation on.
+  virtual bool MapsPartsOfRuns(PoolKind pool) const {
+    (void)pool;
+    return true;
+  }
+  // Makes the memory of `runs` (defined, not yet made) now, before any copy
+  // or Map names them. On failure some of it may be made: the caller
+  // releases them all (ReleaseRuns). The default: kFailedPrecondition, for a
+  // backend whose memory costs nothing to make (the POSIX backend's pools
+  // are files, their pages made by the first write).
+  virtual Status MakeRuns(PoolKind pool, const GranuleRun* runs, size_t count) {
+    (void)pool, (void)runs, (void)count;
+    return FailedPrecondition(std::string(Name()) + " backend: memory is not made ahead");
   }
   // Gives the memory of `runs` (defined, mapped at no slot) back to the
   // system once no copy issued so far can still use it; their ids are in no

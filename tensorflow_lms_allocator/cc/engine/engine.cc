@@ -76,6 +76,8 @@ Status Engine::Init() {
   if (host_pool_.capacity() > 0) {
     LMS_RETURN_IF_ERROR(
         backend_->CreatePool(PoolKind::kHost, host_pool_.capacity()));
+    host_pool_.set_splits(backend_->MapsPartsOfRuns(PoolKind::kHost));
+    MakeHostAhead();
   }
   std::vector<const BestFitArena*> tables = {&arena_};
   for (int k = 0; k < SmallPages::kNumClasses; ++k) tables.push_back(&small_.arena(k));
@@ -93,6 +95,21 @@ Status Engine::Init() {
   stats_.bytes_limit = static_cast<int64_t>(device_pool_.capacity() * granule_);
   stats_.bytes_reservable_limit = stats_.bytes_limit;
   return Status::Ok();
+}
+
+void Engine::MakeHostAhead() {
+  if (!lms_enabled_ || !host_pool_.splits() || options_.host_ahead_bytes < granule_) return;
+  std::vector<RunPool::Run> runs;
+  host_pool_.MakeAhead(options_.host_ahead_bytes / granule_,
+                       std::max<size_t>(1, kHostAheadRunBytes / granule_), &runs);
+  backend_->DefineRuns(PoolKind::kHost, runs.data(), runs.size());
+  if (!backend_->MakeRuns(PoolKind::kHost, runs.data(), runs.size()).ok()) {
+    // Made as evictions need it instead (Note [Host memory made ahead]).
+    runs.clear();
+    host_pool_.ForgetAhead(&runs);
+    backend_->ReleaseRuns(PoolKind::kHost, runs.data(), runs.size());
+  }
+  stats_.host_bytes_made_ahead = static_cast<int64_t>(host_pool_.made_ahead() * granule_);
 }
 
 Engine::~Engine() {

@@ -78,6 +78,24 @@
 // (Backend::SetDeviceRuns) and in runs from then on. The POSIX backend maps every
 // granule on its own, so neither ever does anything there.
 //
+// Note [Host memory made ahead]. Making pinned host memory is the dearest
+// call a move can pay (on an H200, cuMemCreate of 64 MiB of host memory took
+// 12.5 ms against a 1.2 ms copy: pinning and zeroing every page), and the
+// first evictions of a run pay it, the ones a user watches. So where the
+// backend maps part of a host run at its offset (Backend::MapsPartsOfRuns),
+// the engine makes EngineOptions::host_ahead_bytes of host memory when it is
+// created (MakeHostAhead: runs of at most kHostAheadRunBytes, made by
+// Backend::MakeRuns), and the host pool splits those runs among units of any
+// size and merges the parts given back (RunPool's splits), so no eviction
+// makes memory until more than that is evicted at once. It is made at
+// creation, before any kernel or move, so it never competes with a remap for
+// the driver (which serialises VMM calls); it stays made for the engine's
+// life, counted against the process's pinned budget like any host run. A
+// backend that maps whole runs only gets nothing made ahead (a run of no
+// request's size would be released and cut again), and memory the backend
+// cannot make then (the pinned budget, the machine) is made as evictions
+// need it instead.
+//
 // Note [Writers outside kernels]. Not everything is written by a kernel that
 // pins what it writes. tf.data fills a batch on its own threads, TensorFlow
 // copies a NumPy array into a buffer it just allocated, a GPU kernel's
@@ -387,6 +405,9 @@ class Engine {
  private:
   Engine(const EngineOptions& options, std::unique_ptr<Backend> backend);
   Status Init();
+  // Note [Host memory made ahead]; under Init's lock.
+  void MakeHostAhead() LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static constexpr size_t kHostAheadRunBytes = size_t{256} << 20;
 
   // Fast paths (engine.cc).
   void* AllocateLarge(size_t bytes, Hold hold, bool optional, Status* status,

@@ -282,6 +282,17 @@ Status ReadSettingsFromEnv(Settings* out, std::vector<std::string>* notes) {
                                            s.granule_bytes, machine, &rounded));
     if (!rounded.empty()) notes->push_back(rounded);
   }
+  bool ahead_present = false;
+  LMS_RETURN_IF_ERROR(
+      MegabytesFromEnv("TF_LMS_HOST_AHEAD_MB", &ahead_present, &engine.host_ahead_bytes));
+  if (ahead_present && engine.host_ahead_bytes != 0) {
+    // 0 turns it off; any other value is a size like the others (a GPU
+    // makes at most its host pool).
+    rounded.clear();
+    LMS_RETURN_IF_ERROR(CheckMemorySetting("TF_LMS_HOST_AHEAD_MB", &engine.host_ahead_bytes,
+                                           s.granule_bytes, machine, &rounded));
+    if (!rounded.empty()) notes->push_back(rounded);
+  }
   if (s.prefetch && engine.policy != PolicyKind::kLearned) {
     notes->push_back(std::string("TF_LMS_PREFETCH=1 has no effect with TF_LMS_POLICY=") +
                      PolicyName(engine.policy) +

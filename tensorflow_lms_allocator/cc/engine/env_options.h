@@ -59,6 +59,11 @@ inline constexpr bool kDefaultStrict = false;
 // TF_LMS_PREFETCH's: on the 2-core emulated device it moved more bytes and
 // gained no step time (docs/decisions/0003-prefetch-off-by-default.md).
 inline constexpr bool kDefaultPrefetch = false;
+// TF_LMS_HOST_AHEAD_MB's: 1 GiB of pinned host memory per GPU made at its
+// creation, so that the first evictions (on an H200, making 64 MiB took ten
+// times its copy) need not make it (Note [Host memory made ahead] in
+// engine.h).
+inline constexpr size_t kDefaultHostAheadBytes = size_t{1} << 30;
 // TF_LMS_CUDA_DRIVER_PATH names the CUDA driver library to load instead of
 // libcuda.so.1 (a testing knob: the tests' fake driver).
 inline constexpr char kCudaDriverPathEnv[] = "TF_LMS_CUDA_DRIVER_PATH";
@@ -96,6 +101,10 @@ struct EngineOptions {
   // Which inactive allocations a reclaim evicts first: LRU, or the learned
   // farthest-next-use order (Note [Learned eviction] in learned_policy.h).
   PolicyKind policy = kDefaultPolicy;
+  // Host memory made when the engine is created, so that evictions need not
+  // make it (Note [Host memory made ahead] in engine.h; TF_LMS_HOST_AHEAD_MB;
+  // at most host_bytes). Zero for an engine made directly.
+  size_t host_ahead_bytes = 0;
   // Where host_bytes is one device's share of a process-wide limit (a GPU's
   // share of TF_GPU_HOST_MEM_LIMIT_IN_MB, HostShareBytes): that limit and
   // the number of devices that split it, for messages. The engine reads
@@ -113,6 +122,7 @@ struct Settings {
   EngineOptions engine = [] {
     EngineOptions options;
     options.lms_enabled = kDefaultLmsEnabled;
+    options.host_ahead_bytes = kDefaultHostAheadBytes;
     return options;
   }();
   // TF_LMS_PREFETCH: with the learned policy, page in ahead of use.
@@ -137,13 +147,14 @@ struct SettingInfo {
   bool in_readme;
 };
 
-inline constexpr std::array<SettingInfo, 12> kSettings = {{
+inline constexpr std::array<SettingInfo, 13> kSettings = {{
     {"TF_LMS_ENABLED", "off", true},
     {"TF_LMS_DEFRAG_ENABLED", "on", true},
     {"TF_LMS_CPU_DEVICE_MEMORY_MB", "unset", true},
     {"TF_GPU_HOST_MEM_LIMIT_IN_MB", "65536", true},
     {"TF_LMS_POLICY", "learned", true},
     {"TF_LMS_PREFETCH", "off", true},
+    {"TF_LMS_HOST_AHEAD_MB", "1024", true},
     {"TF_LMS_GRANULE_MB", "2", true},
     {"TF_LMS_HUGE_PAGES", "auto", true},
     {"TF_LMS_STRICT", "off", true},

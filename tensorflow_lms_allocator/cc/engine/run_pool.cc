@@ -11,29 +11,76 @@ RunPool::RunPool(size_t capacity)
       free_count_(capacity),
       run_start_(capacity, kUnmade),
       run_length_(capacity, 0),
-      run_taken_(capacity, 0) {
+      part_start_(capacity, kUnmade),
+      part_length_(capacity, 0),
+      part_taken_(capacity, 0) {
   if (capacity > 0) unmade_[0] = static_cast<uint32_t>(capacity);
+}
+
+void RunPool::MakeAhead(size_t n, size_t most, std::vector<Run>* cut) {
+  assert(splits_ && free_count_ == capacity_ && most > 0);
+  while (n > 0 && !unmade_.empty()) {
+    auto range = unmade_.begin();
+    const Run run{range->first, static_cast<uint32_t>(std::min({n, most, size_t{range->second}}))};
+    Cut(range, run.first, run.length);
+    MakeRun(run);
+    SetPart(run.first, run.length, /*taken=*/false);
+    free_parts_.insert({run.length, run.first});
+    cut->push_back(run);
+    ahead_ += run.length;
+    n -= run.length;
+  }
+}
+
+void RunPool::ForgetAhead(std::vector<Run>* released) {
+  for (auto it = free_parts_.begin(); it != free_parts_.end();) {
+    const Run run{it->second, it->first};
+    if (!IsWholeRun(run)) {
+      ++it;
+      continue;
+    }
+    it = free_parts_.erase(it);
+    Release(run);
+    released->push_back(run);
+  }
+  ahead_ = 0;
 }
 
 bool RunPool::Take(size_t n, GranuleId* out, std::vector<Run>* released,
                    std::vector<Run>* cut) {
   if (n > free_count_) return false;
-  std::vector<Run> runs;  // reused free runs, then new ones
+  std::vector<Run> parts;  // reused free parts, then new runs
   std::vector<Run> fresh;
   uint64_t need = n;
-  // A free run of exactly what is needed, else the longest that fits, and
-  // again. (length, kUnmade) sorts after every free run of that length.
-  while (need > 0 && !free_runs_.empty()) {
+  // A free part of exactly what is needed; with splits, else the smallest
+  // that holds it all (one mapping rather than several).
+  auto fits = free_parts_.lower_bound({static_cast<uint32_t>(n), 0});
+  if (fits != free_parts_.end() && (fits->first == n || splits_)) {
+    parts.push_back(Split(fits, static_cast<uint32_t>(n)));
+    need = 0;
+  }
+  // Else the longest that fits, and again. (length, kUnmade) sorts after
+  // every free part of that length.
+  while (need > 0 && !free_parts_.empty()) {
     const uint32_t want = static_cast<uint32_t>(need);
-    auto it = free_runs_.lower_bound({want, 0});
-    if (it == free_runs_.end() || it->first != want) {
-      it = free_runs_.upper_bound({want, kUnmade});
-      if (it == free_runs_.begin()) break;
+    auto it = free_parts_.lower_bound({want, 0});
+    if (it == free_parts_.end() || it->first != want) {
+      it = free_parts_.upper_bound({want, kUnmade});
+      if (it == free_parts_.begin()) break;
       --it;
     }
-    runs.push_back({it->second, it->first});
     need -= it->first;
-    free_runs_.erase(it);
+    parts.push_back(Split(it, it->first));
+  }
+  // With splits, every free part left is longer than what is still needed:
+  // the shortest is split, so unmade ids are cut only when no made memory
+  // is free.
+  if (need > 0 && splits_) {
+    auto it = free_parts_.upper_bound({static_cast<uint32_t>(need), kUnmade});
+    if (it != free_parts_.end()) {
+      parts.push_back(Split(it, static_cast<uint32_t>(need)));
+      need = 0;
+    }
   }
   // Then unmade ids, first fit.
   while (need > 0 && !unmade_.empty()) {
@@ -44,13 +91,13 @@ bool RunPool::Take(size_t n, GranuleId* out, std::vector<Run>* released,
     need -= length;
   }
   if (need > 0) {
-    // Every free run left is longer than what is still needed (the first
-    // loop took those that fit) and together they hold it: the shortest is
-    // released and cut.
-    auto it = free_runs_.upper_bound({static_cast<uint32_t>(need), kUnmade});
-    assert(it != free_runs_.end());
+    // Runs mapped whole only (with splits no free part is left here): every
+    // free part is a run longer than what is still needed, and together
+    // they hold it: the shortest is released and cut.
+    auto it = free_parts_.upper_bound({static_cast<uint32_t>(need), kUnmade});
+    assert(!splits_ && it != free_parts_.end());
     const Run longer{it->second, it->first};
-    free_runs_.erase(it);
+    free_parts_.erase(it);
     Release(longer);
     released->push_back(longer);
     auto range = std::prev(unmade_.upper_bound(longer.first));
@@ -60,28 +107,37 @@ bool RunPool::Take(size_t n, GranuleId* out, std::vector<Run>* released,
   // New runs that adjoin are one.
   std::sort(fresh.begin(), fresh.end(),
             [](const Run& a, const Run& b) { return a.first < b.first; });
-  const size_t reused = runs.size();
+  const size_t reused = parts.size();
   for (const Run& r : fresh) {
-    if (runs.size() > reused && runs.back().first + runs.back().length == r.first) {
-      runs.back().length += r.length;
+    if (parts.size() > reused && parts.back().first + parts.back().length == r.first) {
+      parts.back().length += r.length;
     } else {
-      runs.push_back(r);
+      parts.push_back(r);
     }
   }
-  cut->insert(cut->end(), runs.begin() + static_cast<std::ptrdiff_t>(reused), runs.end());
+  for (size_t r = reused; r < parts.size(); ++r) {
+    MakeRun(parts[r]);
+    SetPart(parts[r].first, parts[r].length, /*taken=*/true);
+    cut->push_back(parts[r]);
+  }
   size_t k = 0;
-  for (size_t r = 0; r < runs.size(); ++r) {
-    MarkTaken(runs[r]);
-    if (r >= reused) made_ += runs[r].length;
-    for (uint32_t i = 0; i < runs[r].length; ++i) out[k++] = runs[r].first + i;
+  for (const Run& part : parts) {
+    for (uint32_t i = 0; i < part.length; ++i) out[k++] = part.first + i;
   }
   free_count_ -= n;
   peak_in_use_ = std::max(peak_in_use_, in_use());
-  while (made_ > peak_in_use_) {
-    // Only free runs can be what is over (taken ones are in use).
-    auto longest = std::prev(free_runs_.end());
-    const Run run{longest->second, longest->first};
-    free_runs_.erase(longest);
+  while (made_ > std::max(peak_in_use_, ahead_)) {
+    // Only free runs can be what is over (a run with a part taken is in
+    // use): the longest goes.
+    auto it = free_parts_.end();
+    bool found = false;
+    while (!found && it != free_parts_.begin()) {
+      --it;
+      found = IsWholeRun({it->second, it->first});
+    }
+    if (!found) break;
+    const Run run{it->second, it->first};
+    free_parts_.erase(it);
     Release(run);
     released->push_back(run);
   }
@@ -90,9 +146,28 @@ bool RunPool::Take(size_t n, GranuleId* out, std::vector<Run>* released,
 
 void RunPool::Give(const GranuleId* ids, size_t n) {
   for (size_t i = 0; i < n; ++i) {
-    const GranuleId start = run_start_[ids[i]];
-    assert(start != kUnmade && run_taken_[start] > 0);
-    if (--run_taken_[start] == 0) free_runs_.insert({run_length_[start], start});
+    const GranuleId start = part_start_[ids[i]];
+    assert(run_start_[ids[i]] != kUnmade && part_taken_[start] > 0);
+    if (--part_taken_[start] != 0) continue;
+    // Free: merged with the free parts beside it in its run.
+    GranuleId first = start;
+    uint32_t length = part_length_[start];
+    if (splits_) {
+      const GranuleId run = run_start_[start];
+      const GranuleId next = first + length;
+      if (next < run + run_length_[run] && part_taken_[next] == 0) {
+        free_parts_.erase({part_length_[next], next});
+        length += part_length_[next];
+      }
+      if (first > run && part_taken_[part_start_[first - 1]] == 0) {
+        const GranuleId prev = part_start_[first - 1];
+        free_parts_.erase({part_length_[prev], prev});
+        length += part_length_[prev];
+        first = prev;
+      }
+    }
+    SetPart(first, length, /*taken=*/false);
+    free_parts_.insert({length, first});
   }
   free_count_ += n;
 }
@@ -101,6 +176,11 @@ RunPool::Run RunPool::RunOf(GranuleId id) const {
   const GranuleId start = run_start_[id];
   if (start == kUnmade) return {id, 0};
   return {start, run_length_[start]};
+}
+
+RunPool::Run RunPool::PartOf(GranuleId id) const {
+  if (run_start_[id] == kUnmade) return {id, 0};
+  return {part_start_[id], part_length_[part_start_[id]]};
 }
 
 void RunPool::Cut(std::map<GranuleId, uint32_t>::iterator range, GranuleId at,
@@ -113,16 +193,43 @@ void RunPool::Cut(std::map<GranuleId, uint32_t>::iterator range, GranuleId at,
   if (at + length < end) unmade_[at + length] = end - (at + length);
 }
 
-void RunPool::MarkTaken(const Run& run) {
+void RunPool::MakeRun(const Run& run) {
   for (uint32_t i = 0; i < run.length; ++i) run_start_[run.first + i] = run.first;
   run_length_[run.first] = run.length;
-  run_taken_[run.first] = run.length;
+  made_ += run.length;
+}
+
+void RunPool::SetPart(GranuleId first, uint32_t length, bool taken) {
+  for (uint32_t i = 0; i < length; ++i) {
+    part_start_[first + i] = first;
+    part_length_[first + i] = 0;
+    part_taken_[first + i] = 0;
+  }
+  part_length_[first] = length;
+  part_taken_[first] = taken ? length : 0;
+}
+
+RunPool::Run RunPool::Split(FreeParts::iterator it, uint32_t length) {
+  const GranuleId first = it->second;
+  const uint32_t whole = it->first;
+  assert(length <= whole);
+  free_parts_.erase(it);
+  SetPart(first, length, /*taken=*/true);
+  if (length < whole) {
+    SetPart(first + length, whole - length, /*taken=*/false);
+    free_parts_.insert({whole - length, first + length});
+  }
+  return {first, length};
 }
 
 void RunPool::Release(const Run& run) {
   made_ -= run.length;
-  for (uint32_t i = 0; i < run.length; ++i) run_start_[run.first + i] = kUnmade;
+  for (uint32_t i = 0; i < run.length; ++i) {
+    run_start_[run.first + i] = kUnmade;
+    part_start_[run.first + i] = kUnmade;
+  }
   run_length_[run.first] = 0;
+  part_length_[run.first] = 0;
   GranuleId first = run.first;
   uint32_t length = run.length;
   auto next = unmade_.lower_bound(first);

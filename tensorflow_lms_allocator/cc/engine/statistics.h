@@ -54,6 +54,9 @@
     "a cached mapping or waited for a retired one (a GPU)")                     \
   X(host_bytes_in_use, "host-pool granules backing evicted units")              \
   X(host_peak_bytes_in_use, "highest host_bytes_in_use")                        \
+  X(host_bytes_made_ahead,                                                      \
+    "GPU: host memory made when the device was created, so that evictions "     \
+    "need not make it (TF_LMS_HOST_AHEAD_MB)")                                  \
   X(num_page_ins, "pins that copied a unit back to the device")                 \
   X(bytes_paged_in,                                                             \
     "device bytes (whole granules) filled again by page-ins, cumulative; "      \

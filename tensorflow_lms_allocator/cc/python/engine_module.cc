@@ -51,7 +51,8 @@ class PyEngine {
   PyEngine(size_t device_bytes, std::optional<size_t> host_bytes,
            size_t granule_bytes, size_t small_object_threshold, bool lms_enabled,
            bool defrag_enabled, bool strict, const std::string& backend_name,
-           int device_ordinal, const std::string& policy, size_t tiny_object_threshold) {
+           int device_ordinal, const std::string& policy, size_t tiny_object_threshold,
+           size_t host_ahead_bytes) {
     std::unique_ptr<Backend> backend;
     BackendSpec spec;
     spec.granule_bytes = granule_bytes;
@@ -76,6 +77,7 @@ class PyEngine {
     o.lms_enabled = lms_enabled;
     o.defrag_enabled = defrag_enabled;
     o.strict = strict;
+    o.host_ahead_bytes = host_ahead_bytes;
     if (!PolicyFromName(policy, &o.policy)) {
       Check(InvalidArgument("policy '" + policy + "': use \"lru\" or \"learned\""));
     }
@@ -237,7 +239,7 @@ NB_MODULE(_engine, m) {
 
   nb::class_<PyEngine>(m, "Engine")
       .def(nb::init<size_t, std::optional<size_t>, size_t, size_t, bool, bool, bool,
-                    const std::string&, int, const std::string&, size_t>(),
+                    const std::string&, int, const std::string&, size_t, size_t>(),
            nb::arg("device_bytes"), nb::arg("host_bytes") = nb::none(),
            // Defaults from the one place for settings (engine/env_options.h).
            nb::arg("granule_bytes") = lms::kDefaultGranuleBytes,
@@ -247,6 +249,7 @@ NB_MODULE(_engine, m) {
            nb::arg("backend") = "posix", nb::arg("device_ordinal") = 0,
            nb::arg("policy") = lms::PolicyName(lms::kDefaultPolicy),
            nb::arg("tiny_object_threshold") = lms::SmallPages::kTinyBytes,
+           nb::arg("host_ahead_bytes") = 0,
            "Creates an engine with `device_bytes` of device memory.\n\n"
            "backend \"posix\" emulates the device with Linux memory; \"cuda\" uses\n"
            "GPU `device_ordinal` through the NVIDIA driver (libcuda.so.1, or the\n"
@@ -256,7 +259,9 @@ NB_MODULE(_engine, m) {
            "host_bytes defaults to TF_GPU_HOST_MEM_LIMIT_IN_MB (else 64 GiB);\n"
            "small_object_threshold 0 means one granule; small objects below\n"
            "tiny_object_threshold share pages only with each other (0: one\n"
-           "class for all).\n"
+           "class for all). host_ahead_bytes of host memory are made at once\n"
+           "where the backend makes memory (CUDA: Note [Host memory made ahead];\n"
+           "TensorFlow's GPUs take TF_LMS_HOST_AHEAD_MB's).\n"
            "policy \"learned\" (the default, as TF_LMS_POLICY's) evicts the unit\n"
            "whose next use, learned from the previous step, is farthest ahead\n"
            "(Note [Learned eviction]); \"lru\" the least recently used first.\n\n"
@@ -418,6 +423,7 @@ NB_MODULE(_engine, m) {
     d["huge_pages"] = lms::HugePagesName(s.huge_pages);
     d["device_bytes"] = s.engine.device_bytes;
     d["host_bytes"] = s.engine.host_bytes;
+    d["host_ahead_bytes"] = s.engine.host_ahead_bytes;
     d["cuda_driver_path"] = lms::CudaDriverPathFromEnv();
     d["tensorflow_gpu_allocator"] = lms::TensorFlowGpuAllocatorFromEnv();
     d["notes"] = notes;

@@ -47,8 +47,14 @@ std::string LmsDevice::Describe(const std::string& device) const {
   std::string line = "tensorflow_lms_allocator: LMS serves " + device + " (" + spec_.name +
                      ", " + backend_->Name() + " backend): device memory " +
                      FormatBytes(options.device_bytes) + ", host memory for evicted tensors " +
-                     FormatBytes(options.host_bytes) + host_source + ", LMS " +
-                     (engine.lms_enabled() ? "on" : "off");
+                     FormatBytes(options.host_bytes) + host_source;
+  if (spec_.backend.kind != BackendKind::kPosix && engine.lms_enabled() &&
+      options.host_ahead_bytes > 0) {
+    // Made at creation where the driver allows (Note [Host memory made ahead]).
+    line += ", " + FormatBytes(static_cast<size_t>(engine.GetStatistics().host_bytes_made_ahead)) +
+            " of it made ahead (TF_LMS_HOST_AHEAD_MB)";
+  }
+  line += std::string(", LMS ") + (engine.lms_enabled() ? "on" : "off");
   if (engine.lms_enabled()) {
     line += std::string(", policy ") + PolicyName(options.policy) +
             (prefetcher_ != nullptr ? " with prefetching" : "");

@@ -14,18 +14,28 @@ namespace lms {
 namespace {
 
 // RunPool against a model of the backend's pieces: every Take hands out
-// whole runs summing to what was asked, disjoint from every taken id; a run
-// it cuts overlaps no defined run; one it reuses is a defined free run; one
-// it releases is a defined free run; it fails only with fewer ids free.
-TEST(RunPoolHandsOutWholeRunsAndDefinesEachIdOnceUnderRandomUse) {
+// whole parts summing to what was asked, disjoint from every taken id, each
+// a whole run (runs mapped whole) or consecutive ids inside one run (with
+// splits); a run it cuts overlaps no defined run; one it releases is a
+// defined run with nothing taken; it fails only with fewer ids free; made
+// memory never exceeds the most ever in use or what was made ahead.
+TEST(RunPoolHandsOutWholePartsAndDefinesEachIdOnceUnderRandomUse) {
   std::mt19937 rng(5);
-  for (int round = 0; round < 40; ++round) {
+  for (int round = 0; round < 120; ++round) {
+    const bool splits = round % 3 != 0;
     const size_t capacity = 1 + rng() % 64;
     RunPool pool(capacity);
+    pool.set_splits(splits);
     std::map<GranuleId, uint32_t> defined;    // the backend's pieces
     std::set<GranuleId> taken;                // ids handed out
     std::vector<std::vector<GranuleId>> held;  // per Take, its ids
-    size_t reused = 0, released = 0;
+    if (splits && round % 3 == 2) {
+      std::vector<RunPool::Run> ahead;
+      pool.MakeAhead(rng() % (capacity + 8), 1 + rng() % 16, &ahead);
+      for (const auto& r : ahead) defined[r.first] = r.length;
+      ASSERT_TRUE(pool.made_ahead() == pool.made());
+    }
+    size_t reused = 0;
     for (int step = 0; step < 400; ++step) {
       if (held.empty() || rng() % 2 == 0) {
         const size_t n = 1 + rng() % std::max<size_t>(1, capacity / 3);
@@ -39,7 +49,6 @@ TEST(RunPoolHandsOutWholeRunsAndDefinesEachIdOnceUnderRandomUse) {
           ASSERT_TRUE(defined[r.first] == r.length);
           for (uint32_t i = 0; i < r.length; ++i) ASSERT_TRUE(taken.count(r.first + i) == 0u);
           defined.erase(r.first);
-          ++released;
         }
         for (const auto& r : cut) {
           for (const auto& d : defined) {
@@ -47,22 +56,26 @@ TEST(RunPoolHandsOutWholeRunsAndDefinesEachIdOnceUnderRandomUse) {
           }
           defined[r.first] = r.length;
         }
-        // out: whole defined runs, each in order, none taken before.
+        // out: whole parts, each in order inside one defined run, none
+        // taken before.
         for (size_t i = 0; i < n;) {
-          auto d = defined.find(out[i]);
-          ASSERT_TRUE(d != defined.end());
-          ASSERT_TRUE(i + d->second <= n);
-          for (uint32_t k = 0; k < d->second; ++k) {
-            ASSERT_TRUE(out[i + k] == d->first + k);
+          const RunPool::Run part = pool.PartOf(out[i]);
+          ASSERT_TRUE(part.first == out[i] && part.length > 0 && i + part.length <= n);
+          auto d = defined.upper_bound(part.first);
+          ASSERT_TRUE(d != defined.begin());
+          --d;
+          ASSERT_TRUE(part.first + part.length <= d->first + d->second);
+          ASSERT_TRUE(splits || (part.first == d->first && part.length == d->second));
+          const RunPool::Run run = pool.RunOf(out[i]);
+          ASSERT_TRUE(run.first == d->first && run.length == d->second);
+          for (uint32_t k = 0; k < part.length; ++k) {
+            ASSERT_TRUE(out[i + k] == part.first + k);
             ASSERT_TRUE(taken.insert(out[i + k]).second);
           }
-          const RunPool::Run of = pool.RunOf(out[i]);
-          ASSERT_TRUE(of.first == d->first);
-          ASSERT_TRUE(of.length == d->second);
           bool is_cut = false;
           for (const auto& r : cut) is_cut = is_cut || r.first == d->first;
           if (!is_cut) ++reused;
-          i += d->second;
+          i += part.length;
         }
         held.push_back(std::move(out));
       } else {
@@ -78,11 +91,55 @@ TEST(RunPoolHandsOutWholeRunsAndDefinesEachIdOnceUnderRandomUse) {
       size_t defined_granules = 0;
       for (const auto& d : defined) defined_granules += d.second;
       ASSERT_TRUE(pool.made() == defined_granules);
-      ASSERT_TRUE(pool.made() <= pool.peak_in_use());  // no more made than ever used
+      ASSERT_TRUE(pool.made() <= std::max(pool.peak_in_use(), pool.made_ahead()));
     }
     EXPECT_TRUE(reused > 0);
-    (void)released;
   }
+}
+
+// With splits, memory made ahead serves requests of any size without being
+// made again: the smallest free part that holds a request is split, parts
+// given back merge into their run again, and nothing made ahead is released
+// although less was ever in use.
+TEST(RunsMadeAheadAreSplitForEachRequestAndMergeWhenGivenBack) {
+  RunPool pool(40);
+  pool.set_splits(true);
+  std::vector<RunPool::Run> ahead, released, cut;
+  pool.MakeAhead(24, 16, &ahead);  // runs of 16 and 8
+  ASSERT_TRUE(ahead.size() == 2u);
+  EXPECT_TRUE(ahead[0].first == 0u && ahead[0].length == 16u);
+  EXPECT_TRUE(ahead[1].first == 16u && ahead[1].length == 8u);
+  EXPECT_EQ(pool.made(), 24u);
+  GranuleId a[5], b[3], c[8], d[10];
+  // 5: the smallest free part that holds it is the run of 8: split.
+  ASSERT_TRUE(pool.Take(5, a, &released, &cut));
+  EXPECT_EQ(a[0], 16u);
+  EXPECT_TRUE(pool.PartOf(16).length == 5u && pool.RunOf(16).length == 8u);
+  // 3: exactly the rest of that run.
+  ASSERT_TRUE(pool.Take(3, b, &released, &cut));
+  EXPECT_EQ(b[0], 21u);
+  // 8: split from the run of 16.
+  ASSERT_TRUE(pool.Take(8, c, &released, &cut));
+  EXPECT_EQ(c[0], 0u);
+  EXPECT_TRUE(cut.empty() && released.empty());
+  // Given back, the parts of the run of 8 merge into one free part.
+  pool.Give(a, 5);
+  pool.Give(b, 3);
+  EXPECT_TRUE(pool.PartOf(16).length == 8u && pool.PartOf(21).first == 16u);
+  // 10: no free part holds it (8 and 8): one whole, then 2 split from the
+  // other, rather than making 2.
+  ASSERT_TRUE(pool.Take(10, d, &released, &cut));
+  EXPECT_EQ(d[0], 16u);
+  EXPECT_EQ(d[8], 8u);
+  EXPECT_TRUE(cut.empty() && released.empty());
+  EXPECT_EQ(pool.made(), 24u);  // what was made ahead stays made
+  pool.Give(c, 8);
+  pool.Give(d, 10);
+  // Forgotten (the backend could not make it): both runs are unmade again.
+  pool.ForgetAhead(&released);
+  EXPECT_EQ(released.size(), 2u);
+  EXPECT_EQ(pool.made(), 0u);
+  EXPECT_EQ(pool.made_ahead(), 0u);
 }
 
 // RunPool's order of preference (run_pool.h): made memory is reused before
