@@ -92,10 +92,13 @@ def test_gpu_check_engine_dry_run_runs_its_steps_over_the_fake_driver_labelled()
         assert re.search(rf"driver_timing {location} +2 MiB handles +unmap, one call the run",
                          run.stdout), location
     assert re.search(r"driver_timing copy +device->host", run.stdout)
-    # Device memory in runs: whether a sub-range maps at an offset, and its cost.
-    assert "a sub-range at a nonzero offset: mapped" in run.stdout
-    assert re.search(r"driver_timing device +64 MiB sub-ranges +map at offset \+ access",
-                     run.stdout)
+    # Device memory in runs and host memory made ahead: whether a sub-range
+    # maps at an offset, and its cost.
+    for location in ("device", "host"):
+        assert re.search(rf"driver_timing {location} \d+ MiB handle, a sub-range at a nonzero "
+                         "offset: mapped", run.stdout), location
+        assert re.search(rf"driver_timing {location} +64 MiB sub-ranges +map at offset \+ access",
+                         run.stdout), location
     # An eviction's time, in its parts, for every pass.
     assert len(re.findall(r"pass \d: evict \d+ us a tensor: copying \d+, waiting \d+",
                           run.stdout)) == 3

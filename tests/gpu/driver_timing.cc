@@ -8,7 +8,7 @@
 // Usage: driver_timing [MiB]   (default 1024, a multiple of 32)
 // Prints one line per location, handle size and call (for 2 MiB handles also
 // the maps and unmaps from 2 and 4 threads at once), then whether device
-// memory maps at an offset and sub-ranges of one handle of MiB, in
+// and host memory map at an offset and sub-ranges of one handle of MiB, in
 // microseconds per 2 MiB of wall time; exits 1 if a call fails.
 #include <algorithm>
 #include <chrono>
@@ -190,14 +190,17 @@ bool CopyTimed(const CudaDriver& d, const Range& device, const Range& host) {
 
 // Note [Device memory in runs] (cuda_backend.h): LMS makes device memory in
 // handles of up to 1 GiB and maps a unit's run of them with one cuMemMap at
-// its offset. Whether the driver takes a nonzero offset (cuda.h's parameter
-// note says "currently must be zero", its description allows one), and what
-// a sub-range costs against a handle of that size: one handle of `bytes`,
-// cut into sub-ranges of 2 to 256 MiB, each mapped at its offset, granted,
-// then unmapped. A refusal is printed, not a failure: LMS then maps 2 MiB
-// handles, measured above.
-bool SubRangesTimed(const CudaDriver& d, cu::CUdevice device, size_t bytes) {
-  const cu::CUmemAllocationProp prop = Prop({cu::CU_MEM_LOCATION_TYPE_DEVICE, device});
+// its offset; host memory made ahead is split the same way (Note [Host
+// memory made ahead] in engine.h). Whether the driver takes a nonzero offset
+// into memory at `location` (cuda.h's parameter note says "currently must be
+// zero", its description allows one), and what a sub-range costs against a
+// handle of that size: one handle of `bytes`, cut into sub-ranges of 2 to
+// 256 MiB, each mapped at its offset, granted, then unmapped. A refusal is
+// printed, not a failure: LMS then maps 2 MiB device handles and whole host
+// runs, measured above.
+bool SubRangesTimed(const CudaDriver& d, const cu::CUmemLocation& location, const char* name,
+                    cu::CUdevice device, size_t bytes) {
+  const cu::CUmemAllocationProp prop = Prop(location);
   const cu::CUmemAccessDesc rw{{cu::CU_MEM_LOCATION_TYPE_DEVICE, device},
                                cu::CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
   cu::CUmemGenericAllocationHandle h = 0;
@@ -208,7 +211,7 @@ bool SubRangesTimed(const CudaDriver& d, cu::CUdevice device, size_t bytes) {
   }
   constexpr size_t k2M = size_t{2} << 20;
   const cu::CUresult probe = d.cuMemMap(base, k2M, k2M, h, 0);
-  std::printf("driver_timing device %zu MiB handle, a sub-range at a nonzero offset: %s\n",
+  std::printf("driver_timing %s %zu MiB handle, a sub-range at a nonzero offset: %s\n", name,
               bytes >> 20, probe == cu::CUDA_SUCCESS ? "mapped" : d.ErrorName(probe).c_str());
   bool ok = probe != cu::CUDA_SUCCESS || Ok(d, d.cuMemUnmap(base, k2M), "cuMemUnmap");
   for (size_t sub : {size_t{2} << 20, size_t{8} << 20, size_t{64} << 20, size_t{256} << 20}) {
@@ -227,9 +230,9 @@ bool SubRangesTimed(const CudaDriver& d, cu::CUdevice device, size_t bytes) {
     const double unmap = MicrosSince(t);
     if (!ok) break;
     const double per_2m = static_cast<double>(bytes / k2M);
-    std::printf("driver_timing device %5zu MiB sub-ranges  %-30s %9.2f us per 2 MiB\n",
+    std::printf("driver_timing %s %5zu MiB sub-ranges  %-30s %9.2f us per 2 MiB\n", name,
                 sub >> 20, "map at offset + access", map / per_2m);
-    std::printf("driver_timing device %5zu MiB sub-ranges  %-30s %9.2f us per 2 MiB\n",
+    std::printf("driver_timing %s %5zu MiB sub-ranges  %-30s %9.2f us per 2 MiB\n", name,
                 sub >> 20, "unmap", unmap / per_2m);
   }
   d.cuMemAddressFree(base, bytes);
@@ -285,7 +288,9 @@ int Run(size_t bytes) {
            (handle != (size_t{2} << 20) || CopyTimed(d, on_device, on_host)) &&
            UnmapTimed(d, on_device) && UnmapTimed(d, on_host);
     }
-    ok = ok && SubRangesTimed(d, device, bytes);
+    ok = ok &&
+         SubRangesTimed(d, {cu::CU_MEM_LOCATION_TYPE_DEVICE, device}, "device", device, bytes) &&
+         SubRangesTimed(d, host, "host", device, bytes);
   }
   d.cuDevicePrimaryCtxRelease(device);
   return ok ? 0 : 1;
