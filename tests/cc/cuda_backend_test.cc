@@ -1502,10 +1502,10 @@ TEST_F(EngineTest, AHostRunIsReleasedOnlyAfterThePageInCopyStillReadingIt) {
 // memory; parts given back merge, so a unit as large as the run takes it
 // whole. Every byte survives.
 std::unique_ptr<Engine> EngineMakingHostAhead(std::unique_ptr<CudaBackend> backend,
-                                              size_t ahead_granules) {
+                                              size_t ahead_granules, size_t host_granules = 32) {
   EngineOptions o;
   o.device_bytes = 12 * kGranule;
-  o.host_bytes = 32 * kGranule;
+  o.host_bytes = host_granules * kGranule;
   o.host_ahead_bytes = ahead_granules * kGranule;
   o.policy = PolicyKind::kLru;
   return engine_test::MustCreateEngine(o, std::move(backend));
@@ -1580,6 +1580,30 @@ TEST_F(FakeCudaTest, HostMemoryIsMadeAtEvictionWhereItCannotBeMadeAhead) {
     EXPECT_EQ(VerifyAllocation(*e, u, 3 * kGranule, 64), -1);
     EXPECT_OK(e->Free(u));
   }
+}
+
+// Made ahead in two runs (Engine::kHostAheadRunBytes each at most), the
+// second refused: the first, already made, is released too, with its share
+// of the pinned budget, and evictions make memory as they need it.
+TEST_F(FakeCudaTest, HostMemoryMadeAheadInPartIsReleasedWhole) {
+  const size_t per_run = Engine::kHostAheadRunBytes / kGranule;
+  std::unique_ptr<CudaBackend> backend = MustMakeCuda();
+  const size_t budget_before = PinnedHostBudget::Process().used();
+  // The device pool's piece, the first run (made), the second (refused).
+  Fake().fail_nth_mem_create(3);
+  auto e = EngineMakingHostAhead(std::move(backend), per_run + 2, per_run + 8);
+  EXPECT_EQ(e->GetStatistics().host_bytes_made_ahead, 0);
+  EXPECT_EQ(Fake().pool_bytes_in_use(FAKE_CUDA_POOL_HOST), 0u);
+  EXPECT_EQ(PinnedHostBudget::Process().used(), budget_before);
+  void* u = MustAllocate(*e, 3 * kGranule, /*pin=*/false);
+  ASSERT_TRUE(u != nullptr);
+  EXPECT_OK(FillAllocation(*e, u, 3 * kGranule, 65));
+  Fake().reset_call_counts();
+  EXPECT_OK(e->Evict(u));
+  EXPECT_EQ(Fake().call_count("cuMemCreate"), 1u);  // a run of 3 from id 0, made anew
+  EXPECT_EQ(Fake().pool_bytes_in_use(FAKE_CUDA_POOL_HOST), 3 * kGranule);
+  EXPECT_EQ(VerifyAllocation(*e, u, 3 * kGranule, 65), -1);
+  EXPECT_OK(e->Free(u));
 }
 
 // cuMemUnmap is not stream-ordered: the host mapping of an evicted tensor

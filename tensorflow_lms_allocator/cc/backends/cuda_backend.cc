@@ -5,10 +5,11 @@
 //   - ranges_ records exactly the slots cuMemMap mapped and cuMemUnmap has
 //     not unmapped, so Map can unmap what it replaces (cuMemMap refuses a
 //     mapped range) and a failure never loses track of a mapping;
-//   - a mapping at slots maps consecutive ids of one piece: a whole piece (a
-//     host run, or a device granule where the driver maps only from offset
-//     0), or any run of a device piece at its offset (Note [Device memory in
-//     runs]); the slot table records each (Slot::head, Slot::span), and a
+//   - a mapping at slots maps consecutive ids of one piece: where the driver
+//     maps only from offset 0 a whole piece (a host run, a device granule),
+//     else any run of a piece's ids at its offset (Note [Device memory in
+//     runs]; a part of a host run, Note [Host memory made ahead] in
+//     engine.h); the slot table records each (Slot::head, Slot::span), and a
 //     slot run is unmapped only whole mappings at a time, so every cuMemUnmap
 //     covers whole mappings;
 //   - a piece exists (handles[first] != 0) from its first use (Map or a

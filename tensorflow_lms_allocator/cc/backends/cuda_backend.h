@@ -342,10 +342,12 @@ class CudaBackend : public Backend {
     int type = cu::CU_MEM_LOCATION_TYPE_HOST;
     int id = 0;
   };
-  // A pool's memory is in pieces: a granule, or a run of them the engine
-  // defined (DefineRuns; the host pool's RunPool), made by one cuMemCreate
-  // and mapped whole wherever it is mapped (cuMemMap maps a handle from
-  // offset 0; a remap costs the driver per piece, not per byte).
+  // A pool's memory is in pieces: a granule, or a run of them (the device
+  // pool's pieces of up to kDevicePieceBytes; the runs the engine defines
+  // for the host pool, DefineRuns), made by one cuMemCreate and mapped whole
+  // into the window. At a slot a piece is mapped whole where the driver maps
+  // only from offset 0, else in runs of its ids at their offset
+  // (MapsAtOffsets; a remap costs the driver per mapping, not per byte).
   struct Pool {
     // Per granule id: the handle of the piece that starts there, 0 until
     // made (and at every other id of a run).

@@ -239,6 +239,9 @@ struct AllocationInfo {
 
 class Engine {
  public:
+  // The largest run of host memory made ahead (Note [Host memory made ahead]).
+  static constexpr size_t kHostAheadRunBytes = size_t{256} << 20;
+
   static Status Create(const EngineOptions& options,
                        std::unique_ptr<Backend> backend,
                        std::unique_ptr<Engine>* out);
@@ -407,7 +410,6 @@ class Engine {
   Status Init();
   // Note [Host memory made ahead]; under Init's lock.
   void MakeHostAhead() LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  static constexpr size_t kHostAheadRunBytes = size_t{256} << 20;
 
   // Fast paths (engine.cc).
   void* AllocateLarge(size_t bytes, Hold hold, bool optional, Status* status,
