@@ -337,24 +337,25 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     driver = FakeDriver(driver_path)
     driver.enable(args.preset)
-    calibration = calibrate(driver, lms)
-    out_gbs, in_gbs = calibration["best_out"], calibration["best_in"]
+    from tensorflow_lms_allocator import _engine  # noqa: E402
+
+    ahead_mib = int({name: default for name, default, _ in _engine.settings_table()}[
+        "TF_LMS_HOST_AHEAD_MB"])
+    # Each size with host memory made at eviction and made ahead (Note [Host
+    # memory made ahead] in engine.h); the calibration is the 64 MiB run made
+    # at eviction, as gpu-check-engine's bandwidth step makes it.
+    runs = {(tensor, ahead): calibrate(driver, lms, tensor, ahead * MIB)
+            for tensor in (64 * MIB, 8 * MIB) for ahead in (0, ahead_mib)}
+    out_gbs, in_gbs = runs[(64 * MIB, 0)]["best_out"], runs[(64 * MIB, 0)]["best_in"]
     logged = LOGGED.get(args.preset)
     print(f"== Calibration ({args.preset}): 16 tensors of 64 MiB, evict {out_gbs:.1f} GB/s, "
           f"page-in {in_gbs:.1f} GB/s" +
           (f"; measured on the GPU {logged[0]} / {logged[1]} GB/s "
            f"(model/measured {out_gbs / logged[0]:.2f} / {in_gbs / logged[1]:.2f})"
            if logged else ""), flush=True)
-    # The first eviction, whose host memory is made at eviction unless it
-    # was made ahead (Note [Host memory made ahead] in engine.h).
-    from tensorflow_lms_allocator import _engine  # noqa: E402
-
-    ahead_mib = int({name: default for name, default, _ in _engine.settings_table()}[
-        "TF_LMS_HOST_AHEAD_MB"])
     worst_first = 1.0
     for tensor in (64 * MIB, 8 * MIB):
-        made = calibrate(driver, lms, tensor, 0)
-        ahead = calibrate(driver, lms, tensor, ahead_mib * MIB)
+        made, ahead = runs[(tensor, 0)], runs[(tensor, ahead_mib)]
         print(f"== First eviction, {tensor // MIB} MiB tensors: {ahead['first_out']:.1f} GB/s "
               f"({ahead['first_out_vs_copy']:.2f} of its copies) with "
               f"TF_LMS_HOST_AHEAD_MB={ahead_mib}, "
