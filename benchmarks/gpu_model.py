@@ -27,7 +27,9 @@ Per case and step after the first: the step (the host's clock from the
 step's first call until the compute stream has drained), compute (kernel
 time), transfers (each copy engine's busy time), remaps (the host's time in
 cuMemMap, cuMemSetAccess, cuMemUnmap, cuMemCreate and cuMemRelease), GPU idle
-(step - compute), host busy (the host's time in every driver call: remaps,
+(step - compute) and the part of it between kernels by what the next kernel
+waited for: `copies` (its stream held by an event: LMS's copies) or `host`
+(not launched yet: the host busy in driver calls, or waiting), host busy (the host's time in every driver call: remaps,
 launches, events), host waits (the host's time blocked before the step's end)
 and `gpu_step_vs_ideal` = step / max(the same step without LMS, either copy
 engine's busy time): the step over the least that the model's kernels and
@@ -67,7 +69,8 @@ class FakeTiming(ctypes.Structure):
     _fields_ = [(name, ctypes.c_ulonglong) for name in (
         "host_now_ns", "compute_busy_ns", "copy_to_host_busy_ns", "copy_to_device_busy_ns",
         "copy_on_device_busy_ns", "host_remap_ns", "host_create_ns", "host_stream_ns",
-        "host_work_ns", "host_wait_ns", "host_waits")]
+        "host_work_ns", "host_wait_ns", "host_waits", "compute_idle_host_ns",
+        "compute_idle_stream_ns")]
 
 
 class FakeRange(ctypes.Structure):
@@ -293,7 +296,8 @@ def figures(d: dict[str, float], off_step: float) -> dict[str, float]:
             "to_device": d["copy_to_device_busy_ns"],
             "remaps": d["host_remap_ns"] + d["host_create_ns"],
             "host_busy": d["host_remap_ns"] + d["host_create_ns"] + d["host_stream_ns"],
-            "idle": max(step - compute, 0), "waits": d["host_wait_ns"],
+            "idle": max(step - compute, 0), "idle_copies": d["compute_idle_stream_ns"],
+            "idle_host": d["compute_idle_host_ns"], "waits": d["host_wait_ns"],
             "ideal": ideal, "ratio": step / ideal if ideal else 1.0}
 
 
@@ -388,8 +392,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     on_vs_off.append(mean["step"] / off_step)
                     cases.append((name, "LMS off", {"step": off_step}))
     print(f"\n{'model':<12} {'case':<9} {'step ms':>8} {'compute':>8} {'to host':>8} "
-          f"{'to dev':>8} {'remaps':>8} {'host busy':>9} {'GPU idle':>8} {'host wait':>9} "
-          f"{'gpu_step_vs_ideal':>18}")
+          f"{'to dev':>8} {'remaps':>8} {'host busy':>9} {'GPU idle':>8} {'copies':>8} "
+          f"{'host':>8} {'host wait':>9} {'gpu_step_vs_ideal':>18}")
     worst = ("", "", 0.0)
     for name, label, m in cases:
         if label == "LMS off":
@@ -398,6 +402,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{name:<12} {label:<9} {m['step'] / 1e6:>8.2f} {m['compute'] / 1e6:>8.2f} "
               f"{m['to_host'] / 1e6:>8.2f} {m['to_device'] / 1e6:>8.2f} "
               f"{m['remaps'] / 1e6:>8.2f} {m['host_busy'] / 1e6:>9.2f} {m['idle'] / 1e6:>8.2f} "
+              f"{m['idle_copies'] / 1e6:>8.2f} {m['idle_host'] / 1e6:>8.2f} "
               f"{m['waits'] / 1e6:>9.2f} "
               f"{m['ratio']:>18.3f}")
         if label != "uncapped" and m["ratio"] > worst[2]:

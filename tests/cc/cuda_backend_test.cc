@@ -1861,6 +1861,51 @@ TEST_F(EngineTest, ANewUnitIsPlacedAwayFromARetiredMappingStillInUse) {
   EXPECT_OK(e->Free(wall));
 }
 
+// When recent frees fill every best fit with retired mappings still in use
+// (more than placement tries one by one), a new unit goes to the far end of
+// the largest free range, where nothing was mapped, rather than wait on the
+// host for the GPU to reach the frees (Engine::PlaceWithoutCuts).
+TEST_F(EngineTest, ANewUnitAvoidsRetiredMappingsInEveryBestFit) {
+  constexpr int kHoles = 40;  // more than PlaceWithoutCuts tries
+  StartEngine(/*device=*/2 * kHoles + 8, /*host=*/8, /*defrag=*/true);
+  StartDeviceRuns();
+  FencedStream compute(b);
+  // Single-granule units between pinned walls: each hole stays one slot.
+  std::vector<void*> units, walls;
+  std::vector<uint64_t> ids;
+  for (int i = 0; i < kHoles; ++i) {
+    uint64_t id = 0;
+    units.push_back(e->Allocate(kGranule, /*pin=*/true, nullptr, &id));
+    ids.push_back(id);
+    walls.push_back(MustAllocate(*e, kGranule, /*pin=*/true));
+    ASSERT_TRUE(units.back() != nullptr && walls.back() != nullptr);
+  }
+  LatchedWriter kernel;
+  StartLatchedWriter(b, compute.stream, walls[0], kGranule, 7, &kernel);
+  for (int i = 0; i < kHoles; ++i) {
+    EXPECT_OK(e->Unpin(units[i], ids[i]));
+    EXPECT_OK(e->Free(units[i]));  // cached, the kernel still queued
+  }
+  // Takes the 8 free granules and every hole's (defragmentation retires
+  // their mappings: the kernel was queued before the frees).
+  void* big = MustAllocate(*e, (kHoles + 8) * kGranule, /*pin=*/true);
+  ASSERT_TRUE(big != nullptr);
+  EXPECT_OK(e->Free(big));
+  const int64_t waits = e->GetStatistics().num_host_waits;
+  std::thread release = kernel.ReleaseAfter(std::chrono::milliseconds(300));
+  void* v = MustAllocate(*e, kGranule, /*pin=*/true);
+  const Statistics st = e->GetStatistics();
+  release.join();
+  ASSERT_TRUE(v != nullptr);
+  EXPECT_EQ(st.num_host_waits - waits, 0);
+  for (void* u : units) EXPECT_TRUE(v != u);
+  EXPECT_OK(FillAllocation(*e, v, kGranule, 8));
+  Synchronize(b, compute.stream);
+  EXPECT_EQ(VerifyAllocation(*e, v, kGranule, 8), -1);
+  EXPECT_OK(e->Free(v));
+  for (void* w : walls) EXPECT_OK(e->Free(w));
+}
+
 TEST_F(EngineTest, AGranuleFreedBeforeACompletedFenceIsTakenWithoutAHostWait) {
   StartEngine(/*device=*/6, /*host=*/8, /*defrag=*/true);
   FencedStream compute(b);

@@ -53,7 +53,7 @@ struct Driver {
   X(live_mappings) X(live_reservations) X(live_streams) X(live_events)          \
   X(pool_bytes_in_use) X(work_in_flight) X(work_running) X(check_invariants) X(destroy_all) X(reset) \
   X(set_peer_access) X(staged_copies) X(launch_kernel_for) X(timing_enable)     \
-  X(timing_disable) X(timing_totals)
+  X(timing_disable) X(timing_totals) X(timing_host_work)
 
 struct FakeApi {
 #define FAKE_CUDA_TEST_FIELD(name) decltype(&::fake_cuda_##name) name = nullptr;
@@ -1691,6 +1691,45 @@ TEST(TimingOrdersWorkAfterTheEventsItWaitsFor) {
   for (CUstream s : {compute, copies}) EXPECT_EQ(D().cuStreamDestroy(s), CUDA_SUCCESS);
   Unreserve(dev, kG);
   Unreserve(host, kG);
+}
+
+// The compute engine's idle time between kernels is told apart by what the
+// later kernel waited for: its stream (an event: a copy it waits for) or its
+// launch (the host was busy elsewhere). What a benchmark reads as the GPU
+// waiting for copies, or for the host.
+TEST(TimingTellsIdleWaitingForACopyFromIdleWaitingForTheHost) {
+  Session session;
+  const CUdeviceptr dev = Reserve(2 * kG), host = Reserve(2 * kG);
+  MapDevice(dev, 2 * kG);
+  MapDevice(host, 2 * kG, CU_MEM_LOCATION_TYPE_HOST_NUMA);
+  const CUstream compute = NewStream(), copies = NewStream();
+  const CUevent copied = NewEvent();
+  EXPECT_EQ(F().timing_enable("h200"), 0);
+  const uint64_t copy_ns = static_cast<uint64_t>(2 * kG / 55.1);
+  // A 10 us kernel from 5 us; a copy from 10 us; the compute stream waits
+  // for the copy (record and wait: 2 us each) and runs a second kernel.
+  EXPECT_EQ(F().launch_kernel_for(compute, 10000, nullptr, nullptr, nullptr, 0), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuMemcpyAsync(host, dev, 2 * kG, copies), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuEventRecord(copied, copies), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuStreamWaitEvent(compute, copied, 0), CUDA_SUCCESS);
+  EXPECT_EQ(F().launch_kernel_for(compute, 10000, nullptr, nullptr, nullptr, 0), CUDA_SUCCESS);
+  fake_cuda_timing t = Totals();
+  EXPECT_EQ(t.compute_idle_stream_ns, 10000 + copy_ns - 15000);
+  EXPECT_EQ(t.compute_idle_host_ns, 0u);
+  // 1 ms of host work, then a third kernel: the engine idled for the host.
+  F().timing_host_work(1000000);
+  EXPECT_EQ(F().launch_kernel_for(compute, 10000, nullptr, nullptr, nullptr, 0), CUDA_SUCCESS);
+  t = Totals();
+  EXPECT_EQ(t.host_now_ns, 24000 + 1000000ull);
+  EXPECT_EQ(t.compute_idle_host_ns, t.host_now_ns - (10000 + copy_ns + 10000));
+  EXPECT_EQ(t.compute_idle_stream_ns, 10000 + copy_ns - 15000);
+  EXPECT_EQ(D().cuStreamSynchronize(compute), CUDA_SUCCESS);
+  F().timing_disable();
+  EXPECT_EQ(D().cuEventDestroy(copied), CUDA_SUCCESS);
+  for (CUstream s : {compute, copies}) EXPECT_EQ(D().cuStreamDestroy(s), CUDA_SUCCESS);
+  Unreserve(dev, 2 * kG);
+  Unreserve(host, 2 * kG);
+  EXPECT_EQ(F().violation_count(), 0u);
 }
 
 // Off (the default, and after every reset) the clock never moves.

@@ -53,11 +53,13 @@ RUNS = "ARunOfConsecutiveDeviceGranulesIsOneMappingAtItsOffset"
 TRIM = "AUnitPlacedOverPartOfACachedMappingGetsItsOwnAndMovesAlone"
 AVOID = "ASmallerUnitIsPlacedWhereItCutsNoCachedMapping"
 AWAY = "ANewUnitIsPlacedAwayFromARetiredMappingStillInUse"
+AWAY_ALL = "ANewUnitAvoidsRetiredMappingsInEveryBestFit"
 STEAL = "DefragmentationTakesACachedMappingWhole"
 RUN_POOL = SRC / "engine/run_pool.cc"
 AHEAD = "HostMemoryMadeAheadServesEvictionsOfAnySizeWithoutMakingMore"
 HOST_PART = "PartOfAHostRunMadeAheadIsOneMappingAtItsOffset"
 NOT_AHEAD = "HostMemoryIsMadeAtEvictionWhereItCannotBeMadeAhead"
+IN_PART = "HostMemoryMadeAheadInPartIsReleasedWhole"
 
 # name -> (source, text to find, replacement, tests that must fail)
 MUTATIONS = {
@@ -71,7 +73,7 @@ MUTATIONS = {
     # the first evictions make it.
     "made-ahead-not-made": (
         MEMORY, "  return EnsureGranules(pool, firsts.data(), firsts.size());",
-        "  return Status::Ok();  // MUTATION", {AHEAD, HOST_PART, NOT_AHEAD}),
+        "  return Status::Ok();  // MUTATION", {AHEAD, HOST_PART, NOT_AHEAD, IN_PART}),
     # Parts of a host run given back stay apart: a unit as large as the run
     # gets several mappings, and in time memory is made again.
     "host-parts-not-merged": (
@@ -87,7 +89,12 @@ MUTATIONS = {
     # the host for the kernel still writing the freed range.
     "placed-on-a-retired-mapping": (
         STREAMS, "  if (retired_.empty() || !AnyRetired(address, count)) return true;",
-        "  return true;  // MUTATION", {AWAY}),
+        "  return true;  // MUTATION", {AWAY, AWAY_ALL}),
+    # When every best fit tried holds a retired mapping still in use, the
+    # far end of the largest free range is not tried: the Map waits.
+    "far-end-not-tried": (
+        RECLAIM_SRC, "  if (placed == kNoChunk && waits) {",
+        "  if (false) {  // MUTATION", {AWAY_ALL}),
     # Defragmentation takes as many cached granules as it needs, cutting a
     # mapping.
     "cached-mapping-stolen-in-part": (
@@ -121,7 +128,7 @@ MUTATIONS = {
     # queued on them.
     "retired-unmapped-at-once": (
         STREAMS, "    if (EpochDone(r.mark)) {\n", "    if (true) {  // MUTATION\n",
-        {FREE, DEFRAG, EVICTION, RECLAIM, COPY, PAGE_IN_FREED}),
+        {FREE, DEFRAG, EVICTION, RECLAIM, COPY, PAGE_IN_FREED, AWAY_ALL}),
     # A copy into a granule whose retired mapping still has queued work does
     # not wait for it: the page-in lands before the freed buffer's kernel.
     "copies-ignore-retired": (

@@ -176,6 +176,8 @@ FAKE_CUDA_EXPORT void fake_cuda_timing_totals(fake_cuda_timing* out) noexcept {
   out->host_work_ns = t.host_work_ns;
   out->host_wait_ns = t.host_wait_ns;
   out->host_waits = t.host_waits;
+  out->compute_idle_host_ns = t.compute_idle_host_ns;
+  out->compute_idle_stream_ns = t.compute_idle_stream_ns;
 }
 
 FAKE_CUDA_EXPORT size_t fake_cuda_destroy_all(void) noexcept {

@@ -244,6 +244,10 @@ typedef struct fake_cuda_timing {
   unsigned long long host_work_ns;            // fake_cuda_timing_host_work
   unsigned long long host_wait_ns;            // blocked in host waits
   unsigned long long host_waits;              // host waits (cuEventSynchronize, ...)
+  // Compute engines idle between kernels: the next one not launched yet (the
+  // host late), or launched on a stream held by an event (a copy it waits for).
+  unsigned long long compute_idle_host_ns;
+  unsigned long long compute_idle_stream_ns;
 } fake_cuda_timing;
 // The totals since fake_cuda_timing_enable.
 void fake_cuda_timing_totals(fake_cuda_timing* out) FAKE_CUDA_NOEXCEPT;

@@ -125,6 +125,13 @@ uint64_t Schedule(uint64_t tail, int device, Engine engine, uint64_t ns) {
   if (engine == Engine::kCount) return start;
   const int e = static_cast<int>(engine);
   uint64_t& engine_free = g_engine_free[std::clamp(device, 0, kMaxDevices - 1)][e];
+  if (engine == Engine::kCompute && engine_free > 0 && start > engine_free) {
+    // The engine ran a kernel before (not the first since Enable) and now
+    // idles until this one can start: late on the host, or held on its
+    // stream.
+    (tail > g_totals.host_now_ns ? g_totals.compute_idle_stream_ns
+                                 : g_totals.compute_idle_host_ns) += start - engine_free;
+  }
   start = std::max(start, engine_free);
   engine_free = start + ns;
   g_totals.busy_ns[e] += ns;

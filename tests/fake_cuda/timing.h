@@ -77,7 +77,8 @@ void HostWaitUntil(uint64_t done_ns);
 // Schedules an operation of `ns` on `engine` of `device`, on a stream whose
 // tail is `tail` (its earliest start besides the host's clock); returns its
 // end, the stream's new tail. kCount as the engine: no engine (an event
-// record, a wait), `ns` is then 0.
+// record, a wait), `ns` is then 0. A kernel that starts after the compute
+// engine's previous one ended counts the gap as idle (Totals).
 uint64_t Schedule(uint64_t tail, int device, Engine engine, uint64_t ns);
 // How long a copy of `bytes` takes on `engine`.
 uint64_t CopyNs(Engine engine, size_t bytes);
@@ -89,6 +90,11 @@ struct Totals {
   uint64_t host_work_ns = 0;
   uint64_t host_wait_ns = 0;
   uint64_t host_waits = 0;
+  // Compute engines idle between two kernels, by what the later one waited
+  // for: its launch (the host was late) or its stream (an event it waits
+  // for, a copy's: the stream's tail was later than the host's clock).
+  uint64_t compute_idle_host_ns = 0;
+  uint64_t compute_idle_stream_ns = 0;
 };
 Totals GetTotals();
 

@@ -300,7 +300,7 @@ class CudaBackend : public Backend {
   Status SettleMapping(uintptr_t address, size_t count) override;
   bool KeepsMappingsWhole() const override { return true; }
   size_t MappingAt(uintptr_t address, uintptr_t* first) override;
-  bool MapsWithoutWait(uintptr_t address, size_t count) override;
+  bool MapsWithoutWait(uintptr_t address, size_t count, bool poll) override;
   void SetDeviceRuns(bool on) override { device_runs_ = on; }
   // Whether device memory is mapped in runs at offsets into large pieces
   // (Note [Device memory in runs]): the driver accepted a nonzero offset.
@@ -512,9 +512,11 @@ class CudaBackend : public Backend {
   // pending mappings they were in the way of; with `wait`, also those
   // overlapping [address, address + count slots), after waiting for their
   // epochs, and the pending mappings there are dropped instead (the caller
-  // replaces or unmaps those slots) unless `drop_pending` is false.
+  // replaces or unmaps those slots) unless `drop_pending` is false. With
+  // `poll`, asks the GPU first what completed (PollEpochs); a caller that
+  // just did passes false.
   Status UnmapRetired(bool wait = false, uintptr_t address = 0, size_t count = 0,
-                      bool drop_pending = true);
+                      bool drop_pending = true, bool poll = true);
   // Maps the pending pieces whose slots no retired mapping occupies any
   // more, among the `count` slots from `address`.
   Status MapPending(uintptr_t address, size_t count);

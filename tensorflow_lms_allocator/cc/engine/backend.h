@@ -172,9 +172,12 @@ class Backend {
   // Whether a Map at the `count` slots from `address` would map without a
   // host wait for queued work still using what was mapped there (CUDA: a
   // retired mapping whose epoch is not complete, Note [Retired mappings]).
-  // The engine places new units elsewhere when it can. The default: always.
-  virtual bool MapsWithoutWait(uintptr_t address, size_t count) {
-    (void)address, (void)count;
+  // The engine places new units elsewhere when it can. With `poll`, the
+  // backend first asks the GPU what completed since it last asked (CUDA: a
+  // cuEventQuery per fenced stream); a caller asking about many ranges in a
+  // row polls for the first only. The default: always.
+  virtual bool MapsWithoutWait(uintptr_t address, size_t count, bool poll) {
+    (void)address, (void)count, (void)poll;
     return true;
   }
 

@@ -70,7 +70,9 @@
 // queued before the free may still use it (the new mapping at the same slots
 // must wait for the old one to go: Note [Retired mappings]), so placement
 // first looks for a range that cuts nothing and holds no retired mapping
-// still in use (PlaceWithoutCuts): on a GPU a new unit then never waits for
+// still in use (PlaceWithoutCuts: best fit's with what is in the way held, a
+// few times, then, away from a step's frees of moments ago, the far end of
+// the largest free range): on a GPU a new unit then never waits for
 // the GPU to finish with memory freed or taken back moments ago. Runs pay
 // off only in moves, and a model that fits moves nothing, while granules
 // mapped one by one serve a freed range's reuse at any size; so the engine
@@ -642,13 +644,15 @@ class Engine {
   // [Mappings within a unit]).
   void StartDeviceRuns() LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether a unit at [first, first + n) would neither cut a cached mapping
-  // nor wait to map (Backend::MapsWithoutWait); if not, sets *from and
-  // *count to the slots in the way.
-  bool RangeIsClear(uint64_t first, uint64_t n, uint64_t* from, uint64_t* count)
-      LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // nor wait to map (Backend::MapsWithoutWait, which polls the GPU first
+  // with `poll`); if not, sets *from and *count to the slots in the way, and
+  // *waits to true if it was a wait.
+  bool RangeIsClear(uint64_t first, uint64_t n, bool poll, uint64_t* from, uint64_t* count,
+                    bool* waits) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `c` (n slots, just placed by best fit), or another free range of n slots
-  // that is clear (RangeIsClear) if best fit finds one with what is in the
-  // way held (Note [Mappings within a unit]).
+  // that is clear (RangeIsClear): best fit's with what is in the way held, a
+  // few times, then, if a retired mapping was in the way, the far end of the
+  // largest free range (Note [Mappings within a unit]).
   ChunkId PlaceWithoutCuts(ChunkId c, uint64_t n) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Unmaps the cached mapping of `count` slots from `first` (every one
   // cached) and gives its granules back to the device pool.

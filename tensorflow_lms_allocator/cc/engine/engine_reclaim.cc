@@ -230,18 +230,23 @@ Status Engine::TrimCachedMappings(uint64_t first, uint64_t n) {
   return Status::Ok();
 }
 
-bool Engine::RangeIsClear(uint64_t first, uint64_t n, uint64_t* from, uint64_t* count) {
+bool Engine::RangeIsClear(uint64_t first, uint64_t n, bool poll, uint64_t* from,
+                          uint64_t* count, bool* waits) {
   if (CutsCachedMapping(first, n, from, count)) return false;
-  if (backend_->MapsWithoutWait(SlotAddress(first), n)) return true;
+  if (backend_->MapsWithoutWait(SlotAddress(first), n, poll)) return true;
   *from = first;
   *count = n;
+  *waits = true;
   return false;
 }
 
 ChunkId Engine::PlaceWithoutCuts(ChunkId c, uint64_t n) {
   if (!whole_mappings_) return c;
   uint64_t from = 0, count = 0;
-  if (RangeIsClear(arena_.chunk(c).start, n, &from, &count)) return c;
+  bool waits = false;  // a range tried would wait for a retired mapping
+  // One poll of the GPU for every range tried: they are tried within
+  // microseconds of each other.
+  if (RangeIsClear(arena_.chunk(c).start, n, /*poll=*/true, &from, &count, &waits)) return c;
   // Best fit again with what is in the way held, a few times: a range that
   // cuts nothing keeps a cached mapping whole for a unit of its size, and
   // one without retired mappings maps without a wait.
@@ -256,11 +261,29 @@ ChunkId Engine::PlaceWithoutCuts(ChunkId c, uint64_t n) {
     held[holds++] = h;
     const ChunkId d = arena_.Allocate(n);
     if (d == kNoChunk) break;
-    if (RangeIsClear(arena_.chunk(d).start, n, &from, &count)) {
+    if (RangeIsClear(arena_.chunk(d).start, n, /*poll=*/false, &from, &count, &waits)) {
       placed = d;
       break;
     }
     arena_.Free(d);
+  }
+  if (placed == kNoChunk && waits) {
+    // Frees moments ago fill the best fits (a step's small tensors, freed
+    // while the GPU is still behind): the far end of the largest free range
+    // was mapped longest ago, or never. (Ranges that would only cut cached
+    // mappings cost a remap, not a wait: best fit's is taken below.)
+    const uint64_t largest = arena_.LargestFreeChunk();
+    const ChunkId l = largest >= n ? arena_.Allocate(largest) : kNoChunk;
+    if (l != kNoChunk) {
+      const uint64_t end = arena_.chunk(l).start + largest;
+      arena_.Free(l);
+      placed = arena_.AllocateAt(end - n, n);
+      if (placed != kNoChunk &&
+          !RangeIsClear(end - n, n, /*poll=*/false, &from, &count, &waits)) {
+        arena_.Free(placed);
+        placed = kNoChunk;
+      }
+    }
   }
   for (int i = 0; i < holds; ++i) arena_.Free(held[i]);
   if (placed != kNoChunk) {
