@@ -29,15 +29,16 @@ time), transfers (each copy engine's busy time), remaps (the host's time in
 cuMemMap, cuMemSetAccess, cuMemUnmap, cuMemCreate and cuMemRelease), GPU idle
 (step - compute) and the part of it between kernels by what the next kernel
 waited for: `copies` (its stream held by an event: LMS's copies) or `host`
-(not launched yet: the host busy in driver calls, or waiting), host busy (the host's time in every driver call: remaps,
-launches, events), host waits (the host's time blocked before the step's end)
-and `gpu_step_vs_ideal` = step / max(the same step without LMS, either copy
-engine's busy time): the step over the least that the model's kernels and
-copies need (the step without LMS is the kernels' time, or the launches' where
-the kernels are shorter than a launch). The host's driver time for remaps is
-not in that floor: it is what LMS adds, so it counts against it. `uncapped` also runs the same kernels with no engine
-at all (LMS off): `lms_on_vs_off_uncapped` is on over off. The last line is
-the worst case's `gpu_step_vs_ideal R`.
+(not launched yet: the host busy in driver calls, or waiting), host busy (the
+host's time in every driver call: remaps, launches, events), host waits (the
+host's time blocked before the step's end) and `gpu_step_vs_ideal` = step /
+max(the same step without LMS, either copy engine's busy time): the step over
+the least that the model's kernels and copies need (the step without LMS is
+the kernels' time, or the launches' where the kernels are shorter than a
+launch). The host's driver time for remaps is not in that floor: it is what
+LMS adds, so it counts against it. `uncapped` also runs the same kernels with
+no engine at all (LMS off): `lms_on_vs_off_uncapped` is on over off. The last
+line is the worst case's `gpu_step_vs_ideal R`.
 
 Example:
     make bench-gpu-model

@@ -437,16 +437,11 @@ Status CudaBackend::UnmapReleased(uintptr_t address, size_t count, uint64_t mark
   LMS_CUDA_SCOPE(*driver_, context_);
   // Nothing is queued on freed memory after its free: once the epoch open
   // at the free is complete, nothing queued can still touch the slots.
-  // Until then they stay mapped, retired (Note [Retired mappings]). One
-  // poll of the GPU at most for the questions below.
+  // Until then they stay mapped, retired (Note [Retired mappings]). Those
+  // whose epoch is done go, and those in the way once it is: one call, one
+  // poll of the GPU (if any is retired), enough for `mark` below too.
   const bool polled = !retired_.empty();
-  if (polled) PollEpochs();
-  // Those whose epoch is done, then those in the way.
-  LMS_RETURN_IF_ERROR(UnmapRetired(/*wait=*/false, 0, 0, /*drop_pending=*/true, /*poll=*/false));
-  if (AnyRetired(address, count)) {
-    LMS_RETURN_IF_ERROR(UnmapRetired(/*wait=*/true, address, count, /*drop_pending=*/true,
-                                     /*poll=*/false));
-  }
+  LMS_RETURN_IF_ERROR(UnmapRetired(/*wait=*/true, address, count));
   bool any = false;
   for (size_t i = 0; i < count && !any; ++i) any = IsMapped(address + i * granule_);
   if (!any) return Status::Ok();

@@ -512,11 +512,10 @@ class CudaBackend : public Backend {
   // pending mappings they were in the way of; with `wait`, also those
   // overlapping [address, address + count slots), after waiting for their
   // epochs, and the pending mappings there are dropped instead (the caller
-  // replaces or unmaps those slots) unless `drop_pending` is false. With
-  // `poll`, asks the GPU first what completed (PollEpochs); a caller that
-  // just did passes false.
+  // replaces or unmaps those slots) unless `drop_pending` is false. Polls
+  // the GPU first (PollEpochs) if any mapping is retired.
   Status UnmapRetired(bool wait = false, uintptr_t address = 0, size_t count = 0,
-                      bool drop_pending = true, bool poll = true);
+                      bool drop_pending = true);
   // Maps the pending pieces whose slots no retired mapping occupies any
   // more, among the `count` slots from `address`.
   Status MapPending(uintptr_t address, size_t count);

@@ -217,11 +217,11 @@ Status CudaBackend::SettleMapping(uintptr_t address, size_t count) {
 }
 
 Status CudaBackend::UnmapRetired(bool wait, uintptr_t address, size_t count,
-                                 bool drop_pending, bool poll) {
+                                 bool drop_pending) {
   if (retired_.empty()) return Status::Ok();
   const auto in_the_way = [&](const Retired& r) { return wait && Overlaps(r, address, count); };
   // The waits first: one may complete other retired mappings' epochs too.
-  if (poll) PollEpochs();
+  PollEpochs();
   for (const Retired& r : retired_) {
     if (in_the_way(r) && !EpochDone(r.mark)) LMS_RETURN_IF_ERROR(HostWaitForEpoch(r.mark));
   }
@@ -342,15 +342,16 @@ Status CudaBackend::WaitForCopies() {
 Status CudaBackend::BeginRemapBatch(uint64_t mark) {
   LMS_CUDA_SCOPE(*driver_, context_);
   remap_batch_drained_ = false;
-  // One poll of the GPU for both questions below.
-  if (!retired_.empty() || !EpochDone(mark)) PollEpochs();
-  // Those whose epoch is done.
-  LMS_RETURN_IF_ERROR(UnmapRetired(/*wait=*/false, 0, 0, /*drop_pending=*/true, /*poll=*/false));
+  // Those whose epoch is done (a poll of the GPU if any is retired; one is
+  // enough for the batch's mark below too).
+  const bool polled = !retired_.empty();
+  LMS_RETURN_IF_ERROR(UnmapRetired());
   // The work queued on the batch's addresses (their units' last uses), not
   // the copy stream: the batch's copies stay in flight. Usually long done:
   // no call at all. If not, an eviction's remaps are deferred (Map) and
   // only a page-in's wait, in its first Map.
   batch_mark_ = mark;
+  if (!polled && !EpochDone(mark)) PollEpochs();
   batch_wait_left_ = !EpochDone(mark);
   remap_batch_drained_ = true;
   return Status::Ok();

@@ -269,17 +269,37 @@ void BestFitArena::Free(ChunkId id) {
   MarkFree(id);
 }
 
-uint64_t BestFitArena::LargestFreeChunk() const {
+ChunkId BestFitArena::LargestFreeChunkId() const {
   for (int word = kBitmapWords - 1; word >= 0; --word) {
     if (bin_bitmap_[word] == 0) continue;
     const int bin = word * 64 + 63 - __builtin_clzll(bin_bitmap_[word]);
-    uint64_t best = 0;
+    ChunkId best = kNoChunk;
     for (ChunkId c = bin_heads_[bin]; c != kNoChunk; c = chunks_[c].bin_next) {
-      if (chunks_[c].size > best) best = chunks_[c].size;
+      if (best == kNoChunk || chunks_[c].size > chunks_[best].size) best = c;
     }
     return best;
   }
-  return 0;
+  return kNoChunk;
+}
+
+uint64_t BestFitArena::LargestFreeChunk() const {
+  const ChunkId c = LargestFreeChunkId();
+  return c == kNoChunk ? 0 : chunks_[c].size;
+}
+
+ChunkId BestFitArena::AllocateAtEndOfLargest(uint64_t units) {
+  assert(segment_units_ == 0 && units > 0);
+  ChunkId c = LargestFreeChunkId();
+  if (c == kNoChunk || chunks_[c].size < units) return kNoChunk;
+  // The front stays free; its other neighbour is allocated, so nothing merges.
+  UnmarkFree(c);
+  if (chunks_[c].size > units) {
+    const ChunkId back = SplitFront(c, chunks_[c].size - units);
+    MarkFree(c);
+    c = back;
+  }
+  SetTable(chunks_[c], c + 1);
+  return c;
 }
 
 }  // namespace lms

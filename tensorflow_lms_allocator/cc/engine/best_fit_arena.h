@@ -107,6 +107,10 @@ class BestFitArena {
   // chunk (no segments). O(chunks): for the engine's slow paths.
   ChunkId AllocateAt(uint64_t start, uint64_t units);
 
+  // Allocates the last `units` of the largest free chunk (no segments), or
+  // returns kNoChunk if it is smaller: the range best fit reaches last.
+  ChunkId AllocateAtEndOfLargest(uint64_t units);
+
   // Returns an allocated chunk; it may merge with its neighbours.
   void Free(ChunkId id);
 
@@ -143,6 +147,8 @@ class BestFitArena {
 
   static int BinFor(uint64_t units);
   ChunkId NewChunk();
+  // The largest free chunk (the top non-empty bin scanned), or kNoChunk.
+  ChunkId LargestFreeChunkId() const;
   // Appends a chunk of `units` at the end, in no bin and not free.
   ChunkId AppendChunk(uint64_t units);
   void ReleaseChunk(ChunkId id);

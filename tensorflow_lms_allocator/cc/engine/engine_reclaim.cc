@@ -272,17 +272,11 @@ ChunkId Engine::PlaceWithoutCuts(ChunkId c, uint64_t n) {
     // while the GPU is still behind): the far end of the largest free range
     // was mapped longest ago, or never. (Ranges that would only cut cached
     // mappings cost a remap, not a wait: best fit's is taken below.)
-    const uint64_t largest = arena_.LargestFreeChunk();
-    const ChunkId l = largest >= n ? arena_.Allocate(largest) : kNoChunk;
-    if (l != kNoChunk) {
-      const uint64_t end = arena_.chunk(l).start + largest;
-      arena_.Free(l);
-      placed = arena_.AllocateAt(end - n, n);
-      if (placed != kNoChunk &&
-          !RangeIsClear(end - n, n, /*poll=*/false, &from, &count, &waits)) {
-        arena_.Free(placed);
-        placed = kNoChunk;
-      }
+    placed = arena_.AllocateAtEndOfLargest(n);
+    if (placed != kNoChunk &&
+        !RangeIsClear(arena_.chunk(placed).start, n, /*poll=*/false, &from, &count, &waits)) {
+      arena_.Free(placed);
+      placed = kNoChunk;
     }
   }
   for (int i = 0; i < holds; ++i) arena_.Free(held[i]);

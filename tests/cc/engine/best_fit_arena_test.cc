@@ -1,5 +1,6 @@
 // The address arena (engine/best_fit_arena.h): best fit, coalescing, growth,
 // against a per-unit model under random use.
+#include <algorithm>
 #include <iterator>
 #include <map>
 #include <random>
@@ -21,7 +22,26 @@ TEST(ArenaTilesItsRangeAndCoalescesUnderRandomUse) {
     for (uint64_t u = start; u < start + size; ++u) used[u] = value;
   };
   for (int step = 0; step < 20000; ++step) {
-    if (rng() % 5 == 0) {
+    if (rng() % 11 == 0) {
+      // AllocateAtEndOfLargest: the end of a longest free run of the model.
+      const uint64_t units = 1 + rng() % 40;
+      uint64_t longest = 0, run = 0;
+      for (uint64_t u = 0; u < used.size(); ++u) {
+        run = used[u] ? 0 : run + 1;
+        longest = std::max(longest, run);
+      }
+      const ChunkId c = arena.AllocateAtEndOfLargest(units);
+      EXPECT_EQ(c != kNoChunk, units <= longest);
+      if (c == kNoChunk) continue;
+      const uint64_t start = arena.chunk(c).start, end = start + units;
+      EXPECT_EQ(arena.chunk(c).size, units);
+      EXPECT_TRUE(end == used.size() || used[end]);
+      uint64_t free_before = 0;
+      while (free_before < end && !used[end - 1 - free_before]) ++free_before;
+      EXPECT_EQ(free_before, longest);
+      live[c] = {start, units};
+      mark(start, units, true);
+    } else if (rng() % 5 == 0) {
       // AllocateAt: exactly the range asked for when all of it is free.
       const uint64_t units = 1 + rng() % 40;
       const uint64_t start = rng() % ((1 << 12) - units);
@@ -84,6 +104,32 @@ TEST(ArenaPrefersTheBestFittingFreeChunk) {
   arena.Free(b);
   const ChunkId c = arena.Allocate(40);  // exact fit in b's hole, not a's
   EXPECT_EQ(arena.chunk(c).start, b_start);
+}
+
+// The end of the largest free chunk, whatever best fit would choose, and
+// nothing when it is too small.
+TEST(ArenaAllocatesAtTheEndOfTheLargestFreeChunk) {
+  BestFitArena arena(1024, /*index_interior=*/true);
+  arena.Grow(1024);
+  const ChunkId a = arena.Allocate(100);
+  const ChunkId sep = arena.Allocate(1);
+  const ChunkId b = arena.Allocate(3);
+  const ChunkId rest = arena.Allocate(1024 - 104);
+  arena.Free(a);                                   // [0, 100) free
+  arena.Free(b);                                   // [101, 104) free: best fit for 3
+  EXPECT_EQ(arena.chunk(arena.Allocate(3)).start, 101u);
+  const ChunkId c = arena.AllocateAtEndOfLargest(3);
+  ASSERT_TRUE(c != kNoChunk);
+  EXPECT_EQ(arena.chunk(c).start, 97u);
+  EXPECT_EQ(arena.chunk(c).size, 3u);
+  EXPECT_EQ(arena.ChunkAt(99), c);
+  EXPECT_EQ(arena.LargestFreeChunk(), 97u);       // the front stays free
+  EXPECT_EQ(arena.free_units(), 97u);
+  EXPECT_TRUE(arena.AllocateAtEndOfLargest(98) == kNoChunk);
+  arena.Free(c);                                   // merges back
+  EXPECT_EQ(arena.LargestFreeChunk(), 100u);
+  (void)sep;
+  (void)rest;
 }
 
 TEST(ArenaGrowMergesWithAFreeTail) {
