@@ -82,6 +82,10 @@ bool Engine::AwaitOtherMoves() {
 }
 
 void Engine::AwaitMoveEnd() {
+  // Other threads read the pools' counters and check every invariant while
+  // the lock is free (as in RunCopies): a page-in just ended may have given
+  // host granules back (PageInUnits, one unit at a time).
+  RefreshPoolStatistics();
   ScopedNanos timed(&stats_.time_move_waiting_ns);
   const uint64_t ended = moves_ended_;
   mu_.Await(moved_, [&]() LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return moves_ended_ != ended; });
