@@ -140,6 +140,34 @@ class FakeDriver:
         return int(self.lib.fake_cuda_violation_count())
 
 
+class FakeLauncher:
+    """gpu-check-engine's overlap step (tests/gpu/check_engine.py) on the timing
+    model: each kernel one of the stated duration declaring its tensor; the
+    bytes are the engine's pattern, which the kernels leave as they are."""
+
+    def __init__(self, driver: FakeDriver) -> None:
+        self.driver = driver
+        self.stream = driver.stream()
+
+    def fill(self, engine: object, address: int, size: int, seed: int) -> None:
+        engine.fill_pattern(address, size, seed)
+
+    def kernel(self, address: int, size: int, old: int, seed: int, ns: float) -> int:
+        self.driver.kernel(self.stream, int(ns), [(address, size)])
+        return old
+
+    def finish(self) -> None:
+        self.driver.synchronize(self.stream)
+
+    def clock(self, engine: object) -> tuple[float, float, float]:
+        t = self.driver.totals()
+        return (t.host_now_ns / 1e9, t.host_wait_ns / 1e9,
+                (t.host_remap_ns + t.host_create_ns) / 1e9)
+
+    def wrong(self, engine: object, address: int, size: int, seed: int) -> int:
+        return int(engine.verify_pattern(address, size, seed) != -1)
+
+
 def delta(a: FakeTiming, b: FakeTiming) -> dict[str, int]:
     return {name: getattr(b, name) - getattr(a, name) for name, _ in FakeTiming._fields_}
 

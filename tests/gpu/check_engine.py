@@ -12,12 +12,18 @@ with PASS or FAIL and its numbers:
    with the engine (unpinned while still queued, then evicted) and on an
    unregistered one (synchronized before the unpin; reading and writing
    evicted tensors over the bus), while another thread evicts and pages in.
-4. create: the time to create (and destroy) a 64 GiB device.
+4. overlap: kernels of a known duration on a registered stream, each
+   pinning a tensor that is paged in for it while another is evicted: the
+   step beside the same kernels with every tensor resident (compute alone)
+   and the same moves with kernels of no duration (transfers alone); every
+   word checked by each kernel and at the end.
+5. create: the time to create (and destroy) a 64 GiB device.
 
 With --dry-run the engine runs over the fake CUDA driver
 (TF_LMS_CUDA_DRIVER_PATH) at small sizes: every line says DRY RUN, the
-numbers are not a GPU's, and the CuPy steps (bandwidth baseline, kernels)
-are not run. Exit status: 0 if every step passed, 1 otherwise.
+numbers are not a GPU's, and the CuPy steps (bandwidth baseline, kernels,
+overlap) are not run; `make bench-gpu-model` runs the overlap step on the
+fake driver's timing model. Exit status: 0 if every step passed, 1 otherwise.
 
 Example:
     $ python tests/gpu/check_engine.py --build build/gpu-check-engine
@@ -36,11 +42,11 @@ import time
 import traceback
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any, Callable, Protocol, Sequence
 
 GIB = 1 << 30
 MIB = 1 << 20
-STEPS = ("contract", "bandwidth", "batch", "kernels", "create")
+STEPS = ("contract", "bandwidth", "batch", "kernels", "overlap", "create")
 
 # The engine's order of eviction in every check: LRU, under which the GPU figures of
 # benchmarks/README.md were measured (the engine's default is the learned order).
@@ -58,6 +64,8 @@ class Sizes:
     kernel_tensor: int
     created_device: int
     rounds: int
+    overlap_tensor: int = 64 * MIB
+    overlap_count: int = 32  # tensors; the device holds half of them
     granule: int = 2 * MIB  # asked for; the driver's wins if larger
 
 
@@ -157,6 +165,7 @@ def contract(check: Check, lms: ModuleType, sizes: Sizes) -> None:
 
 
 BACKEND_TIMES = ("copying", "waiting", "fencing", "creating_memory", "mapping", "unmapping")
+REMAP_TIMES = ("creating_memory", "mapping", "unmapping")
 
 
 def breakdown(before: dict[str, int], after: dict[str, int], total: str, count: int) -> str:
@@ -328,6 +337,18 @@ extern "C" __global__ void fill(unsigned int* p, unsigned long long n, unsigned 
     p[i] = Word(seed, i);
   }
 }
+// Spins `spin` clock cycles (a kernel of a known duration), then checks
+// that the words hold `old` and writes `seed` over them.
+extern "C" __global__ void update(unsigned int* p, unsigned long long n, unsigned int old,
+                                  unsigned int seed, long long spin, unsigned long long* bad) {
+  const long long start = clock64();
+  while (clock64() - start < spin) {}
+  for (unsigned long long i = blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += gridDim.x * blockDim.x) {
+    if (p[i] != Word(old, i)) atomicAdd(bad, 1ull);
+    p[i] = Word(seed, i);
+  }
+}
 extern "C" __global__ void check(const unsigned int* p, unsigned long long n,
                                  unsigned int seed, unsigned long long* bad) {
   for (unsigned long long i = blockIdx.x * blockDim.x + threadIdx.x; i < n;
@@ -348,6 +369,7 @@ class Kernels:
         module = cupy.RawModule(code=KERNELS)
         self._fill = module.get_function("fill")
         self._check = module.get_function("check")
+        self._update = module.get_function("update")
         self._bad = cupy.zeros(1, dtype=cupy.uint64)
 
     def fill(self, stream: Any, address: int, size: int, seed: int, spin: int = 0) -> None:
@@ -355,6 +377,16 @@ class Kernels:
         with stream:
             self._fill((264,), (256,), (np.uint64(address), np.uint64(size // 4),
                                         np.uint32(seed), np.int64(spin)))
+
+    def update(self, stream: Any, address: int, size: int, old: int, seed: int, spin: int,
+               bad: Any) -> None:
+        """After `spin` clock cycles, adds the words not of `old` to `bad` (a CuPy
+        counter) and writes `seed`'s, on `stream`, without waiting."""
+        np = self.numpy
+        with stream:
+            self._update((264,), (256,), (np.uint64(address), np.uint64(size // 4),
+                                          np.uint32(old), np.uint32(seed), np.int64(spin),
+                                          bad))
 
     def check(self, stream: Any, address: int, size: int, seed: int) -> None:
         """Counts the wrong words into the counter, on `stream`, without waiting."""
@@ -531,6 +563,182 @@ def kernels(check: Check, lms: ModuleType, sizes: Sizes, cupy: Any) -> None:
         engine.free(address)
 
 
+class Launcher(Protocol):
+    """Where the overlap step's kernels run: a GPU (GpuLauncher) or the fake
+    driver's timing model (benchmarks/gpu_model.py)."""
+
+    stream: int  # the CUstream the kernels run on, fenced by each engine
+
+    def fill(self, engine: Any, address: int, size: int, seed: int) -> None:
+        """Writes `seed`'s pattern over the tensor (pinned meanwhile)."""
+
+    def kernel(self, address: int, size: int, old: int, seed: int, ns: float) -> int:
+        """Queues a kernel of about `ns` over the pinned tensor that holds `old`'s
+        pattern, without waiting: the seed whose pattern it holds afterwards."""
+
+    def finish(self) -> None:
+        """Waits until every kernel queued has run."""
+
+    def clock(self, engine: Any) -> tuple[float, float, float]:
+        """Seconds: the clock a step is timed by, and the host's time so far
+        waiting for the GPU and in driver calls that remap or make memory."""
+
+    def wrong(self, engine: Any, address: int, size: int, seed: int) -> int:
+        """Words (or, where words are not counted, 1) of the tensor not of `seed`'s
+        pattern, read pinned; plus those the kernels found wrong so far."""
+
+
+class GpuLauncher:
+    """The overlap step's kernels on a GPU: `update` on one CuPy stream, a
+    kernel's duration its spin in clock cycles at the rate measured here."""
+
+    def __init__(self, kernel: Kernels, cupy: Any) -> None:
+        self.kernels, self.cupy = kernel, cupy
+        self._stream = cupy.cuda.Stream(non_blocking=True)
+        self.stream = self._stream.ptr
+        self._bad = cupy.zeros(1, dtype=cupy.uint64)
+        self.cycles_per_ns = self._clock()
+
+    def _clock(self) -> float:
+        """Clock cycles a nanosecond of `update`'s spin: kernels of 0 and 2e7 cycles
+        over a scratch buffer, timed by events, best of 3 each."""
+        cupy, spin = self.cupy, 20_000_000
+        scratch, bad = cupy.zeros(264 * 256, dtype=cupy.uint32), cupy.zeros(1, cupy.uint64)
+        best = {}
+        for cycles in (0, spin):
+            best[cycles] = float("inf")
+            for _ in range(3):
+                begin, end = cupy.cuda.Event(), cupy.cuda.Event()
+                begin.record(self._stream)
+                self.kernels.update(self._stream, scratch.data.ptr, scratch.nbytes, 0, 0,
+                                    cycles, bad)
+                end.record(self._stream)
+                end.synchronize()
+                best[cycles] = min(best[cycles], cupy.cuda.get_elapsed_time(begin, end))
+        return spin / ((best[spin] - best[0]) * 1e6)
+
+    def fill(self, engine: Any, address: int, size: int, seed: int) -> None:
+        unit = engine.pin(address)
+        self.kernels.fill(self._stream, address, size, seed)
+        self._stream.synchronize()
+        engine.unpin(address, unit)
+
+    def kernel(self, address: int, size: int, old: int, seed: int, ns: float) -> int:
+        self.kernels.update(self._stream, address, size, old, seed,
+                            int(ns * self.cycles_per_ns), self._bad)
+        return seed
+
+    def finish(self) -> None:
+        self._stream.synchronize()
+
+    def clock(self, engine: Any) -> tuple[float, float, float]:
+        stats = engine.stats()
+        return (time.perf_counter(), stats["time_waiting_ns"] / 1e9,
+                sum(stats[f"time_{name}_ns"] for name in REMAP_TIMES) / 1e9)
+
+    def wrong(self, engine: Any, address: int, size: int, seed: int) -> int:
+        unit = engine.pin(address)
+        words = self.kernels.wrong_words(self._stream, address, size, seed)
+        engine.unpin(address, unit)
+        found, self._bad[0] = int(self._bad.get()[0]), 0
+        return words + found
+
+
+def overlap_run(lms: Any, launcher: Launcher, device: int, tensor: int, count: int,
+                ns: float, granule: int, steps: int = 3) -> dict[str, float]:
+    """`count` tensors on an engine of `device` bytes, pinned in turn (twice each
+    a step) by a kernel of `ns` on the launcher's fenced stream, unpinned while
+    it is queued. Each figure is the median of `steps` steps after a first one
+    (which makes the host memory): the step in seconds (until the stream and
+    every copy are done), the seconds the host waited for the GPU and remapped
+    while it queued the step (Launcher.clock), its evictions, page-ins and host waits; `wrong` counts
+    wrong words (or tensors)."""
+    engine = lms.Engine(device, host_bytes=count * tensor, granule_bytes=granule,
+                        backend="cuda", policy=POLICY)
+    engine.add_fenced_stream(launcher.stream)
+    tensors = [engine.allocate(tensor) for _ in range(count)]
+    seeds = {}
+    for i, address in enumerate(tensors):
+        launcher.fill(engine, address, tensor, 1 + i)
+        seeds[address] = 1 + i
+    seed = count + 1
+    rows: list[dict[str, float]] = []
+    for step in range(steps + 1):
+        before, clock = engine.stats(), launcher.clock(engine)
+        for k in range(2 * count):
+            address = tensors[k % count]
+            unit = engine.pin(address)
+            seeds[address] = launcher.kernel(address, tensor, seeds[address], seed, ns)
+            seed += 1
+            engine.unpin(address, unit)
+        queued = launcher.clock(engine)
+        launcher.finish()
+        engine.wait_for_copies()
+        after = engine.stats()
+        rows.append({"step": launcher.clock(engine)[0] - clock[0],
+                     "waited": queued[1] - clock[1], "remaps": queued[2] - clock[2],
+                     "evictions": after["num_evictions"] - before["num_evictions"],
+                     "page_ins": after["num_page_ins"] - before["num_page_ins"],
+                     "waits": after["num_host_waits"] - before["num_host_waits"]})
+    wrong = sum(launcher.wrong(engine, address, tensor, seeds[address]) for address in tensors)
+    engine.remove_fenced_stream(launcher.stream)
+    for address in tensors:
+        engine.free(address)
+    del engine
+    median = {key: sorted(row[key] for row in rows[1:])[steps // 2] for key in rows[0]}
+    median["wrong"] = wrong
+    return median
+
+
+def overlap(check: Check, lms: Any, sizes: Sizes, launcher: Launcher,
+            kernel_ns: Sequence[float] | None = None) -> list[dict[str, float]]:
+    """Moves under compute: kernels of a known duration, 0.5x, 1x and 2x the
+    moves' time a kernel (or each of `kernel_ns`), each pinning a tensor that
+    is paged in for it while the least recently used is evicted. Per duration,
+    the step beside compute alone (every tensor resident) and transfers alone
+    (the same moves, kernels of no duration): `vs_ideal` = step / max(compute,
+    transfers) (1: the moves hidden under the kernels, or the kernels under the
+    moves), `hidden` = (compute + transfers - step) / min(compute, transfers)
+    (1: all of the shorter hidden, 0: none). Returns a row per duration."""
+    tensor, count = sizes.overlap_tensor, sizes.overlap_count
+    small, roomy = count // 2 * tensor, (count + 2) * tensor
+    moves = overlap_run(lms, launcher, small, tensor, count, 0, sizes.granule)
+    kernels_a_step = 2 * count
+    per_kernel = moves["step"] / kernels_a_step
+    check.say(f"overlap: {count} tensors of {tensor // MIB} MiB on a {small // MIB} MiB device, "
+              f"{kernels_a_step} kernels a step on a fenced stream, each pinning one "
+              f"(unpinned while queued): transfers alone {moves['step'] * 1e3:.1f} ms a step "
+              f"({per_kernel * 1e3:.2f} ms a kernel; {moves['evictions']:.0f} evictions, "
+              f"{moves['page_ins']:.0f} page-ins, {moves['waits']:.0f} host waits of "
+              f"{moves['waited'] * 1e3:.1f} ms, remapping {moves['remaps'] * 1e3:.1f} ms)")
+    check.expect(moves["page_ins"] >= kernels_a_step // 2, "too few page-ins: nothing overlapped")
+    durations = kernel_ns or [ratio * per_kernel * 1e9 for ratio in (0.5, 1.0, 2.0)]
+    rows = []
+    wrong = moves["wrong"]
+    for ns in durations:
+        alone = overlap_run(lms, launcher, roomy, tensor, count, ns, sizes.granule)
+        both = overlap_run(lms, launcher, small, tensor, count, ns, sizes.granule)
+        check.expect(alone["evictions"] == 0, "compute alone evicted: the device is too small")
+        compute, transfers, step = alone["step"], moves["step"], both["step"]
+        row = {"kernel_ms": ns / 1e6, "compute_ms": compute * 1e3,
+               "transfers_ms": transfers * 1e3, "step_ms": step * 1e3,
+               "vs_ideal": step / max(compute, transfers),
+               "hidden": (compute + transfers - step) / min(compute, transfers),
+               "waits": both["waits"], "waited_ms": both["waited"] * 1e3,
+               "remaps_ms": both["remaps"] * 1e3}
+        rows.append(row)
+        wrong += alone["wrong"] + both["wrong"]
+        check.say(f"overlap: kernels of {row['kernel_ms']:.2f} ms: compute alone "
+                  f"{row['compute_ms']:.1f} ms, transfers alone {row['transfers_ms']:.1f}, "
+                  f"together {row['step_ms']:.1f}: {row['vs_ideal']:.2f} of max(compute, "
+                  f"transfers), {row['hidden']:.2f} of the shorter hidden; "
+                  f"{row['waits']:.0f} host waits of {row['waited_ms']:.1f} ms, remapping "
+                  f"{row['remaps_ms']:.1f} ms")
+    check.say(f"overlap: {wrong} wrong words")
+    check.expect(wrong == 0, f"{wrong} words wrong after moves under compute")
+    return rows
+
+
 def create(check: Check, lms: ModuleType, sizes: Sizes, cupy: Any | None) -> None:
     """Creating and destroying a device of sizes.created_device bytes."""
     device = sizes.created_device
@@ -565,7 +773,11 @@ def main() -> int:
                         help=f"comma-separated, of {','.join(STEPS)} (default: all)")
     parser.add_argument("--granule-mib", type=int, default=2,
                         help="the granule every engine asks for (the driver's wins if larger)")
+    parser.add_argument("--overlap-tensor-mib", type=int, default=64,
+                        help="the size of the overlap step's tensors")
     args = parser.parse_args()
+    if args.overlap_tensor_mib < 1:
+        parser.error(f"--overlap-tensor-mib {args.overlap_tensor_mib}: 1 or more")
     if args.granule_mib < 1 or args.granule_mib & (args.granule_mib - 1):
         parser.error(f"--granule-mib {args.granule_mib}: a power of two, 1 or more")
     steps = args.steps.split(",")
@@ -579,7 +791,8 @@ def main() -> int:
     check = Check(" DRY RUN against the fake CUDA driver, not a GPU" if args.dry_run else "")
     cupy = None if args.dry_run else importlib.import_module("cupy")
     sizes = dataclasses.replace(DRY_SIZES if args.dry_run else GPU_SIZES,
-                                granule=args.granule_mib * MIB)
+                                granule=args.granule_mib * MIB,
+                                overlap_tensor=args.overlap_tensor_mib * MIB)
     if "contract" in steps:
         check.step("contract", lambda: contract(check, lms, sizes))
     if "bandwidth" in steps:
@@ -590,6 +803,12 @@ def main() -> int:
         check.say("kernels: not run in a dry run (CuPy kernels need a GPU)")
     elif "kernels" in steps:
         check.step("kernels", lambda: kernels(check, lms, sizes, cupy))
+    if "overlap" in steps and cupy is None:
+        check.say("overlap: not run in a dry run (CuPy kernels need a GPU); "
+                  "make bench-gpu-model runs it on the fake driver's timing model")
+    elif "overlap" in steps:
+        check.step("overlap", lambda: overlap(check, lms, sizes,
+                                              GpuLauncher(Kernels(cupy), cupy)))
     if "create" in steps:
         check.step("create", lambda: create(check, lms, sizes, cupy))
     check.say("FAILED: " + ", ".join(check.failed) if check.failed else "all steps passed")
