@@ -7,14 +7,18 @@ in tests/fake_cuda/timing.h): every driver call costs the host what it cost
 on our H200 (or H100), copies run on their own engines at the measured
 pinned rate, and each kernel of the trace is a kernel of a stated duration on
 the compute stream, which the engine fences as TensorFlow's. Nothing here
-runs on a GPU: the figures are the model's, on the modeled clock, and the
-same on every run.
+runs on a GPU: the figures are the model's, on the modeled clock (threads'
+timing moves them a few percent from run to run).
 
 1. Calibration: the bandwidth step of `make gpu-check-engine` (16 tensors of
    64 MiB evicted, then paged in, on a 4 GiB device) on the model, beside what
    the H200 measured with the same code's protocol; the model must reproduce
    it before its other figures mean anything.
-2. Steps: ResNet-50, DenseNet121 and the Transformer of benchmarks/policy.py,
+2. Overlap: gpu-check-engine's overlap step (kernels of a known duration on
+   a fenced stream, each pinning a tensor paged in for it while another is
+   evicted) on the h100 preset, its kernels as long as the H100's were,
+   beside the H100's step / max(compute, transfers).
+3. Steps: ResNet-50, DenseNet121 and the Transformer of benchmarks/policy.py,
    recorded on the emulated device (3 steps), replayed at 1/2 and 1/4 of
    their peak and uncapped, under the learned policy. A kernel's duration is
    its recorded time on this machine's CPU over --gpu-speedup (100: an
@@ -22,6 +26,12 @@ same on every run.
    launch costs the host 5 us, as every event call costs 2 (assumed). TensorFlow's own host
    time per op is not modeled (the host issues kernels as fast as the
    driver takes them), nor is the engine's own CPU time.
+
+The driver refuses to map a sub-range of a handle at an offset, as driver
+580 did on an H100 (benchmarks/results/gpu-check-engine-h100-overlap.log):
+device memory is then mapped a 2 MiB handle at a time and host runs whole.
+--map-at-offsets models a driver that takes offsets (device memory in runs,
+docs/decisions/0012-device-memory-in-runs.md).
 
 Per case and step after the first: the step (the host's clock from the
 step's first call until the compute stream has drained), compute (kernel
@@ -64,6 +74,13 @@ MODELS = ("resnet50", "densenet121", "transformer")
 # The H200's bandwidth step with host memory in runs (benchmarks/results/
 # gpu-check-engine-h200-host-runs.log, "AFTER", best of 3): GB/s.
 LOGGED = {"h200": (46.8, 40.7)}
+# The H100's overlap step, 64 MiB tensors and 2 MiB granules, four runs on two
+# machines (benchmarks/results/gpu-check-engine-h100-overlap.log): the first
+# run's compute alone a kernel (ms), and per duration the range of step /
+# max(compute, transfers) over the runs; transfers alone a step (ms), the range.
+LOGGED_OVERLAP_KERNEL_MS = (104.6 / 64, 201.1 / 64, 394.0 / 64)
+LOGGED_OVERLAP_VS_IDEAL = ((0.96, 1.09), (1.05, 1.11), (1.07, 1.09))
+LOGGED_OVERLAP_TRANSFERS_MS = (167.5, 216.5)
 
 
 class FakeTiming(ctypes.Structure):
@@ -139,6 +156,11 @@ class FakeDriver:
     def violations(self) -> int:
         return int(self.lib.fake_cuda_violation_count())
 
+    def map_at_offsets(self, maps: bool) -> None:
+        """Whether cuMemMap takes a nonzero offset into a handle (for engines made
+        after this call: the backend asks once, at creation)."""
+        self.lib.fake_cuda_set_map_offset_zero_only(0 if maps else 1)
+
 
 class FakeLauncher:
     """gpu-check-engine's overlap step (tests/gpu/check_engine.py) on the timing
@@ -167,9 +189,32 @@ class FakeLauncher:
     def wrong(self, engine: object, address: int, size: int, seed: int) -> int:
         return int(engine.verify_pattern(address, size, seed) != -1)
 
+    def close(self) -> None:
+        self.driver.call("cuStreamDestroy", self.stream)
+
 
 def delta(a: FakeTiming, b: FakeTiming) -> dict[str, int]:
     return {name: getattr(b, name) - getattr(a, name) for name, _ in FakeTiming._fields_}
+
+
+def overlap_beside_the_gpu(driver: FakeDriver, lms: object) -> None:
+    """gpu-check-engine's overlap step on the h100 preset, its kernels as long as
+    the H100's were, beside what the H100 measured."""
+    sys.path.insert(0, str(ROOT / "tests/gpu"))
+    import check_engine  # noqa: E402
+
+    driver.enable("h100")
+    check = check_engine.Check(" on the model (h100)")
+    launcher = FakeLauncher(driver)
+    rows = check_engine.overlap(check, lms, check_engine.GPU_SIZES, launcher,
+                                [ms * 1e6 for ms in LOGGED_OVERLAP_KERNEL_MS])
+    launcher.close()
+    low, high = LOGGED_OVERLAP_TRANSFERS_MS
+    print(f"== Overlap step: transfers alone {rows[0]['transfers_ms']:.1f} ms a step on the "
+          f"model, {low}-{high} on the H100; step / max(compute, transfers), model vs H100: " +
+          ", ".join(f"kernels of {row['kernel_ms']:.2f} ms {row['vs_ideal']:.2f} vs "
+                    f"{lo:.2f}-{hi:.2f}"
+                    for row, (lo, hi) in zip(rows, LOGGED_OVERLAP_VS_IDEAL)), flush=True)
 
 
 def calibrate(driver: FakeDriver, lms: object, tensor: int = 64 * MIB,
@@ -353,6 +398,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="a kernel's recorded CPU time over this is its GPU time")
     p.add_argument("--traces", type=Path, default=None,
                    help="a folder of MODEL.lmstrace to use (recorded there if missing)")
+    p.add_argument("--map-at-offsets", action="store_true",
+                   help="model a driver that maps a sub-range of a handle at an offset "
+                        "(driver 580 refused it on an H100): device memory in runs")
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--timeout", type=float, default=1800)
     args = p.parse_args(argv)
@@ -369,6 +417,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from tensorflow_lms_allocator import replay, trace  # noqa: E402
 
     driver = FakeDriver(driver_path)
+    driver.map_at_offsets(args.map_at_offsets)
+    overlap_beside_the_gpu(driver, lms)
     driver.enable(args.preset)
     from tensorflow_lms_allocator import _engine  # noqa: E402
 

@@ -177,3 +177,41 @@ def test_time_in_the_drivers_calls_is_accounted_inside_evictions_and_page_ins(fa
         assert engine.verify_pattern(t, 4 * GRANULE, i) == -1
         engine.free(t)
     del engine
+
+
+def test_moves_run_while_the_kernels_of_a_fenced_stream_run_on_the_timing_model(fake):
+    """gpu-check-engine's overlap step (tests/gpu/check_engine.py) on the fake
+    driver's H100 timing model: kernels of a known duration on a fenced stream,
+    each pinning a tensor paged in for it while the least recently used one is
+    evicted. The step together is well under compute alone plus transfers alone
+    (a host drain of the stream before each move would make it their sum), and
+    every byte survives."""
+    import os
+    import sys
+    from dataclasses import replace
+    from pathlib import Path
+
+    import tensorflow_lms_allocator.engine as lms
+
+    root = Path(__file__).resolve().parent.parent
+    sys.path[:0] = [str(root / "benchmarks"), str(root / "tests/gpu")]
+    try:
+        import check_engine
+        import gpu_model
+    finally:
+        del sys.path[:2]
+    driver = gpu_model.FakeDriver(os.environ["TF_LMS_CUDA_DRIVER_PATH"])
+    driver.enable("h100")
+    launcher = gpu_model.FakeLauncher(driver)
+    try:
+        sizes = replace(check_engine.GPU_SIZES, overlap_tensor=16 * GRANULE, overlap_count=8,
+                        granule=GRANULE)
+        # Kernels of 0.5x, 1x and 2x the moves' time a kernel; a wrong byte
+        # raises AssertionError.
+        rows = check_engine.overlap(check_engine.Check(" (test)"), lms, sizes, launcher)
+    finally:
+        launcher.close()
+        fake.fake_cuda_timing_disable()
+    for row in rows:
+        assert row["hidden"] > 0.5, row
+        assert row["step_ms"] < 0.8 * (row["compute_ms"] + row["transfers_ms"]), row

@@ -238,11 +238,12 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
   // granularity (read as "not more than": a whole handle maps from offset 0).
   // The same comment's parameter list still says of offset "currently must
   // be zero"; a driver that keeps to that is modeled by
-  // fake_cuda_set_map_offset_zero_only.
+  // fake_cuda_set_map_offset_zero_only, with the answer driver 580 gave on an
+  // H100 (benchmarks/results/gpu-check-engine-h100-overlap.log, driver_timing).
   if (size == 0 || !Aligned(size) || !Aligned(ptr) || !Aligned(offset) || flags != 0) {
     return CUDA_ERROR_INVALID_VALUE;
   }
-  if (offset != 0 && GetKnobs().map_offset_zero_only) return CUDA_ERROR_INVALID_VALUE;
+  if (offset != 0 && GetKnobs().map_offset_zero_only) return CUDA_ERROR_NOT_SUPPORTED;
   MemoryState& m = Memory();
   MutexLock lock(m.mu);
   auto h = m.handles.find(handle);

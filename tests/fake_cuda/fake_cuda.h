@@ -193,10 +193,12 @@ void fake_cuda_set_host_vmm_supported(int supported) FAKE_CUDA_NOEXCEPT;
 // still say it is supported: a container or system without NUMA support,
 // which NCCL probes for by creating host memory. 0 (the default) refuses none.
 void fake_cuda_refuse_host_create(int mask) FAKE_CUDA_NOEXCEPT;
-// cuMemMap refuses a nonzero offset into a handle (CUDA_ERROR_INVALID_VALUE),
+// cuMemMap refuses a nonzero offset into a handle (CUDA_ERROR_NOT_SUPPORTED),
 // as the parameter note of cuda.h's cuMemMap comment says ("currently must
-// be zero"); by default (0) it maps any granularity-aligned sub-range of a
-// handle, as the same comment's description says.
+// be zero") and as driver 580 did on an H100, device and host memory alike
+// (benchmarks/results/gpu-check-engine-h100-overlap.log); by default (0) it
+// maps any granularity-aligned sub-range of a handle, as the same comment's
+// description says.
 void fake_cuda_set_map_offset_zero_only(int zero_only) FAKE_CUDA_NOEXCEPT;
 // What cuDriverGetVersion reports and cuGetProcAddress compares against
 // (e.g. 11080 for a driver too old for the backend).
