@@ -360,7 +360,7 @@ bench-driver-calls: $(BUILD)/cc/cuda_backend_test_asan $(FAKE_CUDA_ASAN_LIB)
 
 # Recorded TensorFlow steps replayed through the engine over the CUDA backend on
 # the fake driver's timing model of an H200 (benchmarks/README.md); the last
-# line is the worst case's gpu_step_vs_ideal. About 5 minutes.
+# line is the worst case's gpu_step_vs_ideal. About 7 minutes.
 bench-gpu-model: build $(FAKE_CUDA_LIB)
 	TF_LMS_CUDA_DRIVER_PATH=$(abspath $(FAKE_CUDA_LIB)) FAKE_CUDA_DEVICE_MB=8192 \
 	  FAKE_CUDA_HOST_MB=16384 $(PY) benchmarks/gpu_model.py $(GPU_MODEL_ARGS)

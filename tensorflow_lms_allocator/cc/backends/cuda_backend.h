@@ -176,10 +176,13 @@
 // Create by mapping one (ProbeMapAtOffset), and where it does not, every
 // device granule is a piece of its own, mapped whole, as host runs are
 // (maps_at_offsets()). The engine turns runs off until its first eviction
-// (SetDeviceRuns): without moves they buy nothing. Whether mapping part of a large handle costs a real
-// driver what mapping a handle of that size does is for driver_timing to
-// say on the next GPU (tests/gpu/driver_timing.cc); the fake's timing model
-// assumes so.
+// (SetDeviceRuns): without moves they buy nothing. Driver 580 refused a
+// nonzero offset on an H100, device and host memory alike
+// (CUDA_ERROR_NOT_SUPPORTED; driver_timing in
+// benchmarks/results/gpu-check-engine-h100-overlap.log), so there every
+// device granule is a piece of its own. What a part costs a driver that maps
+// one is unmeasured; the fake's timing model charges what a handle of that
+// size costs.
 //
 // Note [Access to mapped memory]. A cuMemMap mapping is reachable only by the
 // devices cuMemSetAccess granted, and every new mapping starts with none; peer
