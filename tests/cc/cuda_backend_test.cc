@@ -842,6 +842,49 @@ TEST_F(EngineTest, AReclaimOfSeveralVictimsClosesOneEpochAndCopiesAfterIt) {
   for (void* p : victims) EXPECT_OK(e->Free(p));
 }
 
+// Note [Epochs of use]: a remap batch closes the open epoch, so a unit
+// unpinned before a move and evicted after it is ordered by its own last
+// use, not by a kernel queued after that move (here still running, held at
+// its latch): neither its eviction nor its page-in waits on the host.
+TEST_F(EngineTest, AUnitUnpinnedBeforeAMoveMovesWithoutWaitingForKernelsQueuedAfterIt) {
+  StartEngine(/*device=*/4, /*host=*/8);
+  FencedStream compute(b);
+  void* a = MustAllocate(*e, kGranule, /*pin=*/false);
+  void* c = MustAllocate(*e, kGranule, /*pin=*/false);
+  void* k = MustAllocate(*e, kGranule, /*pin=*/false);
+  ASSERT_TRUE(a != nullptr && c != nullptr && k != nullptr);
+  EXPECT_OK(FillAllocation(*e, a, kGranule, 80));
+  EXPECT_OK(FillAllocation(*e, c, kGranule, 81));
+  CompleteAnEpoch(*e);
+  uint64_t pin = 0;
+  EXPECT_OK(e->Pin(a, &pin));  // A's last use: its mark is the open epoch
+  EXPECT_OK(e->Unpin(a, pin));
+  EXPECT_OK(e->Evict(c));  // a move of a unit idle long before: no wait of its own
+  LatchedWriter kernel;  // queued after the move, running until released
+  EXPECT_OK(e->Pin(k, &pin));
+  StartLatchedWriter(b, compute.stream, k, kGranule, 82, &kernel);
+  EXPECT_OK(e->Unpin(k, pin));
+  std::thread release = kernel.ReleaseAfter(std::chrono::milliseconds(300));
+  const Statistics before = e->GetStatistics();
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_OK(e->Evict(a));
+  EXPECT_OK(e->Pin(a, &pin));  // pages A in; the kernel touching it comes next
+  const auto took = std::chrono::steady_clock::now() - start;
+  const Statistics st = e->GetStatistics();
+  release.join();
+  const long long ms = std::chrono::duration_cast<std::chrono::milliseconds>(took).count();
+  std::printf("  A evicted and paged in under a later kernel: host_waits=%lld, %lld ms\n",
+              static_cast<long long>(st.num_host_waits - before.num_host_waits), ms);
+  EXPECT_EQ(st.num_host_waits - before.num_host_waits, 0);
+  EXPECT_TRUE(ms < 250);  // not held until the kernel's release
+  EXPECT_OK(e->Unpin(a, pin));
+  Synchronize(b, compute.stream);
+  EXPECT_EQ(VerifyAllocation(*e, a, kGranule, 80), -1);
+  EXPECT_EQ(VerifyAllocation(*e, c, kGranule, 81), -1);
+  EXPECT_EQ(VerifyAllocation(*e, k, kGranule, 82), -1);
+  for (void* p : {a, c, k}) EXPECT_OK(e->Free(p));
+}
+
 // A "kernel" that reads [address, address + bytes) through the fake's
 // device alias when its stream reaches it, and records what VerifyPattern
 // said (-1: the pattern `seed` throughout).

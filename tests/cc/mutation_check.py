@@ -60,6 +60,7 @@ AHEAD = "HostMemoryMadeAheadServesEvictionsOfAnySizeWithoutMakingMore"
 HOST_PART = "PartOfAHostRunMadeAheadIsOneMappingAtItsOffset"
 NOT_AHEAD = "HostMemoryIsMadeAtEvictionWhereItCannotBeMadeAhead"
 IN_PART = "HostMemoryMadeAheadInPartIsReleasedWhole"
+OWN_EPOCH = "AUnitUnpinnedBeforeAMoveMovesWithoutWaitingForKernelsQueuedAfterIt"
 
 # name -> (source, text to find, replacement, tests that must fail)
 MUTATIONS = {
@@ -115,6 +116,12 @@ MUTATIONS = {
         # eviction was deferred, or not, as the fake's workers happen to be
         # ahead of the poll: they fail when it was.
         {PIN_ALL, COPY}),
+    # A remap batch leaves the open epoch open: a unit unpinned before a move
+    # waits for every kernel queued until its own eviction (Note [Epochs of
+    # use]).
+    "open-epoch-left-open-by-a-batch": (
+        STREAMS, "  if (!fenced_.empty() && open_epoch_marked_.load(std::memory_order_relaxed)) {\n",
+        "  if (false) {  // MUTATION\n", {OWN_EPOCH}),
     # The engine never notes a kernel's unpin as a use: the eviction of what
     # it wrote waits only for the unit's birth.
     "unpin-not-a-use": (

@@ -93,6 +93,7 @@ Status CudaBackend::CloseEpoch() {
     }
   }
   ring_epoch_[slot] = epoch_++;
+  open_epoch_marked_.store(false, std::memory_order_relaxed);
   ++stats_.fences;
   return Status::Ok();
 }
@@ -354,6 +355,12 @@ Status CudaBackend::BeginRemapBatch(uint64_t mark) {
   if (!polled && !EpochDone(mark)) PollEpochs();
   batch_wait_left_ = !EpochDone(mark);
   remap_batch_drained_ = true;
+  // Units unpinned from here on get epochs of their own (Note [Epochs of
+  // use]).
+  MutexLock lock(streams_mu_);
+  if (!fenced_.empty() && open_epoch_marked_.load(std::memory_order_relaxed)) {
+    LMS_RETURN_IF_ERROR(CloseEpoch());
+  }
   return Status::Ok();
 }
 
