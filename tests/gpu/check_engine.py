@@ -651,8 +651,8 @@ def overlap_run(lms: Any, launcher: Launcher, device: int, tensor: int, count: i
     it is queued. Each figure is the median of `steps` steps after a first one
     (which makes the host memory): the step in seconds (until the stream and
     every copy are done), the seconds the host waited for the GPU and remapped
-    while it queued the step (Launcher.clock), its evictions, page-ins and host waits; `wrong` counts
-    wrong words (or tensors)."""
+    while it queued the step (Launcher.clock), its evictions, page-ins and
+    host waits; `wrong` counts wrong words (or tensors)."""
     engine = lms.Engine(device, host_bytes=count * tensor, granule_bytes=granule,
                         backend="cuda", policy=POLICY)
     engine.add_fenced_stream(launcher.stream)
