@@ -69,7 +69,7 @@ MUTATIONS = {
     # ahead]): a tensor sees another's bytes.
     "device-run-mapped-at-offset-zero": (
         MEMORY, "size_t{first_id - piece} * granule_,", "0, /* MUTATION */",
-        {RUNS, COPY, RECLAIM, PIN_ALL, EVICTION, IN_PLACE, PEER, HOST_PART, AHEAD}),
+        {RUNS, COPY, RECLAIM, PIN_ALL, EVICTION, IN_PLACE, PEER, HOST_PART, AHEAD, OWN_EPOCH}),
     # Host memory made ahead is not made (Note [Host memory made ahead]):
     # the first evictions make it.
     "made-ahead-not-made": (
