@@ -206,9 +206,11 @@ def overlap_beside_the_gpu(driver: FakeDriver, lms: object) -> None:
     driver.enable("h100")
     check = check_engine.Check(" on the model (h100)")
     launcher = FakeLauncher(driver)
-    rows = check_engine.overlap(check, lms, check_engine.GPU_SIZES, launcher,
-                                [ms * 1e6 for ms in LOGGED_OVERLAP_KERNEL_MS])
-    launcher.close()
+    try:
+        rows = check_engine.overlap(check, lms, check_engine.GPU_SIZES, launcher,
+                                    [ms * 1e6 for ms in LOGGED_OVERLAP_KERNEL_MS])
+    finally:
+        launcher.close()
     low, high = LOGGED_OVERLAP_TRANSFERS_MS
     print(f"== Overlap step: transfers alone {rows[0]['transfers_ms']:.1f} ms a step on the "
           f"model, {low}-{high} on the H100; step / max(compute, transfers), model vs H100: " +

@@ -640,7 +640,9 @@ class GpuLauncher:
         unit = engine.pin(address)
         words = self.kernels.wrong_words(self._stream, address, size, seed)
         engine.unpin(address, unit)
-        found, self._bad[0] = int(self._bad.get()[0]), 0
+        with self._stream:  # ordered before the next kernels' counts
+            found = int(self._bad.get()[0])
+            self._bad.fill(0)
         return words + found
 
 
@@ -651,8 +653,8 @@ def overlap_run(lms: Any, launcher: Launcher, device: int, tensor: int, count: i
     it is queued. Each figure is the median of `steps` steps after a first one
     (which makes the host memory): the step in seconds (until the stream and
     every copy are done), the seconds the host waited for the GPU and remapped
-    while it queued the step (Launcher.clock), its evictions, page-ins and
-    host waits; `wrong` counts wrong words (or tensors)."""
+    while it queued the step (Launcher.clock), and its evictions, page-ins
+    and host waits meanwhile; `wrong` counts wrong words (or tensors)."""
     engine = lms.Engine(device, host_bytes=count * tensor, granule_bytes=granule,
                         backend="cuda", policy=POLICY)
     engine.add_fenced_stream(launcher.stream)
@@ -671,10 +673,9 @@ def overlap_run(lms: Any, launcher: Launcher, device: int, tensor: int, count: i
             seeds[address] = launcher.kernel(address, tensor, seeds[address], seed, ns)
             seed += 1
             engine.unpin(address, unit)
-        queued = launcher.clock(engine)
+        queued, after = launcher.clock(engine), engine.stats()
         launcher.finish()
         engine.wait_for_copies()
-        after = engine.stats()
         rows.append({"step": launcher.clock(engine)[0] - clock[0],
                      "waited": queued[1] - clock[1], "remaps": queued[2] - clock[2],
                      "evictions": after["num_evictions"] - before["num_evictions"],

@@ -142,8 +142,11 @@
 // every unit unpinned since the last wait shares one epoch, and the victim
 // of a later reclaim, last used many kernels before, waits for every kernel
 // queued until its eviction: where the host runs ahead of the GPU, that is a
-// host wait for most of the queue (on the timing model, gpu-check-engine's
-// overlap step waited 34-57 ms once in 16 kernels for kernels of 6 ms).
+// host wait for most of the queue: gpu-check-engine's overlap step, kernels
+// of 6 ms, waited 70-103 ms a step in two waits on an H100
+// (benchmarks/results/gpu-check-engine-h100-overlap.log), 34 and 57 ms on the
+// timing model, and there 4.3 ms for each of 18 kernels with this close (the
+// GPU's own pace); on a GPU this close has not run.
 //
 // Note [Retired mappings]. A mapping the engine lets go of while work queued
 // before its mark may still use it is left mapped in the driver, *retired*:
@@ -603,8 +606,8 @@ class CudaBackend : public Backend {
   // copy_stream_after_ (so a host wait on the copy stream completes them).
   uint64_t epoch_ = 1;
   // A mark of the open epoch was handed out (ReleaseMark) since it opened:
-  // a remap batch closes it (BeginRemapBatch). Relaxed: a flag lost to a
-  // concurrent close only leaves that epoch to be closed by a wait for it.
+  // a remap batch closes it (BeginRemapBatch). Set and cleared under the
+  // engine's lock; atomic because ReleaseMark is const.
   mutable std::atomic<bool> open_epoch_marked_{false};
   uint64_t epoch_done_ = 0;
   uint64_t copy_stream_after_ = 0;
