@@ -446,8 +446,7 @@ Status CudaBackend::UnmapReleased(uintptr_t address, size_t count, uint64_t mark
   for (size_t i = 0; i < count && !any; ++i) any = IsMapped(address + i * granule_);
   if (!any) return Status::Ok();
   LMS_RETURN_IF_ERROR(CheckWholeMappings(address, count, "unmapping"));
-  if (!polled && !EpochDone(mark)) PollEpochs();
-  if (EpochDone(mark)) return UnmapSlots(address, count, /*drain=*/false);
+  if (EpochDoneAfterPoll(mark, polled)) return UnmapSlots(address, count, /*drain=*/false);
   for (size_t i = 0; i < count;) {
     const uintptr_t at = address + i * granule_;
     if (!IsMapped(at)) {

@@ -286,7 +286,10 @@ class CudaBackend : public Backend {
   // The open epoch (Note [Epochs of use]): work queued on a fenced stream
   // before this call is before the events that close it.
   uint64_t ReleaseMark() const override {
-    open_epoch_marked_.store(true, std::memory_order_relaxed);
+    // Every unpin takes one: written once an epoch, read otherwise.
+    if (!open_epoch_marked_.load(std::memory_order_relaxed)) {
+      open_epoch_marked_.store(true, std::memory_order_relaxed);
+    }
     return epoch_;
   }
   Status UnmapReleased(uintptr_t address, size_t count, uint64_t mark) override;
@@ -522,6 +525,9 @@ class CudaBackend : public Backend {
   // more); true without fenced streams, where nothing LMS orders can be
   // queued.
   bool EpochDone(uint64_t mark) LMS_LOCKS_EXCLUDED(streams_mu_);
+  // EpochDone after one poll of the GPU, unless `polled`: the caller's
+  // UnmapRetired just polled (it does whenever a mapping is retired).
+  bool EpochDoneAfterPoll(uint64_t mark, bool polled) LMS_LOCKS_EXCLUDED(streams_mu_);
   // Leaves the piece mapped at `address` in place, free in the slot table,
   // until epoch `mark` is complete.
   Status Retire(uintptr_t address, size_t granules, uint64_t mark)

@@ -155,6 +155,11 @@ bool CudaBackend::EpochDone(uint64_t mark) {
   return fenced_.empty();
 }
 
+bool CudaBackend::EpochDoneAfterPoll(uint64_t mark, bool polled) {
+  if (!polled && !EpochDone(mark)) PollEpochs();
+  return EpochDone(mark);
+}
+
 void CudaBackend::PollEpochs() {
   MutexLock lock(streams_mu_);
   if (fenced_.empty()) return;
@@ -352,8 +357,7 @@ Status CudaBackend::BeginRemapBatch(uint64_t mark) {
   // no call at all. If not, an eviction's remaps are deferred (Map) and
   // only a page-in's wait, in its first Map.
   batch_mark_ = mark;
-  if (!polled && !EpochDone(mark)) PollEpochs();
-  batch_wait_left_ = !EpochDone(mark);
+  batch_wait_left_ = !EpochDoneAfterPoll(mark, polled);
   remap_batch_drained_ = true;
   // Units unpinned from here on get epochs of their own (Note [Epochs of
   // use]). Not this batch's ordering, which is complete: a failure leaves the
