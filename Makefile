@@ -66,7 +66,7 @@ THREAD_SAFETY_FLAGS := -std=c++17 -c -Wall -Wextra -Wthread-safety -Wthread-safe
                        -Werror -I$(CC_SRC)
 
 .PHONY: all build test test-asan test-tsan test-thread-safety test-python demo bench-allocator \
-        bench-maxbatch bench-mincap bench-overhead bench-trace bench-policy bench-small-pages clean fake-cuda test-fake-cuda mutation-check-cuda \
+        bench-maxbatch bench-mincap bench-overhead bench-trace bench-profiler bench-policy bench-small-pages clean fake-cuda test-fake-cuda mutation-check-cuda \
         test-gpu-wheel test-tf test-tf-matrix gpu-check gpu-check-engine bench-driver-calls \
         bench-gpu-model wheel \
         wheels test-wheels test-patches patches \
@@ -524,6 +524,7 @@ make bench-overhead      step time under LMS vs the copy floor, by category
 make bench-policy        LRU, learned, perfect-foresight and Belady eviction on recorded traces and real training
 make bench-small-pages   swap bytes with small-object size classes vs one class, on replayed traces
 make bench-trace         what recording an access trace costs a training step
+make bench-profiler      what TensorFlow's profiler, with LMS's events, costs a training step
 make bench-driver-calls  CUDA driver calls per GiB evicted and paged in (fake driver)
 make bench-gpu-model     recorded steps on a modeled H200: step vs compute and copies (fake driver)
 make clean               remove build/ and the package build stamp
@@ -573,6 +574,9 @@ bench-small-pages: build
 # What recording an access trace costs a training step (benchmarks/README.md).
 bench-trace: build
 	$(PY) benchmarks/trace_overhead.py
+
+bench-profiler: build
+	$(PY) benchmarks/trace_overhead.py --observe profiler
 
 clean:
 	rm -rf $(BUILD) $(VENV)/.built

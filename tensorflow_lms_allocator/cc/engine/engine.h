@@ -190,6 +190,7 @@
 #ifndef TENSORFLOW_LMS_ALLOCATOR_CC_ENGINE_ENGINE_H_
 #define TENSORFLOW_LMS_ALLOCATOR_CC_ENGINE_ENGINE_H_
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -197,6 +198,7 @@
 #include <memory>
 #include <vector>
 
+#include "engine/activity_observer.h"
 #include "engine/backend.h"
 #include "engine/backing_map.h"
 #include "engine/best_fit_arena.h"
@@ -335,6 +337,17 @@ class Engine {
   // (statistics num_kernel_waits, time_kernel_waiting_ns and
   // time_longest_kernel_wait_ns).
   void NoteKernelWait(int64_t nanos);
+
+  // Where the engine's reclaims, evictions, page-ins and waits for other
+  // threads' moves go as spans (null: nowhere, the default); it must outlive
+  // the engine. The TensorFlow adapter sets TensorFlow's profiler
+  // (tf_adapter/profiler_events.h).
+  void SetActivityObserver(ActivityObserver* observer) {
+    observer_.store(observer, std::memory_order_release);
+  }
+  ActivityObserver* activity_observer() const {
+    return observer_.load(std::memory_order_acquire);
+  }
 
   // Evicts the inactive unit holding `ptr` now (tests and tools);
   // kFailedPrecondition if it is pinned, unclaimed or already evicted.
@@ -731,6 +744,7 @@ class Engine {
 
   // Immutable after Create: read without the lock.
   const EngineOptions options_;
+  std::atomic<ActivityObserver*> observer_{nullptr};
   const std::unique_ptr<Backend> backend_;
   const size_t granule_;
   const int granule_shift_;

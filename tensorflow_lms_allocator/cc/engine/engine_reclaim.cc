@@ -87,6 +87,7 @@ void Engine::AwaitMoveEnd() {
   // host granules back (PageInUnits, one unit at a time).
   RefreshPoolStatistics();
   ScopedNanos timed(&stats_.time_move_waiting_ns);
+  ScopedActivity span(activity_observer(), Activity::kMoveWait, 0, 0);
   const uint64_t ended = moves_ended_;
   mu_.Await(moved_, [&]() LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return moves_ended_ != ended; });
 }
@@ -97,6 +98,9 @@ void Engine::NoteMovesEnded() {
 }
 
 bool Engine::Reclaim(uint64_t needed, bool may_unlock, Status* status) {
+  // The span holds the planning and the eviction (its own span, with the
+  // victims' bytes); its bytes are the shortage's.
+  ScopedActivity span(activity_observer(), Activity::kReclaim, needed * granule_, 0);
   ReclaimPlan plan;
   const bool learned = learning_ && learned_order_ && learned_.trusted();
   bool planned;
@@ -395,6 +399,10 @@ Status Engine::EvictChunks(const std::vector<ChunkId>& victims, bool may_unlock)
     for (uint64_t i = 0; i < v.n; ++i) v.device[i] = backing_.at(v.first + i).granule;
     batch.push_back(std::move(v));
   }
+  uint64_t batch_granules = 0;
+  for (const Victim& v : batch) batch_granules += v.n;
+  ScopedActivity span(activity_observer(), Activity::kEviction, batch_granules * granule_,
+                      batch.size());
   const bool unlocked = may_unlock && !batch.empty() && MayCopyUnlocked();
   if (unlocked) {
     for (const Victim& v : batch) {
@@ -608,6 +616,7 @@ void Engine::PageInUnits(const ChunkId* ids, size_t count, Status* out, bool may
   }
   // Timed from here: the evictions that made room count as evictions.
   ScopedNanos timed(&stats_.time_paging_in_ns);
+  ScopedActivity span(activity_observer(), Activity::kPageIn, total * granule_, count);
   struct Arrival {
     uint64_t first;
     uint64_t n;

@@ -234,7 +234,9 @@ void KernelPins::OnContextDestroyed(void* context) {
 }
 
 KernelPins::Turn::Turn(KernelPins* pins)
-    : pins_(pins), start_(std::chrono::steady_clock::now()) {
+    : pins_(pins),
+      start_(std::chrono::steady_clock::now()),
+      span_(pins->engine_->activity_observer(), Activity::kMemoryWait, 0, 0) {
   int64_t all = 0;
   pins_->CountOwnContexts(&all, &own_);
   pins_->blocked_contexts_.fetch_add(own_);
@@ -288,6 +290,7 @@ void KernelPins::AwaitTurn() {
   const auto start = std::chrono::steady_clock::now();
   blocked_contexts_.fetch_add(own);
   {
+    ScopedActivity span(engine_->activity_observer(), Activity::kMemoryWait, 0, 0);
     std::unique_lock<std::mutex> lock(turn_mu_);
     turn_cv_.wait_for(lock, kTurnWait,
                       [this]() LMS_EXCLUSIVE_LOCKS_REQUIRED(turn_mu_) { return waiting_.empty(); });

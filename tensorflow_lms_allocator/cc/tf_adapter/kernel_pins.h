@@ -328,6 +328,9 @@ class KernelPins {
     int64_t own_ = 0;
     uint64_t ticket_;
     std::chrono::steady_clock::time_point start_;
+    // The wait in TensorFlow's profiler (Note [LMS's work in the trace
+    // viewer] in profiler_events.h).
+    ScopedActivity span_;
   };
   // This thread's live contexts on this device: all of them, and those of
   // synchronous kernels. Locks the thread's stack.

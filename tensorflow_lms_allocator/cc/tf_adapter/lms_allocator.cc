@@ -52,7 +52,9 @@ void ReportFailure(size_t num_bytes, const Status& status) {
 
 LmsAllocator::LmsAllocator(std::string name, std::unique_ptr<Engine> engine,
                            KernelPins* pins)
-    : name_(std::move(name)), engine_(std::move(engine)), pins_(pins) {}
+    : name_(std::move(name)), engine_(std::move(engine)), pins_(pins) {
+  engine_->SetActivityObserver(TraceMeObserver::Get());
+}
 
 LmsAllocator::~LmsAllocator() = default;
 
@@ -136,6 +138,9 @@ void* LmsAllocator::Allocate(size_t alignment, size_t num_bytes, bool retry_on_f
   }
   t_last_failure.ClearFor(this);
   if (pinned && engine_->Owns(ptr)) pins_->RecordAllocation(ptr, id);
+  if (ProfilerRecording()) {
+    RecordForProfiler(MemoryEvent::kAllocation, ptr, num_bytes, engine_->AllocatedSize(ptr));
+  }
   return ptr;
 }
 
@@ -182,8 +187,14 @@ void LmsAllocator::DeallocateRaw(void* ptr) {
   // A variable's buffer freed inside an XLA kernel: decided when the kernel
   // ends (Note [XLA frees live variables on its error path]).
   if (pins_ != nullptr && pins_->live_variables().DeferFree(ptr)) return;
+  // Note [Memory events for the profiler]: the sizes before the free, the
+  // figures after it, as BFC records them.
+  const bool recording = ProfilerRecording();
+  const size_t requested = recording ? engine_->RequestedSize(ptr) : 0;
+  const size_t allocated = recording ? engine_->AllocatedSize(ptr) : 0;
   Status s = engine_->Free(ptr);
   if (!s.ok()) LOG(ERROR) << "tensorflow_lms_allocator: " << s.ToString();
+  if (recording && s.ok()) RecordForProfiler(MemoryEvent::kDeallocation, ptr, requested, allocated);
 }
 
 size_t LmsAllocator::RequestedSize(const void* ptr) const {
@@ -211,6 +222,19 @@ int64_t LmsAllocator::AllocationId(const void* ptr) const {
 // is its memory and the host budget, and that is the limit TensorFlow sees;
 // the bytes_limit statistic stays the device's capacity. Grappler then
 // swaps only a graph LMS could not hold either.
+int64_t LmsAllocator::LimitTensorFlowSees(const Statistics& s) const {
+  if (!engine_->lms_enabled()) return s.bytes_limit;
+  return s.bytes_limit +
+         static_cast<int64_t>(engine_->host_granules() * engine_->granule_bytes());
+}
+
+void LmsAllocator::RecordForProfiler(MemoryEvent event, const void* ptr, size_t requested_bytes,
+                                     size_t allocation_bytes) const {
+  const Statistics s = engine_->GetStatistics();
+  RecordMemoryEvent(event, name_, s, LimitTensorFlowSees(s), ptr, requested_bytes,
+                    allocation_bytes);
+}
+
 std::optional<tsl::AllocatorStats> LmsAllocator::GetStats() {
   const Statistics s = engine_->GetStatistics();
   tsl::AllocatorStats out;
@@ -218,11 +242,7 @@ std::optional<tsl::AllocatorStats> LmsAllocator::GetStats() {
   out.bytes_in_use = s.bytes_in_use;
   out.peak_bytes_in_use = s.peak_bytes_in_use;
   out.largest_alloc_size = s.largest_alloc_size;
-  out.bytes_limit = s.bytes_limit;
-  if (engine_->lms_enabled()) {
-    out.bytes_limit = s.bytes_limit + static_cast<int64_t>(engine_->host_granules() *
-                                                           engine_->granule_bytes());
-  }
+  out.bytes_limit = LimitTensorFlowSees(s);
   out.bytes_reserved = s.bytes_reserved;
   out.peak_bytes_reserved = s.peak_bytes_reserved;
   out.bytes_reservable_limit = s.bytes_reservable_limit;

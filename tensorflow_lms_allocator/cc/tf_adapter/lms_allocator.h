@@ -37,6 +37,7 @@
 #include <string>
 
 #include "engine/engine.h"
+#include "tf_adapter/profiler_events.h"
 #include "tf_adapter/tf_compat.h"
 #include LMS_TSL_ALLOCATOR_H  // tf_compat.h: where this TensorFlow has it
 
@@ -81,6 +82,13 @@ class LmsAllocator : public tsl::Allocator {
   // the kernel, as any allocation). `why` is the device's refusal.
   void* AllocateInHostMemory(size_t num_bytes, const Status& why, Status* status,
                              uint64_t* id, bool* pinned);
+  // The limit TensorFlow sees (Note [The limit TensorFlow sees]), from the
+  // engine's statistics `s`.
+  int64_t LimitTensorFlowSees(const Statistics& s) const;
+  // Records the profiler's memory event of `ptr` (Note [Memory events for
+  // the profiler] in profiler_events.h).
+  void RecordForProfiler(MemoryEvent event, const void* ptr, size_t requested_bytes,
+                         size_t allocation_bytes) const;
 
   // Immutable after construction; the engine and KernelPins are thread-safe.
   const std::string name_;
