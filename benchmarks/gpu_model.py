@@ -27,6 +27,12 @@ timing moves them a few percent from run to run).
    time per op is not modeled (the host issues kernels as fast as the
    driver takes them), nor is the engine's own CPU time.
 
+--prefetch USES pages in, after each launch, what the learned policy predicts
+within USES uses (Engine::Prefetch, as TF_LMS_PREFETCH's helper thread does
+after each kernel starts, lookahead 8), on the launching thread: the model
+has one host clock, so a prefetch's driver calls are charged to the thread
+that launches the kernels (docs/decisions/0003-prefetch-off-by-default.md).
+
 The driver refuses to map a sub-range of a handle at an offset, as driver
 580 did on an H100 (benchmarks/results/gpu-check-engine-h100-overlap.log):
 device memory is then mapped a 2 MiB handle at a time and host runs whole.
@@ -271,9 +277,10 @@ class Case:
 
 
 def replay_timed(driver: FakeDriver, lms: object | None, events: object, device: int,
-                 steps: int, speedup: float) -> list[dict[str, float]]:
+                 steps: int, speedup: float, prefetch: int = 0) -> list[dict[str, float]]:
     """Replays `events` through an engine of `device` bytes (None: no engine, LMS off),
-    each kernel a timed kernel on a fenced stream; per-step figures (ns)."""
+    each kernel a timed kernel on a fenced stream; per-step figures (ns). With
+    `prefetch`, the engine prefetches that many uses ahead after each launch."""
     from tensorflow_lms_allocator import replay
 
     stream = driver.stream()
@@ -343,10 +350,14 @@ def replay_timed(driver: FakeDriver, lms: object | None, events: object, device:
                     driver.kernel(stream, duration, touched if engine is not None else [])
                     compute += duration
                     launched = True
+                    if engine is not None and prefetch:
+                        engine.prefetch(prefetch)
                 run(i, touched)
             if not launched:
                 driver.kernel(stream, duration, touched if engine is not None else [])
                 compute += duration
+                if engine is not None and prefetch:
+                    engine.prefetch(prefetch)
             k += 1
         queued = driver.totals()  # before the step's end waits for the GPU
         driver.synchronize(stream)
@@ -403,6 +414,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--map-at-offsets", action="store_true",
                    help="model a driver that maps a sub-range of a handle at an offset "
                         "(driver 580 refused it on an H100): device memory in runs")
+    p.add_argument("--prefetch", type=int, default=0, metavar="USES",
+                   help="after each launch, page in what the learned policy predicts "
+                        "within USES uses (the adapter's prefetcher asks 8; 0: off)")
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--timeout", type=float, default=1800)
     args = p.parse_args(argv)
@@ -464,7 +478,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     64 * MIB if fraction == 1 else 0)
                 print(f"replaying {name} at {label} ({device // MIB} MiB)", flush=True)
                 steps = replay_timed(driver, lms, events, device, args.steps,
-                                     args.gpu_speedup)
+                                     args.gpu_speedup, args.prefetch)
                 per = [figures(s, off_step) for s in steps[1:]]
                 mean = {key: sum(f[key] for f in per) / len(per) for key in per[0]}
                 mean["ratio"] = mean["step"] / mean["ideal"] if mean["ideal"] else 1.0
