@@ -1,7 +1,10 @@
 #include "tf_adapter/profiler_events.h"
 
+#include <memory>
 #include <string>
+#include <vector>
 
+#include "tsl/profiler/lib/scoped_annotation.h"
 #include "tsl/profiler/lib/scoped_memory_debug_annotation.h"
 #include "tsl/profiler/lib/traceme.h"
 #include "tsl/profiler/lib/traceme_encode.h"
@@ -14,6 +17,10 @@ namespace {
 // that shows one shows the other (the profiler records host events up to
 // ProfilerOptions.host_tracer_level, 2 by default).
 constexpr int kLevel = tsl::profiler::TraceMeLevel::kInfo;
+
+// The annotations of this thread's open spans, innermost last (spans nest on
+// their thread: ScopedActivity).
+thread_local std::vector<std::unique_ptr<tsl::profiler::ScopedAnnotation>> t_annotations;
 
 }  // namespace
 
@@ -52,6 +59,7 @@ void RecordMemoryEvent(MemoryEvent event, const std::string& allocator, const St
 }
 
 int64_t TraceMeObserver::Begin(Activity what, uint64_t bytes, uint64_t units) {
+  t_annotations.push_back(std::make_unique<tsl::profiler::ScopedAnnotation>(ActivityName(what)));
   return tsl::profiler::TraceMe::ActivityStart(
       [&] {
         if (bytes == 0 && units == 0) return std::string(ActivityName(what));
@@ -61,7 +69,10 @@ int64_t TraceMeObserver::Begin(Activity what, uint64_t bytes, uint64_t units) {
       kLevel);
 }
 
-void TraceMeObserver::End(int64_t token) { tsl::profiler::TraceMe::ActivityEnd(token); }
+void TraceMeObserver::End(int64_t token) {
+  tsl::profiler::TraceMe::ActivityEnd(token);
+  if (!t_annotations.empty()) t_annotations.pop_back();
+}
 
 TraceMeObserver* TraceMeObserver::Get() {
   static TraceMeObserver* const observer = new TraceMeObserver();

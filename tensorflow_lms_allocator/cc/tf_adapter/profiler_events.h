@@ -36,7 +36,12 @@
 // trace viewer shows them beside the ops they delay (TraceMe's info level,
 // as the memory events). The engine calls an ActivityObserver
 // (engine/activity_observer.h), which never depends on TensorFlow; this is
-// TensorFlow's side of it.
+// TensorFlow's side of it. Each span is also a ScopedAnnotation, TensorFlow's
+// own mechanism for naming the GPU work a scope issues: on a GPU, under a
+// session, the CUDA copies an eviction or page-in issues carry its name in
+// the trace viewer (TensorFlow's GPU tracer reads the annotation when the
+// copy is issued), and where NVTX is on (Nsight Systems) the span is an NVTX
+// range. Neither has run on a GPU.
 #ifndef TENSORFLOW_LMS_ALLOCATOR_CC_TF_ADAPTER_PROFILER_EVENTS_H_
 #define TENSORFLOW_LMS_ALLOCATOR_CC_TF_ADAPTER_PROFILER_EVENTS_H_
 

@@ -28,12 +28,15 @@
 #define LMS_TSL_ALLOCATOR_H "tsl/framework/allocator.h"
 #endif
 
-// So did the profiler's TraceMe recorder (the adapter's tests read it; the
-// adapter records through tsl/profiler/lib/traceme.h, which stayed).
+// So did the profiler's TraceMe recorder and annotation stack (the adapter's
+// tests read them; the adapter records through tsl/profiler/lib/, which
+// stayed).
 #if LMS_TF_MINOR_VERSION >= 18
 #define LMS_TSL_TRACEME_RECORDER_H "xla/tsl/profiler/backends/cpu/traceme_recorder.h"
+#define LMS_TSL_ANNOTATION_STACK_H "xla/tsl/profiler/backends/cpu/annotation_stack.h"
 #else
 #define LMS_TSL_TRACEME_RECORDER_H "tsl/profiler/backends/cpu/traceme_recorder.h"
+#define LMS_TSL_ANNOTATION_STACK_H "tsl/profiler/backends/cpu/annotation_stack.h"
 #endif
 
 #endif  // TENSORFLOW_LMS_ALLOCATOR_CC_TF_ADAPTER_TF_COMPAT_H_

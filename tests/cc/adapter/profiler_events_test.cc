@@ -10,12 +10,14 @@
 #include "tf_adapter/tf_compat.h"
 #include "tsl/profiler/lib/scoped_memory_debug_annotation.h"
 #include "tsl/profiler/lib/traceme.h"
-#include LMS_TSL_TRACEME_RECORDER_H  // tf_compat.h: where this TensorFlow has it
+#include LMS_TSL_ANNOTATION_STACK_H  // tf_compat.h: where this TensorFlow has them
+#include LMS_TSL_TRACEME_RECORDER_H
 
 namespace {
 
 using lms_test::MakeDevice;
 using lms_test::kMiB;
+using tsl::profiler::AnnotationStack;
 using tsl::profiler::TraceMeRecorder;
 
 // The names (with their encoded arguments) of the events recorded on any
@@ -126,6 +128,51 @@ TEST(MovesAreSpansUnderASessionAndNothingIsRecordedWithout) {
   ASSERT_TRUE(TraceMeRecorder::Start(tsl::profiler::TraceMeLevel::kCritical));
   round();
   EXPECT_EQ(Names(TraceMeRecorder::Stop()).size(), 0u);
+}
+
+// Records the thread's annotation at the end of each span, then ends it as
+// TensorFlow's observer does.
+class AnnotationWitness : public lms::ActivityObserver {
+ public:
+  bool Active() const override { return lms::TraceMeObserver::Get()->Active(); }
+  int64_t Begin(lms::Activity what, uint64_t bytes, uint64_t units) override {
+    return lms::TraceMeObserver::Get()->Begin(what, bytes, units);
+  }
+  void End(int64_t token) override {
+    seen.push_back(AnnotationStack::Get());
+    lms::TraceMeObserver::Get()->End(token);
+  }
+  std::vector<std::string> seen;
+};
+
+// While TensorFlow's GPU tracer keeps the annotation stack (enabled here by
+// hand: no GPU), a span is the thread's annotation, nested spans joined as
+// TensorFlow joins them, and nothing is left on the stack after them: the
+// copies a move issues carry its name.
+TEST(ASpanIsTheThreadsAnnotationWhileItLasts) {
+  auto device = MakeDevice("lms_test_profiler_annotations", 8);
+  ASSERT_TRUE(device != nullptr);
+  AnnotationWitness witness;
+  device->engine().SetActivityObserver(&witness);
+  tsl::Allocator* allocator = device->allocator();
+  AnnotationStack::Enable(true);
+  ASSERT_TRUE(TraceMeRecorder::Start(tsl::profiler::TraceMeLevel::kInfo));
+  std::vector<void*> held;
+  for (int i = 0; i < 3; ++i) {  // the third evicts one of the first two
+    held.push_back(allocator->AllocateRaw(256, 4 * kMiB));
+    uint64_t id = 0;
+    EXPECT_OK(device->engine().Pin(held.back(), &id));
+    EXPECT_OK(device->engine().Unpin(held.back(), id));
+  }
+  (void)TraceMeRecorder::Stop();
+  const std::string after = AnnotationStack::Get();
+  AnnotationStack::Enable(false);
+  device->engine().SetActivityObserver(lms::TraceMeObserver::Get());
+  for (void* p : held) allocator->DeallocateRaw(p);
+  ASSERT_TRUE(witness.seen.size() == 2);  // the eviction, then its reclaim
+  EXPECT_TRUE(witness.seen[0] == "LMS reclaim::LMS eviction");
+  EXPECT_TRUE(witness.seen[1] == "LMS reclaim");
+  EXPECT_TRUE(after.empty());
 }
 
 }  // namespace
