@@ -66,7 +66,7 @@ THREAD_SAFETY_FLAGS := -std=c++17 -c -Wall -Wextra -Wthread-safety -Wthread-safe
                        -Werror -I$(CC_SRC)
 
 .PHONY: all build test test-asan test-tsan test-thread-safety test-python demo bench-allocator \
-        bench-maxbatch bench-mincap bench-overhead bench-trace bench-profiler bench-policy bench-small-pages clean fake-cuda test-fake-cuda mutation-check-cuda \
+        bench-maxbatch bench-mincap bench-overhead bench-trace bench-profiler bench-scale bench-policy bench-small-pages clean fake-cuda test-fake-cuda mutation-check-cuda \
         test-gpu-wheel test-tf test-tf-matrix gpu-check gpu-check-engine bench-driver-calls \
         bench-gpu-model wheel \
         wheels test-wheels test-patches patches \
@@ -525,6 +525,7 @@ make bench-policy        LRU, learned, perfect-foresight and Belady eviction on 
 make bench-small-pages   swap bytes with small-object size classes vs one class, on replayed traces
 make bench-trace         what recording an access trace costs a training step
 make bench-profiler      what TensorFlow's profiler, with LMS's events, costs a training step
+make bench-scale         the engine's per-operation costs from 1,000 to 100,000 live units
 make bench-driver-calls  CUDA driver calls per GiB evicted and paged in (fake driver)
 make bench-gpu-model     recorded steps on a modeled H200: step vs compute and copies (fake driver)
 make clean               remove build/ and the package build stamp
@@ -542,6 +543,14 @@ demo: build
 bench-allocator: MAKEFLAGS += --no-print-directory
 bench-allocator: build
 	$(MAKE) -C benchmarks PY=$(abspath $(PY)) bench-allocator
+
+# The engine's per-operation costs (allocate+free, pin+unpin, reclaim and its
+# planning) at 1,000, 10,000 and 100,000 live units of a synthetic
+# transformer-shaped step (benchmarks/scale_bench.cc); the last line is
+# `cost_growth_1k_to_100k R` (target 1.5).
+bench-scale: MAKEFLAGS += --no-print-directory
+bench-scale:
+	$(MAKE) -C benchmarks bench-scale
 
 # Largest ResNet-50 batch under a 512 MiB cap, TensorFlow's BFC allocator vs
 # LMS, and LMS on/off step time (about 12 minutes on two cores); the last line
