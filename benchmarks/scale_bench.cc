@@ -154,7 +154,9 @@ Model MakeModel(size_t live_units) {
   return m;
 }
 
-// One step through `engine`, as kernels use memory: each forward kernel pins
+// One step through `engine`, as kernels use memory (each kernel under a label
+// of its own, as TensorFlow's op names are: the learned policy's keys): each
+// forward kernel pins
 // its layer's weights and the previous activation, allocates its output
 // pinned and a temporary, then unpins; each backward kernel pins the
 // activation it reads and its layer's weights, allocates a temporary, unpins
@@ -181,7 +183,7 @@ void Step(lms::Engine& e, const Model& m, const std::vector<void*>& weights,
   for (int l = 0; l < m.layers; ++l) {
     for (int k = 0; k < kActivationsPerLayer; ++k) {
       const size_t a = static_cast<size_t>(l) * kActivationsPerLayer + k;
-      std::snprintf(label, sizeof(label), "fwd%d", k);
+      std::snprintf(label, sizeof(label), "layer%d/fwd%d", l, k);
       lms::StrictMonitor::SetThreadLabel(label);
       for (int w = 0; w < kWeightsPerLayer; ++w) {
         pin(weights[static_cast<size_t>(l) * kWeightsPerLayer + w], &ids[w]);
@@ -204,7 +206,7 @@ void Step(lms::Engine& e, const Model& m, const std::vector<void*>& weights,
   for (int l = m.layers - 1; l >= 0; --l) {
     for (int k = kActivationsPerLayer - 1; k >= 0; --k) {
       const size_t a = static_cast<size_t>(l) * kActivationsPerLayer + k;
-      std::snprintf(label, sizeof(label), "bwd%d", k);
+      std::snprintf(label, sizeof(label), "layer%d/bwd%d", l, k);
       lms::StrictMonitor::SetThreadLabel(label);
       for (int w = 0; w < kWeightsPerLayer; ++w) {
         pin(weights[static_cast<size_t>(l) * kWeightsPerLayer + w], &ids[w]);

@@ -101,14 +101,14 @@ def main(argv: list[str]) -> int:
         finally:
             tf.profiler.experimental.stop()
         size = sum(f.stat().st_size for f in directory.rglob("*.xplane.pb"))
-        return q, f"{size / args.steps / 1024:>15.0f}"
+        return q, f"{size / args.steps / 1024:>16.0f}"
 
     plain: list[float] = []
     recorded: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:
         print(f"{'round':>5} {'plain s/step':>13} {'observed s/step':>16} "
               + (f"{'trace KiB/step':>15} {'events/step':>12}" if args.observe == "trace"
-                 else f"{'capture KiB/step':>15}"))
+                 else f"{'capture KiB/step':>16}"))
         for r in range(args.rounds):
             p = timed(args.steps)
             directory = Path(tmp) / f"round{r}"

@@ -38,13 +38,14 @@ def test_a_profile_shows_lms_in_the_memory_profile_and_its_moves_in_the_trace_vi
     assert device["capacity"] > after["bytes_limit"] + after["host_bytes_in_use"]
 
     # The trace viewer: each eviction batch and page-in a span, their units
-    # and bytes those of LMS's statistics over the capture; every eviction
-    # here is a reclaim's.
+    # and bytes those of LMS's statistics over the capture (one thread: no
+    # eviction is abandoned); every eviction here is a reclaim's (a reclaim
+    # whose planning finds nothing is a span without one).
     spans = r["spans"]
     assert spans["LMS eviction"]["units"] == evictions, spans
     assert spans["LMS eviction"]["bytes"] == after["bytes_reclaimed"] - before["bytes_reclaimed"]
     assert spans["LMS page-in"]["units"] == page_ins, spans
-    assert spans["LMS reclaim"]["count"] == spans["LMS eviction"]["count"], spans
+    assert spans["LMS reclaim"]["count"] >= spans["LMS eviction"]["count"], spans
 
     # tf.config.experimental.get_memory_info: LMS's bytes_in_use and peak,
     # evicted bytes included.

@@ -26,9 +26,6 @@ enum class Activity : int {
   kMemoryWait,  // a kernel's request waiting for other kernels to release memory
 };
 
-// The span's name as a profiler shows it, e.g. "LMS eviction".
-const char* ActivityName(Activity what);
-
 class ActivityObserver {
  public:
   virtual ~ActivityObserver() = default;
@@ -60,6 +57,7 @@ class ScopedActivity {
   const int64_t token_;
 };
 
+// The span's name as a profiler shows it, e.g. "LMS eviction".
 inline const char* ActivityName(Activity what) {
   switch (what) {
     case Activity::kReclaim:

@@ -742,9 +742,10 @@ class Engine {
   Status CheckCopyRange(const void* ptr, size_t bytes) const
       LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // Set at any time (SetActivityObserver), read without the lock.
+  std::atomic<ActivityObserver*> observer_{nullptr};
   // Immutable after Create: read without the lock.
   const EngineOptions options_;
-  std::atomic<ActivityObserver*> observer_{nullptr};
   const std::unique_ptr<Backend> backend_;
   const size_t granule_;
   const int granule_shift_;

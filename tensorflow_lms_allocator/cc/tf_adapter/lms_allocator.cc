@@ -189,12 +189,14 @@ void LmsAllocator::DeallocateRaw(void* ptr) {
   if (pins_ != nullptr && pins_->live_variables().DeferFree(ptr)) return;
   // Note [Memory events for the profiler]: the sizes before the free, the
   // figures after it, as BFC records them.
-  const bool recording = ProfilerRecording();
-  const size_t requested = recording ? engine_->RequestedSize(ptr) : 0;
-  const size_t allocated = recording ? engine_->AllocatedSize(ptr) : 0;
+  AllocationInfo freed;
+  const bool recording = ProfilerRecording() && engine_->Inspect(ptr, &freed).ok();
   Status s = engine_->Free(ptr);
   if (!s.ok()) LOG(ERROR) << "tensorflow_lms_allocator: " << s.ToString();
-  if (recording && s.ok()) RecordForProfiler(MemoryEvent::kDeallocation, ptr, requested, allocated);
+  if (recording && s.ok()) {
+    RecordForProfiler(MemoryEvent::kDeallocation, ptr, freed.requested_bytes,
+                      freed.allocated_bytes);
+  }
 }
 
 size_t LmsAllocator::RequestedSize(const void* ptr) const {

@@ -23,12 +23,15 @@
 //     ignores and the trace viewer shows with the event:
 //     lms_device_bytes (device memory taken: resident units and cached
 //     granules), lms_device_limit (the device's capacity), lms_bytes_evicted
-//     (live bytes in host memory now) and lms_host_bytes (host memory backing
-//     them, whole granules).
+//     (the evicted units' bytes, whole granules) and lms_host_bytes (the host
+//     memory backing them).
 // Nothing is recorded with the profiler off: TraceMe's check is one relaxed
 // load, and the figures are gathered only when it passes. Host memory served
 // in place of device memory outside kernels (HostFallback) is not the
 // device's and is not recorded, as BFC records nothing it did not allocate.
+// Nor is a variable's free that an XLA kernel's error path defers to the
+// kernel's end (KernelPins frees it through the engine): the Memory Profile
+// shows that buffer live until the capture ends.
 //
 // Note [LMS's work in the trace viewer]. Evictions, page-ins and waits for
 // other kernels' memory are spans (TraceMe activities) on the thread that did
@@ -41,7 +44,10 @@
 // session, the CUDA copies an eviction or page-in issues carry its name in
 // the trace viewer (TensorFlow's GPU tracer reads the annotation when the
 // copy is issued), and where NVTX is on (Nsight Systems) the span is an NVTX
-// range. Neither has run on a GPU.
+// range instead (then the copies are not named). Spans are taken only while a
+// profiler session records, so Nsight Systems alone shows none. Neither has
+// run on a GPU. A span's bytes and units are those it set out to move: a
+// victim whose eviction a pin abandons, or whose remap fails, still counts.
 #ifndef TENSORFLOW_LMS_ALLOCATOR_CC_TF_ADAPTER_PROFILER_EVENTS_H_
 #define TENSORFLOW_LMS_ALLOCATOR_CC_TF_ADAPTER_PROFILER_EVENTS_H_
 

@@ -355,6 +355,65 @@ TEST(AWaitForOtherKernelsIsCountedWithTheLongest) {
   EXPECT_TRUE(stats.time_kernel_waiting_ns >= stats.time_longest_kernel_wait_ns);
 }
 
+// Every span an engine reports, with the thread that began or ended it.
+class SpanLog : public lms::ActivityObserver {
+ public:
+  struct Entry {
+    std::thread::id thread;
+    lms::Activity what;
+    bool begin;
+  };
+  bool Active() const override { return true; }
+  int64_t Begin(lms::Activity what, uint64_t, uint64_t) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    entries_.push_back({std::this_thread::get_id(), what, true});
+    open_.push_back(what);
+    return static_cast<int64_t>(open_.size());
+  }
+  void End(int64_t token) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    EXPECT_TRUE(token > 0 && static_cast<size_t>(token) <= open_.size());
+    entries_.push_back({std::this_thread::get_id(), open_[token - 1], false});
+  }
+  std::vector<Entry> entries() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return entries_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<lms::Activity> open_;
+  std::vector<Entry> entries_;
+};
+
+// A request's wait for other kernels is a span on the waiting thread (Note
+// [LMS's work in the trace viewer] in profiler_events.h), begun and ended
+// there, with the reclaim that finally served it inside.
+TEST(AWaitForOtherKernelsIsASpanOnTheWaitingThread) {
+  auto device = MakeDevice("wait_span", 8);
+  ASSERT_TRUE(device != nullptr);
+  SpanLog log;
+  device->engine().SetActivityObserver(&log);
+  tensorflow::Tensor a = MakeTensor(*device, 6);
+  KernelElsewhere other(device->pins(), {&a}, std::chrono::milliseconds(100));
+  {
+    Context kernel(device->pins(), {});
+    tensorflow::Tensor b = MakeTensor(*device, 6);
+  }
+  other.Join();
+  device->engine().SetActivityObserver(nullptr);
+  const std::thread::id me = std::this_thread::get_id();
+  int begun = 0, ended = 0;
+  for (const SpanLog::Entry& e : log.entries()) {
+    if (e.what != lms::Activity::kMemoryWait) continue;
+    EXPECT_TRUE(e.thread == me);
+    (e.begin ? begun : ended) += 1;
+  }
+  EXPECT_TRUE(begun >= 1);
+  EXPECT_EQ(begun, ended);
+  EXPECT_TRUE(device->engine().GetStatistics().num_kernel_waits >= 1);
+}
+
 // An asynchronous kernel (a collective waiting for its peer) holding `a`
 // pinned on a thread of its own until Release.
 class WaitingCollective {

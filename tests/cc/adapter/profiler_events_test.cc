@@ -44,6 +44,21 @@ bool Has(const std::string& s, const std::string& part) {
   return s.find(part) != std::string::npos;
 }
 
+// Records the thread's annotation at the end of each span, then ends it as
+// TensorFlow's observer does.
+class AnnotationWitness : public lms::ActivityObserver {
+ public:
+  bool Active() const override { return lms::TraceMeObserver::Get()->Active(); }
+  int64_t Begin(lms::Activity what, uint64_t bytes, uint64_t units) override {
+    return lms::TraceMeObserver::Get()->Begin(what, bytes, units);
+  }
+  void End(int64_t token) override {
+    seen.push_back(AnnotationStack::Get());
+    lms::TraceMeObserver::Get()->End(token);
+  }
+  std::vector<std::string> seen;
+};
+
 // An allocation and a free under a session: one MemoryAllocation and one
 // MemoryDeallocation with BFC's arguments (the Memory Profile tool reads
 // them by name), the op from TensorFlow's annotation, and LMS's own
@@ -83,8 +98,8 @@ TEST(AnAllocationAndAFreeAreBfcsMemoryEventsWithLmsFigures) {
 }
 
 // Pressure under a session: the eviction inside its reclaim and the page-in
-// are spans with their bytes and units; without a session nothing at all is
-// recorded, however much moves.
+// are spans with their bytes and units; without a session no span begins,
+// however much moves, and a session of another level records nothing.
 TEST(MovesAreSpansUnderASessionAndNothingIsRecordedWithout) {
   auto device = MakeDevice("lms_test_profiler_moves", 8);
   ASSERT_TRUE(device != nullptr);
@@ -109,7 +124,16 @@ TEST(MovesAreSpansUnderASessionAndNothingIsRecordedWithout) {
     for (void* p : {a, b, c}) allocator->DeallocateRaw(p);
   };
   const int64_t evictions_before = device->engine().GetStatistics().num_evictions;
-  round();  // no session
+  {
+    // No session: the engine asks and begins no span (nor would a free or an
+    // allocation record anything: ProfilerRecording() is false).
+    AnnotationWitness witness;
+    device->engine().SetActivityObserver(&witness);
+    EXPECT_TRUE(!lms::ProfilerRecording());
+    round();
+    device->engine().SetActivityObserver(lms::TraceMeObserver::Get());
+    EXPECT_EQ(witness.seen.size(), 0u);
+  }
   ASSERT_TRUE(TraceMeRecorder::Start(tsl::profiler::TraceMeLevel::kInfo));
   round();
   const std::vector<std::string> names = Names(TraceMeRecorder::Stop());
@@ -129,21 +153,6 @@ TEST(MovesAreSpansUnderASessionAndNothingIsRecordedWithout) {
   round();
   EXPECT_EQ(Names(TraceMeRecorder::Stop()).size(), 0u);
 }
-
-// Records the thread's annotation at the end of each span, then ends it as
-// TensorFlow's observer does.
-class AnnotationWitness : public lms::ActivityObserver {
- public:
-  bool Active() const override { return lms::TraceMeObserver::Get()->Active(); }
-  int64_t Begin(lms::Activity what, uint64_t bytes, uint64_t units) override {
-    return lms::TraceMeObserver::Get()->Begin(what, bytes, units);
-  }
-  void End(int64_t token) override {
-    seen.push_back(AnnotationStack::Get());
-    lms::TraceMeObserver::Get()->End(token);
-  }
-  std::vector<std::string> seen;
-};
 
 // While TensorFlow's GPU tracer keeps the annotation stack (enabled here by
 // hand: no GPU), a span is the thread's annotation, nested spans joined as
