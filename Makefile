@@ -559,8 +559,9 @@ bench-maxbatch: build
 	$(PY) benchmarks/maxbatch.py
 
 # Smallest emulated device on which ResNet-50, DenseNet121 and a Transformer
-# encoder still train with LMS, as a fraction of each one's peak; the last line
-# is `min_cap_fraction F` (target <= 0.25).
+# encoder still train with LMS, as a fraction of each one's peak and over its
+# floor (the most one kernel pins at once); the last lines are
+# `min_cap_fraction F` (target <= 0.25) and `min_cap_vs_floor R` (target 1.2).
 bench-mincap: build
 	$(PY) benchmarks/mincap.py
 

@@ -26,8 +26,18 @@ could not hold it (num_overflow_placements) does not (its reason is printed). Ne
 bisection reports what it saw. Step times are medians of the steps after the
 first (which traces the tf.function).
 
-The last line is `min_cap_fraction F`: the largest (worst) of the models'
-minimum cap / peak.
+The floor: the uncapped probe records an access trace of its steps
+(record_trace). The most bytes one kernel held pinned at once (its inputs,
+outputs and temporaries, whole granules: replay.kernel_floor, with that
+kernel's op) is what no smaller device can run from device memory, even with
+kernels taking turns; the most all kernels held at once (replay.pinned_floor:
+TensorFlow runs independent kernels concurrently) is printed beside it.
+`min_cap_vs_floor` = smallest device that trains / the one-kernel floor: how
+far LMS stays above the physical limit (between the two floors, the gap is
+concurrency).
+
+The last lines are `min_cap_fraction F`, the largest (worst) of the models'
+minimum cap / peak, and `min_cap_vs_floor R`, the worst model's.
 
 Example:
     make bench-mincap                                   # all three models
@@ -102,12 +112,22 @@ def build_model(name: str) -> tuple[Any, Any, Any]:
     return model, inputs, labels
 
 
+# The probe's environment names a file for an access trace of its steps.
+TRACE_ENV = "LMS_MINCAP_TRACE"
+
+
 def run_probe_in_this_process(model_name: str, steps: int, result_path: Path) -> int:
-    """Trains `steps` steps; writes {"step_seconds", "statistics"} as JSON."""
+    """Trains `steps` steps; writes {"step_seconds", "statistics"} as JSON (and, where
+    the environment's LMS_MINCAP_TRACE names a file, an access trace of the steps)."""
+    import contextlib
+    import os
+
     import tensorflow_lms_allocator as lms  # before tensorflow
 
     model, inputs, labels = build_model(model_name)
-    step_seconds = train_and_time(model, inputs, labels, steps)
+    trace_path = os.environ.get(TRACE_ENV)
+    with lms.record_trace(trace_path) if trace_path else contextlib.nullcontext():
+        step_seconds = train_and_time(model, inputs, labels, steps)
     result_path.write_text(json.dumps({"step_seconds": step_seconds,
                                        "statistics": lms.get_statistics(0)}))
     return 0
@@ -133,7 +153,7 @@ def run_probe_script(script: Path, model_name: str, cap_mb: int, steps: int,
                      timeout: float, mode: str = "lms", settings: dict[str, str] | None = None
                      ) -> tuple[dict | None, str]:
     """Runs `script --probe` in a fresh process on a device of `cap_mb` (LMS on, or
-    off with mode "lms-off"; `settings`, more TF_LMS_* variables): (its JSON result,
+    off with mode "lms-off"; `settings`, more variables of its environment): (its JSON result,
     "") or (None, why it failed). Shared with overhead.py."""
     with tempfile.TemporaryDirectory(prefix="probe-") as tmp:
         result_path = Path(tmp) / "result.json"
@@ -148,8 +168,10 @@ def run_probe_script(script: Path, model_name: str, cap_mb: int, steps: int,
         return None, failure_reason(done.returncode, done.stderr, done.timed_out, timeout)
 
 
-def run_probe(model_name: str, cap_mb: int, steps: int, timeout: float) -> Probe:
-    result, failed = run_probe_script(Path(__file__), model_name, cap_mb, steps, timeout)
+def run_probe(model_name: str, cap_mb: int, steps: int, timeout: float,
+              trace: Path | None = None) -> Probe:
+    result, failed = run_probe_script(Path(__file__), model_name, cap_mb, steps, timeout,
+                                      settings={TRACE_ENV: str(trace)} if trace else None)
     if result is None:
         return Probe(cap_mb, False, reason=failed)
     overflows = result["statistics"]["num_overflow_placements"]
@@ -169,22 +191,44 @@ class Outcome:
     min_cap_mb: int
     min_cap_step: float
     probes: int
+    floor_mb: float = float("nan")  # the most one kernel pins at once (whole granules)
+    floor_op: str = ""  # that kernel's op
+    at_once_mb: float = float("nan")  # the most all kernels pinned at once, uncapped
 
     @property
     def fraction(self) -> float:
         return self.min_cap_mb / self.peak_mb
 
+    @property
+    def vs_floor(self) -> float:
+        return self.min_cap_mb / self.floor_mb
+
+
+def floors_mb(trace_path: Path) -> tuple[float, str, float]:
+    """A recorded trace's one-kernel floor (MiB) and its op, and the most pinned at once."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from tensorflow_lms_allocator import replay, trace
+
+    events = replay.normalize(trace.load(trace_path))
+    floor, op = replay.kernel_floor(events, GRANULE_MB * MIB)
+    at_once, _ = replay.pinned_floor(events, GRANULE_MB * MIB)
+    return floor / MIB, op, at_once / MIB
+
 
 def measure(model_name: str, steps: int, resolution: float, timeout: float) -> Outcome:
-    """The uncapped peak, then the smallest fitting cap by bisection."""
-    uncapped = run_probe(model_name, UNCAPPED_MB, steps, timeout)
-    if not uncapped.fits:
-        raise RuntimeError(f"{model_name} does not train even on {UNCAPPED_MB} MiB: "
-                           f"{uncapped.reason}")
+    """The uncapped peak and floor, then the smallest fitting cap by bisection."""
+    with tempfile.TemporaryDirectory(prefix="mincap-") as tmp:
+        trace_path = Path(tmp) / f"{model_name}.lmstrace"
+        uncapped = run_probe(model_name, UNCAPPED_MB, steps, timeout, trace=trace_path)
+        if not uncapped.fits:
+            raise RuntimeError(f"{model_name} does not train even on {UNCAPPED_MB} MiB: "
+                               f"{uncapped.reason}")
+        floor_mb, floor_op, at_once_mb = floors_mb(trace_path)
     assert uncapped.stats is not None
     peak_mb = uncapped.stats["peak_bytes_in_use"] / MIB
     print(f"{model_name}: peak {peak_mb:.0f} MiB in use, "
-          f"step {uncapped.step_time:.2f} s uncapped", flush=True)
+          f"step {uncapped.step_time:.2f} s uncapped; floor {floor_mb:.0f} MiB (one kernel: "
+          f"{floor_op}), {at_once_mb:.0f} MiB pinned at once by all", flush=True)
     # Device sizes are whole granules (TF_LMS_CPU_DEVICE_MEMORY_MB refuses others).
     fits_mb, fails_mb = -(-int(peak_mb + 1) // GRANULE_MB) * GRANULE_MB, 0
     best = None
@@ -206,7 +250,8 @@ def measure(model_name: str, steps: int, resolution: float, timeout: float) -> O
     if best is None:  # even the first bisection step failed: the peak fits
         best = run_probe(model_name, fits_mb, steps, timeout)
         probes += 1
-    return Outcome(model_name, peak_mb, uncapped.step_time, fits_mb, best.step_time, probes)
+    return Outcome(model_name, peak_mb, uncapped.step_time, fits_mb, best.step_time, probes,
+                   floor_mb, floor_op, at_once_mb)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -232,14 +277,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     outcomes = [measure(m, args.steps, args.resolution, args.timeout) for m in args.models]
     print()
     print(f"  {'model':<12} {'peak':>9} {'min cap':>9} {'fraction':>9} "
-          f"{'step uncapped':>14} {'step at min':>12} {'slowdown':>9}")
+          f"{'step uncapped':>14} {'step at min':>12} {'slowdown':>9} {'floor':>9} "
+          f"{'at once':>9} {'min cap / floor':>16}")
     for o in outcomes:
         print(f"  {o.model:<12} {o.peak_mb:>5.0f} MiB {o.min_cap_mb:>5} MiB "
               f"{o.fraction:>9.3f} {o.uncapped_step:>12.2f} s {o.min_cap_step:>10.2f} s "
-              f"{o.min_cap_step / o.uncapped_step:>8.2f}x")
+              f"{o.min_cap_step / o.uncapped_step:>8.2f}x {o.floor_mb:>5.0f} MiB "
+              f"{o.at_once_mb:>5.0f} MiB {o.vs_floor:>16.2f}")
     print(f"  ({sum(o.probes for o in outcomes)} probes, "
-          f"{(time.perf_counter() - start) / 60:.1f} min; target: fraction <= 0.25)")
+          f"{(time.perf_counter() - start) / 60:.1f} min; targets: fraction <= 0.25, "
+          f"min cap / floor <= 1.2)")
+    worst = max(outcomes, key=lambda o: o.vs_floor)
+    print(f"worst min cap / floor: {worst.model} (its floor: {worst.floor_op})")
     print(f"min_cap_fraction {max(o.fraction for o in outcomes):.3f}")
+    print(f"min_cap_vs_floor {worst.vs_floor:.2f}")
     return 0
 
 

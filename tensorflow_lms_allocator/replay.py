@@ -303,6 +303,50 @@ def pinned_floor(events: Events, granule: int = 2 << 20) -> tuple[int, str]:
     return worst, worst_op
 
 
+def kernel_floor(events: Events, granule: int = 2 << 20) -> tuple[int, str]:
+    """The most bytes one kernel holds pinned at once, and that kernel's op.
+
+    pinned_floor counts every kernel running at once; this counts each kernel's
+    own set (its inputs, outputs and temporaries while it holds them, grouped by
+    the op that pinned them; a pin outside any kernel, op "-", alone): the
+    floor when kernels take turns, the physical limit of a device that runs
+    the trace from device memory. Each allocation counts in whole granules.
+
+    Example:
+        >>> floor, op = kernel_floor(normalize(trace.load("step.lmstrace")))  # doctest: +SKIP
+    """
+    unlabelled = events.ops.index("-") if "-" in events.ops else -1
+    held: dict[int, tuple[object, int, int]] = {}  # pin -> (kernel, allocation, size)
+    pins_of: dict[int, set[int]] = {}  # allocation -> its pins held
+    counts: dict[object, dict[int, int]] = {}  # kernel -> {allocation: pins}
+    held_bytes: dict[object, int] = {}
+    worst, worst_op = 0, "-"
+    for i, e in enumerate(events.events):
+        if e.kind == PIN or (e.kind == ALLOC and e.born_pinned):
+            size = modelled_size(events.sizes[e.allocation], granule)
+            kernel: object = e.op if e.op != unlabelled else ("-", i)
+            mine = counts.setdefault(kernel, {})
+            mine[e.allocation] = mine.get(e.allocation, 0) + 1
+            if mine[e.allocation] == 1:
+                held_bytes[kernel] = held_bytes.get(kernel, 0) + size
+                if held_bytes[kernel] > worst:
+                    worst, worst_op = held_bytes[kernel], events.ops[e.op]
+            if e.pin >= 0:
+                held[e.pin] = (kernel, e.allocation, size)
+                pins_of.setdefault(e.allocation, set()).add(e.pin)
+        elif (e.kind == UNPIN and e.pin in held) or e.kind == FREE:
+            ended = [e.pin] if e.kind == UNPIN else list(pins_of.pop(e.allocation, ()))
+            for pin in ended:
+                kernel, allocation, size = held.pop(pin)
+                pins_of.get(allocation, set()).discard(pin)
+                mine = counts[kernel]
+                mine[allocation] -= 1
+                if mine[allocation] == 0:
+                    del mine[allocation]
+                    held_bytes[kernel] -= size
+    return worst, worst_op
+
+
 def _fill_steps(result: Result, bounds: list[int], per_event: Callable[[int], tuple]) -> None:
     """Sums per-event figures into result.steps (per_event(i) gives the step deltas)."""
     for step in range(len(bounds) - 1):

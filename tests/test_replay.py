@@ -425,6 +425,42 @@ def test_the_library_refuses_link_speeds_and_overheads_that_are_not_finite(tmp_p
         replay.find_min_device(events, "lru", 1, 25, 50, math.nan, progress=lambda _: None)
 
 
+def test_the_kernel_floor_counts_one_kernel_where_the_pinned_floor_counts_all_at_once(tmp_path):
+    # Two kernels interleaved as two threads run them: "A" pins two 8 MiB
+    # inputs, "B" (while A still holds them) a 6 MiB input and makes a 4 MiB
+    # output; then A makes a 10 MiB temporary and frees it while pinned.
+    # At once: 8 + 8 + 6 + 4 = 26 MiB. One kernel: A's 8 + 8 + 10 = 26 MiB at
+    # its temporary, when B is done; B alone 10.
+    from tensorflow_lms_allocator.engine import set_thread_label
+
+    engine = Engine(64 * MIB, host_bytes=128 * MIB, policy="lru")
+    path = tmp_path / "kernels.lmstrace"
+    with trace.record_engine(engine, path):
+        a_inputs = [engine.allocate(8 * MIB) for _ in range(2)]
+        b_input = engine.allocate(6 * MIB)
+        set_thread_label("A")
+        a_ids = [engine.pin(t) for t in a_inputs]
+        set_thread_label("B")
+        b_id = engine.pin(b_input)
+        b_out = engine.allocate(4 * MIB, pin=True)
+        engine.unpin(b_input, b_id)
+        engine.unpin(b_out)
+        set_thread_label("A")
+        temporary = engine.allocate(10 * MIB, pin=True)
+        engine.free(temporary)
+        for t, i in zip(a_inputs, a_ids):
+            engine.unpin(t, i)
+        set_thread_label(None)
+    events = replay.normalize(trace.load(path))
+    assert replay.pinned_floor(events) == (26 * MIB, "B")
+    assert replay.kernel_floor(events) == (26 * MIB, "A")
+    # Without A's temporary, one kernel holds at most A's 16 MiB.
+    cut = replay.Events([e for e in events.events if events.sizes[e.allocation] != 10 * MIB],
+                        events.sizes, events.ops, events.skipped, events.recorded_evicted)
+    assert replay.kernel_floor(cut) == (16 * MIB, "A")
+    assert replay.pinned_floor(cut) == (26 * MIB, "B")
+
+
 def test_find_min_device_names_the_kernel_that_sets_the_floor(tmp_path):
     # One kernel (labelled as TensorFlow labels kernels) pins three 8 MiB
     # inputs and makes a 10 MiB output pinned: 34 MiB at once, more than any
