@@ -225,15 +225,22 @@ void Step(lms::Engine& e, const Model& m, const std::vector<void*>& weights,
   lms::StrictMonitor::SetThreadLabel(nullptr);
 }
 
+// Units of `sizes` (granules), each made as a kernel's output (allocated
+// pinned, unpinned when it ends), appended to *out.
+void AllocateUnits(lms::Engine& e, const std::vector<size_t>& sizes, const char* what,
+                   std::vector<void*>* out) {
+  for (size_t granules : sizes) {
+    lms::Status s;
+    void* p = e.Allocate(granules * kGranule, /*pin=*/true, &s);
+    if (p == nullptr) Die(std::string(what) + ": " + s.ToString());
+    Check(e.Unpin(p, 0), std::string("unpin of a ") + what);
+    out->push_back(p);
+  }
+}
+
 std::vector<void*> AllocateWeights(lms::Engine& e, const Model& m) {
   std::vector<void*> out;
-  for (size_t w : m.weights) {
-    lms::Status s;
-    void* p = e.Allocate(w * kGranule, /*pin=*/true, &s);  // as an initializer's output
-    if (p == nullptr) Die("weight: " + s.ToString());
-    Check(e.Unpin(p, 0), "unpin of a weight");
-    out.push_back(p);
-  }
+  AllocateUnits(e, m.weights, "weight", &out);
   return out;
 }
 
@@ -253,16 +260,8 @@ struct Figures {
 // alloc+free and pin+unpin with every unit live and room on the device.
 void MeasureRoomy(const Model& m, Figures* f) {
   auto e = MakeEngine(m.peak_granules + 64, 0, lms::PolicyKind::kLearned, nullptr);
-  std::vector<void*> weights = AllocateWeights(*e, m);
-  std::vector<void*> live;
-  for (size_t a : m.activations) {
-    lms::Status s;
-    void* p = e->Allocate(a * kGranule, /*pin=*/true, &s);
-    if (p == nullptr) Die("roomy activation: " + s.ToString());
-    Check(e->Unpin(p, 0), "unpin");
-    live.push_back(p);
-  }
-  live.insert(live.end(), weights.begin(), weights.end());
+  std::vector<void*> live = AllocateWeights(*e, m);
+  AllocateUnits(*e, m.activations, "activation", &live);
   constexpr int kPairs = 20000;
   double best_alloc = 1e300, best_pin = 1e300;
   std::mt19937 rng(7);
