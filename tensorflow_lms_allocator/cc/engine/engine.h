@@ -321,6 +321,11 @@ class Engine {
   // the two orders side by side (benchmarks/policy.py: this machine's step
   // times move by 10-30% between processes). kFailedPrecondition with LRU.
   Status SetLearnedOrder(bool on);
+  // Tests only: with the learned policy, every reclaim ranks and sorts
+  // every inactive unit instead of walking the order kept up as units
+  // change (LearnedPolicy::set_sort_every_reclaim): the reference the kept
+  // order is checked against. kFailedPrecondition with LRU.
+  Status SortEveryReclaimForTesting();
 
   // Records every later allocate, free, pin, unpin, eviction and page-in
   // into `path` until StopTrace (Note [Access trace format] in

@@ -146,6 +146,13 @@ Status Engine::SetLearnedOrder(bool on) {
   return Status::Ok();
 }
 
+Status Engine::SortEveryReclaimForTesting() {
+  MutexLock lock(mu_);
+  if (!learning_) return FailedPrecondition("sorting every reclaim needs the learned policy");
+  learned_.set_sort_every_reclaim(true);
+  return Status::Ok();
+}
+
 Status Engine::Prefetch(uint64_t lookahead, uint64_t* units) {
   MutexLock lock(mu_);
   *units = 0;

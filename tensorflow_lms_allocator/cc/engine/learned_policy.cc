@@ -95,6 +95,7 @@ LearnedPolicy::Unit& LearnedPolicy::object(uint64_t handle) {
 }
 
 void LearnedPolicy::Born(ChunkId id, bool pinned) {
+  Changed(id);
   Unit& u = unit(id);
   Reset(u);
   if (pinned) {
@@ -105,14 +106,21 @@ void LearnedPolicy::Born(ChunkId id, bool pinned) {
 }
 
 void LearnedPolicy::Released(ChunkId id) {
+  Changed(id);
   Unit& u = unit(id);
   if (!u.active && u.periods > 0) EndPeriod(u, kNever);
   Reset(u);
 }
 
-void LearnedPolicy::Activated(ChunkId id) { Activate(unit(id), /*tick=*/true); }
+void LearnedPolicy::Activated(ChunkId id) {
+  Changed(id);
+  Activate(unit(id), /*tick=*/true);
+}
 
-void LearnedPolicy::Deactivated(ChunkId id) { Deactivate(unit(id)); }
+void LearnedPolicy::Deactivated(ChunkId id) {
+  Changed(id);
+  Deactivate(unit(id));
+}
 
 void LearnedPolicy::ObjectBorn(ChunkId page, int size_class, ChunkId id, uint64_t key,
                                bool pinned) {
@@ -294,17 +302,15 @@ std::vector<ChunkId> LearnedPolicy::DueSoon(const Residency& residency,
   return out;
 }
 
-size_t LearnedPolicy::FitFrom(const Residency& residency,
-                             const std::vector<std::pair<uint64_t, ChunkId>>& candidates,
-                             const std::vector<bool>& taken, size_t next, uint64_t needed) {
-  uint64_t best = residency.record(candidates[next].second).granules;
+size_t LearnedPolicy::FitFrom(const Residency& residency, size_t next, uint64_t needed) {
+  uint64_t best = residency.record(walked_[next].id).granules;
   if (best <= needed) return next;
-  const uint64_t floor = candidates[next].first - candidates[next].first / 4;
+  const uint64_t floor = walked_[next].rank - walked_[next].rank / 4;
   size_t pick = next;
-  const size_t end = std::min(candidates.size(), next + 1 + kFitWindow);
-  for (size_t j = next + 1; j < end && candidates[j].first >= floor; ++j) {
-    const uint64_t granules = residency.record(candidates[j].second).granules;
-    if (!taken[j] && granules >= needed && granules < best) {
+  for (size_t j = next + 1; j < next + 1 + kFitWindow && Candidate(j) && walked_[j].rank >= floor;
+       ++j) {
+    const uint64_t granules = residency.record(walked_[j].id).granules;
+    if (!taken_[j] && granules >= needed && granules < best) {
       best = granules;
       pick = j;
     }
@@ -312,45 +318,135 @@ size_t LearnedPolicy::FitFrom(const Residency& residency,
   return pick;
 }
 
+bool LearnedPolicy::Candidate(size_t i) {
+  RankedUnit next;
+  while (walked_.size() <= i) {
+    if (!walking_ || !order_.Next(&next)) return false;
+    walked_.push_back(next);
+    taken_.push_back(false);
+  }
+  return true;
+}
+
+const RankedUnit* LearnedPolicy::FirstOfAtLeast(const Residency& residency, uint64_t granules,
+                                                uint64_t lowest_rank) {
+  // The first candidate that frees enough, unless one ranked below
+  // `lowest_rank` comes first (every later one ranks no higher): among
+  // those walked so far, else the first of those not walked yet.
+  for (const RankedUnit& r : walked_) {
+    if (r.rank < lowest_rank) return nullptr;
+    if (residency.record(r.id).granules >= granules) return &r;
+  }
+  // Pages, ranked apart, free one granule: never enough here (a reclaim of
+  // one granule takes its first candidate alone).
+  if (!walking_ || !order_.FirstOfAtLeast(granules, &single_) || single_.rank < lowest_rank) {
+    return nullptr;
+  }
+  return &single_;
+}
+
+void LearnedPolicy::Reorder(const Residency& residency) {
+  for (ChunkId id : changes_) {
+    changed_[id] = false;
+    if (id < page_at_.size() && page_at_[id] != UINT32_MAX) {  // off the pages
+      const ChunkId last = listed_pages_.back();
+      listed_pages_[page_at_[id]] = last;
+      page_at_[last] = page_at_[id];
+      listed_pages_.pop_back();
+      page_at_[id] = UINT32_MAX;
+    }
+    if (!residency.tracked(id) || !residency.record(id).in_lru) {
+      order_.Remove(id);
+      continue;
+    }
+    const uint64_t seq = residency.record(id).lru_seq;
+    const uint64_t granules = residency.record(id).granules;
+    const Unit& u = unit(id);
+    if (u.page) {
+      order_.Remove(id);
+      if (id >= page_at_.size()) page_at_.resize(id + 1, UINT32_MAX);
+      page_at_[id] = static_cast<uint32_t>(listed_pages_.size());
+      listed_pages_.push_back(id);
+    } else if (u.predicted == kNever) {
+      order_.PutNever(id, granules, kNever, seq);
+    } else if (u.predicted == kUnknown) {
+      order_.PutAged(id, granules, u.last_unpin, seq);
+    } else {
+      // Missed or not, the walk tells (ReclaimOrder::BeginWalk): the same
+      // test as Missed's.
+      const uint64_t due = u.last_unpin + u.predicted;
+      order_.PutDue(id, granules, u.last_unpin, due, due + Tolerance(u.predicted), seq);
+    }
+  }
+  changes_.clear();
+}
+
+std::vector<RankedUnit> LearnedPolicy::RankPages(const Residency& residency,
+                                                 const SmallPages& pages,
+                                                 uint64_t granule_bytes) {
+  std::vector<RankedUnit> ranked;
+  ranked.reserve(listed_pages_.size());
+  for (ChunkId c : listed_pages_) {
+    const Residency::Record& r = residency.record(c);
+    const uint64_t live =
+        r.segment == Residency::kNoSegment ? 0 : static_cast<uint64_t>(pages.page(r.segment).bytes);
+    ranked.push_back(RankedUnit{Rank(unit(c), live, granule_bytes), r.lru_seq, c});
+  }
+  std::sort(ranked.begin(), ranked.end(), TakenBefore);
+  return ranked;
+}
+
+void LearnedPolicy::SortEveryUnit(const Residency& residency, const SmallPages& pages,
+                                  uint64_t granule_bytes) {
+  for (ChunkId c = residency.LeastRecentlyUsed(); c != kNoChunk;
+       c = residency.NextMoreRecent(c)) {
+    const Residency::Record& r = residency.record(c);
+    const uint64_t live =
+        r.segment == Residency::kNoSegment ? 0 : static_cast<uint64_t>(pages.page(r.segment).bytes);
+    walked_.push_back(RankedUnit{Rank(unit(c), live, granule_bytes), r.lru_seq, c});
+  }
+  std::sort(walked_.begin(), walked_.end(), TakenBefore);  // lru_seq: no ties
+  taken_.assign(walked_.size(), false);
+}
+
 bool LearnedPolicy::Plan(const Residency& residency, const SmallPages& pages,
                          uint64_t granules_needed, ReclaimPlan* plan) {
   plan->victims.clear();
   plan->single = false;
+  // Kept up even when not walked, so that it is right when it is next.
+  Reorder(residency);
   if (residency.inactive_resident_granules() < granules_needed) return false;
   const uint64_t granule_bytes = pages.units_per_page() * SmallPages::kUnit;
-  std::vector<std::pair<uint64_t, ChunkId>> candidates;  // (rank, unit), LRU order
-  for (ChunkId c = residency.LeastRecentlyUsed(); c != kNoChunk;
-       c = residency.NextMoreRecent(c)) {
-    const uint64_t segment = residency.record(c).segment;
-    const uint64_t live =
-        segment == Residency::kNoSegment ? 0 : static_cast<uint64_t>(pages.page(segment).bytes);
-    candidates.emplace_back(Rank(unit(c), live, granule_bytes), c);
+  walked_.clear();
+  taken_.clear();
+  walking_ = !foreseeing_ && !sort_every_reclaim_;
+  if (walking_) {
+    order_.BeginWalk(tick_, RankPages(residency, pages, granule_bytes));
+  } else {
+    SortEveryUnit(residency, pages, granule_bytes);
   }
-  std::stable_sort(candidates.begin(), candidates.end(),
-                   [](const auto& a, const auto& b) { return a.first > b.first; });
   uint64_t freed = 0;
   uint64_t nearest = kNever;  // the lowest rank of the victims taken
-  std::vector<bool> taken(candidates.size(), false);
-  for (size_t next = 0; next < candidates.size() && freed < granules_needed;) {
-    if (taken[next]) {
+  for (size_t next = 0; freed < granules_needed && Candidate(next);) {
+    if (taken_[next]) {
       ++next;
       continue;
     }
-    const size_t pick = FitFrom(residency, candidates, taken, next, granules_needed - freed);
-    taken[pick] = true;
-    plan->victims.push_back(candidates[pick].second);
-    freed += residency.record(candidates[pick].second).granules;
-    nearest = std::min(nearest, candidates[pick].first);
+    const size_t pick = FitFrom(residency, next, granules_needed - freed);
+    taken_[pick] = true;
+    plan->victims.push_back(walked_[pick].id);
+    freed += residency.record(walked_[pick].id).granules;
+    nearest = std::min(nearest, walked_[pick].rank);
   }
   // One unit that frees enough alone, if it is not needed much sooner than
   // the nearest of those: it moves fewer bytes (Note [Learned eviction]).
+  // The first that frees enough decides; none after one ranked below
+  // nearest / 4 could pass.
   if (plan->victims.size() > 1) {
-    for (const auto& [distance, c] : candidates) {
-      if (residency.record(c).granules < granules_needed) continue;
-      if (distance >= nearest / 4) plan->victims.assign(1, c);
-      break;
-    }
+    const RankedUnit* single = FirstOfAtLeast(residency, granules_needed, nearest / 4);
+    if (single != nullptr) plan->victims.assign(1, single->id);
   }
+  walking_ = false;
   plan->single = plan->victims.size() == 1;
   return freed >= granules_needed;
 }

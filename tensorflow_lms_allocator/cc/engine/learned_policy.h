@@ -175,13 +175,16 @@
 #include <utility>
 #include <vector>
 
+#include "engine/reclaim_order.h"
 #include "engine/reclaim_policy.h"
 #include "engine/residency.h"
 #include "engine/small_pages.h"
 
 namespace lms {
 
-class LearnedPolicy {
+// Watches the residency it plans over (Residency::set_list_watcher): Plan
+// needs every change of the LRU list (Note [A maintained reclaim order]).
+class LearnedPolicy : public Residency::ListWatcher {
  public:
   static constexpr uint64_t kNoKey = 0;
   static constexpr uint64_t kNever = ~uint64_t{0} - 1;
@@ -198,7 +201,10 @@ class LearnedPolicy {
   void SetKey(ChunkId id, uint64_t key);
   // The unit is a small-object page: its periods are its objects' comings
   // and goings, so its last one says nothing of its next.
-  void MarkPage(ChunkId id) { unit(id).page = true; }
+  void MarkPage(ChunkId id) {
+    unit(id).page = true;
+    Changed(id);
+  }
   // A small object (`object` in its class's arena) was placed on `page`,
   // with its key; it is followed like a unit, without ticking the clock,
   // so that its page is ranked by the soonest predicted use of its objects.
@@ -222,6 +228,12 @@ class LearnedPolicy {
   // not.
   bool Plan(const Residency& residency, const SmallPages& pages, uint64_t granules_needed,
             ReclaimPlan* plan);
+  // Residency::ListWatcher: `id` joined or left the LRU list.
+  void ListChanged(ChunkId id) override { Changed(id); }
+  // Tests only: every reclaim ranks and sorts every inactive unit, as with
+  // foresight, instead of walking the maintained order (the reference the
+  // order is checked against: reclaim_order_test.cc).
+  void set_sort_every_reclaim(bool on) { sort_every_reclaim_ = on; }
 
   // Evicted units whose next use is predicted within `lookahead` ticks (or
   // overdue, within the prediction's hit window), soonest first: what
@@ -328,15 +340,50 @@ class LearnedPolicy {
   // than that and a later one within kFitWindow, ranked at least 3/4 of its
   // rank, frees enough with fewer granules: then the one with fewest (Note
   // [Learned eviction]).
-  static size_t FitFrom(const Residency& residency,
-                        const std::vector<std::pair<uint64_t, ChunkId>>& candidates,
-                        const std::vector<bool>& taken, size_t next, uint64_t needed);
+  size_t FitFrom(const Residency& residency, size_t next, uint64_t needed);
+  // Whether the reclaim's i-th candidate exists (in walked_), walking the
+  // order further if need be.
+  bool Candidate(size_t i);
+  // Ranks every inactive unit and sorts them into walked_ (with
+  // foresight, or sort_every_reclaim_).
+  void SortEveryUnit(const Residency& residency, const SmallPages& pages,
+                     uint64_t granule_bytes);
+  // `id`'s rank inputs or its place in the LRU list changed: its place in
+  // order_ is brought up to date at the next Plan.
+  void Changed(ChunkId id) {
+    if (id >= changed_.size()) changed_.resize(id + 1, false);
+    if (changed_[id]) return;
+    changed_[id] = true;
+    changes_.push_back(id);
+  }
+  // Of the candidates ranked at least `lowest_rank`, the first that frees
+  // `granules` alone (at least 2); null if none.
+  const RankedUnit* FirstOfAtLeast(const Residency& residency, uint64_t granules,
+                                   uint64_t lowest_rank);
+  // Brings order_ and listed_pages_ up to date with the changes.
+  void Reorder(const Residency& residency);
+  // The listed pages, ranked (Rank) and sorted by TakenBefore.
+  std::vector<RankedUnit> RankPages(const Residency& residency, const SmallPages& pages,
+                                    uint64_t granule_bytes);
 
   // A reclaim's order: a page's distance scaled by what evicting it frees
   // (a granule) over what it copies (`live_bytes`; Note [Learned eviction]).
   uint64_t Rank(const Unit& u, uint64_t live_bytes, uint64_t granule_bytes) const;
 
   std::vector<Unit> units_;  // by ChunkId
+  // The inactive units of the LRU list but pages, in reclaim order (Note [A
+  // maintained reclaim order]), up to date but for changes_.
+  ReclaimOrder order_;
+  std::vector<ChunkId> listed_pages_;  // pages in the LRU list
+  std::vector<uint32_t> page_at_;      // by ChunkId: index in listed_pages_
+  std::vector<bool> changed_;          // by ChunkId: in changes_
+  std::vector<ChunkId> changes_;
+  bool sort_every_reclaim_ = false;
+  // A reclaim's candidates so far, in order, and which it took.
+  std::vector<RankedUnit> walked_;
+  std::vector<bool> taken_;
+  bool walking_ = false;  // more come from order_
+  RankedUnit single_;     // FirstOfAtLeast's, found outside the walk
   // By size class, then ChunkId in its arena.
   std::vector<Unit> objects_[SmallPages::kNumClasses];
   std::unordered_map<uint64_t, KeyEntry> keys_;

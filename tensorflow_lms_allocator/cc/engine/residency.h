@@ -34,6 +34,18 @@ namespace lms {
 
 class Residency {
  public:
+  // Told of each unit that joins or leaves the LRU list (a reclaim policy
+  // keeping its own order of the list: LearnedPolicy).
+  class ListWatcher {
+   public:
+    virtual void ListChanged(ChunkId id) = 0;
+
+   protected:
+    ~ListWatcher() = default;
+  };
+  // At most one; null (the default): none.
+  void set_list_watcher(ListWatcher* watcher) { watcher_ = watcher; }
+
   static constexpr uint64_t kNoSegment = ~uint64_t{0};
 
   // What is being done to a unit while the engine's lock is released.
@@ -52,6 +64,9 @@ class Residency {
     ChunkId lru_prev = kNoChunk;
     ChunkId lru_next = kNoChunk;
     bool in_lru = false;
+    // Its place in the LRU list: every link at the most recently used end
+    // takes the next number, so the list is in increasing order of it.
+    uint64_t lru_seq = 0;
     uint64_t segment = kNoSegment;  // a small-object page's segment
     // The backend's ReleaseMark() at the unit's last use so far: its birth,
     // its last unpin, its last claim. Work that touched it was queued
@@ -155,6 +170,8 @@ class Residency {
   void Unlink(ChunkId id);
 
   std::vector<Record> records_;
+  ListWatcher* watcher_ = nullptr;
+  uint64_t lru_links_ = 0;  // the last lru_seq given
   ChunkId lru_head_ = kNoChunk;  // least recently used
   ChunkId lru_tail_ = kNoChunk;  // most recently used
   uint64_t lru_granules_ = 0;
@@ -188,7 +205,9 @@ inline void Residency::LinkAtMostRecent(ChunkId id) {
   else lru_head_ = id;
   lru_tail_ = id;
   r.in_lru = true;
+  r.lru_seq = ++lru_links_;
   lru_granules_ += r.granules;
+  if (watcher_ != nullptr) watcher_->ListChanged(id);
 }
 
 inline void Residency::Unlink(ChunkId id) {
@@ -200,6 +219,7 @@ inline void Residency::Unlink(ChunkId id) {
   r.lru_prev = r.lru_next = kNoChunk;
   r.in_lru = false;
   lru_granules_ -= r.granules;
+  if (watcher_ != nullptr) watcher_->ListChanged(id);
 }
 
 }  // namespace lms
