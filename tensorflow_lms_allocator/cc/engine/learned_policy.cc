@@ -43,11 +43,14 @@ LearnedPolicy::KeyEntry* LearnedPolicy::HoldKey(uint64_t key) {
   if (key == kNoKey) return nullptr;
   auto it = keys_.find(key);
   if (it == keys_.end()) {
-    if (keys_.empty()) {
-      keys_.reserve(kMaxKeys);
-      hand_ = keys_.end();
+    if (keys_.size() >= kMaxKeys) {
+      if (!hand_set_) {  // full for the first time: no rehash from now on
+        keys_.reserve(kMaxKeys);
+        hand_ = keys_.begin();
+        hand_set_ = true;
+      }
+      if (!ForgetAStaleKey()) return nullptr;
     }
-    if (keys_.size() >= kMaxKeys && !ForgetAStaleKey()) return nullptr;
     it = keys_.emplace(key, KeyEntry()).first;
   }
   ++it->second.units;

@@ -164,9 +164,14 @@
 // unit holds it: each counts the live units and objects born with it. The
 // hand passes at most kMaxPasses keys for one new key, which goes unlearned
 // if none of them could be forgotten: a full table costs a new key a few
-// steps of the hand, never a scan. The table is reserved whole at its first
-// key, so inserting never rehashes it and the hand stays valid. What it costs
-// an allocation: docs/decisions/0010-allocate-free-fast-path.md.
+// steps of the hand, never a scan. The table grows as keys come; when it
+// first fills it is reserved whole, so from then on inserting never
+// rehashes it and the hand stays valid. A step of a large model makes a key
+// an allocation, 100,000 and more: with room for 65,536, `make
+// bench-scale`'s step of 100,000 units forgot and relearned keys all the
+// time (the hand and the table's misses were 16% of its time, and planning
+// predicted less), so there is room for 262,144. What a key costs an
+// allocation: docs/decisions/0010-allocate-free-fast-path.md.
 #ifndef TENSORFLOW_LMS_ALLOCATOR_CC_ENGINE_LEARNED_POLICY_H_
 #define TENSORFLOW_LMS_ALLOCATOR_CC_ENGINE_LEARNED_POLICY_H_
 
@@ -188,7 +193,7 @@ class LearnedPolicy : public Residency::ListWatcher {
  public:
   static constexpr uint64_t kNoKey = 0;
   static constexpr uint64_t kNever = ~uint64_t{0} - 1;
-  static constexpr size_t kMaxKeys = 1 << 16;
+  static constexpr size_t kMaxKeys = 1 << 18;
   static constexpr size_t kMaxPeriods = 256;
 
   // The key of the `occurrence`-th unit of `bytes` requested (0: the first)
@@ -387,8 +392,10 @@ class LearnedPolicy : public Residency::ListWatcher {
   // By size class, then ChunkId in its arena.
   std::vector<Unit> objects_[SmallPages::kNumClasses];
   std::unordered_map<uint64_t, KeyEntry> keys_;
-  // The CLOCK hand: an element of keys_ once it is full, else end().
+  // The CLOCK hand: an element of keys_ once it has filled (hand_set_), or
+  // end().
   std::unordered_map<uint64_t, KeyEntry>::iterator hand_;
+  bool hand_set_ = false;
   uint64_t tick_ = 0;
   uint64_t predictions_ = 0;
   uint64_t hits_ = 0;

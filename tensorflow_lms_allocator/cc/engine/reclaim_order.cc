@@ -4,15 +4,10 @@
 
 namespace lms {
 
-int ReclaimOrder::SizeOf(uint64_t granules) {
-  if (granules < 64) return static_cast<int>(granules);
-  return 64 + (63 - __builtin_clzll(granules)) - 6;
-}
-
 void ReclaimOrder::Remove(ChunkId id) {
   if (id >= slots_.size() || slots_[id].in == kNone) return;
   Slot& s = slots_[id];
-  const int size = SizeOf(s.granules);
+  const int size = SizeClassOf(s.granules);
   classes_[size][s.in].erase(Entry{s.key, s.lru_seq, id});
   if (s.in == kDue || s.in == kDueNow) windows_.erase({s.missed_after, id});
   --in_size_[size];
@@ -25,7 +20,7 @@ void ReclaimOrder::Insert(ChunkId id, Class in, uint64_t granules, uint64_t key,
   Remove(id);
   if (id >= slots_.size()) slots_.resize(id + 1);
   slots_[id] = Slot{in, granules, key, lru_seq, since, missed_after};
-  const int size = SizeOf(granules);
+  const int size = SizeClassOf(granules);
   classes_[size][in].insert(Entry{key, lru_seq, id});
   if (in == kDue || in == kDueNow) windows_.emplace(missed_after, id);
   ++in_size_[size];
@@ -120,7 +115,7 @@ bool ReclaimOrder::FirstOfAtLeast(uint64_t granules, RankedUnit* out) const {
     if (!found || TakenBefore(r, *out)) *out = r;
     found = true;
   };
-  const int first = SizeOf(granules);
+  const int first = SizeClassOf(granules);
   for (int size = first; size < kSizes; ++size) {
     if (in_size_[size] == 0) continue;
     for (int in = 0; in < kClasses; ++in) {

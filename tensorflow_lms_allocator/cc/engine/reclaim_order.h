@@ -43,7 +43,7 @@
 #include <utility>
 #include <vector>
 
-#include "engine/best_fit_arena.h"
+#include "engine/residency.h"
 
 namespace lms {
 
@@ -88,9 +88,7 @@ class ReclaimOrder {
  private:
   // In order of the walk's sources; kNone: not in the order.
   enum Class : uint8_t { kNever, kDue, kDueNow, kAged, kClasses, kNone = kClasses };
-  // One per granule count below 64, then one per power of two.
-  static constexpr int kSizes = 64 + 58;
-  static int SizeOf(uint64_t granules);
+  static constexpr int kSizes = kSizeClasses;  // residency.h's
 
   // Ordered by `key` (never, due now: 0; due: ~due, the latest first; aged:
   // since), then lru_seq.

@@ -18,13 +18,11 @@ bool PlanReclaim(const Residency& residency, uint64_t granules_needed,
   plan->victims.clear();
   plan->single = false;
   if (residency.inactive_resident_granules() < granules_needed) return false;
-  for (ChunkId c = residency.LeastRecentlyUsed(); c != kNoChunk;
-       c = residency.NextMoreRecent(c)) {
-    if (residency.record(c).granules >= granules_needed) {
-      plan->victims.push_back(c);
-      plan->single = true;
-      return true;
-    }
+  const ChunkId single = residency.LeastRecentlyUsedOfAtLeast(granules_needed);
+  if (single != kNoChunk) {
+    plan->victims.push_back(single);
+    plan->single = true;
+    return true;
   }
   uint64_t freed = 0;
   for (ChunkId c = residency.LeastRecentlyUsed();

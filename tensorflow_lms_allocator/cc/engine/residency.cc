@@ -4,6 +4,30 @@
 
 namespace lms {
 
+ChunkId Residency::LeastRecentlyUsedOfAtLeast(uint64_t granules) const {
+  ChunkId best = kNoChunk;
+  uint64_t best_seq = 0;
+  for (int c = SizeClassOf(granules); c < kSizeClasses; ++c) {
+    auto& joined = sizes_[c].joined;
+    if (sizes_[c].listed == 0) {
+      joined.clear();
+      continue;
+    }
+    while (!Current(joined.front())) joined.pop_front();  // one is current
+    // A power of two's class holds smaller units too: its first of at
+    // least `granules` may come later.
+    for (const auto& entry : joined) {
+      if (!Current(entry) || records_[entry.second].granules < granules) continue;
+      if (best == kNoChunk || entry.first < best_seq) {
+        best = entry.second;
+        best_seq = entry.first;
+      }
+      break;
+    }
+  }
+  return best;
+}
+
 void Residency::AddUnclaimed(ChunkId id) {
   Apply(id, [](Record& r) { ++r.unclaimed; });
 }

@@ -1,5 +1,9 @@
 // Residency (engine/residency.h): the LRU list of inactive resident units.
 #include "engine/residency.h"
+
+#include <random>
+#include <vector>
+
 #include "harness.h"
 
 namespace lms {
@@ -24,6 +28,41 @@ TEST(ResidencyKeepsOnlyInactiveResidentAllocationsOnTheLru) {
   r.Pin(2);
   r.MarkResident(2);  // pinned: stays off the list
   EXPECT_EQ(r.inactive_resident_granules(), 5u);
+}
+
+// The least recently used unit of at least n granules, found from the size
+// classes' heads, is the first the LRU walk finds, over random pins,
+// unpins, moves and sizes within and past the exact classes (below 64).
+TEST(TheLeastRecentlyUsedUnitOfAtLeastASizeIsTheFirstTheWalkFinds) {
+  std::mt19937 rng(7);
+  Residency r;
+  std::vector<bool> tracked(300, false);
+  for (int op = 0; op < 20000; ++op) {
+    const ChunkId id = static_cast<ChunkId>(rng() % tracked.size());
+    if (!tracked[id]) {
+      const uint64_t granules = rng() % 4 == 0 ? 50 + rng() % 300 : 1 + rng() % 8;
+      r.Track(id, granules, /*pinned=*/rng() % 2 == 0);
+      tracked[id] = true;
+    } else if (rng() % 5 == 0) {
+      r.Untrack(id);
+      tracked[id] = false;
+    } else if (r.record(id).pin_count > 0) {
+      r.Unpin(id);
+    } else if (rng() % 3 == 0) {
+      r.Touch(id);
+    } else {
+      r.Pin(id);
+    }
+    const uint64_t granules = 1 + rng() % 400;
+    ChunkId want = kNoChunk;
+    for (ChunkId c = r.LeastRecentlyUsed(); c != kNoChunk; c = r.NextMoreRecent(c)) {
+      if (r.record(c).granules >= granules) {
+        want = c;
+        break;
+      }
+    }
+    EXPECT_EQ(r.LeastRecentlyUsedOfAtLeast(granules), want);
+  }
 }
 
 }  // namespace
