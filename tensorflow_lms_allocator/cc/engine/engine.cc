@@ -68,7 +68,7 @@ Status Engine::Create(const EngineOptions& options,
 
 Status Engine::Init() {
   MutexLock lock(mu_);
-  if (learning_) residency_.set_list_watcher(&learned_);  // Note [A maintained reclaim order]
+  if (learning_) residency_.KeepListChanges();  // Note [A maintained reclaim order]
   LMS_RETURN_IF_ERROR(backend_->ReserveAddressRange(slots_ * granule_, &base_));
   LMS_RETURN_IF_ERROR(
       backend_->CreatePool(PoolKind::kDevice, device_pool_.capacity()));

@@ -98,7 +98,6 @@ LearnedPolicy::Unit& LearnedPolicy::object(uint64_t handle) {
 }
 
 void LearnedPolicy::Born(ChunkId id, bool pinned) {
-  Changed(id);
   Unit& u = unit(id);
   Reset(u);
   if (pinned) {
@@ -109,21 +108,14 @@ void LearnedPolicy::Born(ChunkId id, bool pinned) {
 }
 
 void LearnedPolicy::Released(ChunkId id) {
-  Changed(id);
   Unit& u = unit(id);
   if (!u.active && u.periods > 0) EndPeriod(u, kNever);
   Reset(u);
 }
 
-void LearnedPolicy::Activated(ChunkId id) {
-  Changed(id);
-  Activate(unit(id), /*tick=*/true);
-}
+void LearnedPolicy::Activated(ChunkId id) { Activate(unit(id), /*tick=*/true); }
 
-void LearnedPolicy::Deactivated(ChunkId id) {
-  Changed(id);
-  Deactivate(unit(id));
-}
+void LearnedPolicy::Deactivated(ChunkId id) { Deactivate(unit(id)); }
 
 void LearnedPolicy::ObjectBorn(ChunkId page, int size_class, ChunkId id, uint64_t key,
                                bool pinned) {
@@ -348,40 +340,46 @@ const RankedUnit* LearnedPolicy::FirstOfAtLeast(const Residency& residency, uint
   return &single_;
 }
 
-void LearnedPolicy::Reorder(const Residency& residency) {
+void LearnedPolicy::Reorder(Residency& residency) {
+  residency.TakeListChanges(&list_changes_);
+  for (ChunkId id : list_changes_) Reposition(residency, id);
   for (ChunkId id : changes_) {
     changed_[id] = false;
-    if (id < page_at_.size() && page_at_[id] != UINT32_MAX) {  // off the pages
-      const ChunkId last = listed_pages_.back();
-      listed_pages_[page_at_[id]] = last;
-      page_at_[last] = page_at_[id];
-      listed_pages_.pop_back();
-      page_at_[id] = UINT32_MAX;
-    }
-    if (!residency.tracked(id) || !residency.record(id).in_lru) {
-      order_.Remove(id);
-      continue;
-    }
-    const uint64_t seq = residency.record(id).lru_seq;
-    const uint64_t granules = residency.record(id).granules;
-    const Unit& u = unit(id);
-    if (u.page) {
-      order_.Remove(id);
-      if (id >= page_at_.size()) page_at_.resize(id + 1, UINT32_MAX);
-      page_at_[id] = static_cast<uint32_t>(listed_pages_.size());
-      listed_pages_.push_back(id);
-    } else if (u.predicted == kNever) {
-      order_.PutNever(id, granules, kNever, seq);
-    } else if (u.predicted == kUnknown) {
-      order_.PutAged(id, granules, u.last_unpin, seq);
-    } else {
-      // Missed or not, the walk tells (ReclaimOrder::BeginWalk): the same
-      // test as Missed's.
-      const uint64_t due = u.last_unpin + u.predicted;
-      order_.PutDue(id, granules, u.last_unpin, due, due + Tolerance(u.predicted), seq);
-    }
+    Reposition(residency, id);
   }
   changes_.clear();
+}
+
+void LearnedPolicy::Reposition(const Residency& residency, ChunkId id) {
+  if (id < page_at_.size() && page_at_[id] != UINT32_MAX) {  // off the pages
+    const ChunkId last = listed_pages_.back();
+    listed_pages_[page_at_[id]] = last;
+    page_at_[last] = page_at_[id];
+    listed_pages_.pop_back();
+    page_at_[id] = UINT32_MAX;
+  }
+  if (!residency.tracked(id) || !residency.record(id).in_lru) {
+    order_.Remove(id);
+    return;
+  }
+  const uint64_t seq = residency.record(id).lru_seq;
+  const uint64_t granules = residency.record(id).granules;
+  const Unit& u = unit(id);
+  if (u.page) {
+    order_.Remove(id);
+    if (id >= page_at_.size()) page_at_.resize(id + 1, UINT32_MAX);
+    page_at_[id] = static_cast<uint32_t>(listed_pages_.size());
+    listed_pages_.push_back(id);
+  } else if (u.predicted == kNever) {
+    order_.PutNever(id, granules, kNever, seq);
+  } else if (u.predicted == kUnknown) {
+    order_.PutAged(id, granules, u.last_unpin, seq);
+  } else {
+    // Missed or not, the walk tells (ReclaimOrder::BeginWalk): the same
+    // test as Missed's.
+    const uint64_t due = u.last_unpin + u.predicted;
+    order_.PutDue(id, granules, u.last_unpin, due, due + Tolerance(u.predicted), seq);
+  }
 }
 
 std::vector<RankedUnit> LearnedPolicy::RankPages(const Residency& residency,
@@ -412,7 +410,7 @@ void LearnedPolicy::SortEveryUnit(const Residency& residency, const SmallPages& 
   taken_.assign(walked_.size(), false);
 }
 
-bool LearnedPolicy::Plan(const Residency& residency, const SmallPages& pages,
+bool LearnedPolicy::Plan(Residency& residency, const SmallPages& pages,
                          uint64_t granules_needed, ReclaimPlan* plan) {
   plan->victims.clear();
   plan->single = false;

@@ -187,9 +187,9 @@
 
 namespace lms {
 
-// Watches the residency it plans over (Residency::set_list_watcher): Plan
-// needs every change of the LRU list (Note [A maintained reclaim order]).
-class LearnedPolicy : public Residency::ListWatcher {
+// Plan needs every change of the LRU list of the residency it plans over
+// (Residency::KeepListChanges; Note [A maintained reclaim order]).
+class LearnedPolicy {
  public:
   static constexpr uint64_t kNoKey = 0;
   static constexpr uint64_t kNever = ~uint64_t{0} - 1;
@@ -231,10 +231,8 @@ class LearnedPolicy : public Residency::ListWatcher {
   // by what it copies: its live bytes in `pages`), farthest first, until
   // they free `granules_needed`; false (as PlanReclaim) if all of them would
   // not.
-  bool Plan(const Residency& residency, const SmallPages& pages, uint64_t granules_needed,
+  bool Plan(Residency& residency, const SmallPages& pages, uint64_t granules_needed,
             ReclaimPlan* plan);
-  // Residency::ListWatcher: `id` joined or left the LRU list.
-  void ListChanged(ChunkId id) override { Changed(id); }
   // Tests only: every reclaim ranks and sorts every inactive unit, as with
   // foresight, instead of walking the maintained order (the reference the
   // order is checked against: reclaim_order_test.cc).
@@ -353,8 +351,11 @@ class LearnedPolicy : public Residency::ListWatcher {
   // foresight, or sort_every_reclaim_).
   void SortEveryUnit(const Residency& residency, const SmallPages& pages,
                      uint64_t granule_bytes);
-  // `id`'s rank inputs or its place in the LRU list changed: its place in
-  // order_ is brought up to date at the next Plan.
+  // `id`'s rank inputs changed: its place in order_ is brought up to date
+  // at the next Plan. A unit's prediction changes only as it leaves or
+  // joins the LRU list (a pin, the last unpin, its birth, its free), which
+  // the residency notes (TakeListChanges); this is for the rest (a unit
+  // becoming a page).
   void Changed(ChunkId id) {
     if (id >= changed_.size()) changed_.resize(id + 1, false);
     if (changed_[id]) return;
@@ -366,7 +367,9 @@ class LearnedPolicy : public Residency::ListWatcher {
   const RankedUnit* FirstOfAtLeast(const Residency& residency, uint64_t granules,
                                    uint64_t lowest_rank);
   // Brings order_ and listed_pages_ up to date with the changes.
-  void Reorder(const Residency& residency);
+  void Reorder(Residency& residency);
+  // Puts `id` where it belongs in order_ or listed_pages_, or nowhere.
+  void Reposition(const Residency& residency, ChunkId id);
   // The listed pages, ranked (Rank) and sorted by TakenBefore.
   std::vector<RankedUnit> RankPages(const Residency& residency, const SmallPages& pages,
                                     uint64_t granule_bytes);
@@ -383,6 +386,7 @@ class LearnedPolicy : public Residency::ListWatcher {
   std::vector<uint32_t> page_at_;      // by ChunkId: index in listed_pages_
   std::vector<bool> changed_;          // by ChunkId: in changes_
   std::vector<ChunkId> changes_;
+  std::vector<ChunkId> list_changes_;  // the residency's, taken at Plan
   bool sort_every_reclaim_ = false;
   // A reclaim's candidates so far, in order, and which it took.
   std::vector<RankedUnit> walked_;

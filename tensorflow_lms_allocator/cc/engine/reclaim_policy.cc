@@ -13,7 +13,7 @@ bool PolicyFromName(const std::string& name, PolicyKind* kind) {
   return true;
 }
 
-bool PlanReclaim(const Residency& residency, uint64_t granules_needed,
+bool PlanReclaim(Residency& residency, uint64_t granules_needed,
                  ReclaimPlan* plan) {
   plan->victims.clear();
   plan->single = false;

@@ -36,7 +36,7 @@ struct ReclaimPlan {
 
 // Fills `plan` and returns true if evicting plan->victims frees at least
 // `granules_needed` device granules.
-bool PlanReclaim(const Residency& residency, uint64_t granules_needed,
+bool PlanReclaim(Residency& residency, uint64_t granules_needed,
                  ReclaimPlan* plan);
 
 }  // namespace lms

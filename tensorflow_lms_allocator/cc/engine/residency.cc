@@ -4,7 +4,32 @@
 
 namespace lms {
 
-ChunkId Residency::LeastRecentlyUsedOfAtLeast(uint64_t granules) const {
+void Residency::TakeListChanges(std::vector<ChunkId>* out) {
+  out->swap(changes_);
+  changes_.clear();
+  for (ChunkId id : *out) records_[id].list_changed = false;
+}
+
+void Residency::JoinSize(const Record& r, ChunkId id) {
+  SizeClass& size = sizes_[SizeClassOf(r.granules)];
+  ++size.listed;
+  size.joined.emplace_back(r.lru_seq, id);
+  if (size.joined.size() > 2 * size.listed + 64) {  // Note [Units by size]
+    size.joined.erase(std::remove_if(size.joined.begin(), size.joined.end(),
+                                     [this](const auto& e) { return !Current(e); }),
+                      size.joined.end());
+  }
+}
+
+ChunkId Residency::LeastRecentlyUsedOfAtLeast(uint64_t granules) {
+  if (!by_size_) {  // the first call: from the list, in its order
+    for (ChunkId c = lru_head_; c != kNoChunk; c = records_[c].lru_next) {
+      // Numbered already if changes are kept (a policy holds the numbers).
+      if (!ordered_) records_[c].lru_seq = ++lru_links_;
+      JoinSize(records_[c], c);
+    }
+    by_size_ = ordered_ = true;
+  }
   ChunkId best = kNoChunk;
   uint64_t best_seq = 0;
   for (int c = SizeClassOf(granules); c < kSizeClasses; ++c) {

@@ -46,23 +46,20 @@ inline int SizeClassOf(uint64_t granules) {
 
 class Residency {
  public:
-  // Told of each unit that joins or leaves the LRU list (a reclaim policy
-  // keeping its own order of the list: LearnedPolicy).
-  class ListWatcher {
-   public:
-    virtual void ListChanged(ChunkId id) = 0;
-
-   protected:
-    ~ListWatcher() = default;
-  };
-  // At most one; null (the default): none.
-  void set_list_watcher(ListWatcher* watcher) { watcher_ = watcher; }
+  // From now on, each unit that joins or leaves the LRU list is noted, once
+  // until taken (a reclaim policy keeping its own order of the list:
+  // LearnedPolicy, Note [A maintained reclaim order]).
+  void KeepListChanges() { keep_changes_ = ordered_ = true; }
+  // The units noted since the last call, each once, into `out` (cleared).
+  void TakeListChanges(std::vector<ChunkId>* out);
 
   static constexpr uint64_t kNoSegment = ~uint64_t{0};
 
   // What is being done to a unit while the engine's lock is released.
   enum class Move : uint8_t { kNone, kEvicting, kPagingIn };
 
+  // Its fields are packed (56 bytes): every pin and unpin reads one, and
+  // among 100,000 units most are not in the cache.
   struct Record {
     uint64_t granules = 0;
     uint32_t pin_count = 0;
@@ -73,11 +70,17 @@ class Residency {
     // Set while evicting: a pin or a new object reached the unit, whose
     // device memory may have been written after its copy read it.
     bool move_abandoned = false;
+    bool in_lru = false;
+    bool list_changed = false;  // in changes_ (KeepListChanges)
+    // A pin of it was refused: the kernel may read it in place, unpinned,
+    // with no later moment known as its last use (Note [Epochs of use]).
+    bool read_in_place = false;
     ChunkId lru_prev = kNoChunk;
     ChunkId lru_next = kNoChunk;
-    bool in_lru = false;
     // Its place in the LRU list: every link at the most recently used end
     // takes the next number, so the list is in increasing order of it.
+    // Kept only once something needs it (KeepListChanges, or the first
+    // LeastRecentlyUsedOfAtLeast, which numbers the list then).
     uint64_t lru_seq = 0;
     uint64_t segment = kNoSegment;  // a small-object page's segment
     // The backend's ReleaseMark() at the unit's last use so far: its birth,
@@ -85,10 +88,9 @@ class Residency {
     // before; a move waits for that work only (Note [Epochs of use] in
     // backends/cuda_backend.h).
     uint64_t last_use = 0;
-    // A pin of it was refused: the kernel may read it in place, unpinned,
-    // with no later moment known as its last use (Note [Epochs of use]).
-    bool read_in_place = false;
   };
+  static_assert(sizeof(Record) <= 56, "a record grew: pack its fields");
+
 
   // Starts tracking a new resident unit, pinned once or not, holding one
   // unclaimed allocation or none.
@@ -162,7 +164,7 @@ class Residency {
   // The least recently used unit on the list of at least `granules`, or
   // kNoChunk: the first the walk above would find, found from the fronts of
   // the size classes that may hold it (Note [Units by size]).
-  ChunkId LeastRecentlyUsedOfAtLeast(uint64_t granules) const;
+  ChunkId LeastRecentlyUsedOfAtLeast(uint64_t granules);
   uint64_t inactive_resident_granules() const { return lru_granules_; }
   // Granules of resident units holding an unclaimed allocation.
   uint64_t unclaimed_resident_granules() const { return unclaimed_granules_; }
@@ -186,7 +188,14 @@ class Residency {
   void Unlink(ChunkId id);
 
   std::vector<Record> records_;
-  ListWatcher* watcher_ = nullptr;
+  bool keep_changes_ = false;
+  std::vector<ChunkId> changes_;
+  // Notes a change of `r` (unit `id`) in the list, if changes are kept.
+  void NoteListChange(Record& r, ChunkId id) {
+    if (!keep_changes_ || r.list_changed) return;
+    r.list_changed = true;
+    changes_.push_back(id);
+  }
   uint64_t lru_links_ = 0;  // the last lru_seq given
   // Note [Units by size]
   // ====================
@@ -198,7 +207,11 @@ class Residency {
   // listed units and 64 (so a unit that stays on the list at the front
   // cannot make it grow without bound). A link appends and an unlink only
   // counts: unlike a second linked list, neither touches another unit's
-  // record (two cache misses a pin and unpin among 100,000 units).
+  // record (two cache misses a pin and unpin among 100,000 units). The
+  // classes are made from the LRU list at the first call that needs them
+  // and kept from then on: until memory runs short nothing pays for them
+  // (an allocate+free pair with room to spare cost 12% more, `make
+  // bench-allocator`).
   struct SizeClass {
     std::deque<std::pair<uint64_t, ChunkId>> joined;
     size_t listed = 0;
@@ -207,8 +220,11 @@ class Residency {
     const Record& r = records_[entry.second];
     return r.in_lru && r.lru_seq == entry.first;
   }
-  // Mutable: dropping stale entries changes no answer.
-  mutable SizeClass sizes_[kSizeClasses];
+  SizeClass sizes_[kSizeClasses];
+  bool by_size_ = false;  // sizes_ are kept (made on demand)
+  // by_size_ or keep_changes_: lru_seq is kept (else 0), and what they need.
+  bool ordered_ = false;
+  void JoinSize(const Record& r, ChunkId id);
   ChunkId lru_head_ = kNoChunk;  // least recently used
   ChunkId lru_tail_ = kNoChunk;  // most recently used
   uint64_t lru_granules_ = 0;
@@ -220,7 +236,9 @@ inline void Residency::Track(ChunkId id, uint64_t granules, bool pinned, bool un
   if (id >= records_.size()) records_.resize(id + 1);
   static constexpr Record kFresh{};  // see BestFitArena::NewChunk
   Apply(id, [&](Record& r) {
+    const bool noted = r.list_changed;  // still in changes_
     r = kFresh;
+    r.list_changed = noted;
     r.granules = granules;
     r.live = true;
     r.pin_count = pinned ? 1 : 0;
@@ -231,7 +249,9 @@ inline void Residency::Track(ChunkId id, uint64_t granules, bool pinned, bool un
 inline void Residency::Untrack(ChunkId id) {
   static constexpr Record kFresh{};
   Apply(id, [](Record& r) { r.live = false; });
+  const bool noted = records_[id].list_changed;  // still in changes_
   records_[id] = kFresh;
+  records_[id].list_changed = noted;
 }
 
 inline void Residency::LinkAtMostRecent(ChunkId id) {
@@ -242,17 +262,12 @@ inline void Residency::LinkAtMostRecent(ChunkId id) {
   else lru_head_ = id;
   lru_tail_ = id;
   r.in_lru = true;
-  r.lru_seq = ++lru_links_;
-  SizeClass& size = sizes_[SizeClassOf(r.granules)];
-  ++size.listed;
-  size.joined.emplace_back(r.lru_seq, id);
-  if (size.joined.size() > 2 * size.listed + 64) {  // Note [Units by size]
-    size.joined.erase(std::remove_if(size.joined.begin(), size.joined.end(),
-                                     [this](const auto& e) { return !Current(e); }),
-                      size.joined.end());
-  }
   lru_granules_ += r.granules;
-  if (watcher_ != nullptr) watcher_->ListChanged(id);
+  if (ordered_) {  // one branch on the fast path while neither is needed
+    r.lru_seq = ++lru_links_;
+    if (by_size_) JoinSize(r, id);
+    NoteListChange(r, id);
+  }
 }
 
 inline void Residency::Unlink(ChunkId id) {
@@ -262,10 +277,12 @@ inline void Residency::Unlink(ChunkId id) {
   if (r.lru_next != kNoChunk) records_[r.lru_next].lru_prev = r.lru_prev;
   else lru_tail_ = r.lru_prev;
   r.lru_prev = r.lru_next = kNoChunk;
-  --sizes_[SizeClassOf(r.granules)].listed;
   r.in_lru = false;
   lru_granules_ -= r.granules;
-  if (watcher_ != nullptr) watcher_->ListChanged(id);
+  if (ordered_) {
+    if (by_size_) --sizes_[SizeClassOf(r.granules)].listed;
+    NoteListChange(r, id);
+  }
 }
 
 }  // namespace lms
