@@ -47,7 +47,8 @@
 //   - a reclaim orders the inactive units by rank (a unit's distance; a
 //     page's scaled, below), farthest first (never used again before all),
 //     and evicts in that order until it has freed enough; ties keep LRU
-//     order. But when that takes several units and one unit alone frees
+//     order. The order is kept as units change, not sorted at each reclaim
+//     (Note [A maintained reclaim order] in reclaim_order.h). But when that takes several units and one unit alone frees
 //     enough, the farthest such unit goes alone if its rank is at least a
 //     quarter of the nearest of theirs: fewer units move now, and mostly
 //     fewer bytes (LRU's preference for one victim, which farthest-first alone

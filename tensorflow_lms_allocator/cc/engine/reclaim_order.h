@@ -13,7 +13,9 @@
 //   - due: its distance to its predicted use, due - now, 0 once due, until
 //     now passes its hit window (`missed_after`): from then on, aged;
 //   - a page's, from its objects' predictions, scaled by its live bytes:
-//     computed at each reclaim by the policy, and merged in here.
+//     ranked at each reclaim by the policy (its objects come and go without
+//     touching the list), and merged in here. Pages hold the small objects,
+//     a granule each: few beside the units they share the device with.
 // Ranks move with the clock, but within a class the order does not: ages
 // keep the order of `since`, distances the order of `due`. So each class is
 // kept sorted by its own key, then by its place in the LRU list (lru_seq,
@@ -28,10 +30,14 @@
 // reclaim's one victim that frees enough alone, is then the best of a few
 // classes' heads, not found by walking past every smaller unit.
 //
-// The order is exact: the same units, in the same order, as ranking every
-// one and sorting them stably by rank from the LRU list
-// (reclaim_order_test.cc against LearnedPolicy's sort, and every replayed
-// trace moving the same bytes).
+// The policy learns of every unit that joined or left the LRU list from the
+// residency (Residency::TakeListChanges): a unit's prediction changes only
+// then (its birth, first pin, last unpin, free), and its place at the next
+// reclaim. The order is exact: the same units, in the same order, as
+// ranking every one and sorting them stably by rank from the LRU list
+// (reclaim_order_test.cc, against ranking and sorting by the rules above;
+// learned_policy_test.cc, an engine against one that sorts at each reclaim:
+// the same units evicted after every kernel of training-like steps).
 //
 // Thread-compatible: the engine's lock guards every call. A walk must end
 // (or be abandoned) before the next change.
