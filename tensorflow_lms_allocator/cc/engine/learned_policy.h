@@ -48,7 +48,8 @@
 //     page's scaled, below), farthest first (never used again before all),
 //     and evicts in that order until it has freed enough; ties keep LRU
 //     order. The order is kept as units change, not sorted at each reclaim
-//     (Note [A maintained reclaim order] in reclaim_order.h). But when that takes several units and one unit alone frees
+//     (Note [A maintained reclaim order] in reclaim_order.h). But when
+//     that takes several units and one unit alone frees
 //     enough, the farthest such unit goes alone if its rank is at least a
 //     quarter of the nearest of theirs: fewer units move now, and mostly
 //     fewer bytes (LRU's preference for one victim, which farthest-first alone
@@ -353,10 +354,12 @@ class LearnedPolicy {
   void SortEveryUnit(const Residency& residency, const SmallPages& pages,
                      uint64_t granule_bytes);
   // `id`'s rank inputs changed: its place in order_ is brought up to date
-  // at the next Plan. A unit's prediction changes only as it leaves or
-  // joins the LRU list (a pin, the last unpin, its birth, its free), which
-  // the residency notes (TakeListChanges); this is for the rest (a unit
-  // becoming a page).
+  // at the next Plan. Invariant: every change of a listed unit's rank
+  // inputs (its prediction, last unpin, being a page; its place, size or
+  // presence in the LRU list) is noted before the next Plan, by the
+  // residency (TakeListChanges: a prediction changes only as the unit
+  // joins or leaves the list, at its birth, first pin, last unpin and
+  // free) or here (a unit becoming a page).
   void Changed(ChunkId id) {
     if (id >= changed_.size()) changed_.resize(id + 1, false);
     if (changed_[id]) return;
@@ -397,8 +400,9 @@ class LearnedPolicy {
   // By size class, then ChunkId in its arena.
   std::vector<Unit> objects_[SmallPages::kNumClasses];
   std::unordered_map<uint64_t, KeyEntry> keys_;
-  // The CLOCK hand: an element of keys_ once it has filled (hand_set_), or
-  // end().
+  // The CLOCK hand: an element of keys_ (or its end()) once the table has
+  // filled (hand_set_); unset before. Reserving the whole table then (once,
+  // a rehash of every key) keeps it valid: the table never grows after.
   std::unordered_map<uint64_t, KeyEntry>::iterator hand_;
   bool hand_set_ = false;
   uint64_t tick_ = 0;

@@ -121,8 +121,11 @@ bool ReclaimOrder::FirstOfAtLeast(uint64_t granules, RankedUnit* out) const {
     for (int in = 0; in < kClasses; ++in) {
       const Set& units = classes_[size][in];
       if (size >= 64 && size == first) {  // sizes from a power of two: some smaller
+        // In its class's order: the first large enough is its best.
         for (const Entry& entry : units) {
-          if (slots_[entry.id].granules >= granules) consider(entry, static_cast<Class>(in));
+          if (slots_[entry.id].granules < granules) continue;
+          consider(entry, static_cast<Class>(in));
+          break;
         }
       } else if (!units.empty()) {
         // No unit of this size was walked yet (it would have been enough),

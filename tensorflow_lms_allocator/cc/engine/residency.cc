@@ -4,6 +4,16 @@
 
 namespace lms {
 
+void Residency::KeepListChanges() {
+  for (ChunkId c = lru_head_; c != kNoChunk; c = records_[c].lru_next) {
+    if (!ordered_) records_[c].lru_seq = ++lru_links_;
+  }
+  keep_changes_ = ordered_ = true;
+  for (ChunkId c = lru_head_; c != kNoChunk; c = records_[c].lru_next) {
+    NoteListChange(records_[c], c);
+  }
+}
+
 void Residency::TakeListChanges(std::vector<ChunkId>* out) {
   out->swap(changes_);
   changes_.clear();
@@ -15,9 +25,12 @@ void Residency::JoinSize(const Record& r, ChunkId id) {
   ++size.listed;
   size.joined.emplace_back(r.lru_seq, id);
   if (size.joined.size() > 2 * size.listed + 64) {  // Note [Units by size]
-    size.joined.erase(std::remove_if(size.joined.begin(), size.joined.end(),
-                                     [this](const auto& e) { return !Current(e); }),
-                      size.joined.end());
+    auto& joined = size.joined;
+    joined.erase(std::remove_if(joined.begin() + static_cast<std::ptrdiff_t>(size.front),
+                                joined.end(), [this](const auto& e) { return !Current(e); }),
+                 joined.end());
+    joined.erase(joined.begin(), joined.begin() + static_cast<std::ptrdiff_t>(size.front));
+    size.front = 0;
   }
 }
 
@@ -33,15 +46,17 @@ ChunkId Residency::LeastRecentlyUsedOfAtLeast(uint64_t granules) {
   ChunkId best = kNoChunk;
   uint64_t best_seq = 0;
   for (int c = SizeClassOf(granules); c < kSizeClasses; ++c) {
-    auto& joined = sizes_[c].joined;
-    if (sizes_[c].listed == 0) {
-      joined.clear();
+    SizeClass& size = sizes_[c];
+    if (size.listed == 0) {
+      size.joined.clear();
+      size.front = 0;
       continue;
     }
-    while (!Current(joined.front())) joined.pop_front();  // one is current
+    while (!Current(size.joined[size.front])) ++size.front;  // one is current
     // A power of two's class holds smaller units too: its first of at
     // least `granules` may come later.
-    for (const auto& entry : joined) {
+    for (size_t i = size.front; i < size.joined.size(); ++i) {
+      const auto& entry = size.joined[i];
       if (!Current(entry) || records_[entry.second].granules < granules) continue;
       if (best == kNoChunk || entry.first < best_seq) {
         best = entry.second;

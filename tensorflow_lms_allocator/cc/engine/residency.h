@@ -27,7 +27,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <deque>
 #include <utility>
 #include <vector>
 
@@ -39,7 +38,7 @@ namespace lms {
 // walking past every smaller one: one class per granule count below 64,
 // then one per power of two.
 inline constexpr int kSizeClasses = 64 + 58;
-inline int SizeClassOf(uint64_t granules) {
+constexpr int SizeClassOf(uint64_t granules) {
   if (granules < 64) return static_cast<int>(granules);
   return 64 + (63 - __builtin_clzll(granules)) - 6;
 }
@@ -48,8 +47,9 @@ class Residency {
  public:
   // From now on, each unit that joins or leaves the LRU list is noted, once
   // until taken (a reclaim policy keeping its own order of the list:
-  // LearnedPolicy, Note [A maintained reclaim order]).
-  void KeepListChanges() { keep_changes_ = ordered_ = true; }
+  // LearnedPolicy, Note [A maintained reclaim order]); the units on it now
+  // are noted at once.
+  void KeepListChanges();
   // The units noted since the last call, each once, into `out` (cleared).
   void TakeListChanges(std::vector<ChunkId>* out);
 
@@ -90,7 +90,6 @@ class Residency {
     uint64_t last_use = 0;
   };
   static_assert(sizeof(Record) <= 56, "a record grew: pack its fields");
-
 
   // Starts tracking a new resident unit, pinned once or not, holding one
   // unclaimed allocation or none.
@@ -213,7 +212,8 @@ class Residency {
   // (an allocate+free pair with room to spare cost 12% more, `make
   // bench-allocator`).
   struct SizeClass {
-    std::deque<std::pair<uint64_t, ChunkId>> joined;
+    std::vector<std::pair<uint64_t, ChunkId>> joined;  // from `front` on
+    size_t front = 0;
     size_t listed = 0;
   };
   bool Current(const std::pair<uint64_t, ChunkId>& entry) const {
