@@ -34,7 +34,9 @@ struct Pool {
   std::map<uint64_t, uint64_t> free_extents;  // offset -> bytes, coalesced
 };
 
-constexpr uint64_t kPoolSpan = uint64_t{64} << 30;
+// 1 TiB: a pool as large as a machine's host memory can be (a sparse file
+// costs only the pages written).
+constexpr uint64_t kPoolSpan = uint64_t{1} << 40;
 
 struct Handle {
   bool host = false;  // in the host pool (location HOST or HOST_NUMA)
