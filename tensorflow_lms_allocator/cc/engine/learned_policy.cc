@@ -382,16 +382,21 @@ void LearnedPolicy::Reposition(const Residency& residency, ChunkId id) {
   }
 }
 
+RankedUnit LearnedPolicy::Ranked(const Residency& residency, const SmallPages& pages,
+                                 uint64_t granule_bytes, ChunkId c) {
+  const Residency::Record& r = residency.record(c);
+  const uint64_t live =
+      r.segment == Residency::kNoSegment ? 0 : static_cast<uint64_t>(pages.page(r.segment).bytes);
+  return RankedUnit{Rank(unit(c), live, granule_bytes), r.lru_seq, c};
+}
+
 std::vector<RankedUnit> LearnedPolicy::RankPages(const Residency& residency,
                                                  const SmallPages& pages,
                                                  uint64_t granule_bytes) {
   std::vector<RankedUnit> ranked;
   ranked.reserve(listed_pages_.size());
   for (ChunkId c : listed_pages_) {
-    const Residency::Record& r = residency.record(c);
-    const uint64_t live =
-        r.segment == Residency::kNoSegment ? 0 : static_cast<uint64_t>(pages.page(r.segment).bytes);
-    ranked.push_back(RankedUnit{Rank(unit(c), live, granule_bytes), r.lru_seq, c});
+    ranked.push_back(Ranked(residency, pages, granule_bytes, c));
   }
   std::sort(ranked.begin(), ranked.end(), TakenBefore);
   return ranked;
@@ -401,10 +406,7 @@ void LearnedPolicy::SortEveryUnit(const Residency& residency, const SmallPages& 
                                   uint64_t granule_bytes) {
   for (ChunkId c = residency.LeastRecentlyUsed(); c != kNoChunk;
        c = residency.NextMoreRecent(c)) {
-    const Residency::Record& r = residency.record(c);
-    const uint64_t live =
-        r.segment == Residency::kNoSegment ? 0 : static_cast<uint64_t>(pages.page(r.segment).bytes);
-    walked_.push_back(RankedUnit{Rank(unit(c), live, granule_bytes), r.lru_seq, c});
+    walked_.push_back(Ranked(residency, pages, granule_bytes, c));
   }
   std::sort(walked_.begin(), walked_.end(), TakenBefore);  // lru_seq: no ties
   taken_.assign(walked_.size(), false);

@@ -374,6 +374,9 @@ class LearnedPolicy {
   void Reorder(Residency& residency);
   // Puts `id` where it belongs in order_ or listed_pages_, or nowhere.
   void Reposition(const Residency& residency, ChunkId id);
+  // Unit `c` of the LRU list with its Rank (a page's by its live bytes).
+  RankedUnit Ranked(const Residency& residency, const SmallPages& pages,
+                    uint64_t granule_bytes, ChunkId c);
   // The listed pages, ranked (Rank) and sorted by TakenBefore.
   std::vector<RankedUnit> RankPages(const Residency& residency, const SmallPages& pages,
                                     uint64_t granule_bytes);

@@ -5,11 +5,10 @@
 namespace lms {
 
 void Residency::KeepListChanges() {
-  for (ChunkId c = lru_head_; c != kNoChunk; c = records_[c].lru_next) {
-    if (!ordered_) records_[c].lru_seq = ++lru_links_;
-  }
+  const bool numbered = ordered_;
   keep_changes_ = ordered_ = true;
   for (ChunkId c = lru_head_; c != kNoChunk; c = records_[c].lru_next) {
+    if (!numbered) records_[c].lru_seq = ++lru_links_;
     NoteListChange(records_[c], c);
   }
 }
