@@ -310,6 +310,45 @@ TEST_F(BackendTest, NoAccessMappingsAreRefusedOnAGpu) {
 // (LMS maps pieces whole there, so that every cuMemUnmap covers whole
 // mappings, as cuMemUnmap requires); ReleaseRuns gives the memory back, and
 // the ids are single granules again.
+// Note [Copy tickets]. A release waits on the host for the copies that
+// read or wrote its memory, and only for those: a run whose last copy is
+// done is released at once while another copy is in flight, and the run
+// that copy writes is released only after it.
+TEST_F(BackendTest, AReleaseWaitsForTheCopiesOfItsOwnMemoryOnly) {
+  b.reset();
+  Fake().set_map_offset_zero_only(1);
+  b = MustMakeCuda();
+  uintptr_t base = 0;
+  EXPECT_OK(b->ReserveAddressRange(8 * kGranule, &base));
+  EXPECT_OK(b->CreatePool(PoolKind::kDevice, 4));
+  EXPECT_OK(b->CreatePool(PoolKind::kHost, 8));
+  const GranuleRun done[] = {{0, 2}}, late[] = {{2, 2}};
+  b->DefineRuns(PoolKind::kHost, done, 1);
+  b->DefineRuns(PoolKind::kHost, late, 1);
+  const GranuleId device[] = {0, 1, 2, 3};
+  EXPECT_OK(b->Map(base, PoolKind::kDevice, device, 4, Access::kReadWrite));
+  std::vector<unsigned char> in(4 * kGranule);
+  for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<unsigned char>(i * 13 + 5);
+  EXPECT_OK(b->CopyFromHost(base, in.data(), in.size()));
+  const GranuleId to_done[] = {0, 1}, to_late[] = {2, 3};
+  EXPECT_OK(b->CopyGranules(PoolKind::kHost, to_done, PoolKind::kDevice, device,
+                            2 * kGranule));
+  EXPECT_OK(b->WaitForCopies());
+  Fake().set_copy_delay_us(200000);
+  EXPECT_OK(b->CopyGranules(PoolKind::kHost, to_late, PoolKind::kDevice, device + 2,
+                            2 * kGranule));
+  const int64_t waits = b->GetStatistics().host_waits;
+  b->ReleaseRuns(PoolKind::kHost, done, 1);  // its copy is done: no wait
+  EXPECT_EQ(b->GetStatistics().host_waits - waits, 0);
+  // The late run's copy still writes it: released after a wait for it, with
+  // no copy touching released memory (the fake would record it).
+  b->ReleaseRuns(PoolKind::kHost, late, 1);
+  EXPECT_EQ(b->GetStatistics().host_waits - waits, 1);
+  Fake().set_copy_delay_us(0);
+  EXPECT_EQ(Fake().violation_count(), 0u);
+  EXPECT_OK(b->Unmap(base, 4));
+}
+
 TEST_F(BackendTest, AHostRunIsOnePieceMadeMappedAndReleasedWhole) {
   b.reset();
   Fake().set_map_offset_zero_only(1);
@@ -1537,6 +1576,81 @@ TEST_F(EngineTest, AHostRunIsReleasedOnlyAfterThePageInCopyStillReadingIt) {
   EXPECT_EQ(VerifyAllocation(*e, u, kGranule, 22), -1);
   EXPECT_OK(e->Free(t));
   EXPECT_OK(e->Free(u));
+}
+
+// Note [Device pieces cut to units] (engine.h). On a driver that maps only
+// whole handles (driver 580), a tensor allocated before the first eviction
+// is a piece a granule; paged in after it, its device memory is cut as one
+// piece (the single-granule pieces there released), so each later move maps
+// and unmaps it once, and reuses that piece without making memory.
+TEST_F(EngineTest, OnADriverThatMapsWholeHandlesATensorIsOnePieceFromTheFirstEvictionOn) {
+  Fake().set_map_offset_zero_only(1);
+  StartEngine(/*device=*/16, /*host=*/32);
+  ASSERT_TRUE(!b->MapsPartsOfRuns(PoolKind::kDevice));
+  const size_t size = 8 * kGranule;
+  void* t = MustAllocate(*e, size, /*pin=*/false);
+  ASSERT_TRUE(t != nullptr);
+  uintptr_t first = 0;
+  EXPECT_EQ(b->MappingAt(Address(t), &first), 1u);  // before any eviction
+  EXPECT_OK(FillAllocation(*e, t, size, 51));
+  EXPECT_OK(e->Evict(t));  // the first eviction
+  uint64_t id = 0;
+  EXPECT_OK(e->Pin(t, &id));
+  EXPECT_EQ(b->MappingAt(Address(t), &first), 8u);
+  EXPECT_EQ(first, Address(t));
+  EXPECT_EQ(VerifyAllocation(*e, t, size, 51), -1);
+  EXPECT_OK(e->Unpin(t, id));
+  FinishEvictionCopies(b);
+  Fake().reset_call_counts();
+  EXPECT_OK(e->Evict(t));
+  EXPECT_OK(e->Pin(t, &id));
+  // One device mapping out, one in; host runs cost theirs (one each way).
+  EXPECT_EQ(Fake().call_count("cuMemCreate"), 0u);
+  EXPECT_EQ(Fake().call_count("cuMemRelease"), 0u);
+  EXPECT_EQ(Fake().call_count("cuMemMap"), 2u);
+  EXPECT_EQ(Fake().call_count("cuMemUnmap"), 2u);
+  EXPECT_EQ(b->MappingAt(Address(t), &first), 8u);
+  EXPECT_EQ(VerifyAllocation(*e, t, size, 51), -1);
+  EXPECT_OK(e->Unpin(t, id));
+  EXPECT_OK(e->Free(t));
+}
+
+// A stretch of device memory is not cut where a retired mapping still in
+// use holds it: releasing it would wait on the host for the kernel still
+// queued on it (Backend::ReleaseWaitsOnlyForCopies). The unit takes the
+// free pieces as they are instead, with no host wait.
+TEST_F(EngineTest, DeviceMemoryARetiredMappingStillUsesIsNotCutAgain) {
+  Fake().set_map_offset_zero_only(1);
+  StartEngine(/*device=*/10, /*host=*/32);
+  StartDeviceRuns();
+  FencedStream compute(b);
+  uint64_t id = 0;
+  void* t = e->Allocate(4 * kGranule, /*pin=*/true, nullptr, &id);
+  ASSERT_TRUE(t != nullptr);
+  uintptr_t first = 0;
+  ASSERT_TRUE(b->MappingAt(Address(t), &first) == 4u);  // one piece
+  LatchedWriter kernel;
+  StartLatchedWriter(b, compute.stream, t, 4 * kGranule, 61, &kernel);
+  EXPECT_OK(e->Unpin(t, id));
+  // Its device piece goes back to the pool, its mapping retired under the
+  // kernel.
+  EXPECT_OK(e->Evict(t));
+  const int64_t waits = e->GetStatistics().num_host_waits;
+  std::thread release = kernel.ReleaseAfter(std::chrono::milliseconds(300));
+  // Five granules: the only stretch is the retired piece of four and one
+  // granule beside it.
+  void* u = MustAllocate(*e, 5 * kGranule, /*pin=*/true);
+  const int64_t waited = e->GetStatistics().num_host_waits - waits;
+  release.join();
+  ASSERT_TRUE(u != nullptr);
+  EXPECT_EQ(waited, 0);
+  EXPECT_EQ(b->MappingAt(Address(u), &first), 4u);  // the piece of four, as it is
+  EXPECT_OK(FillAllocation(*e, u, 5 * kGranule, 62));
+  Synchronize(b, compute.stream);
+  EXPECT_EQ(VerifyAllocation(*e, u, 5 * kGranule, 62), -1);
+  EXPECT_EQ(VerifyAllocation(*e, t, 4 * kGranule, 61), -1);  // the kernel's bytes
+  EXPECT_OK(e->Free(u));
+  EXPECT_OK(e->Free(t));
 }
 
 // Note [Host memory made ahead]: an engine made with host_ahead_bytes makes

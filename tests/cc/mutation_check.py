@@ -61,6 +61,10 @@ HOST_PART = "PartOfAHostRunMadeAheadIsOneMappingAtItsOffset"
 NOT_AHEAD = "HostMemoryIsMadeAtEvictionWhereItCannotBeMadeAhead"
 IN_PART = "HostMemoryMadeAheadInPartIsReleasedWhole"
 OWN_EPOCH = "AUnitUnpinnedBeforeAMoveMovesWithoutWaitingForKernelsQueuedAfterIt"
+ONE_PIECE = "OnADriverThatMapsWholeHandlesATensorIsOnePieceFromTheFirstEvictionOn"
+NOT_CUT = "DeviceMemoryARetiredMappingStillUsesIsNotCutAgain"
+OWN_COPIES = "AReleaseWaitsForTheCopiesOfItsOwnMemoryOnly"
+HOST_RELEASE = "AHostRunIsReleasedOnlyAfterThePageInCopyStillReadingIt"
 
 # name -> (source, text to find, replacement, tests that must fail)
 MUTATIONS = {
@@ -119,6 +123,25 @@ MUTATIONS = {
     # A remap batch leaves the open epoch open: a unit unpinned before a move
     # waits for every kernel queued until its own eviction (Note [Epochs of
     # use]).
+    # Note [Device pieces cut to units]: the engine's device pool keeps
+    # cutting single granules after its first eviction.
+    "device-pieces-never-cut": (
+        RECLAIM_SRC, "  device_pool_.CutUnits();  // Note [Device pieces cut to units]\n",
+        "  // MUTATION\n", {ONE_PIECE, NOT_CUT}),
+    # A stretch a retired mapping still in use holds is cut: its release
+    # waits on the host for the kernel queued on it.
+    "stretch-held-by-a-retired-mapping-cut": (
+        MEMORY, "    if (!EpochDoneAfterPoll(r.mark, polled)) return false;\n",
+        "    // MUTATION\n", {NOT_CUT}),
+    # Note [Copy tickets]: a release does not wait for the copies of its
+    # memory still in flight (cuMemUnmap and cuMemRelease under a copy).
+    "release-ignores-its-copies": (
+        MEMORY, "  if (!RunsCopied(pool, runs, count) && !HostWait().ok()) return;\n",
+        "  // MUTATION\n", {OWN_COPIES, HOST_RELEASE, ONE_PIECE, NOT_CUT}),
+    # A release waits for every copy in flight, its memory's or not.
+    "release-waits-for-every-copy": (
+        MEMORY, "  if (!RunsCopied(pool, runs, count) && !HostWait().ok()) return;\n",
+        "  if (!HostWait().ok()) return;  // MUTATION\n", {OWN_COPIES}),
     "open-epoch-left-open-by-a-batch": (
         STREAMS, "  if (!fenced_.empty() && open_epoch_marked_.load(std::memory_order_relaxed)) {\n",
         "  if (false) {  // MUTATION\n", {OWN_EPOCH}),

@@ -96,6 +96,7 @@ Status CudaBackend::CreateWindow(PoolKind pool, size_t granules, bool eager, Poo
   for (size_t i = 0; i < granules; ++i) p.piece_start[i] = static_cast<GranuleId>(i);
   p.piece_length.assign(granules, 1);
   p.busy_until.assign(granules, 0);
+  p.copied_in.assign(granules, 0);
   if (pool == PoolKind::kDevice) DefineDevicePieces(granules, &p);
   Status s = d.Check(d.cuMemAddressReserve(&p.window, granules * granule_, granule_, 0, 0),
                      "cuMemAddressReserve of the " + std::string(PoolName(pool)) +
@@ -316,21 +317,43 @@ Status CudaBackend::MakeRuns(PoolKind pool, const GranuleRun* runs, size_t count
   return EnsureGranules(pool, firsts.data(), firsts.size());
 }
 
+bool CudaBackend::MapsRetired(PoolKind pool, const GranuleRun* runs, size_t count,
+                              const Retired& r) const {
+  for (size_t i = 0; i < count; ++i) {
+    if (r.pool == pool && r.first < runs[i].first + runs[i].length &&
+        runs[i].first < r.first + r.granules) {
+      return true;
+    }
+  }
+  return false;
+}
+
+bool CudaBackend::ReleaseWaitsOnlyForCopies(PoolKind pool, const GranuleRun* runs, size_t count) {
+  ScopedCudaContext scope(*driver_, context_);
+  if (!scope.status().ok()) return false;
+  bool polled = false;
+  for (const Retired& r : retired_) {
+    if (!MapsRetired(pool, runs, count, r)) continue;
+    if (!EpochDoneAfterPoll(r.mark, polled)) return false;
+    polled = true;
+  }
+  return true;
+}
+
 void CudaBackend::ReleaseRuns(PoolKind pool, const GranuleRun* runs, size_t count) {
   ScopedCudaContext scope(*driver_, context_);
   // A free run's last copy (a page-in's, which leaves it in flight) may
-  // still read it through the window, and a retired mapping may still map
-  // it at a freed address (Note [Retired mappings]); nothing else can touch
-  // it. Without those waits nothing is released: a copy may be reading it,
-  // and the CUDA context is broken anyway.
-  if (!scope.status().ok() || !HostWait().ok()) return;
+  // still read it through the window (Note [Copy tickets]), and a retired
+  // mapping may still map it at a freed address (Note [Retired mappings]);
+  // nothing else can touch it. Without those waits nothing is released: a
+  // copy may be reading it, and the CUDA context is broken anyway.
+  if (!scope.status().ok()) return;
+  if (!RunsCopied(pool, runs, count) && !HostWait().ok()) return;
   for (const Retired& r : retired_) {
-    bool maps_a_run = false;
-    for (size_t i = 0; i < count && !maps_a_run; ++i) {
-      maps_a_run = r.pool == pool && r.first < runs[i].first + runs[i].length &&
-                   runs[i].first < r.first + r.granules;
+    if (MapsRetired(pool, runs, count, r) && !EpochDone(r.mark) &&
+        !HostWaitForEpoch(r.mark).ok()) {
+      return;
     }
-    if (maps_a_run && !EpochDone(r.mark) && !HostWaitForEpoch(r.mark).ok()) return;
   }
   if (!UnmapRetired().ok()) return;
   Pool& p = pools_[static_cast<int>(pool)];
@@ -517,6 +540,8 @@ Status CudaBackend::CopyGranules(PoolKind dst_pool, const GranuleId* dst,
   LMS_RETURN_IF_ERROR(EnsureGranules(src_pool, src, granules));
   LMS_RETURN_IF_ERROR(CopiesAfterRetired(dst_pool, dst, granules));
   LMS_RETURN_IF_ERROR(CopiesAfterRetired(src_pool, src, granules));
+  Stamp(dst_pool, dst, granules);
+  Stamp(src_pool, src, granules);
   ScopedNanos timed(&stats_.copy_ns);
   const cu::CUdeviceptr dst_window = pools_[static_cast<int>(dst_pool)].window;
   const cu::CUdeviceptr src_window = pools_[static_cast<int>(src_pool)].window;
@@ -543,6 +568,8 @@ Status CudaBackend::CopyRanges(PoolKind dst_pool, GranuleId dst, PoolKind src_po
   LMS_RETURN_IF_ERROR(EnsureGranules(src_pool, &src, 1));
   LMS_RETURN_IF_ERROR(CopiesAfterRetired(dst_pool, &dst, 1));
   LMS_RETURN_IF_ERROR(CopiesAfterRetired(src_pool, &src, 1));
+  Stamp(dst_pool, &dst, 1);
+  Stamp(src_pool, &src, 1);
   ScopedNanos timed(&stats_.copy_ns);
   const cu::CUdeviceptr to = pools_[static_cast<int>(dst_pool)].window + size_t{dst} * granule_;
   const cu::CUdeviceptr from =

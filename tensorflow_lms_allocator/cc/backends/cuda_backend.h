@@ -167,6 +167,28 @@
 // for the GPU to reach the memory's last use; a page-in still may, since its
 // kernel touches the address as soon as Pin returns.
 //
+// Note [Copy tickets]. Memory the engine releases (ReleaseRuns: a host run,
+// or a device piece it cuts again, Note [Device pieces cut to units] in
+// engine.h) leaves the pool's window, and cuMemUnmap is not stream-ordered:
+// no copy may still read or write it. Rather than wait for every copy in
+// flight, each granule remembers the ticket of the last copy that read or
+// wrote it (Pool::copied_in). Copies issued between two events on the copy
+// stream share a ticket; the event that ends it is one of a ring of
+// kCopyRing (EndRemapBatch records it, and every fenced stream waits for it,
+// as for the batch's copies before), and a host wait on the copy stream
+// completes every ticket so far. Copies on one stream complete in order, so
+// a ticket is done once its event, or a later one, has completed
+// (CopyTicketDone asks without waiting; a ticket the ring no longer holds is
+// asked through the oldest it does). A release waits on the host for
+// copies only when a copy of its memory may still run. The engine cuts
+// device pieces only from memory that no retired mapping still in use holds
+// (ReleaseWaitsOnlyForCopies): a wait for LMS's own copies is short (usually
+// the eviction that freed the memory, about a millisecond for 64 MiB), one
+// for kernels is not (on the timing model, waits for retired mappings' epochs
+// cost ResNet-50 at 1/4 of its peak 30-40 ms a step; asking that the copies
+// be done too left almost no memory to cut, as what is free under pressure
+// is what was evicted moments ago).
+//
 // Note [Device memory in runs]. A remap costs the driver per mapping, not per
 // byte (docs/design.md, "Measured on real GPUs"), so a unit should be backed
 // by few mappings. cuda.h's cuMemMap maps "bytes of memory represented by
@@ -332,6 +354,10 @@ class CudaBackend : public Backend {
   // engine.h).
   bool MapsPartsOfRuns(PoolKind pool) const override { return MapsAtOffsets(pool); }
   Status MakeRuns(PoolKind pool, const GranuleRun* runs, size_t count) override;
+  bool ReleaseWaitsOnlyForCopies(PoolKind pool, const GranuleRun* runs, size_t count) override;
+  bool MakesPoolAtCreation(PoolKind pool) const override {
+    return pool == PoolKind::kDevice && !allow_growth_;
+  }
   // The largest piece of device memory made by one cuMemCreate.
   static constexpr size_t kDevicePieceBytes = size_t{1} << 30;
 
@@ -380,6 +406,9 @@ class CudaBackend : public Backend {
     // Per granule id: the latest mark of a retired mapping of it (Note
     // [Retired mappings]): a copy touching it waits for that epoch.
     std::vector<uint64_t> busy_until;
+    // Per granule id: the ticket of the last copy that read or wrote it
+    // (Note [Copy tickets]); 0 if none.
+    std::vector<uint64_t> copied_in;
     cu::CUdeviceptr window = 0;  // the piece at id i is mapped at window + i * granule
   };
   // What backs one slot of a reserved range: the engine's view (mapped,
@@ -517,6 +546,19 @@ class CudaBackend : public Backend {
   Status CloseEpoch() LMS_EXCLUSIVE_LOCKS_REQUIRED(streams_mu_);
   Status HostWait();
   Status Drain();
+  // Note [Copy tickets]: whether every copy of ticket `ticket` is known
+  // complete, after asking the GPU without waiting; whether the last copies
+  // of every granule of `runs` are.
+  bool CopyTicketDone(uint64_t ticket);
+  bool RunsCopied(PoolKind pool, const GranuleRun* runs, size_t count);
+  // Notes that a copy of the open ticket reads or writes ids[0..count).
+  void Stamp(PoolKind pool, const GranuleId* ids, size_t count) {
+    Pool& p = pools_[static_cast<int>(pool)];
+    for (size_t i = 0; i < count; ++i) p.copied_in[ids[i]] = copy_ticket_;
+  }
+  // Whether the retired mapping `r` maps any granule of `runs`.
+  bool MapsRetired(PoolKind pool, const GranuleRun* runs, size_t count,
+                   const Retired& r) const;
   // Note [Retired mappings] (cuda_backend_streams.cc).
   // Completes epoch_done_ as far as the fenced streams' events already
   // say, without waiting (cuEventQuery), a few epochs at a time.
@@ -591,6 +633,14 @@ class CudaBackend : public Backend {
   bool device_runs_ = true;
   cu::CUstream copy_stream_ = nullptr;
   cu::CUevent copies_done_ = nullptr;
+  // Note [Copy tickets]: the ring of events that end tickets, the open
+  // ticket, the last one whose event was recorded, and every ticket up to
+  // copies_done_through_ is complete.
+  static constexpr size_t kCopyRing = 16;
+  cu::CUevent copy_events_[kCopyRing] = {};
+  uint64_t copy_ticket_ = 1;
+  uint64_t copy_recorded_ = 0;
+  uint64_t copies_done_through_ = 0;
   std::string description_;
 
   // Thread-compatible (the engine's lock serialises these calls).

@@ -160,8 +160,13 @@ Status CudaBackend::Init(size_t min_granule_bytes) {
   host_map_at_offset_ = ProbeMapAtOffset(PoolKind::kHost);
   LMS_RETURN_IF_ERROR(d.Check(d.cuStreamCreate(&copy_stream_, cu::CU_STREAM_NON_BLOCKING),
                               "cuStreamCreate (the LMS copy stream)"));
-  return d.Check(d.cuEventCreate(&copies_done_, cu::CU_EVENT_DISABLE_TIMING),
-                 "cuEventCreate");
+  LMS_RETURN_IF_ERROR(d.Check(d.cuEventCreate(&copies_done_, cu::CU_EVENT_DISABLE_TIMING),
+                              "cuEventCreate"));
+  for (cu::CUevent& event : copy_events_) {
+    LMS_RETURN_IF_ERROR(
+        d.Check(d.cuEventCreate(&event, cu::CU_EVENT_DISABLE_TIMING), "cuEventCreate"));
+  }
+  return Status::Ok();
 }
 
 Status CudaBackend::CheckSupport() {
@@ -366,6 +371,9 @@ CudaBackend::~CudaBackend() {
         fenced_.clear();
       }
       if (copies_done_ != nullptr) driver_->cuEventDestroy(copies_done_);
+      for (cu::CUevent event : copy_events_) {
+        if (event != nullptr) driver_->cuEventDestroy(event);
+      }
       if (copy_stream_ != nullptr) driver_->cuStreamDestroy(copy_stream_);
     }
   }

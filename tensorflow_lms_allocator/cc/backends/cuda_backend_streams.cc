@@ -376,12 +376,15 @@ Status CudaBackend::EndRemapBatch() {
   LMS_CUDA_SCOPE(*driver_, context_);
   ScopedNanos timed(&stats_.fence_ns);
   // copies_in_flight_ stays set: a later HostWait still covers the copies.
-  LMS_RETURN_IF_ERROR(driver_->Check(driver_->cuEventRecord(copies_done_, copy_stream_),
+  // The event ends the open ticket (Note [Copy tickets]).
+  cu::CUevent done = copy_events_[copy_ticket_ % kCopyRing];
+  LMS_RETURN_IF_ERROR(driver_->Check(driver_->cuEventRecord(done, copy_stream_),
                                      "cuEventRecord on the LMS copy stream"));
+  copy_recorded_ = copy_ticket_++;
   MutexLock lock(streams_mu_);
   for (const FencedStream& fenced : fenced_) {
     LMS_RETURN_IF_ERROR(
-        driver_->Check(driver_->cuStreamWaitEvent(fenced.stream, copies_done_, 0),
+        driver_->Check(driver_->cuStreamWaitEvent(fenced.stream, done, 0),
                        "cuStreamWaitEvent on a fenced stream (the batch's copies)"));
   }
   return Status::Ok();
@@ -398,7 +401,34 @@ Status CudaBackend::HostWait() {
                                      "cuEventSynchronize (waiting for LMS copies)"));
   copies_in_flight_ = false;
   epoch_done_ = std::max(epoch_done_, covered);
+  // Every copy so far is done: the open ticket ends here.
+  copies_done_through_ = copy_ticket_++;
   return Status::Ok();
+}
+
+bool CudaBackend::CopyTicketDone(uint64_t ticket) {
+  if (ticket <= copies_done_through_) return true;
+  if (ticket > copy_recorded_) return false;  // open: no event ends it yet
+  // The ring holds the tickets after copy_recorded_ - kCopyRing; an older
+  // one is done once the oldest held is (copies complete in order).
+  const uint64_t asked = std::max<uint64_t>(
+      ticket, copy_recorded_ >= kCopyRing ? copy_recorded_ - kCopyRing + 1 : 1);
+  if (driver_->cuEventQuery(copy_events_[asked % kCopyRing]) != cu::CUDA_SUCCESS) {
+    return false;  // not ready, or an error a later wait reports
+  }
+  copies_done_through_ = std::max(copies_done_through_, asked);
+  return true;
+}
+
+bool CudaBackend::RunsCopied(PoolKind pool, const GranuleRun* runs, size_t count) {
+  const Pool& p = pools_[static_cast<int>(pool)];
+  uint64_t last = 0;
+  for (size_t r = 0; r < count; ++r) {
+    for (uint32_t i = 0; i < runs[r].length; ++i) {
+      last = std::max(last, p.copied_in[runs[r].first + i]);
+    }
+  }
+  return CopyTicketDone(last);
 }
 
 Status CudaBackend::Drain() {

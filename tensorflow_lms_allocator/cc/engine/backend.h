@@ -110,7 +110,8 @@ class Backend {
   // the pool does not exist and nothing of it is left allocated.
   virtual Status CreatePool(PoolKind pool, size_t granules) = 0;
 
-  // Runs of a pool (the host pool: RunPool). From now on each of `runs` is
+  // Runs of a pool (RunPool: the host pool, and the device pool where the
+  // engine cuts its pieces to units). From now on each of `runs` is
   // one piece of memory, made whole when a copy or a Map first names any of
   // it (or MakeRuns), and named by every Map whole, or where MapsPartsOfRuns
   // a run of its consecutive ids (a driver's remap costs per piece, not per
@@ -128,6 +129,13 @@ class Backend {
     (void)pool;
     return true;
   }
+  // Whether CreatePool made all of `pool`'s memory (CUDA: the device pool
+  // without allow_growth), in pieces of one granule where MapsPartsOfRuns is
+  // false. The default: memory is made as it is first used.
+  virtual bool MakesPoolAtCreation(PoolKind pool) const {
+    (void)pool;
+    return false;
+  }
   // Makes the memory of `runs` (defined, not yet made) now, before any copy
   // or Map names them. On failure some of it may be made: the caller
   // releases them all (ReleaseRuns). The default: kFailedPrecondition, for a
@@ -142,6 +150,15 @@ class Backend {
   // run until defined again.
   virtual void ReleaseRuns(PoolKind pool, const GranuleRun* runs, size_t count) {
     (void)pool, (void)runs, (void)count;
+  }
+  // Whether ReleaseRuns of `runs` would wait on the host for nothing but
+  // the backend's own copies (CUDA: no work through a retired mapping of
+  // them may still run, asked of the GPU without waiting; Note [Copy
+  // tickets] in cuda_backend.h). The default: it never waits.
+  virtual bool ReleaseWaitsOnlyForCopies(PoolKind pool, const GranuleRun* runs,
+                                         size_t count) {
+    (void)pool, (void)runs, (void)count;
+    return true;
   }
 
   // Whether a mapping may span several slots and go only whole, and a Map

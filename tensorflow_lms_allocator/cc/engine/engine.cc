@@ -29,7 +29,7 @@ Engine::Engine(const EngineOptions& options, std::unique_ptr<Backend> backend)
       host_granules_(options.host_bytes / granule_),
       slots_(2 * (options.device_bytes / granule_ +
                   options.host_bytes / granule_) + 16),
-      device_pool_(PoolKind::kDevice, options.device_bytes / granule_),
+      device_pool_(options.device_bytes / granule_),
       host_pool_(options.host_bytes / granule_),
       arena_(slots_, /*index_interior=*/true),
       backing_(slots_),
@@ -74,6 +74,12 @@ Status Engine::Init() {
       backend_->CreatePool(PoolKind::kDevice, device_pool_.capacity()));
   backend_->SetDeviceRuns(false);  // until the first eviction (Note [Mappings within a unit])
   whole_mappings_ = backend_->KeepsMappingsWhole();
+  if (whole_mappings_ && !backend_->MapsPartsOfRuns(PoolKind::kDevice)) {
+    // Note [Device pieces cut to units].
+    std::vector<DevicePool::Run> made;
+    device_pool_.CutPieces(backend_->MakesPoolAtCreation(PoolKind::kDevice), &made);
+    if (!made.empty()) backend_->DefineRuns(PoolKind::kDevice, made.data(), made.size());
+  }
   if (host_pool_.capacity() > 0) {
     LMS_RETURN_IF_ERROR(
         backend_->CreatePool(PoolKind::kHost, host_pool_.capacity()));
@@ -278,20 +284,19 @@ ChunkId Engine::PlaceUnit(uint64_t n, Hold hold, bool may_evict,
   Status s = unmapped > 0 ? ObtainDeviceGranules(unmapped, may_evict, /*may_unlock=*/false)
                           : Status::Ok();
   if (s.ok() && unmapped > 0) {
-    scratch_.resize(unmapped);
-    device_pool_.Take(unmapped, scratch_.data());
-    size_t next = 0;
+    // Granules for each stretch of unmapped slots apart, so that a piece the
+    // pool cut lies within one mapping (Note [Device pieces cut to units]).
     for (uint64_t run = first; run < first + n && s.ok();) {
       if (backing_.at(run).mapped) { ++run; continue; }
       uint64_t end = run;
       while (end < first + n && !backing_.at(end).mapped) ++end;
+      scratch_.resize(end - run);
+      TakeDeviceGranules(end - run, scratch_.data());
       // MapSlots is all or nothing: granules it did not map are unmapped.
-      s = MapSlots(run, end - run, PoolKind::kDevice, &scratch_[next],
-                   Access::kReadWrite);
-      if (s.ok()) next += end - run;
+      s = MapSlots(run, end - run, PoolKind::kDevice, scratch_.data(), Access::kReadWrite);
+      if (!s.ok()) device_pool_.Give(scratch_.data(), end - run);
       run = end;
     }
-    if (!s.ok()) device_pool_.Give(&scratch_[next], unmapped - next);
   } else if (!s.ok() && may_be_born_evicted && lms_enabled_ &&
              host_pool_.free_count() >= n) {
     // Born evicted: a unit is wholly resident or wholly evicted, so the

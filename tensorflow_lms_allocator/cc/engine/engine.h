@@ -80,6 +80,32 @@
 // (Backend::SetDeviceRuns) and in runs from then on. The POSIX backend maps every
 // granule on its own, so neither ever does anything there.
 //
+// Note [Device pieces cut to units]. A driver that maps only whole pieces
+// (driver 580 refused a map at an offset into a handle on an H100: Note
+// [Device memory in runs] in cuda_backend.h) would map a unit's device
+// memory one granule at a time: 32 cuMemMap, 32 cuMemSetAccess and 32
+// cuMemUnmap a 64 MiB tensor each move, the driver's per-handle costs that
+// bound a move there. So where the backend keeps mappings whole and maps no
+// part of a device piece (Backend::MapsPartsOfRuns), the engine cuts the
+// device's pieces itself (DevicePool over RunPool): one granule each until
+// its first eviction, as memory mapped a granule at a time serves a freed
+// range's reuse at any size (and a model that fits moves nothing), then
+// one piece for each unit a Take serves, where consecutive ids none of which
+// is taken allow it: a free piece of exactly the unit's size first, else,
+// for units of RunPool::kLeastStretch granules or more, such ids in one of
+// the few smallest stretches that hold them, the free pieces among them
+// released and one cut (Backend::ReleaseRuns; Backend::DefineRuns; the memory
+// is made at its first use). Only stretches whose release would wait for
+// nothing but LMS's own copies are cut (Backend::ReleaseWaitsOnlyForCopies):
+// never one that a retired mapping still in use holds, whose release would
+// wait for kernels. Where the ids are too scattered, the unit takes free
+// pieces as they are, as host runs do. Units of one or two granules gained
+// nothing on the timing model and cost DenseNet121 (many sizes) its pieces
+// again and again (docs/decisions/0015-device-pieces-cut-to-units.md). A piece is mapped whole, so a unit
+// given one costs one mapping a move, and every mapping still lies within
+// one unit (Note [Mappings within a unit]). The memory made never exceeds
+// the device's budget: released first, then cut.
+//
 // Note [Host memory made ahead]. Making pinned host memory is the dearest
 // call a move can pay (on an H200, cuMemCreate of 64 MiB of host memory took
 // 12.5 ms against a 1.2 ms copy: pinning and zeroing every page), and the
@@ -202,7 +228,7 @@
 #include "engine/backend.h"
 #include "engine/backing_map.h"
 #include "engine/best_fit_arena.h"
-#include "engine/granule_pool.h"
+#include "engine/device_pool.h"
 #include "engine/env_options.h"
 #include "engine/learned_policy.h"
 #include "engine/mutex.h"
@@ -712,6 +738,10 @@ class Engine {
   // TF_GPU_HOST_MEM_LIMIT_IN_MB (`what` is the action that needed them).
   Status TakeHostGranules(uint64_t n, const char* what, std::vector<GranuleId>* host)
       LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Takes n device granules into out[0..n), which the caller made sure are
+  // free, releasing and defining the pieces the pool cut (Note [Device
+  // pieces cut to units]).
+  void TakeDeviceGranules(uint64_t n, GranuleId* out) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Maps `host` granules at unit `id`'s slots (replacing its device mapping,
   // or onto unmapped slots), in strict mode with no access unless the unit
   // is held (Note [Strict access follows holders]), watching `watched_bytes`
@@ -774,7 +804,7 @@ class Engine {
   uint64_t transit_granules_[2] LMS_GUARDED_BY(mu_) = {0, 0};
   uint64_t release_epoch_ LMS_GUARDED_BY(mu_) = 0;
   mutable int release_waiters_ LMS_GUARDED_BY(mu_) = 0;
-  GranulePool device_pool_ LMS_GUARDED_BY(mu_);
+  DevicePool device_pool_ LMS_GUARDED_BY(mu_);
   bool device_runs_ LMS_GUARDED_BY(mu_) = false;  // StartDeviceRuns
   // Backend::KeepsMappingsWhole, asked once.
   bool whole_mappings_ = false;

@@ -377,6 +377,24 @@ void Engine::StartDeviceRuns() {
   if (device_runs_) return;
   device_runs_ = true;
   backend_->SetDeviceRuns(true);
+  device_pool_.CutUnits();  // Note [Device pieces cut to units]
+}
+
+void Engine::TakeDeviceGranules(uint64_t n, GranuleId* out) {
+  std::vector<DevicePool::Run> released, cut;
+  // A piece is cut only from memory whose release waits for no kernel.
+  const bool taken = device_pool_.Take(n, out, &released, &cut,
+                                       [this](const std::vector<DevicePool::Run>& runs) {
+                                         return backend_->ReleaseWaitsOnlyForCopies(
+                                             PoolKind::kDevice, runs.data(), runs.size());
+                                       });
+  assert(taken);  // the caller made room
+  (void)taken;
+  // Released first: a piece cut may reuse their ids.
+  if (!released.empty()) {
+    backend_->ReleaseRuns(PoolKind::kDevice, released.data(), released.size());
+  }
+  if (!cut.empty()) backend_->DefineRuns(PoolKind::kDevice, cut.data(), cut.size());
 }
 
 Status Engine::EvictChunks(const std::vector<ChunkId>& victims, bool may_unlock) {
@@ -641,7 +659,7 @@ void Engine::PageInUnits(const ChunkId* ids, size_t count, Status* out, bool may
     m.n = residency_.record(ids[i]).granules;
     m.device.resize(m.n);
     m.host.resize(m.n);
-    device_pool_.Take(m.n, m.device.data());
+    TakeDeviceGranules(m.n, m.device.data());
     for (uint64_t g = 0; g < m.n; ++g) m.host[g] = backing_.at(m.first + g).granule;
     // Until the remap, strict mode makes an unpinned touch wait for it (it
     // is reported; the pinning caller itself touches nothing before Pin

@@ -56,6 +56,37 @@ bool GranulePool::Take(size_t n, GranuleId* out) {
   return true;
 }
 
+bool GranulePool::TakeExtent(size_t n, GranuleId* first,
+                             const std::function<bool(GranuleId first)>& accept,
+                             size_t tries) {
+  if (n == 0 || n > free_count_ || n > std::numeric_limits<uint32_t>::max()) return false;
+  for (auto fit = by_length_.lower_bound({static_cast<uint32_t>(n), GranuleId{0}});
+       fit != by_length_.end() && tries > 0; ++fit, --tries) {
+    if (accept && !accept(fit->second)) continue;
+    *first = fit->second;
+    TakeRange(fit->second, static_cast<uint32_t>(n));
+    return true;
+  }
+  return false;
+}
+
+void GranulePool::TakeRange(GranuleId first, uint32_t length) {
+  auto it = std::prev(by_start_.upper_bound(first));
+  const GranuleId begin = it->first;
+  const GranuleId end = begin + it->second;
+  assert(begin <= first && first + length <= end);  // all of it free
+  Erase(it);
+  if (begin < first) Insert(begin, first - begin);
+  if (first + length < end) Insert(first + length, end - (first + length));
+  free_count_ -= length;
+  peak_in_use_ = std::max(peak_in_use_, in_use());
+}
+
+void GranulePool::GiveRange(GranuleId first, uint32_t length) {
+  Free(first, length);
+  free_count_ += length;
+}
+
 void GranulePool::Free(GranuleId first, uint32_t length) {
   auto next = by_start_.lower_bound(first);
   assert(next == by_start_.end() || next->first >= first + length);  // not free twice

@@ -20,6 +20,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <limits>
 #include <map>
 #include <set>
 #include <utility>
@@ -46,6 +48,17 @@ class GranulePool {
   // Gives back taken ids, in any order.
   void Give(const GranuleId* ids, size_t n);
   void Give(GranuleId id) { Give(&id, 1); }
+
+  // The first n ids (*first the first of them) of the smallest free extent
+  // that holds n and whose first n ids `accept` takes (if given), trying at
+  // most `tries` extents, shortest first; false, and nothing taken, if none.
+  bool TakeExtent(size_t n, GranuleId* first,
+                  const std::function<bool(GranuleId first)>& accept = nullptr,
+                  size_t tries = std::numeric_limits<size_t>::max());
+  // Takes [first, first + length), every id of it free.
+  void TakeRange(GranuleId first, uint32_t length);
+  // Gives back [first, first + length), every id of it taken.
+  void GiveRange(GranuleId first, uint32_t length);
 
  private:
   using Extents = std::map<GranuleId, uint32_t>;  // first id -> length

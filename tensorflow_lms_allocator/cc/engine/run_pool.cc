@@ -8,6 +8,7 @@ namespace lms {
 
 RunPool::RunPool(size_t capacity)
     : capacity_(capacity),
+      open_(PoolKind::kDevice, capacity),
       free_count_(capacity),
       run_start_(capacity, kUnmade),
       run_length_(capacity, 0),
@@ -17,8 +18,16 @@ RunPool::RunPool(size_t capacity)
   if (capacity > 0) unmade_[0] = static_cast<uint32_t>(capacity);
 }
 
+void RunPool::set_cutting(Cutting cutting) {
+  assert(!splits_);
+  assert(cutting_ == cutting || free_count_ == capacity_ ||
+         (cutting_ == Cutting::kGranules && cutting == Cutting::kUnits));
+  cutting_ = cutting;
+}
+
 void RunPool::MakeAhead(size_t n, size_t most, std::vector<Run>* cut) {
-  assert(splits_ && free_count_ == capacity_ && most > 0);
+  assert((splits_ || (cutting_ == Cutting::kGranules && most == 1)) &&
+         free_count_ == capacity_ && most > 0);
   while (n > 0 && !unmade_.empty()) {
     auto range = unmade_.begin();
     const Run run{range->first, static_cast<uint32_t>(std::min({n, most, size_t{range->second}}))};
@@ -47,7 +56,7 @@ void RunPool::ForgetAhead(std::vector<Run>* released) {
 }
 
 bool RunPool::Take(size_t n, GranuleId* out, std::vector<Run>* released,
-                   std::vector<Run>* cut) {
+                   std::vector<Run>* cut, const Releasable& releasable) {
   if (n > free_count_) return false;
   std::vector<Run> parts;  // reused free parts, then new runs
   std::vector<Run> fresh;
@@ -59,6 +68,11 @@ bool RunPool::Take(size_t n, GranuleId* out, std::vector<Run>* released,
     parts.push_back(Split(fits, static_cast<uint32_t>(n)));
     need = 0;
   }
+  // Cutting units: else one run of consecutive ids not taken. They leave
+  // open_ here; every other part leaves it below.
+  const bool stretch = need > 0 && cutting_ == Cutting::kUnits && n >= kLeastStretch &&
+                       TakeStretch(n, releasable, released, &fresh);
+  if (stretch) need = 0;
   // Else the longest that fits, and again. (length, kUnmade) sorts after
   // every free part of that length.
   while (need > 0 && !free_parts_.empty()) {
@@ -82,10 +96,12 @@ bool RunPool::Take(size_t n, GranuleId* out, std::vector<Run>* released,
       need = 0;
     }
   }
-  // Then unmade ids, first fit.
+  // Then unmade ids, first fit (cutting granules: a run each).
   while (need > 0 && !unmade_.empty()) {
     auto range = unmade_.begin();
-    const uint32_t length = static_cast<uint32_t>(std::min<uint64_t>(need, range->second));
+    const uint32_t length = cutting_ == Cutting::kGranules
+                                ? 1
+                                : static_cast<uint32_t>(std::min<uint64_t>(need, range->second));
     fresh.push_back({range->first, length});
     Cut(range, range->first, length);
     need -= length;
@@ -104,12 +120,13 @@ bool RunPool::Take(size_t n, GranuleId* out, std::vector<Run>* released,
     fresh.push_back({longer.first, static_cast<uint32_t>(need)});
     Cut(range, longer.first, static_cast<uint32_t>(need));
   }
-  // New runs that adjoin are one.
+  // New runs that adjoin are one (cutting granules: never).
   std::sort(fresh.begin(), fresh.end(),
             [](const Run& a, const Run& b) { return a.first < b.first; });
   const size_t reused = parts.size();
   for (const Run& r : fresh) {
-    if (parts.size() > reused && parts.back().first + parts.back().length == r.first) {
+    if (parts.size() > reused && cutting_ != Cutting::kGranules &&
+        parts.back().first + parts.back().length == r.first) {
       parts.back().length += r.length;
     } else {
       parts.push_back(r);
@@ -123,10 +140,11 @@ bool RunPool::Take(size_t n, GranuleId* out, std::vector<Run>* released,
   size_t k = 0;
   for (const Run& part : parts) {
     for (uint32_t i = 0; i < part.length; ++i) out[k++] = part.first + i;
+    if (cutting_ != Cutting::kAsNeeded && !stretch) open_.TakeRange(part.first, part.length);
   }
   free_count_ -= n;
   peak_in_use_ = std::max(peak_in_use_, in_use());
-  while (made_ > std::max(peak_in_use_, ahead_)) {
+  while (cutting_ == Cutting::kAsNeeded && made_ > std::max(peak_in_use_, ahead_)) {
     // Only free runs can be what is over (a run with a part taken is in
     // use): the longest goes.
     auto it = free_parts_.end();
@@ -168,8 +186,48 @@ void RunPool::Give(const GranuleId* ids, size_t n) {
     }
     SetPart(first, length, /*taken=*/false);
     free_parts_.insert({length, first});
+    if (cutting_ != Cutting::kAsNeeded) open_.GiveRange(first, length);
   }
   free_count_ += n;
+}
+
+void RunPool::FreeRunsIn(GranuleId first, size_t n, std::vector<Run>* runs) const {
+  const GranuleId end = first + static_cast<GranuleId>(n);
+  for (GranuleId id = first; id < end;) {
+    const GranuleId run = run_start_[id];
+    if (run == kUnmade) {
+      ++id;
+      continue;
+    }
+    runs->push_back({run, run_length_[run]});
+    id = run + run_length_[run];
+  }
+}
+
+bool RunPool::TakeStretch(size_t n, const Releasable& releasable, std::vector<Run>* released,
+                          std::vector<Run>* fresh) {
+  std::vector<Run> runs;
+  auto accept = [&](GranuleId at) {
+    if (!releasable) return true;
+    runs.clear();
+    FreeRunsIn(at, n, &runs);
+    return runs.empty() || releasable(runs);
+  };
+  GranuleId first = 0;
+  if (!open_.TakeExtent(n, &first, accept, kStretchTries)) return false;
+  // Every made id in the stretch is in a free run (no part of it is taken):
+  // each goes whole, its ids past the stretch left unmade.
+  runs.clear();
+  FreeRunsIn(first, n, &runs);
+  for (const Run& whole : runs) {
+    free_parts_.erase({whole.length, whole.first});
+    Release(whole);
+    released->push_back(whole);
+  }
+  auto range = std::prev(unmade_.upper_bound(first));
+  Cut(range, first, static_cast<uint32_t>(n));
+  fresh->push_back({first, static_cast<uint32_t>(n)});
+  return true;
 }
 
 RunPool::Run RunPool::RunOf(GranuleId id) const {

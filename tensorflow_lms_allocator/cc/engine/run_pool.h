@@ -41,18 +41,34 @@
 // a time if it likes); it is free once its last id is back. Between calls no
 // part is partly given back, so free_count() is what Take can hand out.
 //
+// The device pool on a driver that maps only whole pieces (Note [Device
+// pieces cut to units] in engine.h) cuts its runs otherwise (set_cutting):
+//   - kGranules: every run one granule, as if the pool were not in runs;
+//     the engine's device pool before its first eviction;
+//   - kUnits: after a free run of exactly n, and for n of kLeastStretch or
+//     more, Take looks for n consecutive ids none of which is taken (in the
+//     smallest few stretches that hold them, the first whose free runs the
+//     caller accepts to release: Releasable), releases the free runs among
+//     them and cuts one run of n: a unit is then one piece, at the cost of
+//     remaking memory; where no such stretch is found, it goes on as
+//     without splits.
+// Either keeps all memory made: made memory is the device's budget, taken
+// once, so no free run is released for being more than was ever in use.
+//
 // Thread-compatible: the engine's lock guards every call.
 #ifndef TENSORFLOW_LMS_ALLOCATOR_CC_ENGINE_RUN_POOL_H_
 #define TENSORFLOW_LMS_ALLOCATOR_CC_ENGINE_RUN_POOL_H_
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <set>
 #include <utility>
 #include <vector>
 
 #include "engine/backend.h"
+#include "engine/granule_pool.h"
 
 namespace lms {
 
@@ -60,12 +76,26 @@ class RunPool {
  public:
   using Run = GranuleRun;
 
+  // How Take cuts new runs (see above).
+  enum class Cutting { kAsNeeded, kGranules, kUnits };
+  // Cutting units: the fewest granules a Take releases free runs for, and
+  // the most stretches it tries (see Take).
+  static constexpr size_t kLeastStretch = 3;
+  static constexpr size_t kStretchTries = 8;
+  // Whether free runs may be released now at little cost (the backend's
+  // ReleaseWaitsOnlyForCopies).
+  using Releasable = std::function<bool(const std::vector<Run>& runs)>;
+
   explicit RunPool(size_t capacity);
 
   // Whether Take may hand out part of a run (see above). Set before the
   // first Take or MakeAhead.
   void set_splits(bool splits) { splits_ = splits; }
   bool splits() const { return splits_; }
+  // Set before the first Take or MakeAhead, without splits; kGranules may
+  // become kUnits at any time.
+  void set_cutting(Cutting cutting);
+  Cutting cutting() const { return cutting_; }
 
   size_t capacity() const { return capacity_; }
   size_t free_count() const { return free_count_; }
@@ -79,8 +109,9 @@ class RunPool {
   // Cuts runs of at most `most` granules from unmade ids, `n` granules in
   // all (or what is unmade, if less), free, and appends them to *cut for the
   // caller to define and make. They count as made ahead: Take keeps that much
-  // made even when less was ever in use. With splits only (a run made ahead
-  // is of no size a request asks for), on a pool with nothing taken.
+  // made even when less was ever in use. On a pool with nothing taken, with
+  // splits (a run made ahead is of no size a request asks for) or cutting
+  // granules (the device pool a backend made whole at its creation).
   void MakeAhead(size_t n, size_t most, std::vector<Run>* cut);
   // Forgets what was made ahead (the backend could not make it): it goes
   // back to unmade ids, appended to *released.
@@ -90,7 +121,10 @@ class RunPool {
   // order, all or none; appends to *released the free runs it released (to
   // be released by the backend before anything else), then to *cut the runs
   // it cut (to be defined to it). Returns false if fewer than `n` are free.
-  bool Take(size_t n, GranuleId* out, std::vector<Run>* released, std::vector<Run>* cut);
+  // Cutting units, a stretch whose free runs `releasable` refuses is not
+  // cut (the first kStretchTries stretches that hold n are tried).
+  bool Take(size_t n, GranuleId* out, std::vector<Run>* released, std::vector<Run>* cut,
+            const Releasable& releasable = nullptr);
   // Gives back ids of taken parts (see above).
   void Give(const GranuleId* ids, size_t n);
   void Give(GranuleId id) { Give(&id, 1); }
@@ -119,9 +153,20 @@ class RunPool {
   // Turns a free whole run back into unmade ids, merged with unmade
   // neighbours.
   void Release(const Run& run);
+  // Cutting units: takes n consecutive ids none of which is taken, releasing
+  // (into *released) the free runs among them, and cuts them as one run
+  // into *fresh. False, and nothing changed, if no such ids are left.
+  bool TakeStretch(size_t n, const Releasable& releasable, std::vector<Run>* released,
+                   std::vector<Run>* fresh);
+  // The free runs among [first, first + n), ids none of which is taken.
+  void FreeRunsIn(GranuleId first, size_t n, std::vector<Run>* runs) const;
 
   const size_t capacity_;
   bool splits_ = false;
+  Cutting cutting_ = Cutting::kAsNeeded;
+  // Cutting granules or units: the ids no part holds taken (unmade, or in a
+  // free part), as extents.
+  GranulePool open_;
   size_t free_count_;
   size_t made_ = 0;
   size_t peak_in_use_ = 0;

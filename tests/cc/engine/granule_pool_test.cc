@@ -56,5 +56,38 @@ TEST(GranulePoolTakesTheSmallestExtentThatHoldsAllElseTheLargestFirst) {
   EXPECT_EQ(pool.free_count(), 16u);
 }
 
+
+// TakeExtent hands out the start of the smallest extent that holds n and
+// that the caller accepts, within the tries it allows; ranges taken and
+// given back by id keep the extents merged.
+TEST(AnExtentIsTakenWholeFromTheSmallestThatHoldsItAndTheCallerAccepts) {
+  GranulePool pool(PoolKind::kDevice, 20);
+  pool.TakeRange(5, 1);   // extents [0,5) [6,20)
+  pool.TakeRange(8, 2);   // extents [0,5) [6,8) [10,20)
+  EXPECT_EQ(pool.free_count(), 17u);
+  EXPECT_EQ(pool.free_extents(), 3u);
+  GranuleId first = 99;
+  EXPECT_TRUE(!pool.TakeExtent(11, &first));  // none holds 11
+  EXPECT_EQ(first, 99u);
+  ASSERT_TRUE(pool.TakeExtent(2, &first));  // [6,8): exactly
+  EXPECT_EQ(first, 6u);
+  std::vector<GranuleId> asked;
+  auto not_zero = [&asked](GranuleId at) {
+    asked.push_back(at);
+    return at != 0;
+  };
+  ASSERT_TRUE(pool.TakeExtent(3, &first, not_zero));  // [0,5) refused, then [10,20)
+  EXPECT_EQ(first, 10u);
+  EXPECT_TRUE(asked.size() == 2u && asked[0] == 0u && asked[1] == 10u);
+  EXPECT_TRUE(!pool.TakeExtent(3, &first, not_zero, /*tries=*/1));  // [0,5) only
+  pool.GiveRange(6, 2);
+  pool.GiveRange(8, 2);
+  pool.GiveRange(5, 1);
+  pool.GiveRange(10, 3);
+  EXPECT_EQ(pool.free_count(), 20u);
+  EXPECT_EQ(pool.free_extents(), 1u);  // merged again
+  EXPECT_EQ(pool.peak_in_use(), 8u);
+}
+
 }  // namespace
 }  // namespace lms

@@ -209,5 +209,150 @@ TEST(ARunPoolMakesNoMoreMemoryThanWasEverInUse) {
   EXPECT_EQ(pool.peak_in_use(), 4u);
 }
 
+
+// Note [Device pieces cut to units] (engine.h): a device pool made a granule
+// a piece at creation hands out single granules while it cuts granules, then
+// one piece for a unit of RunPool::kLeastStretch granules or more, cut from
+// a stretch of ids none of which is taken (the free pieces there released,
+// a piece reaching past it whole, its rest left unmade); a free piece of
+// exactly the size asked is reused as it is, smaller units and stretches the
+// caller refuses take free pieces as they are, and nothing is released for
+// being more than was ever in use.
+TEST(CuttingUnitsReleasesTheFreePiecesOfAStretchAndCutsOnePiece) {
+  RunPool pool(16);
+  pool.set_cutting(RunPool::Cutting::kGranules);
+  std::vector<RunPool::Run> ahead, released, cut;
+  pool.MakeAhead(16, 1, &ahead);
+  ASSERT_TRUE(ahead.size() == 16u);
+  EXPECT_EQ(pool.made(), 16u);
+  GranuleId a[4], b[4], c[2], d[5], f[3];
+  ASSERT_TRUE(pool.Take(4, a, &released, &cut));
+  for (GranuleId id : a) EXPECT_EQ(pool.RunOf(id).length, 1u);
+  EXPECT_TRUE(released.empty() && cut.empty());
+  pool.Give(a, 4);
+  pool.set_cutting(RunPool::Cutting::kUnits);
+  ASSERT_TRUE(pool.Take(4, b, &released, &cut));
+  EXPECT_EQ(b[0], 0u);
+  EXPECT_TRUE(pool.RunOf(b[0]).first == 0u && pool.RunOf(b[0]).length == 4u);
+  EXPECT_EQ(pool.PartOf(b[3]).first, 0u);
+  ASSERT_TRUE(released.size() == 4u);  // the four pieces of one granule
+  for (const RunPool::Run& r : released) EXPECT_TRUE(r.first < 4u && r.length == 1u);
+  ASSERT_TRUE(cut.size() == 1u && cut[0].first == 0u && cut[0].length == 4u);
+  EXPECT_EQ(pool.made(), 16u);
+  pool.Give(b, 4);
+  released.clear();
+  cut.clear();
+  // The same size again: that piece, as it is.
+  ASSERT_TRUE(pool.Take(4, b, &released, &cut));
+  EXPECT_EQ(b[0], 0u);
+  EXPECT_TRUE(released.empty() && cut.empty());
+  // Two granules: below kLeastStretch, two free pieces as they are.
+  ASSERT_TRUE(pool.Take(2, c, &released, &cut));
+  EXPECT_TRUE(released.empty() && cut.empty());
+  EXPECT_TRUE(pool.RunOf(c[0]).length == 1u && pool.RunOf(c[1]).length == 1u);
+  // Five, with every stretch refused: five free pieces, nothing released.
+  auto refuse = [](const std::vector<RunPool::Run>&) { return false; };
+  ASSERT_TRUE(pool.Take(5, d, &released, &cut, refuse));
+  EXPECT_TRUE(released.empty() && cut.empty());
+  for (GranuleId id : d) EXPECT_EQ(pool.RunOf(id).length, 1u);
+  pool.Give(d, 5);
+  // Accepted (the caller is asked about the free pieces it would release).
+  size_t asked = 0;
+  auto accept = [&asked](const std::vector<RunPool::Run>& runs) {
+    asked = runs.size();
+    return true;
+  };
+  ASSERT_TRUE(pool.Take(5, d, &released, &cut, accept));
+  EXPECT_EQ(asked, 5u);
+  EXPECT_TRUE(released.size() == 5u && cut.size() == 1u && cut[0].length == 5u);
+  const GranuleId five = cut[0].first;
+  pool.Give(d, 5);
+  released.clear();
+  cut.clear();
+  // Three where the smallest stretch starts at the free piece of five: that
+  // piece goes whole, and the two ids past the stretch are left unmade.
+  ASSERT_TRUE(pool.Take(3, f, &released, &cut));
+  ASSERT_TRUE(released.size() == 1u && released[0].first == five && released[0].length == 5u);
+  ASSERT_TRUE(cut.size() == 1u && cut[0].first == five && cut[0].length == 3u);
+  EXPECT_EQ(pool.made(), 14u);
+  EXPECT_EQ(pool.RunOf(five + 3).length, 0u);  // unmade
+  EXPECT_EQ(pool.free_count(), 16u - 4u - 2u - 3u);
+}
+
+// Cutting granules then units, at random, against a model of the backend's
+// pieces: whole parts summing to what was asked, every part a whole piece;
+// while cutting granules every piece cut is one granule; a piece released
+// is defined, with nothing taken; a piece cut overlaps no defined one; made
+// memory never exceeds the pool.
+TEST(CuttingGranulesThenUnitsHandsOutWholePiecesUnderRandomUse) {
+  std::mt19937 rng(11);
+  for (int round = 0; round < 80; ++round) {
+    const size_t capacity = 1 + rng() % 48;
+    RunPool pool(capacity);
+    pool.set_cutting(RunPool::Cutting::kGranules);
+    std::map<GranuleId, uint32_t> defined;
+    std::set<GranuleId> taken;
+    std::vector<std::vector<GranuleId>> held;
+    if (round % 2 == 0) {
+      std::vector<RunPool::Run> ahead;
+      pool.MakeAhead(capacity, 1, &ahead);
+      for (const auto& r : ahead) defined[r.first] = r.length;
+    }
+    const int switch_at = static_cast<int>(rng() % 200);
+    size_t stretches = 0;
+    for (int step = 0; step < 300; ++step) {
+      const bool units = step >= switch_at;
+      if (step == switch_at) pool.set_cutting(RunPool::Cutting::kUnits);
+      if (held.empty() || rng() % 2 == 0) {
+        const size_t n = 1 + rng() % std::max<size_t>(1, capacity / 2);
+        std::vector<GranuleId> out(n);
+        std::vector<RunPool::Run> gone, cut;
+        const bool yes = rng() % 2 == 0;
+        const bool ok = pool.Take(n, out.data(), &gone, &cut,
+                                  [yes](const std::vector<RunPool::Run>&) { return yes; });
+        ASSERT_TRUE(ok == (n <= capacity - taken.size()));
+        if (!ok) continue;
+        for (const auto& r : gone) {
+          ASSERT_TRUE(defined.count(r.first) == 1u && defined[r.first] == r.length);
+          for (uint32_t i = 0; i < r.length; ++i) ASSERT_TRUE(taken.count(r.first + i) == 0u);
+          defined.erase(r.first);
+        }
+        for (const auto& r : cut) {
+          ASSERT_TRUE(units || r.length == 1u);
+          for (const auto& d : defined) {
+            ASSERT_TRUE(r.first + r.length <= d.first || d.first + d.second <= r.first);
+          }
+          defined[r.first] = r.length;
+          if (r.length == n) ++stretches;
+        }
+        for (size_t i = 0; i < n;) {
+          const RunPool::Run part = pool.PartOf(out[i]);
+          ASSERT_TRUE(part.first == out[i] && part.length > 0 && i + part.length <= n);
+          ASSERT_TRUE(defined.count(part.first) == 1u && defined[part.first] == part.length);
+          for (uint32_t k = 0; k < part.length; ++k) {
+            ASSERT_TRUE(out[i + k] == part.first + k);
+            ASSERT_TRUE(taken.insert(out[i + k]).second);
+          }
+          i += part.length;
+        }
+        held.push_back(std::move(out));
+      } else {
+        const size_t k = rng() % held.size();
+        for (GranuleId id : held[k]) {
+          pool.Give(id);
+          taken.erase(id);
+        }
+        held.erase(held.begin() + static_cast<std::ptrdiff_t>(k));
+      }
+      ASSERT_TRUE(pool.in_use() == taken.size());
+      size_t defined_granules = 0;
+      for (const auto& d : defined) defined_granules += d.second;
+      ASSERT_TRUE(pool.made() == defined_granules);
+      ASSERT_TRUE(pool.made() <= capacity);
+    }
+    if (capacity >= 8) EXPECT_TRUE(stretches > 0);
+  }
+}
+
 }  // namespace
 }  // namespace lms
