@@ -99,12 +99,14 @@
 // nothing but LMS's own copies are cut (Backend::ReleaseWaitsOnlyForCopies):
 // never one that a retired mapping still in use holds, whose release would
 // wait for kernels. Where the ids are too scattered, the unit takes free
-// pieces as they are, as host runs do. Units of one or two granules gained
-// nothing on the timing model and cost DenseNet121 (many sizes) its pieces
-// again and again (docs/decisions/0015-device-pieces-cut-to-units.md). A piece is mapped whole, so a unit
-// given one costs one mapping a move, and every mapping still lies within
-// one unit (Note [Mappings within a unit]). The memory made never exceeds
-// the device's budget: released first, then cut.
+// pieces as they are, as host runs do. On the timing model, cutting for
+// smaller units cost ResNet-50 and DenseNet121 (many small sizes) more in
+// remaking memory than it saved, and asking that the released memory's
+// copies be done too left almost nothing to cut
+// (docs/decisions/0015-device-pieces-cut-to-units.md). A piece is mapped
+// whole, so a unit given one costs one mapping a move, and every mapping
+// still lies within one unit (Note [Mappings within a unit]). The memory
+// made never exceeds the device's budget: released first, then cut.
 //
 // Note [Host memory made ahead]. Making pinned host memory is the dearest
 // call a move can pay (on an H200, cuMemCreate of 64 MiB of host memory took

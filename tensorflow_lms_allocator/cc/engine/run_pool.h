@@ -80,7 +80,7 @@ class RunPool {
   enum class Cutting { kAsNeeded, kGranules, kUnits };
   // Cutting units: the fewest granules a Take releases free runs for, and
   // the most stretches it tries (see Take).
-  static constexpr size_t kLeastStretch = 3;
+  static constexpr size_t kLeastStretch = 4;
   static constexpr size_t kStretchTries = 8;
   // Whether free runs may be released now at little cost (the backend's
   // ReleaseWaitsOnlyForCopies).

@@ -225,7 +225,8 @@ TEST(CuttingUnitsReleasesTheFreePiecesOfAStretchAndCutsOnePiece) {
   pool.MakeAhead(16, 1, &ahead);
   ASSERT_TRUE(ahead.size() == 16u);
   EXPECT_EQ(pool.made(), 16u);
-  GranuleId a[4], b[4], c[2], d[5], f[3];
+  static_assert(RunPool::kLeastStretch == 4, "the sizes below straddle it");
+  GranuleId a[4], b[4], c[2], d[5], f[4];
   ASSERT_TRUE(pool.Take(4, a, &released, &cut));
   for (GranuleId id : a) EXPECT_EQ(pool.RunOf(id).length, 1u);
   EXPECT_TRUE(released.empty() && cut.empty());
@@ -269,14 +270,14 @@ TEST(CuttingUnitsReleasesTheFreePiecesOfAStretchAndCutsOnePiece) {
   pool.Give(d, 5);
   released.clear();
   cut.clear();
-  // Three where the smallest stretch starts at the free piece of five: that
-  // piece goes whole, and the two ids past the stretch are left unmade.
-  ASSERT_TRUE(pool.Take(3, f, &released, &cut));
+  // Four where the smallest stretch starts at the free piece of five: that
+  // piece goes whole, and the id past the stretch is left unmade.
+  ASSERT_TRUE(pool.Take(4, f, &released, &cut));
   ASSERT_TRUE(released.size() == 1u && released[0].first == five && released[0].length == 5u);
-  ASSERT_TRUE(cut.size() == 1u && cut[0].first == five && cut[0].length == 3u);
-  EXPECT_EQ(pool.made(), 14u);
-  EXPECT_EQ(pool.RunOf(five + 3).length, 0u);  // unmade
-  EXPECT_EQ(pool.free_count(), 16u - 4u - 2u - 3u);
+  ASSERT_TRUE(cut.size() == 1u && cut[0].first == five && cut[0].length == 4u);
+  EXPECT_EQ(pool.made(), 15u);
+  EXPECT_EQ(pool.RunOf(five + 4).length, 0u);  // unmade
+  EXPECT_EQ(pool.free_count(), 16u - 4u - 2u - 4u);
 }
 
 // Cutting granules then units, at random, against a model of the backend's
