@@ -1763,86 +1763,6 @@ TEST_F(FakeCudaTest, HostMemoryMadeAheadInPartIsReleasedWhole) {
   EXPECT_OK(e->Free(u));
 }
 
-// An H200's device (141 GiB) and a 512 GiB host budget, used to their
-// limits over the fake driver without touching that memory (its pools are
-// sparse files: only written pages cost): 1 GiB units fill the device
-// pinned, so nothing can be evicted, and the next are born evicted into
-// host memory until the budget is spent; the one after is refused, naming
-// the setting. Freeing every other host unit leaves 256 holes of 1 GiB in
-// the host pool: a 2 GiB unit is placed in two of them, and one freed GiB
-// takes 512 units of 2 MiB, whose bytes survive (the only memory written).
-// Built without TSan only: the engine reserves 1.3 TiB of addresses (twice
-// device and host), more than TSan's layout leaves an application, and the
-// test has one thread.
-#if !defined(__SANITIZE_THREAD__)
-TEST_F(FakeCudaTest, A141GiBDeviceAndA512GiBHostBudgetAreUsedToTheirLimits) {
-  constexpr size_t k2M = size_t{2} << 20, kGiB = size_t{1} << 30;
-  constexpr size_t kDevice = 141 * kGiB, kHost = 512 * kGiB;
-  if (Fake().set_granularity(k2M) != 0) return;
-  ASSERT_TRUE(Fake().set_pool_capacity(FAKE_CUDA_POOL_DEVICE, kDevice) == 0);
-  ASSERT_TRUE(Fake().set_pool_capacity(FAKE_CUDA_POOL_HOST, kHost) == 0);
-  std::unique_ptr<CudaBackend> backend;
-  EXPECT_OK(CudaBackend::Create(0, k2M, /*allow_growth=*/false, &backend));
-  if (backend == nullptr) return;
-  EngineOptions o;
-  o.device_bytes = kDevice;
-  o.host_bytes = kHost;
-  o.policy = PolicyKind::kLru;
-  auto e = engine_test::MustCreateEngine(o, std::move(backend));
-  std::vector<void*> device_units, host_units;
-  for (size_t i = 0; i < kDevice / kGiB; ++i) {
-    device_units.push_back(MustAllocate(*e, kGiB, /*pin=*/true));
-    ASSERT_TRUE(device_units.back() != nullptr);
-  }
-  Status refused;
-  for (size_t i = 0; i <= kHost / kGiB; ++i) {
-    void* p = e->Allocate(kGiB, /*pin=*/false, &refused);
-    if (p == nullptr) break;
-    host_units.push_back(p);
-  }
-  EXPECT_EQ(host_units.size(), kHost / kGiB);
-  EXPECT_EQ(refused.code(), StatusCode::kResourceExhausted);
-  if (!Contains(refused.ToString(), "TF_GPU_HOST_MEM_LIMIT_IN_MB")) {
-    std::printf("  refused: %s\n", refused.ToString().c_str());
-  }
-  EXPECT_TRUE(Contains(refused.ToString(), "TF_GPU_HOST_MEM_LIMIT_IN_MB"));
-  Statistics s = e->GetStatistics();
-  EXPECT_EQ(s.num_born_evicted, static_cast<int64_t>(kHost / kGiB));
-  EXPECT_EQ(s.bytes_in_use, static_cast<int64_t>(kDevice + kHost));
-  EXPECT_EQ(s.current_bytes_reclaimed, static_cast<int64_t>(kHost));
-  EXPECT_EQ(Fake().pool_bytes_in_use(FAKE_CUDA_POOL_HOST), kHost);
-  for (size_t i = 0; i < host_units.size(); i += 2) EXPECT_OK(e->Free(host_units[i]));
-  void* two = e->Allocate(2 * kGiB, /*pin=*/false, &refused);  // in two holes
-  EXPECT_TRUE(two != nullptr);
-  std::vector<void*> small;
-  for (size_t i = 0; i < kGiB / k2M; ++i) {
-    small.push_back(MustAllocate(*e, k2M, /*pin=*/false));
-    ASSERT_TRUE(small.back() != nullptr);
-  }
-  EXPECT_EQ(e->GetStatistics().num_born_evicted,
-            static_cast<int64_t>(kHost / kGiB + 1 + kGiB / k2M));
-  for (size_t i = 0; i < small.size(); i += 64) {
-    EXPECT_OK(FillAllocation(*e, small[i], k2M, 900 + i));
-  }
-  for (size_t i = 0; i < small.size(); i += 64) {
-    EXPECT_EQ(VerifyAllocation(*e, small[i], k2M, 900 + i), -1);
-  }
-  for (void* p : small) EXPECT_OK(e->Free(p));
-  if (two != nullptr) EXPECT_OK(e->Free(two));
-  for (size_t i = 1; i < host_units.size(); i += 2) EXPECT_OK(e->Free(host_units[i]));
-  for (void* p : device_units) {
-    AllocationInfo info;
-    EXPECT_OK(e->Inspect(p, &info));
-    EXPECT_OK(e->Unpin(p, info.unit_id));
-    EXPECT_OK(e->Free(p));
-  }
-  s = e->GetStatistics();
-  EXPECT_EQ(s.bytes_in_use, 0);
-  EXPECT_EQ(s.current_bytes_reclaimed, 0);
-  EXPECT_OK(e->CheckInvariants());
-}
-#endif  // !defined(__SANITIZE_THREAD__)
-
 // cuMemUnmap is not stream-ordered: the host mapping of an evicted tensor
 // goes only after work queued on it is done, and the page-in copies that
 // work's bytes. The one legitimate writer of an evicted tensor's host memory
@@ -2164,6 +2084,88 @@ TEST_F(EngineTest, AGranuleFreedBeforeACompletedFenceIsTakenWithoutAHostWait) {
   EXPECT_EQ(VerifyAllocation(*e, u, 4 * kGranule, 7), -1);
   for (void* p : {u, wall, x}) EXPECT_OK(e->Free(p));
 }
+
+// An H200's device (141 GiB) and a 512 GiB host budget, used to their
+// limits over the fake driver without touching that memory (its pools are
+// sparse files: only written pages cost): 1 GiB units fill the device
+// pinned, so nothing can be evicted, and the next are born evicted into
+// host memory until the budget is spent; the one after is refused, naming
+// the setting. Freeing every other host unit leaves 256 holes of 1 GiB in
+// the host pool: a 2 GiB unit is placed in two of them, and one freed GiB
+// takes 512 units of 2 MiB, whose bytes survive (the only memory written).
+// Built without TSan only: the engine reserves 1.3 TiB of addresses (twice
+// device and host), more than TSan's layout leaves an application, and the
+// test has one thread. Last in the file: a mutation that maps every granule
+// at one offset (make mutation-check-cuda) makes the fake's mappings too
+// many for the kernel, whose refusal ends the process.
+#if !defined(__SANITIZE_THREAD__)
+TEST_F(FakeCudaTest, A141GiBDeviceAndA512GiBHostBudgetAreUsedToTheirLimits) {
+  constexpr size_t k2M = size_t{2} << 20, kGiB = size_t{1} << 30;
+  constexpr size_t kDevice = 141 * kGiB, kHost = 512 * kGiB;
+  if (Fake().set_granularity(k2M) != 0) return;
+  ASSERT_TRUE(Fake().set_pool_capacity(FAKE_CUDA_POOL_DEVICE, kDevice) == 0);
+  ASSERT_TRUE(Fake().set_pool_capacity(FAKE_CUDA_POOL_HOST, kHost) == 0);
+  std::unique_ptr<CudaBackend> backend;
+  EXPECT_OK(CudaBackend::Create(0, k2M, /*allow_growth=*/false, &backend));
+  if (backend == nullptr) return;
+  EngineOptions o;
+  o.device_bytes = kDevice;
+  o.host_bytes = kHost;
+  o.policy = PolicyKind::kLru;
+  auto e = engine_test::MustCreateEngine(o, std::move(backend));
+  std::vector<void*> device_units, host_units;
+  for (size_t i = 0; i < kDevice / kGiB; ++i) {
+    device_units.push_back(MustAllocate(*e, kGiB, /*pin=*/true));
+    ASSERT_TRUE(device_units.back() != nullptr);
+  }
+  Status refused;
+  for (size_t i = 0; i <= kHost / kGiB; ++i) {
+    void* p = e->Allocate(kGiB, /*pin=*/false, &refused);
+    if (p == nullptr) break;
+    host_units.push_back(p);
+  }
+  EXPECT_EQ(host_units.size(), kHost / kGiB);
+  EXPECT_EQ(refused.code(), StatusCode::kResourceExhausted);
+  if (!Contains(refused.ToString(), "TF_GPU_HOST_MEM_LIMIT_IN_MB")) {
+    std::printf("  refused: %s\n", refused.ToString().c_str());
+  }
+  EXPECT_TRUE(Contains(refused.ToString(), "TF_GPU_HOST_MEM_LIMIT_IN_MB"));
+  Statistics s = e->GetStatistics();
+  EXPECT_EQ(s.num_born_evicted, static_cast<int64_t>(kHost / kGiB));
+  EXPECT_EQ(s.bytes_in_use, static_cast<int64_t>(kDevice + kHost));
+  EXPECT_EQ(s.current_bytes_reclaimed, static_cast<int64_t>(kHost));
+  EXPECT_EQ(Fake().pool_bytes_in_use(FAKE_CUDA_POOL_HOST), kHost);
+  for (size_t i = 0; i < host_units.size(); i += 2) EXPECT_OK(e->Free(host_units[i]));
+  void* two = e->Allocate(2 * kGiB, /*pin=*/false, &refused);  // in two holes
+  EXPECT_TRUE(two != nullptr);
+  std::vector<void*> small;
+  for (size_t i = 0; i < kGiB / k2M; ++i) {
+    small.push_back(MustAllocate(*e, k2M, /*pin=*/false));
+    ASSERT_TRUE(small.back() != nullptr);
+  }
+  EXPECT_EQ(e->GetStatistics().num_born_evicted,
+            static_cast<int64_t>(kHost / kGiB + 1 + kGiB / k2M));
+  for (size_t i = 0; i < small.size(); i += 64) {
+    EXPECT_OK(FillAllocation(*e, small[i], k2M, 900 + i));
+  }
+  for (size_t i = 0; i < small.size(); i += 64) {
+    EXPECT_EQ(VerifyAllocation(*e, small[i], k2M, 900 + i), -1);
+  }
+  for (void* p : small) EXPECT_OK(e->Free(p));
+  if (two != nullptr) EXPECT_OK(e->Free(two));
+  for (size_t i = 1; i < host_units.size(); i += 2) EXPECT_OK(e->Free(host_units[i]));
+  for (void* p : device_units) {
+    AllocationInfo info;
+    EXPECT_OK(e->Inspect(p, &info));
+    EXPECT_OK(e->Unpin(p, info.unit_id));
+    EXPECT_OK(e->Free(p));
+  }
+  s = e->GetStatistics();
+  EXPECT_EQ(s.bytes_in_use, 0);
+  EXPECT_EQ(s.current_bytes_reclaimed, 0);
+  EXPECT_OK(e->CheckInvariants());
+}
+#endif  // !defined(__SANITIZE_THREAD__)
 
 }  // namespace
 }  // namespace lms
