@@ -303,13 +303,6 @@ TEST_F(BackendTest, NoAccessMappingsAreRefusedOnAGpu) {
   b->ReleaseAddressRange(base, 4 * kGranule);
 }
 
-// Host memory in runs (backend.h, DefineRuns): a run is made by one
-// cuMemCreate and mapped by one cuMemMap wherever it goes, its bytes in order
-// (new runs that adjoin in the window are granted there in one call); a Map
-// naming part of a run is refused where the driver maps only from offset 0
-// (LMS maps pieces whole there, so that every cuMemUnmap covers whole
-// mappings, as cuMemUnmap requires); ReleaseRuns gives the memory back, and
-// the ids are single granules again.
 // Note [Copy tickets]. A release waits on the host for the copies that
 // read or wrote its memory, and only for those: a run whose last copy is
 // done is released at once while another copy is in flight, and the run
@@ -349,6 +342,13 @@ TEST_F(BackendTest, AReleaseWaitsForTheCopiesOfItsOwnMemoryOnly) {
   EXPECT_OK(b->Unmap(base, 4));
 }
 
+// Host memory in runs (backend.h, DefineRuns): a run is made by one
+// cuMemCreate and mapped by one cuMemMap wherever it goes, its bytes in order
+// (new runs that adjoin in the window are granted there in one call); a Map
+// naming part of a run is refused where the driver maps only from offset 0
+// (LMS maps pieces whole there, so that every cuMemUnmap covers whole
+// mappings, as cuMemUnmap requires); ReleaseRuns gives the memory back, and
+// the ids are single granules again.
 TEST_F(BackendTest, AHostRunIsOnePieceMadeMappedAndReleasedWhole) {
   b.reset();
   Fake().set_map_offset_zero_only(1);
@@ -1621,7 +1621,7 @@ TEST_F(EngineTest, OnADriverThatMapsWholeHandlesATensorIsOnePieceFromTheFirstEvi
 // free pieces as they are instead, with no host wait.
 TEST_F(EngineTest, DeviceMemoryARetiredMappingStillUsesIsNotCutAgain) {
   Fake().set_map_offset_zero_only(1);
-  StartEngine(/*device=*/10, /*host=*/32);
+  StartEngine(/*device=*/8, /*host=*/32);
   StartDeviceRuns();
   FencedStream compute(b);
   uint64_t id = 0;
@@ -1637,8 +1637,8 @@ TEST_F(EngineTest, DeviceMemoryARetiredMappingStillUsesIsNotCutAgain) {
   EXPECT_OK(e->Evict(t));
   const int64_t waits = e->GetStatistics().num_host_waits;
   std::thread release = kernel.ReleaseAfter(std::chrono::milliseconds(300));
-  // Five granules: the only stretch is the retired piece of four and one
-  // granule beside it.
+  // Five granules of eight: every stretch holds part of the retired piece
+  // of four.
   void* u = MustAllocate(*e, 5 * kGranule, /*pin=*/true);
   const int64_t waited = e->GetStatistics().num_host_waits - waits;
   release.join();

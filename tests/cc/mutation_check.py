@@ -120,9 +120,6 @@ MUTATIONS = {
         # eviction was deferred, or not, as the fake's workers happen to be
         # ahead of the poll: they fail when it was.
         {PIN_ALL, COPY}),
-    # A remap batch leaves the open epoch open: a unit unpinned before a move
-    # waits for every kernel queued until its own eviction (Note [Epochs of
-    # use]).
     # Note [Device pieces cut to units]: the engine's device pool keeps
     # cutting single granules after its first eviction.
     "device-pieces-never-cut": (
@@ -136,12 +133,23 @@ MUTATIONS = {
     # Note [Copy tickets]: a release does not wait for the copies of its
     # memory still in flight (cuMemUnmap and cuMemRelease under a copy).
     "release-ignores-its-copies": (
-        MEMORY, "  if (!RunsCopied(pool, runs, count) && !HostWait().ok()) return;\n",
-        "  // MUTATION\n", {OWN_COPIES, HOST_RELEASE, ONE_PIECE, NOT_CUT}),
+        MEMORY, "  if (!WaitForCopyTicket(LastCopyTicket(pool, runs, count)).ok()) return;\n",
+        "  // MUTATION\n", {OWN_COPIES, HOST_RELEASE},
+        # Their cuts release memory an eviction's copy may still read, as
+        # the fake's workers happen to be behind: they fail when it was.
+        {ONE_PIECE, NOT_CUT}),
     # A release waits for every copy in flight, its memory's or not.
     "release-waits-for-every-copy": (
-        MEMORY, "  if (!RunsCopied(pool, runs, count) && !HostWait().ok()) return;\n",
+        MEMORY, "  if (!WaitForCopyTicket(LastCopyTicket(pool, runs, count)).ok()) return;\n",
         "  if (!HostWait().ok()) return;  // MUTATION\n", {OWN_COPIES}),
+    # A ticket no event ends yet (its copies still being issued) is taken
+    # for done: memory a copy still reads is released.
+    "open-ticket-taken-as-done": (
+        STREAMS, "  if (ticket > copy_recorded_) return false;  // open: no event ends it yet\n",
+        "  // MUTATION\n", {OWN_COPIES}),
+    # A remap batch leaves the open epoch open: a unit unpinned before a move
+    # waits for every kernel queued until its own eviction (Note [Epochs of
+    # use]).
     "open-epoch-left-open-by-a-batch": (
         STREAMS, "  if (!fenced_.empty() && open_epoch_marked_.load(std::memory_order_relaxed)) {\n",
         "  if (false) {  // MUTATION\n", {OWN_EPOCH}),

@@ -303,6 +303,14 @@ size_t CudaBackend::MappingAt(uintptr_t address, uintptr_t* first) {
 void CudaBackend::DefineRuns(PoolKind pool, const GranuleRun* runs, size_t count) {
   Pool& p = pools_[static_cast<int>(pool)];
   for (size_t r = 0; r < count; ++r) {
+    // A piece still made there (a ReleaseRuns that could not wait, on a
+    // broken context) keeps its shape: a Map of the run then fails naming it,
+    // rather than map a handle at a length it does not have.
+    bool made = false;
+    for (uint32_t i = 0; i < runs[r].length && !made; ++i) {
+      made = p.handles[p.piece_start[runs[r].first + i]] != 0;
+    }
+    if (made) continue;
     for (uint32_t i = 0; i < runs[r].length; ++i) {
       p.piece_start[runs[r].first + i] = runs[r].first;
     }
@@ -348,7 +356,7 @@ void CudaBackend::ReleaseRuns(PoolKind pool, const GranuleRun* runs, size_t coun
   // nothing else can touch it. Without those waits nothing is released: a
   // copy may be reading it, and the CUDA context is broken anyway.
   if (!scope.status().ok()) return;
-  if (!RunsCopied(pool, runs, count) && !HostWait().ok()) return;
+  if (!WaitForCopyTicket(LastCopyTicket(pool, runs, count)).ok()) return;
   for (const Retired& r : retired_) {
     if (MapsRetired(pool, runs, count, r) && !EpochDone(r.mark) &&
         !HostWaitForEpoch(r.mark).ok()) {

@@ -547,10 +547,14 @@ class CudaBackend : public Backend {
   Status HostWait();
   Status Drain();
   // Note [Copy tickets]: whether every copy of ticket `ticket` is known
-  // complete, after asking the GPU without waiting; whether the last copies
-  // of every granule of `runs` are.
+  // complete, after asking the GPU without waiting; a host wait until it is
+  // (its own event where the ring holds it); the ticket whose event the
+  // ring holds for `ticket` (it, or the oldest held); the latest ticket of
+  // a copy of any granule of `runs`.
   bool CopyTicketDone(uint64_t ticket);
-  bool RunsCopied(PoolKind pool, const GranuleRun* runs, size_t count);
+  Status WaitForCopyTicket(uint64_t ticket);
+  uint64_t HeldTicket(uint64_t ticket) const;
+  uint64_t LastCopyTicket(PoolKind pool, const GranuleRun* runs, size_t count) const;
   // Notes that a copy of the open ticket reads or writes ids[0..count).
   void Stamp(PoolKind pool, const GranuleId* ids, size_t count) {
     Pool& p = pools_[static_cast<int>(pool)];

@@ -406,13 +406,17 @@ Status CudaBackend::HostWait() {
   return Status::Ok();
 }
 
+uint64_t CudaBackend::HeldTicket(uint64_t ticket) const {
+  // The ring holds the tickets after copy_recorded_ - kCopyRing; an older
+  // one is done once the oldest held is (copies complete in order).
+  return std::max<uint64_t>(ticket,
+                            copy_recorded_ >= kCopyRing ? copy_recorded_ - kCopyRing + 1 : 1);
+}
+
 bool CudaBackend::CopyTicketDone(uint64_t ticket) {
   if (ticket <= copies_done_through_) return true;
   if (ticket > copy_recorded_) return false;  // open: no event ends it yet
-  // The ring holds the tickets after copy_recorded_ - kCopyRing; an older
-  // one is done once the oldest held is (copies complete in order).
-  const uint64_t asked = std::max<uint64_t>(
-      ticket, copy_recorded_ >= kCopyRing ? copy_recorded_ - kCopyRing + 1 : 1);
+  const uint64_t asked = HeldTicket(ticket);
   if (driver_->cuEventQuery(copy_events_[asked % kCopyRing]) != cu::CUDA_SUCCESS) {
     return false;  // not ready, or an error a later wait reports
   }
@@ -420,7 +424,23 @@ bool CudaBackend::CopyTicketDone(uint64_t ticket) {
   return true;
 }
 
-bool CudaBackend::RunsCopied(PoolKind pool, const GranuleRun* runs, size_t count) {
+Status CudaBackend::WaitForCopyTicket(uint64_t ticket) {
+  if (CopyTicketDone(ticket)) return Status::Ok();
+  if (ticket > copy_recorded_) return HostWait();  // open: every copy so far
+  // Its own event (or a later one the ring still holds), not every copy in
+  // flight: copies issued since may wait on the GPU for kernels.
+  ScopedNanos timed(&stats_.wait_ns);
+  const uint64_t asked = HeldTicket(ticket);
+  ++stats_.host_waits;
+  LMS_RETURN_IF_ERROR(
+      driver_->Check(driver_->cuEventSynchronize(copy_events_[asked % kCopyRing]),
+                     "cuEventSynchronize (waiting for LMS copies of released memory)"));
+  copies_done_through_ = std::max(copies_done_through_, asked);
+  return Status::Ok();
+}
+
+uint64_t CudaBackend::LastCopyTicket(PoolKind pool, const GranuleRun* runs,
+                                     size_t count) const {
   const Pool& p = pools_[static_cast<int>(pool)];
   uint64_t last = 0;
   for (size_t r = 0; r < count; ++r) {
@@ -428,7 +448,7 @@ bool CudaBackend::RunsCopied(PoolKind pool, const GranuleRun* runs, size_t count
       last = std::max(last, p.copied_in[runs[r].first + i]);
     }
   }
-  return CopyTicketDone(last);
+  return last;
 }
 
 Status CudaBackend::Drain() {

@@ -95,11 +95,16 @@
 // for units of RunPool::kLeastStretch granules or more, such ids in one of
 // the few smallest stretches that hold them, the free pieces among them
 // released and one cut (Backend::ReleaseRuns; Backend::DefineRuns; the memory
-// is made at its first use). Only stretches whose release would wait for
+// made at once, Backend::MakeRuns, so that device memory released for a
+// moment is taken back before another user of the GPU can take it; the rest
+// of the process allocates through LMS, but cuDNN's, NCCL's or another
+// process's cudaMalloc would not). Only stretches whose release would wait for
 // nothing but LMS's own copies are cut (Backend::ReleaseWaitsOnlyForCopies):
 // never one that a retired mapping still in use holds, whose release would
 // wait for kernels. Where the ids are too scattered, the unit takes free
-// pieces as they are, as host runs do. On the timing model, cutting for
+// pieces as they are, as host runs do (a longer free piece released for it
+// is, of the few shortest, one whose release waits for no kernel, where
+// there is one). On the timing model, cutting for
 // smaller units cost ResNet-50 and DenseNet121 (many small sizes) more in
 // remaking memory than it saved, and asking that the released memory's
 // copies be done too left almost nothing to cut

@@ -394,7 +394,14 @@ void Engine::TakeDeviceGranules(uint64_t n, GranuleId* out) {
   if (!released.empty()) {
     backend_->ReleaseRuns(PoolKind::kDevice, released.data(), released.size());
   }
-  if (!cut.empty()) backend_->DefineRuns(PoolKind::kDevice, cut.data(), cut.size());
+  if (cut.empty()) return;
+  backend_->DefineRuns(PoolKind::kDevice, cut.data(), cut.size());
+  // Made at once: memory released a moment ago is taken back before other
+  // users of the GPU can take it. A failure is reported by the first Map or
+  // copy of the piece, which makes it again.
+  if (!released.empty()) {
+    (void)backend_->MakeRuns(PoolKind::kDevice, cut.data(), cut.size());
+  }
 }
 
 Status Engine::EvictChunks(const std::vector<ChunkId>& victims, bool may_unlock) {

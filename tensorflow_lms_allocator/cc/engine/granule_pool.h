@@ -1,8 +1,10 @@
 // GranulePool: the free list of one pool of physical granules.
 //
-// The engine's device pool (the device's memory; the host pool, handed out
-// in runs, is RunPool). The backend creates every granule of a pool once;
-// the pool only decides which granule ids are free. A granule is either free
+// The engine's device pool where the backend makes the pieces (DevicePool;
+// the host pool, and device pieces the engine cuts, are RunPool's), and the
+// index of ids not taken inside a RunPool that cuts pieces. The backend
+// creates every granule of a pool once; the pool only decides which granule
+// ids are free. A granule is either free
 // here or backs exactly one address slot (an allocation, a cached free range,
 // or the small-object region), so in_use() never exceeds capacity().
 //

@@ -81,7 +81,7 @@ bool RunPool::Take(size_t n, GranuleId* out, std::vector<Run>* released,
     if (it == free_parts_.end() || it->first != want) {
       it = free_parts_.upper_bound({want, kUnmade});
       if (it == free_parts_.begin()) break;
-      --it;
+      it = free_parts_.lower_bound({std::prev(it)->first, 0});  // its lowest id
     }
     need -= it->first;
     parts.push_back(Split(it, it->first));
@@ -109,9 +109,19 @@ bool RunPool::Take(size_t n, GranuleId* out, std::vector<Run>* released,
   if (need > 0) {
     // Runs mapped whole only (with splits no free part is left here): every
     // free part is a run longer than what is still needed, and together
-    // they hold it: the shortest is released and cut.
+    // they hold it: the shortest is released and cut; the shortest of the
+    // first few that `releasable` accepts, if it accepts one.
     auto it = free_parts_.upper_bound({static_cast<uint32_t>(need), kUnmade});
     assert(!splits_ && it != free_parts_.end());
+    if (releasable) {
+      size_t tries = kStretchTries;
+      for (auto other = it; other != free_parts_.end() && tries > 0; ++other, --tries) {
+        if (releasable({{other->second, other->first}})) {
+          it = other;
+          break;
+        }
+      }
+    }
     const Run longer{it->second, it->first};
     free_parts_.erase(it);
     Release(longer);

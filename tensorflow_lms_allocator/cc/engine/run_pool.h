@@ -1,4 +1,5 @@
-// RunPool: the host pool, handed out in runs.
+// RunPool: a pool handed out in runs: the host pool, and the device pool
+// where the engine cuts its pieces (Note [Device pieces cut to units]).
 //
 // A GPU driver's remap costs per piece of memory mapped, not per byte (on an
 // H200 granting host memory costs about 44 us a piece plus 10.5 us a MiB;
@@ -59,6 +60,7 @@
 #ifndef TENSORFLOW_LMS_ALLOCATOR_CC_ENGINE_RUN_POOL_H_
 #define TENSORFLOW_LMS_ALLOCATOR_CC_ENGINE_RUN_POOL_H_
 
+#include <cassert>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -90,7 +92,10 @@ class RunPool {
 
   // Whether Take may hand out part of a run (see above). Set before the
   // first Take or MakeAhead.
-  void set_splits(bool splits) { splits_ = splits; }
+  void set_splits(bool splits) {
+    assert(cutting_ == Cutting::kAsNeeded || !splits);
+    splits_ = splits;
+  }
   bool splits() const { return splits_; }
   // Set before the first Take or MakeAhead, without splits; kGranules may
   // become kUnits at any time.
@@ -122,7 +127,9 @@ class RunPool {
   // be released by the backend before anything else), then to *cut the runs
   // it cut (to be defined to it). Returns false if fewer than `n` are free.
   // Cutting units, a stretch whose free runs `releasable` refuses is not
-  // cut (the first kStretchTries stretches that hold n are tried).
+  // cut (the first kStretchTries stretches that hold n are tried), and a
+  // free run longer than needed is released only if none of the first few
+  // that `releasable` accepts serves (the shortest then goes regardless).
   bool Take(size_t n, GranuleId* out, std::vector<Run>* released, std::vector<Run>* cut,
             const Releasable& releasable = nullptr);
   // Gives back ids of taken parts (see above).

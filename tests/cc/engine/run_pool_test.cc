@@ -13,6 +13,25 @@
 namespace lms {
 namespace {
 
+// Sum of the lengths of the backend's pieces, as the random tests model them.
+size_t Granules(const std::map<GranuleId, uint32_t>& defined) {
+  size_t n = 0;
+  for (const auto& d : defined) n += d.second;
+  return n;
+}
+
+// Gives back the ids of one Take at random, one id at a time, as the engine
+// frees an evicted unit.
+void GiveOneTake(RunPool* pool, std::mt19937* rng, std::vector<std::vector<GranuleId>>* held,
+                 std::set<GranuleId>* taken) {
+  const size_t k = (*rng)() % held->size();
+  for (GranuleId id : (*held)[k]) {
+    pool->Give(id);
+    taken->erase(id);
+  }
+  held->erase(held->begin() + static_cast<std::ptrdiff_t>(k));
+}
+
 // RunPool against a model of the backend's pieces: every Take hands out
 // whole parts summing to what was asked, disjoint from every taken id, each
 // a whole run (runs mapped whole) or consecutive ids inside one run (with
@@ -79,18 +98,10 @@ TEST(RunPoolHandsOutWholePartsAndDefinesEachIdOnceUnderRandomUse) {
         }
         held.push_back(std::move(out));
       } else {
-        const size_t k = rng() % held.size();
-        // One id at a time, as the engine frees an evicted unit.
-        for (GranuleId id : held[k]) {
-          pool.Give(id);
-          taken.erase(id);
-        }
-        held.erase(held.begin() + static_cast<std::ptrdiff_t>(k));
+        GiveOneTake(&pool, &rng, &held, &taken);
       }
       ASSERT_TRUE(pool.in_use() == taken.size());
-      size_t defined_granules = 0;
-      for (const auto& d : defined) defined_granules += d.second;
-      ASSERT_TRUE(pool.made() == defined_granules);
+      ASSERT_TRUE(pool.made() == Granules(defined));
       ASSERT_TRUE(pool.made() <= std::max(pool.peak_in_use(), pool.made_ahead()));
     }
     EXPECT_TRUE(reused > 0);
@@ -126,11 +137,11 @@ TEST(RunsMadeAheadAreSplitForEachRequestAndMergeWhenGivenBack) {
   pool.Give(a, 5);
   pool.Give(b, 3);
   EXPECT_TRUE(pool.PartOf(16).length == 8u && pool.PartOf(21).first == 16u);
-  // 10: no free part holds it (8 and 8): one whole, then 2 split from the
-  // other, rather than making 2.
+  // 10: no free part holds it (8 and 8): one whole (of equal lengths, the
+  // lower ids), then 2 split from the other, rather than making 2.
   ASSERT_TRUE(pool.Take(10, d, &released, &cut));
-  EXPECT_EQ(d[0], 16u);
-  EXPECT_EQ(d[8], 8u);
+  EXPECT_EQ(d[0], 8u);
+  EXPECT_EQ(d[8], 16u);
   EXPECT_TRUE(cut.empty() && released.empty());
   EXPECT_EQ(pool.made(), 24u);  // what was made ahead stays made
   pool.Give(c, 8);
@@ -338,17 +349,10 @@ TEST(CuttingGranulesThenUnitsHandsOutWholePiecesUnderRandomUse) {
         }
         held.push_back(std::move(out));
       } else {
-        const size_t k = rng() % held.size();
-        for (GranuleId id : held[k]) {
-          pool.Give(id);
-          taken.erase(id);
-        }
-        held.erase(held.begin() + static_cast<std::ptrdiff_t>(k));
+        GiveOneTake(&pool, &rng, &held, &taken);
       }
       ASSERT_TRUE(pool.in_use() == taken.size());
-      size_t defined_granules = 0;
-      for (const auto& d : defined) defined_granules += d.second;
-      ASSERT_TRUE(pool.made() == defined_granules);
+      ASSERT_TRUE(pool.made() == Granules(defined));
       ASSERT_TRUE(pool.made() <= capacity);
     }
     if (capacity >= 8) EXPECT_TRUE(stretches > 0);
