@@ -1,7 +1,8 @@
 """Trains a small convolutional model on the emulated device with LMS: one
 step to trace the step function, then STEPS steps (default 1) recorded with
 tensorflow_lms_allocator.record_trace, and prints ``RESULT <json>``: the
-trace's counts and op names, and the LMS statistics before and after the
+trace's counts and op names, how many pins ended under the op that took
+them (a kernel pins its inputs and unpins them at its end), and the LMS statistics before and after the
 recorded steps.
 
 Usage: python trace_fit.py TRACE_PATH [MAX_MB [STEPS]]
@@ -19,7 +20,7 @@ import tensorflow as tf
 
 from models import small_cnn
 
-from tensorflow_lms_allocator import trace
+from tensorflow_lms_allocator import replay, trace
 
 
 def main() -> None:
@@ -44,11 +45,24 @@ def main() -> None:
     threads = len(np.unique(t.records["thread"]))
     live = (t.records["flags"] & trace.LIVE_AT_START) != 0
     calls = t.records[~live]
+    # Each pin against the unpin that ends it: a kernel pins its inputs and
+    # unpins them when it ends, both under its op.
+    pin_ops: dict[int, int] = {}
+    same_op = other_op = 0
+    for e in replay.normalize(t).events:
+        if e.kind == replay.PIN and e.pin >= 0 and not e.live_at_start:
+            pin_ops[e.pin] = e.op
+        elif e.kind == replay.UNPIN and e.pin in pin_ops:
+            if pin_ops.pop(e.pin) == e.op:
+                same_op += 1
+            else:
+                other_op += 1
     print("RESULT " + json.dumps({
         "counts": t.counts(), "snapshot": int(live.sum()),
         "snapshot_leads": bool(np.all(live[:int(live.sum())])),
         "call_counts": {trace.EVENT_NAMES[int(v)]: int(c) for v, c in
                         zip(*np.unique(calls["event"], return_counts=True))}, "ops": ops, "threads": threads, "dropped": t.dropped,
+        "pins_ended_under_their_op": same_op, "pins_ended_under_another_op": other_op,
         "monotonic_per_thread": all(
             bool(np.all(np.diff(t.records["time_ns"][t.records["thread"] == th]) >= 0))
             for th in np.unique(t.records["thread"])),

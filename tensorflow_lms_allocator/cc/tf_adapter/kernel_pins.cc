@@ -168,6 +168,15 @@ void KernelPins::OnContextCreated(void* context, void* params) {
   // sequentially consistent), so either this kernel holds back or the waiter
   // waits for it.
   contexts_.fetch_add(1);
+  // name_view() views the NodeDef's std::string, so its data() ends in a
+  // NUL; name() would reach it through the kernel's NodeProperties and
+  // NodeDef, two more lines from memory per kernel (measured: most of this
+  // hook's time in DenseNet121's steps).
+  const char* label = p->op_kernel != nullptr ? p->op_kernel->name_view().data() : nullptr;
+  // The kernel's label before its first pin: its inputs' pins (and page-ins)
+  // are its own in an access trace and in strict mode's reports, as its
+  // outputs are (replay.kernel_floor counts a kernel's inputs with them).
+  if (label != nullptr) StrictMonitor::SetThreadLabel(label);
   const bool waiters = num_waiting_.load() > 0;
   const Status s = waiters ? Status::Ok() : PinInputs(ctx, params, &entry.pins);
   if (__builtin_expect(waiters || s.code() == StatusCode::kResourceExhausted, 0)) {
@@ -178,11 +187,6 @@ void KernelPins::OnContextCreated(void* context, void* params) {
   if (entry.async) contexts_.fetch_add(kAsyncUnit);
   ThreadContexts& thread = ThisThread();
   const uint64_t serial = ++thread.last_serial;
-  // name_view() views the NodeDef's std::string, so its data() ends in a
-  // NUL; name() would reach it through the kernel's NodeProperties and
-  // NodeDef, two more lines from memory per kernel (measured: most of this
-  // hook's time in DenseNet121's steps).
-  const char* label = p->op_kernel != nullptr ? p->op_kernel->name_view().data() : nullptr;
   entry.serial = serial;
   entry.creator = t_owner;
   const bool async = entry.async;
@@ -206,8 +210,6 @@ void KernelPins::OnContextCreated(void* context, void* params) {
     thread.frames.push_back({context, serial, label, p->op_kernel, slot_, async, p->step_id});
     thread.depth[slot_].fetch_add(1, std::memory_order_relaxed);
   }
-  // Strict mode labels unpinned touches with the running op.
-  if (label != nullptr) StrictMonitor::SetThreadLabel(label);
 }
 
 void KernelPins::OnContextDestroyed(void* context) {
