@@ -336,6 +336,12 @@ class Engine {
   uint64_t ReleaseEpoch() const;
   // Returns true once the epoch has moved past `epoch`, false after `timeout`.
   bool WaitForRelease(uint64_t epoch, std::chrono::milliseconds timeout) const;
+  // Live bytes that no reclaim can free now: those of pinned units and of
+  // allocations not yet claimed (bytes_active + bytes_unclaimed). Lock-free:
+  // the value the last change under the lock left, which a release (the
+  // epoch above) has always published. KernelPins admits a kernel by it
+  // (Note [Kernels admitted by their last set] in kernel_pins.h).
+  int64_t HeldBytes() const { return held_bytes_.load(std::memory_order_relaxed); }
 
   // With the learned policy (and LMS on): pages in, into free device memory
   // only, the evicted units predicted to be used within `lookahead` uses
@@ -567,6 +573,11 @@ class Engine {
 #endif
   // Moves the release epoch and wakes waiters, if any.
   void NoteRelease() LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Stores bytes_active + bytes_unclaimed for HeldBytes(); called wherever
+  // either grows, and by NoteRelease.
+  void PublishHeld() LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    held_bytes_.store(stats_.bytes_active + stats_.bytes_unclaimed, std::memory_order_relaxed);
+  }
 
   // Small objects (engine_small.cc).
   void* AllocateSmall(size_t bytes, Hold hold, bool optional, Status* status,
@@ -810,6 +821,8 @@ class Engine {
   // PoolKind (host for evictions, device for page-ins).
   uint64_t transit_granules_[2] LMS_GUARDED_BY(mu_) = {0, 0};
   uint64_t release_epoch_ LMS_GUARDED_BY(mu_) = 0;
+  // HeldBytes(), stored by PublishHeld under mu_.
+  std::atomic<int64_t> held_bytes_{0};
   mutable int release_waiters_ LMS_GUARDED_BY(mu_) = 0;
   DevicePool device_pool_ LMS_GUARDED_BY(mu_);
   bool device_runs_ LMS_GUARDED_BY(mu_) = false;  // StartDeviceRuns

@@ -3,6 +3,7 @@
 // Everything else in the adapter stays light.
 #include "tf_adapter/kernel_pins.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 
@@ -68,6 +69,11 @@ void GiveSlot(int slot) {
   std::lock_guard<std::mutex> lock(g_slots_mu);
   g_slot_taken[slot] = false;
 }
+
+// Bytes of the inputs pinned and the allocations made by kernels on this
+// thread so far: a kernel's set is the difference between its end and its
+// start (Note [Kernels admitted by their last set]).
+thread_local int64_t t_tally = 0;
 
 // This thread's stack: owned by the thread and shared with the entries of
 // its live contexts, which may be destroyed after the thread exits. The raw
@@ -162,6 +168,11 @@ void KernelPins::OnContextCreated(void* context, void* params) {
   auto* p = static_cast<tensorflow::OpKernelContext::Params*>(params);
   Entry entry;
   entry.async = p->op_kernel != nullptr && p->op_kernel->AsAsync() != nullptr;
+  if (!entry.async && p->op_kernel != nullptr && engine_->lms_enabled()) {
+    entry.kernel = p->op_kernel;
+    AwaitRoomFor(entry.kernel);
+    entry.tally_at_start = t_tally;
+  }
   // Counted before its first pin (the invariant of Note [Taking turns]). It
   // counts itself, then looks for waiters; a waiter takes its ticket, then
   // counts live contexts: of the two, at least one sees the other (both
@@ -181,6 +192,14 @@ void KernelPins::OnContextCreated(void* context, void* params) {
   const Status s = waiters ? Status::Ok() : PinInputs(ctx, params, &entry.pins);
   if (__builtin_expect(waiters || s.code() == StatusCode::kResourceExhausted, 0)) {
     PinInputsTakingTurns(ctx, params, &entry.pins);
+  }
+  if (entry.kernel != nullptr) {
+    for (const tensorflow::TensorValue& value : p->inputs) {
+      const tensorflow::Tensor* tensor = value.tensor;
+      if (tensor != nullptr && engine_->Owns(tensorflow::DMAHelper::base(tensor))) {
+        t_tally += static_cast<int64_t>(tensor->TotalBytes());
+      }
+    }
   }
   // An asynchronous kernel counts as blocked once its inputs are pinned
   // (while it takes turns for them it is not even counted live).
@@ -225,6 +244,11 @@ void KernelPins::OnContextDestroyed(void* context) {
   // Unpin first, then stop counting: a request waiting for this kernel's
   // memory (RetryWhileOthersRelease) makes its last attempt after the count
   // drops, and must find the memory released by then.
+  if (entry.kernel != nullptr && entry.creator.get() == t_contexts) {
+    SetShard& sets = SetShardFor(entry.kernel);
+    std::lock_guard<std::mutex> lock(sets.mu);
+    sets.bytes[entry.kernel] = t_tally - entry.tally_at_start;
+  }
   UnpinAll(entry.pins);
   contexts_.fetch_sub(entry.async ? kAsyncUnit + 1 : 1);
   const char* enclosing_label = Forget(*entry.creator, entry.serial, slot_);
@@ -303,6 +327,53 @@ void KernelPins::AwaitTurn() {
                               .count());
 }
 
+int64_t KernelPins::LastSetBytes(const tensorflow::OpKernel* kernel) {
+  SetShard& sets = SetShardFor(kernel);
+  std::lock_guard<std::mutex> lock(sets.mu);
+  const auto it = sets.bytes.find(kernel);
+  return it != sets.bytes.end() ? it->second : 0;
+}
+
+void KernelPins::AwaitRoomFor(const tensorflow::OpKernel* kernel) {
+  const int64_t set = LastSetBytes(kernel);
+  const int64_t device =
+      static_cast<int64_t>(engine_->device_granules() * engine_->granule_bytes());
+  if (set == 0 || engine_->HeldBytes() + set <= device) return;
+  // Note [No waits on TensorFlow's event threads].
+  if (OnTensorFlowEventThread()) return;
+  // An enclosing kernel of this thread cannot end while it waits.
+  int64_t all = 0;
+  int64_t own = 0;
+  CountOwnContexts(&all, &own);
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline = start + kTurnWait;
+  bool waited = false;
+  blocked_contexts_.fetch_add(own);
+  {
+    ScopedActivity span(engine_->activity_observer(), Activity::kMemoryWait, 0, 0);
+    while (true) {
+      // The epoch before the figures: a release after them wakes the wait
+      // (HeldBytes is published before the epoch moves).
+      const uint64_t epoch = engine_->ReleaseEpoch();
+      if (engine_->HeldBytes() + set <= device) break;
+      // Synchronous kernels of other threads: only their ends release.
+      const int64_t contexts = contexts_.load();
+      if (Live(contexts) - Async(contexts) - own <= 0) break;
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) break;
+      waited = true;
+      engine_->WaitForRelease(epoch, std::min(left, kTurnSlice));
+    }
+  }
+  blocked_contexts_.fetch_sub(own);
+  if (!waited) return;
+  num_admission_waits_.fetch_add(1, std::memory_order_relaxed);
+  engine_->NoteKernelWait(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                              std::chrono::steady_clock::now() - start)
+                              .count());
+}
+
 const char* KernelPins::Forget(ThreadContexts& creator, uint64_t serial, int slot) {
   std::lock_guard<std::mutex> lock(creator.mu);
   std::vector<ThreadContexts::Frame>& frames = creator.frames;
@@ -365,7 +436,9 @@ Status KernelPins::PinForCopy(const void* data, uint64_t* unit_id) {
                                  /*deadlock_fallback=*/false);
 }
 
-void KernelPins::RecordAllocation(const void* ptr, uint64_t unit_id) {
+void KernelPins::CountInKernelSet(size_t bytes) { t_tally += static_cast<int64_t>(bytes); }
+
+void KernelPins::RecordAllocation(const void* ptr, uint64_t unit_id, size_t bytes) {
   ThreadContexts::Frame current{nullptr, 0, nullptr, nullptr, slot_, false, 0};
   if (ThreadContexts* thread = t_contexts) {
     std::lock_guard<std::mutex> lock(thread->mu);
@@ -380,6 +453,7 @@ void KernelPins::RecordAllocation(const void* ptr, uint64_t unit_id) {
     if (it != shard.entries.end() && it->second.creator.get() == t_contexts &&
         it->second.serial == current.serial) {
       it->second.pins.push_back({ptr, unit_id});
+      t_tally += static_cast<int64_t>(bytes);
       return;
     }
   }

@@ -105,6 +105,27 @@
 // pinned in its old buffer only; TensorFlow serialises such updates with the
 // same lock, so this is a race the program has without LMS too.
 //
+// Note [Kernels admitted by their last set]
+// Kernels that each fit alone but not together take turns only once a
+// request fails (Note [Taking turns]). By then each has pinned its inputs,
+// and two that both need more wait for each other until one is served from
+// host memory (measured on `make bench-mincap`'s probes: with one inter-op
+// thread ResNet-50 trains from device memory in 60 MiB and DenseNet121 in
+// 40, with two they needed 82 and 46). So a synchronous kernel is also
+// admitted by what it held in its last run: its OpKernel, which TensorFlow
+// runs again every step, remembers the bytes of the inputs it pinned and of
+// what it allocated (temporaries included: at least what it held at once).
+// Before it pins its inputs, if that set beside what is held now
+// (Engine::HeldBytes: pinned and unclaimed) exceeds the device, it waits for
+// releases until the set fits, no other synchronous kernel runs (nothing
+// else would release), or kTurnWait passes, then goes on as before. It
+// holds nothing and is not yet a live context while it waits, and its
+// thread's enclosing kernels count as blocked (as in AwaitTurn), so no other
+// waiter waits for it. A kernel never run, an asynchronous one, one on an
+// event thread, and every kernel with LMS off go straight on. An input that a
+// running kernel also pins counts twice, so a kernel may wait for one
+// reading the same tensor: concurrency is lost only on a device that is full.
+//
 // Thread-safety: all methods may be called from any thread. One KernelPins
 // serves a device (the logical devices of the emulated device share one);
 // the thread stacks are per thread and shared by every device's, each
@@ -129,6 +150,7 @@
 #include "tf_adapter/outside_kernel.h"
 
 namespace tensorflow {
+class OpKernel;
 class OpKernelContext;
 class Tensor;
 class Var;
@@ -247,8 +269,12 @@ class KernelPins {
   // How long a new kernel waits for the waiters before pinning its inputs.
   static constexpr std::chrono::seconds kTurnWait{1};
 
-  // Adds an allocation made pinned on this thread to the current kernel.
-  void RecordAllocation(const void* ptr, uint64_t unit_id);
+  // Adds an allocation of `bytes` made pinned on this thread to the current
+  // kernel (and to its set, Note [Kernels admitted by their last set]).
+  void RecordAllocation(const void* ptr, uint64_t unit_id, size_t bytes);
+  // Counts `bytes` that this thread's kernel allocated unpinned (in host
+  // memory) in its set.
+  static void CountInKernelSet(size_t bytes);
 
   // Pins the unit holding `data` for one of TensorFlow's own copies (Note
   // [TensorFlow's own copies] in tensorflow_copies.h), waiting for other
@@ -272,6 +298,12 @@ class KernelPins {
   // that ended kDeadlocked.
   int64_t NumWaits() const { return num_waits_.load(std::memory_order_relaxed); }
   int64_t NumDeadlocks() const { return num_deadlocks_.load(std::memory_order_relaxed); }
+  // For tests: kernels that waited to be admitted (Note [Kernels admitted by
+  // their last set]), and the set `kernel` is admitted by (0: none yet).
+  int64_t NumAdmissionWaits() const {
+    return num_admission_waits_.load(std::memory_order_relaxed);
+  }
+  int64_t LastSetBytes(const tensorflow::OpKernel* kernel);
 
  private:
   // Note [Taking turns]
@@ -338,6 +370,10 @@ class KernelPins {
   // Called before a new kernel pins its inputs: waits (bounded) while
   // requests are waiting for memory.
   void AwaitTurn();
+  // Called before a synchronous kernel counts itself live: waits (bounded)
+  // while its last set does not fit beside what is held (Note [Kernels
+  // admitted by their last set]).
+  void AwaitRoomFor(const tensorflow::OpKernel* kernel);
 
   struct Pin {
     const void* ptr;
@@ -350,6 +386,11 @@ class KernelPins {
     // tells a context at a reused address apart.
     uint64_t serial = 0;
     bool async = false;  // an AsyncOpKernel's (counted in Async(contexts_))
+    // A synchronous kernel's OpKernel, and its thread's tally of bytes
+    // pinned and allocated when it was created (Note [Kernels admitted by
+    // their last set]).
+    const tensorflow::OpKernel* kernel = nullptr;
+    int64_t tally_at_start = 0;
     std::shared_ptr<ThreadContexts> creator;
     std::vector<Pin> pins;
   };
@@ -403,6 +444,17 @@ class KernelPins {
   const int slot_;
   LiveVariables live_variables_;
   Shard shards_[kShards];
+  // Each synchronous kernel's last set (Note [Kernels admitted by their last
+  // set]), by OpKernel. An OpKernel TensorFlow deletes may leave its entry
+  // to a kernel later made at its address: a hint, replaced at that one's end.
+  struct SetShard {
+    std::mutex mu;
+    std::unordered_map<const tensorflow::OpKernel*, int64_t> bytes LMS_GUARDED_BY(mu);
+  };
+  SetShard& SetShardFor(const tensorflow::OpKernel* kernel) {
+    return last_sets_[(reinterpret_cast<uintptr_t>(kernel) >> 6) % kShards];
+  }
+  SetShard last_sets_[kShards];
   // Live contexts (the low 32 bits: Live) and, among them, those of
   // asynchronous kernels whose inputs are pinned (in units of kAsyncUnit:
   // Async; Note [Asynchronous kernels wait for others]). One word, so a
@@ -421,6 +473,7 @@ class KernelPins {
   std::atomic<int64_t> blocked_contexts_{0};
   std::atomic<int64_t> num_waits_{0};
   std::atomic<int64_t> num_deadlocks_{0};
+  std::atomic<int64_t> num_admission_waits_{0};
 };
 
 }  // namespace lms

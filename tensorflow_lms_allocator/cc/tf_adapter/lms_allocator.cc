@@ -137,7 +137,14 @@ void* LmsAllocator::Allocate(size_t alignment, size_t num_bytes, bool retry_on_f
     return nullptr;
   }
   t_last_failure.ClearFor(this);
-  if (pinned && engine_->Owns(ptr)) pins_->RecordAllocation(ptr, id);
+  if (pinned && engine_->Owns(ptr)) {
+    pins_->RecordAllocation(ptr, id, num_bytes);
+  } else if (in_kernel) {
+    // Placed in host memory: still part of the kernel's set, which the
+    // device should hold next time (Note [Kernels admitted by their last
+    // set] in kernel_pins.h).
+    pins_->CountInKernelSet(num_bytes);
+  }
   if (ProfilerRecording()) {
     RecordForProfiler(MemoryEvent::kAllocation, ptr, num_bytes, engine_->AllocatedSize(ptr));
   }

@@ -199,7 +199,7 @@ extern "C" int tf_lms_test_tensorflow_copy(const char* device_name, const char* 
         uint64_t id = 0;
         void* p = engine.Allocate(engine.granule_bytes(), /*pin=*/true, &s, &id);
         if (p == nullptr) break;
-        device->pins()->RecordAllocation(p, id);
+        device->pins()->RecordAllocation(p, id, engine.granule_bytes());
         held.push_back(p);
       }
       filled = true;

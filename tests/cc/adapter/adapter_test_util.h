@@ -51,34 +51,62 @@ inline lms::AllocationInfo Info(lms::LmsDevice& device, const tensorflow::Tensor
   return info;
 }
 
+// The construction a test kernel named `name` is made from: its OpDef (one
+// per name, living as long as the kernels) and NodeDef, on no device.
+class TestKernelConstruction {
+ public:
+  explicit TestKernelConstruction(const char* name)
+      : props_(Props(name)),
+        construction_(tensorflow::DeviceType("CPU"), /*device=*/nullptr, /*allocator=*/nullptr,
+                      /*flib=*/nullptr, /*resource_mgr=*/nullptr, props_, {}, {},
+                      /*graph_def_version=*/0, &status_) {}
+  tensorflow::OpKernelConstruction* get() { return &construction_; }
+
+ private:
+  static std::shared_ptr<const tensorflow::NodeProperties> Props(const char* name) {
+    auto* def = new tensorflow::OpDef;  // lives as long as the kernels
+    def->set_name(name);
+    tensorflow::NodeDef node;
+    node.set_name(name);
+    node.set_op(name);
+    return std::make_shared<const tensorflow::NodeProperties>(
+        def, std::move(node), tensorflow::DataTypeSlice(), tensorflow::DataTypeSlice());
+  }
+  std::shared_ptr<const tensorflow::NodeProperties> props_;
+  absl::Status status_;
+  tensorflow::OpKernelConstruction construction_;
+};
+
 // An asynchronous kernel (an AsyncOpKernel, as collectives, _Recv and
 // function calls are), for a Context whose kernel waits for others: the
 // adapter asks it only AsAsync() and its name.
 class AsyncKernel : public tensorflow::AsyncOpKernel {
  public:
   static std::unique_ptr<AsyncKernel> Make() {
-    static const tensorflow::OpDef* const op_def = [] {
-      auto* def = new tensorflow::OpDef;  // lives as long as the kernels
-      def->set_name("LmsTestAsync");
-      return def;
-    }();
-    tensorflow::NodeDef node;
-    node.set_name("lms_test_async");
-    node.set_op("LmsTestAsync");
-    auto props = std::make_shared<const tensorflow::NodeProperties>(
-        op_def, std::move(node), tensorflow::DataTypeSlice(), tensorflow::DataTypeSlice());
-    absl::Status status;
-    tensorflow::OpKernelConstruction construction(
-        tensorflow::DeviceType("CPU"), /*device=*/nullptr, /*allocator=*/nullptr,
-        /*flib=*/nullptr, /*resource_mgr=*/nullptr, props, {}, {}, /*graph_def_version=*/0,
-        &status);
-    return std::unique_ptr<AsyncKernel>(new AsyncKernel(&construction));
+    TestKernelConstruction construction("LmsTestAsync");
+    return std::unique_ptr<AsyncKernel>(new AsyncKernel(construction.get()));
   }
   void ComputeAsync(tensorflow::OpKernelContext*, DoneCallback done) override { done(); }
 
  private:
   explicit AsyncKernel(tensorflow::OpKernelConstruction* construction)
       : tensorflow::AsyncOpKernel(construction) {}
+};
+
+// A synchronous kernel named `name`, for a Context that TensorFlow would run
+// again each step: the adapter keys its last set by it (Note [Kernels
+// admitted by their last set]).
+class SyncKernel : public tensorflow::OpKernel {
+ public:
+  static std::unique_ptr<SyncKernel> Make(const char* name) {
+    TestKernelConstruction construction(name);
+    return std::unique_ptr<SyncKernel>(new SyncKernel(construction.get()));
+  }
+  void Compute(tensorflow::OpKernelContext*) override {}
+
+ private:
+  explicit SyncKernel(tensorflow::OpKernelConstruction* construction)
+      : tensorflow::OpKernel(construction) {}
 };
 
 // A kernel's context on `pins` while it lives: created with `inputs` as the

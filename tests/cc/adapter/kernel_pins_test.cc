@@ -177,6 +177,94 @@ TEST(AKernelsRequestNoOtherKernelCanMakeRoomForGoesToHostMemory) {
   EXPECT_TRUE(std::chrono::steady_clock::now() - start < lms::KernelPins::kRetryBudget);
 }
 
+// Note [Kernels admitted by their last set]: two kernels that each pin 4 MiB
+// and then allocate 4 MiB, on an 8 MiB device. Pinned at once, both would
+// wait for the other's release until one is served from host memory; the
+// second, whose last set (8 MiB) does not fit beside the first's input, is
+// not admitted until the first ends.
+TEST(AKernelWhoseLastSetDoesNotFitBesideRunningKernelsWaitsForThemBeforePinning) {
+  auto device = MakeDevice("admitted", 8);
+  ASSERT_TRUE(device != nullptr);
+  lms::KernelPins* pins = device->pins();
+  auto first = lms_test::SyncKernel::Make("first");
+  auto second = lms_test::SyncKernel::Make("second");
+  tensorflow::Tensor a = MakeTensor(*device, 4);
+  tensorflow::Tensor b = MakeTensor(*device, 4);
+  Fill(a, 1);
+  Fill(b, 2);
+  { Context writer(pins, {&a, &b}); }  // claimed, then inactive
+  // Their last runs, one at a time: inputs and outputs, 8 MiB each.
+  for (auto [kernel, input] : {std::pair{first.get(), &a}, std::pair{second.get(), &b}}) {
+    Context run(pins, {input}, /*step_id=*/1, kernel);
+    tensorflow::Tensor out = MakeTensor(*device, 4);
+    EXPECT_TRUE(!Info(*device, out).evicted);
+  }
+  EXPECT_EQ(pins->LastSetBytes(first.get()), static_cast<int64_t>(8 * lms_test::kMiB));
+  EXPECT_EQ(pins->LastSetBytes(second.get()), static_cast<int64_t>(8 * lms_test::kMiB));
+  const int64_t overflows = device->engine().GetStatistics().num_overflow_placements;
+
+  std::mutex mu;
+  std::condition_variable cv;
+  bool first_pinned = false, second_pinned = false, first_allocated = false;
+  std::thread other([&] {
+    Context run(pins, {&a}, /*step_id=*/2, first.get());
+    std::unique_lock<std::mutex> lock(mu);
+    first_pinned = true;
+    cv.notify_all();
+    // Gives the second kernel the time to pin its input beside this one's.
+    cv.wait_for(lock, std::chrono::milliseconds(300), [&] { return second_pinned; });
+    lock.unlock();
+    tensorflow::Tensor out = MakeTensor(*device, 4);
+    EXPECT_TRUE(!Info(*device, out).evicted);
+    Fill(out, 3);
+    EXPECT_TRUE(Holds(a, 1) && Holds(out, 3));
+    lock.lock();
+    first_allocated = true;
+  });
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return first_pinned; });
+  }
+  {
+    Context run(pins, {&b}, /*step_id=*/2, second.get());
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      EXPECT_TRUE(first_allocated);  // admitted only once the first was done
+      second_pinned = true;
+    }
+    cv.notify_all();
+    tensorflow::Tensor out = MakeTensor(*device, 4);
+    EXPECT_TRUE(!Info(*device, out).evicted);
+    Fill(out, 4);
+    EXPECT_TRUE(Holds(b, 2) && Holds(out, 4));
+  }
+  other.join();
+  EXPECT_EQ(pins->NumAdmissionWaits(), 1);
+  EXPECT_EQ(pins->NumDeadlocks(), 0);
+  EXPECT_EQ(device->engine().GetStatistics().num_overflow_placements, overflows);
+}
+
+// A last set that does not fit beside what is held, with no other kernel
+// running to release anything (here an allocation outside kernels, which
+// nothing evicts): the kernel goes on at once, as without admission.
+TEST(AKernelWhoseLastSetDoesNotFitGoesOnAtOnceWhenNoOtherKernelRuns) {
+  auto device = MakeDevice("alone", 8);
+  ASSERT_TRUE(device != nullptr);
+  lms::KernelPins* pins = device->pins();
+  auto kernel = lms_test::SyncKernel::Make("alone");
+  tensorflow::Tensor a = MakeTensor(*device, 4);
+  {
+    Context run(pins, {&a}, /*step_id=*/1, kernel.get());
+    tensorflow::Tensor out = MakeTensor(*device, 4);
+  }
+  tensorflow::Tensor unclaimed = MakeTensor(*device, 2);  // held: 2 MiB
+  EXPECT_TRUE(Info(*device, unclaimed).unclaimed && !Info(*device, unclaimed).evicted);
+  const auto start = std::chrono::steady_clock::now();
+  { Context run(pins, {&a}, /*step_id=*/2, kernel.get()); }
+  EXPECT_TRUE(std::chrono::steady_clock::now() - start < lms::KernelPins::kTurnSlice);
+  EXPECT_EQ(pins->NumAdmissionWaits(), 0);
+}
+
 TEST(AnOptionalRequestEvictsWithinItsStepsAllowance) {
   // Note [Optional requests] in engine.h: a sixteenth of the device a step.
   auto device = MakeDevice("optional", 64);
