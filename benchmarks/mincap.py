@@ -233,7 +233,7 @@ def measure(model_name: str, steps: int, resolution: float, timeout: float) -> O
     fits_mb, fails_mb = -(-int(peak_mb + 1) // GRANULE_MB) * GRANULE_MB, 0
     best = None
     probes = 1
-    step_mb = max(4, int(peak_mb * resolution))
+    step_mb = max(GRANULE_MB, int(peak_mb * resolution))
     while fits_mb - fails_mb > step_mb:
         cap = (fits_mb + fails_mb) // (2 * GRANULE_MB) * GRANULE_MB
         probe = run_probe(model_name, cap, steps, timeout)
@@ -259,9 +259,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--models", nargs="+", choices=MODELS + OTHER_MODELS,
                         default=list(MODELS))
     parser.add_argument("--steps", type=int, default=3, help="training steps per probe")
-    parser.add_argument("--resolution", type=float, default=0.02,
-                        help="stop bisecting when the interval is below this fraction of "
-                             "the peak (at least 4 MiB)")
+    parser.add_argument("--resolution", type=float, default=0.0,
+                        help="stop bisecting when the interval is this fraction of the "
+                             "peak or less (at least a granule, 2 MiB: the default)")
     parser.add_argument("--timeout", type=float, default=600, help="seconds per probe")
     parser.add_argument("--progress-every", type=float, default=30,
                         help="seconds between progress lines of a running probe")

@@ -170,7 +170,7 @@ void KernelPins::OnContextCreated(void* context, void* params) {
   entry.async = p->op_kernel != nullptr && p->op_kernel->AsAsync() != nullptr;
   if (!entry.async && p->op_kernel != nullptr && engine_->lms_enabled()) {
     entry.kernel = p->op_kernel;
-    AwaitRoomFor(entry.kernel);
+    entry.admitted = AwaitRoomFor(entry.kernel);
     entry.tally_at_start = t_tally;
   }
   // Counted before its first pin (the invariant of Note [Taking turns]). It
@@ -249,6 +249,9 @@ void KernelPins::OnContextDestroyed(void* context) {
     std::lock_guard<std::mutex> lock(sets.mu);
     sets.bytes[entry.kernel] = t_tally - entry.tally_at_start;
   }
+  // Its room goes back before its pins, whose release wakes the kernels
+  // waiting to be admitted.
+  if (entry.admitted != 0) admitted_bytes_.fetch_sub(entry.admitted);
   UnpinAll(entry.pins);
   contexts_.fetch_sub(entry.async ? kAsyncUnit + 1 : 1);
   const char* enclosing_label = Forget(*entry.creator, entry.serial, slot_);
@@ -334,44 +337,64 @@ int64_t KernelPins::LastSetBytes(const tensorflow::OpKernel* kernel) {
   return it != sets.bytes.end() ? it->second : 0;
 }
 
-void KernelPins::AwaitRoomFor(const tensorflow::OpKernel* kernel) {
+int64_t KernelPins::AwaitRoomFor(const tensorflow::OpKernel* kernel) {
   const int64_t set = LastSetBytes(kernel);
+  if (set == 0) return 0;
   const int64_t device =
       static_cast<int64_t>(engine_->device_granules() * engine_->granule_bytes());
-  if (set == 0 || engine_->HeldBytes() + set <= device) return;
-  // Note [No waits on TensorFlow's event threads].
-  if (OnTensorFlowEventThread()) return;
-  // An enclosing kernel of this thread cannot end while it waits.
+  // Takes the set's room if it fits: beside what is held, and beside the
+  // sets of the kernels admitted before it (what they will still allocate;
+  // one counter, so two kernels starting at once never both take the last
+  // room).
+  auto admit_if_room = [&] {
+    int64_t admitted = admitted_bytes_.load();
+    while (std::max(engine_->HeldBytes(), admitted) + set <= device) {
+      if (admitted_bytes_.compare_exchange_weak(admitted, admitted + set)) return true;
+    }
+    return false;
+  };
+  if (admit_if_room()) return set;
+  // Note [No waits on TensorFlow's event threads]; otherwise an enclosing
+  // kernel of this thread cannot end while it waits.
   int64_t all = 0;
   int64_t own = 0;
-  CountOwnContexts(&all, &own);
+  const bool event_thread = OnTensorFlowEventThread();
+  if (!event_thread) CountOwnContexts(&all, &own);
   const auto start = std::chrono::steady_clock::now();
   const auto deadline = start + kTurnWait;
   bool waited = false;
+  bool room = false;
   blocked_contexts_.fetch_add(own);
   {
     ScopedActivity span(engine_->activity_observer(), Activity::kMemoryWait, 0, 0);
-    while (true) {
+    while (!event_thread) {
       // The epoch before the figures: a release after them wakes the wait
-      // (HeldBytes is published before the epoch moves).
+      // (HeldBytes is published before the epoch moves, and a kernel's set
+      // is given back before it unpins).
       const uint64_t epoch = engine_->ReleaseEpoch();
-      if (engine_->HeldBytes() + set <= device) break;
+      room = admit_if_room();
+      if (room) break;
       // Synchronous kernels of other threads: only their ends release.
       const int64_t contexts = contexts_.load();
       if (Live(contexts) - Async(contexts) - own <= 0) break;
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
           deadline - std::chrono::steady_clock::now());
       if (left.count() <= 0) break;
+      if (!waited) num_admission_waits_.fetch_add(1, std::memory_order_relaxed);
       waited = true;
       engine_->WaitForRelease(epoch, std::min(left, kTurnSlice));
     }
   }
   blocked_contexts_.fetch_sub(own);
-  if (!waited) return;
-  num_admission_waits_.fetch_add(1, std::memory_order_relaxed);
-  engine_->NoteKernelWait(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                              std::chrono::steady_clock::now() - start)
-                              .count());
+  // Without room: goes on as without admission, its set counted for those
+  // after it.
+  if (!room) admitted_bytes_.fetch_add(set);
+  if (waited) {
+    engine_->NoteKernelWait(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                std::chrono::steady_clock::now() - start)
+                                .count());
+  }
+  return set;
 }
 
 const char* KernelPins::Forget(ThreadContexts& creator, uint64_t serial, int slot) {

@@ -116,9 +116,12 @@
 // runs again every step, remembers the bytes of the inputs it pinned and of
 // what it allocated (temporaries included: at least what it held at once).
 // Before it pins its inputs, if that set beside what is held now
-// (Engine::HeldBytes: pinned and unclaimed) exceeds the device, it waits for
-// releases until the set fits, no other synchronous kernel runs (nothing
-// else would release), or kTurnWait passes, then goes on as before. It
+// (Engine::HeldBytes: pinned and unclaimed), or beside the sets of the
+// running kernels admitted so (what they hold and may still allocate; one
+// counter, taken with a compare-and-swap, so two kernels starting at once
+// never both take the last room), exceeds the device, it waits for releases
+// until the set fits, no other synchronous kernel runs (nothing else would
+// release), or kTurnWait passes, then goes on as before. It
 // holds nothing and is not yet a live context while it waits, and its
 // thread's enclosing kernels count as blocked (as in AwaitTurn), so no other
 // waiter waits for it. A kernel never run, an asynchronous one, one on an
@@ -371,9 +374,11 @@ class KernelPins {
   // requests are waiting for memory.
   void AwaitTurn();
   // Called before a synchronous kernel counts itself live: waits (bounded)
-  // while its last set does not fit beside what is held (Note [Kernels
-  // admitted by their last set]).
-  void AwaitRoomFor(const tensorflow::OpKernel* kernel);
+  // while its last set does not fit beside what is held and what the
+  // kernels admitted before it may take (Note [Kernels admitted by their
+  // last set]); returns the bytes it counted in admitted_bytes_ (its set, 0
+  // if none is known), for the kernel to give back at its end.
+  int64_t AwaitRoomFor(const tensorflow::OpKernel* kernel);
 
   struct Pin {
     const void* ptr;
@@ -391,6 +396,7 @@ class KernelPins {
     // their last set]).
     const tensorflow::OpKernel* kernel = nullptr;
     int64_t tally_at_start = 0;
+    int64_t admitted = 0;  // its set in admitted_bytes_
     std::shared_ptr<ThreadContexts> creator;
     std::vector<Pin> pins;
   };
@@ -474,6 +480,8 @@ class KernelPins {
   std::atomic<int64_t> num_waits_{0};
   std::atomic<int64_t> num_deadlocks_{0};
   std::atomic<int64_t> num_admission_waits_{0};
+  // The last sets of the running kernels admitted by theirs.
+  std::atomic<int64_t> admitted_bytes_{0};
 };
 
 }  // namespace lms

@@ -244,6 +244,57 @@ TEST(AKernelWhoseLastSetDoesNotFitBesideRunningKernelsWaitsForThemBeforePinning)
   EXPECT_EQ(device->engine().GetStatistics().num_overflow_placements, overflows);
 }
 
+// A kernel admitted by its last set keeps the room that set needs until it
+// ends, though it holds nothing yet: a kernel that starts after it (before
+// it allocates) waits, rather than take room the first will need.
+TEST(AKernelAdmittedBeforeKeepsTheRoomOfItsSetUntilItEnds) {
+  auto device = MakeDevice("reserved", 8);
+  ASSERT_TRUE(device != nullptr);
+  lms::KernelPins* pins = device->pins();
+  auto first = lms_test::SyncKernel::Make("first");
+  auto second = lms_test::SyncKernel::Make("second");
+  {
+    Context run(pins, {}, /*step_id=*/1, first.get());
+    tensorflow::Tensor out = MakeTensor(*device, 8);
+  }
+  {
+    Context run(pins, {}, /*step_id=*/1, second.get());
+    tensorflow::Tensor out = MakeTensor(*device, 4);
+  }
+  std::mutex mu;
+  std::condition_variable cv;
+  bool first_started = false, second_started = false, first_allocated = false;
+  std::thread other([&] {
+    Context run(pins, {}, /*step_id=*/2, first.get());
+    std::unique_lock<std::mutex> lock(mu);
+    first_started = true;
+    cv.notify_all();
+    cv.wait_for(lock, std::chrono::milliseconds(300), [&] { return second_started; });
+    lock.unlock();
+    tensorflow::Tensor out = MakeTensor(*device, 8);
+    EXPECT_TRUE(!Info(*device, out).evicted);
+    lock.lock();
+    first_allocated = true;
+  });
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return first_started; });
+  }
+  {
+    Context run(pins, {}, /*step_id=*/2, second.get());
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      EXPECT_TRUE(first_allocated);  // admitted only once the first was done
+      second_started = true;
+    }
+    cv.notify_all();
+    tensorflow::Tensor out = MakeTensor(*device, 4);
+    EXPECT_TRUE(!Info(*device, out).evicted);
+  }
+  other.join();
+  EXPECT_EQ(pins->NumAdmissionWaits(), 1);
+}
+
 // A last set that does not fit beside what is held, with no other kernel
 // running to release anything (here an allocation outside kernels, which
 // nothing evicts): the kernel goes on at once, as without admission.
