@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -177,6 +178,50 @@ TEST(AKernelsRequestNoOtherKernelCanMakeRoomForGoesToHostMemory) {
   EXPECT_TRUE(std::chrono::steady_clock::now() - start < lms::KernelPins::kRetryBudget);
 }
 
+// Two kernels of step 2, the second started once the first has: the first,
+// on a thread of its own, gives the second up to 300 ms to start, then runs
+// `first_work`; the second runs `second_work` once its context is made.
+// Returns whether the first's work was done when the second's context was
+// made (the second was admitted only after the first).
+bool SecondAdmittedAfterFirst(lms::KernelPins* pins, tensorflow::OpKernel* first,
+                              std::vector<tensorflow::Tensor*> first_inputs,
+                              const std::function<void()>& first_work,
+                              tensorflow::OpKernel* second,
+                              std::vector<tensorflow::Tensor*> second_inputs,
+                              const std::function<void()>& second_work) {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool first_started = false, second_started = false, first_done = false;
+  std::thread other([&] {
+    Context run(pins, first_inputs, /*step_id=*/2, first);
+    std::unique_lock<std::mutex> lock(mu);
+    first_started = true;
+    cv.notify_all();
+    cv.wait_for(lock, std::chrono::milliseconds(300), [&] { return second_started; });
+    lock.unlock();
+    first_work();
+    lock.lock();
+    first_done = true;
+  });
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return first_started; });
+  }
+  bool after = false;
+  {
+    Context run(pins, second_inputs, /*step_id=*/2, second);
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      after = first_done;
+      second_started = true;
+    }
+    cv.notify_all();
+    second_work();
+  }
+  other.join();
+  return after;
+}
+
 // Note [Kernels admitted by their last set]: two kernels that each pin 4 MiB
 // and then allocate 4 MiB, on an 8 MiB device. Pinned at once, both would
 // wait for the other's release until one is served from host memory; the
@@ -202,43 +247,17 @@ TEST(AKernelWhoseLastSetDoesNotFitBesideRunningKernelsWaitsForThemBeforePinning)
   EXPECT_EQ(pins->LastSetBytes(first.get()), static_cast<int64_t>(8 * lms_test::kMiB));
   EXPECT_EQ(pins->LastSetBytes(second.get()), static_cast<int64_t>(8 * lms_test::kMiB));
   const int64_t overflows = device->engine().GetStatistics().num_overflow_placements;
-
-  std::mutex mu;
-  std::condition_variable cv;
-  bool first_pinned = false, second_pinned = false, first_allocated = false;
-  std::thread other([&] {
-    Context run(pins, {&a}, /*step_id=*/2, first.get());
-    std::unique_lock<std::mutex> lock(mu);
-    first_pinned = true;
-    cv.notify_all();
-    // Gives the second kernel the time to pin its input beside this one's.
-    cv.wait_for(lock, std::chrono::milliseconds(300), [&] { return second_pinned; });
-    lock.unlock();
-    tensorflow::Tensor out = MakeTensor(*device, 4);
-    EXPECT_TRUE(!Info(*device, out).evicted);
-    Fill(out, 3);
-    EXPECT_TRUE(Holds(a, 1) && Holds(out, 3));
-    lock.lock();
-    first_allocated = true;
-  });
-  {
-    std::unique_lock<std::mutex> lock(mu);
-    cv.wait(lock, [&] { return first_pinned; });
-  }
-  {
-    Context run(pins, {&b}, /*step_id=*/2, second.get());
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      EXPECT_TRUE(first_allocated);  // admitted only once the first was done
-      second_pinned = true;
-    }
-    cv.notify_all();
-    tensorflow::Tensor out = MakeTensor(*device, 4);
-    EXPECT_TRUE(!Info(*device, out).evicted);
-    Fill(out, 4);
-    EXPECT_TRUE(Holds(b, 2) && Holds(out, 4));
-  }
-  other.join();
+  // Each allocates its output, writes it and reads its input back.
+  auto output_of = [&](const tensorflow::Tensor& input, uint64_t in_seed, uint64_t out_seed) {
+    return [&device, &input, in_seed, out_seed] {
+      tensorflow::Tensor out = MakeTensor(*device, 4);
+      EXPECT_TRUE(!Info(*device, out).evicted);
+      Fill(out, out_seed);
+      EXPECT_TRUE(Holds(input, in_seed) && Holds(out, out_seed));
+    };
+  };
+  EXPECT_TRUE(SecondAdmittedAfterFirst(pins, first.get(), {&a}, output_of(a, 1, 3),
+                                       second.get(), {&b}, output_of(b, 2, 4)));
   EXPECT_EQ(pins->NumAdmissionWaits(), 1);
   EXPECT_EQ(pins->NumDeadlocks(), 0);
   EXPECT_EQ(device->engine().GetStatistics().num_overflow_placements, overflows);
@@ -253,45 +272,19 @@ TEST(AKernelAdmittedBeforeKeepsTheRoomOfItsSetUntilItEnds) {
   lms::KernelPins* pins = device->pins();
   auto first = lms_test::SyncKernel::Make("first");
   auto second = lms_test::SyncKernel::Make("second");
-  {
-    Context run(pins, {}, /*step_id=*/1, first.get());
-    tensorflow::Tensor out = MakeTensor(*device, 8);
+  // Each allocates an output of `mib` and finds it resident.
+  auto output = [&device](size_t mib) {
+    return [&device, mib] {
+      tensorflow::Tensor out = MakeTensor(*device, mib);
+      EXPECT_TRUE(!Info(*device, out).evicted);
+    };
+  };
+  for (auto [kernel, mib] : {std::pair{first.get(), 8}, std::pair{second.get(), 4}}) {
+    Context run(pins, {}, /*step_id=*/1, kernel);
+    output(mib)();
   }
-  {
-    Context run(pins, {}, /*step_id=*/1, second.get());
-    tensorflow::Tensor out = MakeTensor(*device, 4);
-  }
-  std::mutex mu;
-  std::condition_variable cv;
-  bool first_started = false, second_started = false, first_allocated = false;
-  std::thread other([&] {
-    Context run(pins, {}, /*step_id=*/2, first.get());
-    std::unique_lock<std::mutex> lock(mu);
-    first_started = true;
-    cv.notify_all();
-    cv.wait_for(lock, std::chrono::milliseconds(300), [&] { return second_started; });
-    lock.unlock();
-    tensorflow::Tensor out = MakeTensor(*device, 8);
-    EXPECT_TRUE(!Info(*device, out).evicted);
-    lock.lock();
-    first_allocated = true;
-  });
-  {
-    std::unique_lock<std::mutex> lock(mu);
-    cv.wait(lock, [&] { return first_started; });
-  }
-  {
-    Context run(pins, {}, /*step_id=*/2, second.get());
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      EXPECT_TRUE(first_allocated);  // admitted only once the first was done
-      second_started = true;
-    }
-    cv.notify_all();
-    tensorflow::Tensor out = MakeTensor(*device, 4);
-    EXPECT_TRUE(!Info(*device, out).evicted);
-  }
-  other.join();
+  EXPECT_TRUE(SecondAdmittedAfterFirst(pins, first.get(), {}, output(8), second.get(), {},
+                                       output(4)));
   EXPECT_EQ(pins->NumAdmissionWaits(), 1);
 }
 
