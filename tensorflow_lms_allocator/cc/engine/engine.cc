@@ -799,6 +799,11 @@ void Engine::NoteRelease() {
   if (release_waiters_ > 0) released_.notify_all();
 }
 
+void Engine::NoteReleaseOutside() {
+  MutexLock lock(mu_);
+  NoteRelease();
+}
+
 uint64_t Engine::ReleaseEpoch() const {
   MutexLock lock(mu_);
   return release_epoch_;

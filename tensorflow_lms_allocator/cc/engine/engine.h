@@ -336,12 +336,17 @@ class Engine {
   uint64_t ReleaseEpoch() const;
   // Returns true once the epoch has moved past `epoch`, false after `timeout`.
   bool WaitForRelease(uint64_t epoch, std::chrono::milliseconds timeout) const;
-  // Live bytes that no reclaim can free now: those of pinned units and of
-  // allocations not yet claimed (bytes_active + bytes_unclaimed). Lock-free:
-  // the value the last change under the lock left, which a release (the
-  // epoch above) has always published. KernelPins admits a kernel by it
-  // (Note [Kernels admitted by their last set] in kernel_pins.h).
+  // Device bytes that no reclaim can free now: the live bytes of pinned
+  // units and the granules of resident units holding an allocation not yet
+  // claimed (born evicted or placed in host memory, such an allocation holds
+  // no device memory). Lock-free: the value the last change under the lock
+  // left, which a release (the epoch above) has always published.
+  // KernelPins admits a kernel by it (Note [Kernels admitted by their last
+  // set] in kernel_pins.h).
   int64_t HeldBytes() const { return held_bytes_.load(std::memory_order_relaxed); }
+  // Moves the release epoch, waking WaitForRelease: for a caller whose own
+  // release (KernelPins' room for a kernel) may let a waiter go on.
+  void NoteReleaseOutside();
 
   // With the learned policy (and LMS on): pages in, into free device memory
   // only, the evicted units predicted to be used within `lookahead` uses
@@ -562,6 +567,7 @@ class Engine {
   void RefreshPoolCounters() LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     stats_.bytes_reserved = static_cast<int64_t>(device_pool_.in_use() << granule_shift_);
     stats_.host_bytes_in_use = static_cast<int64_t>(host_pool_.in_use() << granule_shift_);
+    PublishHeld();
   }
   Status CheckInvariantsLocked() const LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // In debug builds (no NDEBUG: the sanitizer test binaries), aborts with the
@@ -573,10 +579,15 @@ class Engine {
 #endif
   // Moves the release epoch and wakes waiters, if any.
   void NoteRelease() LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Stores bytes_active + bytes_unclaimed for HeldBytes(); called wherever
-  // either grows, and by NoteRelease.
+  // Stores HeldBytes(); called where pins and claims change it, by
+  // NoteRelease, and at the end of every state change (RefreshPoolCounters:
+  // a unit holding an unclaimed allocation paged in or out).
   void PublishHeld() LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    held_bytes_.store(stats_.bytes_active + stats_.bytes_unclaimed, std::memory_order_relaxed);
+    held_bytes_.store(HeldNow(), std::memory_order_relaxed);
+  }
+  int64_t HeldNow() const LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return stats_.bytes_active +
+           static_cast<int64_t>(residency_.unclaimed_resident_granules() * granule_);
   }
 
   // Small objects (engine_small.cc).

@@ -15,8 +15,8 @@
 //   bytes_in_use        == large allocations' granules + pages' object bytes
 //   bytes_active        == the part of bytes_in_use in pinned units
 //   bytes_active + bytes_inactive == bytes_in_use
-//   HeldBytes()         == bytes_active + bytes_unclaimed (published under
-//                          the lock wherever either changes)
+//   HeldBytes()         == bytes_active + unclaimed resident granules
+//                          (published under the lock wherever either changes)
 //   current_bytes_reclaimed == evicted units' granules
 //   host_bytes_in_use   == host pool in use
 //   bytes_reserved      == device pool in use
@@ -182,7 +182,8 @@ Status Engine::CheckInvariantsLocked() const {
       {"bytes_active", stats_.bytes_active, active},
       {"bytes_inactive", stats_.bytes_inactive, in_use - active},
       {"bytes_unclaimed", stats_.bytes_unclaimed, unclaimed_bytes},
-      {"HeldBytes()", HeldBytes(), stats_.bytes_active + stats_.bytes_unclaimed},
+      {"HeldBytes()", HeldBytes(),
+       stats_.bytes_active + static_cast<int64_t>(held) * static_cast<int64_t>(g)},
       {"current_bytes_reclaimed", stats_.current_bytes_reclaimed,
        static_cast<int64_t>(evicted) * g},
       {"host_bytes_in_use", stats_.host_bytes_in_use,

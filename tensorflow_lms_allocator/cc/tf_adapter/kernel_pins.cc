@@ -221,8 +221,10 @@ void KernelPins::OnContextCreated(void* context, void* params) {
   }
   if (replaced.creator != nullptr) {
     Forget(*replaced.creator, replaced.serial, slot_);
+    if (replaced.admitted != 0) admitted_bytes_.fetch_sub(replaced.admitted);
     UnpinAll(replaced.pins);
     contexts_.fetch_sub(replaced.async ? kAsyncUnit + 1 : 1);
+    WakeAdmissionWaiters();
   }
   {
     std::lock_guard<std::mutex> lock(thread.mu);
@@ -247,13 +249,18 @@ void KernelPins::OnContextDestroyed(void* context) {
   if (entry.kernel != nullptr && entry.creator.get() == t_contexts) {
     SetShard& sets = SetShardFor(entry.kernel);
     std::lock_guard<std::mutex> lock(sets.mu);
+    // Kernels TensorFlow deleted (a function traced again) leave entries: a
+    // bound, not an eviction order.
+    if (sets.bytes.size() >= kMostSetsPerShard) sets.bytes.clear();
     sets.bytes[entry.kernel] = t_tally - entry.tally_at_start;
   }
-  // Its room goes back before its pins, whose release wakes the kernels
-  // waiting to be admitted.
   if (entry.admitted != 0) admitted_bytes_.fetch_sub(entry.admitted);
   UnpinAll(entry.pins);
   contexts_.fetch_sub(entry.async ? kAsyncUnit + 1 : 1);
+  // Its room, its pins and its count are back: a kernel waiting to be
+  // admitted looks again (an unpin moves the epoch only for a unit no other
+  // kernel pins, and a kernel that freed what it allocated unpins nothing).
+  WakeAdmissionWaiters();
   const char* enclosing_label = Forget(*entry.creator, entry.serial, slot_);
   if (entry.creator.get() == t_contexts) {
     // Back to the enclosing kernel's label, or none. (A context destroyed on
@@ -330,6 +337,10 @@ void KernelPins::AwaitTurn() {
                               .count());
 }
 
+void KernelPins::WakeAdmissionWaiters() {
+  if (admission_waiters_.load() > 0) engine_->NoteReleaseOutside();
+}
+
 int64_t KernelPins::LastSetBytes(const tensorflow::OpKernel* kernel) {
   SetShard& sets = SetShardFor(kernel);
   std::lock_guard<std::mutex> lock(sets.mu);
@@ -365,6 +376,7 @@ int64_t KernelPins::AwaitRoomFor(const tensorflow::OpKernel* kernel) {
   bool waited = false;
   bool room = false;
   blocked_contexts_.fetch_add(own);
+  admission_waiters_.fetch_add(1);
   {
     ScopedActivity span(engine_->activity_observer(), Activity::kMemoryWait, 0, 0);
     while (!event_thread) {
@@ -374,9 +386,10 @@ int64_t KernelPins::AwaitRoomFor(const tensorflow::OpKernel* kernel) {
       const uint64_t epoch = engine_->ReleaseEpoch();
       room = admit_if_room();
       if (room) break;
-      // Synchronous kernels of other threads: only their ends release.
+      // Synchronous kernels of other threads that do not wait themselves
+      // (for memory, a turn or admission): only their ends release.
       const int64_t contexts = contexts_.load();
-      if (Live(contexts) - Async(contexts) - own <= 0) break;
+      if (Live(contexts) - Async(contexts) - blocked_contexts_.load() <= 0) break;
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
           deadline - std::chrono::steady_clock::now());
       if (left.count() <= 0) break;
@@ -385,6 +398,7 @@ int64_t KernelPins::AwaitRoomFor(const tensorflow::OpKernel* kernel) {
       engine_->WaitForRelease(epoch, std::min(left, kTurnSlice));
     }
   }
+  admission_waiters_.fetch_sub(1);
   blocked_contexts_.fetch_sub(own);
   // Without room: goes on as without admission, its set counted for those
   // after it.

@@ -110,23 +110,26 @@
 // request fails (Note [Taking turns]). By then each has pinned its inputs,
 // and two that both need more wait for each other until one is served from
 // host memory (measured on `make bench-mincap`'s probes: with one inter-op
-// thread ResNet-50 trains from device memory in 60 MiB and DenseNet121 in
-// 40, with two they needed 82 and 46). So a synchronous kernel is also
-// admitted by what it held in its last run: its OpKernel, which TensorFlow
-// runs again every step, remembers the bytes of the inputs it pinned and of
-// what it allocated (temporaries included: at least what it held at once).
+// thread ResNet-50 trained from device memory in 60 MiB and DenseNet121 in
+// 40, with two only in 82 and 46). So a synchronous kernel is also admitted
+// by what it held in its last run: its OpKernel, which TensorFlow runs
+// again every step, remembers the bytes of the inputs it pinned and of what
+// it allocated, in device or host memory (temporaries included: at least
+// what it held at once; variables reached through handles are not counted).
 // Before it pins its inputs, if that set beside what is held now
-// (Engine::HeldBytes: pinned and unclaimed), or beside the sets of the
-// running kernels admitted so (what they hold and may still allocate; one
-// counter, taken with a compare-and-swap, so two kernels starting at once
-// never both take the last room), exceeds the device, it waits for releases
-// until the set fits, no other synchronous kernel runs (nothing else would
-// release), or kTurnWait passes, then goes on as before. It
-// holds nothing and is not yet a live context while it waits, and its
-// thread's enclosing kernels count as blocked (as in AwaitTurn), so no other
-// waiter waits for it. A kernel never run, an asynchronous one, one on an
-// event thread, and every kernel with LMS off go straight on. An input that a
-// running kernel also pins counts twice, so a kernel may wait for one
+// (Engine::HeldBytes: pinned, and unclaimed on the device), or beside the
+// sets of the running kernels admitted so (what they hold and may still
+// allocate; one counter, taken with a compare-and-swap, so two kernels
+// starting at once never both take the last room), exceeds the device, it
+// waits until the set fits, no other synchronous kernel runs that is not
+// itself waiting (nothing else would release), or kTurnWait passes, and then
+// goes on as before (a turn, AwaitTurn, may follow: at most 2 x kTurnWait
+// in all). A kernel that ends gives its room back and wakes the waiters. A
+// waiter holds nothing and is not yet a live context, and its thread's
+// enclosing kernels count as blocked (as in AwaitTurn), so no waiter for
+// memory waits for it. A kernel never run, an asynchronous one, one on an
+// event thread, and every kernel with LMS off go straight on. An input that
+// a running kernel also pins counts twice, so a kernel may wait for one
 // reading the same tensor: concurrency is lost only on a device that is full.
 //
 // Thread-safety: all methods may be called from any thread. One KernelPins
@@ -307,6 +310,8 @@ class KernelPins {
     return num_admission_waits_.load(std::memory_order_relaxed);
   }
   int64_t LastSetBytes(const tensorflow::OpKernel* kernel);
+  // For tests: the sets of the running kernels admitted by theirs.
+  int64_t AdmittedBytes() const { return admitted_bytes_.load(); }
 
  private:
   // Note [Taking turns]
@@ -379,6 +384,8 @@ class KernelPins {
   // last set]); returns the bytes it counted in admitted_bytes_ (its set, 0
   // if none is known), for the kernel to give back at its end.
   int64_t AwaitRoomFor(const tensorflow::OpKernel* kernel);
+  // Moves the engine's release epoch if a kernel waits to be admitted.
+  void WakeAdmissionWaiters();
 
   struct Pin {
     const void* ptr;
@@ -461,6 +468,7 @@ class KernelPins {
     return last_sets_[(reinterpret_cast<uintptr_t>(kernel) >> 6) % kShards];
   }
   SetShard last_sets_[kShards];
+  static constexpr size_t kMostSetsPerShard = size_t{1} << 16;
   // Live contexts (the low 32 bits: Live) and, among them, those of
   // asynchronous kernels whose inputs are pinned (in units of kAsyncUnit:
   // Async; Note [Asynchronous kernels wait for others]). One word, so a
@@ -480,8 +488,10 @@ class KernelPins {
   std::atomic<int64_t> num_waits_{0};
   std::atomic<int64_t> num_deadlocks_{0};
   std::atomic<int64_t> num_admission_waits_{0};
-  // The last sets of the running kernels admitted by theirs.
+  // The last sets of the running kernels admitted by theirs, and the kernels
+  // waiting to be admitted.
   std::atomic<int64_t> admitted_bytes_{0};
+  std::atomic<int> admission_waiters_{0};
 };
 
 }  // namespace lms

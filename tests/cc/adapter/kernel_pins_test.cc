@@ -261,6 +261,7 @@ TEST(AKernelWhoseLastSetDoesNotFitBesideRunningKernelsWaitsForThemBeforePinning)
   EXPECT_EQ(pins->NumAdmissionWaits(), 1);
   EXPECT_EQ(pins->NumDeadlocks(), 0);
   EXPECT_EQ(device->engine().GetStatistics().num_overflow_placements, overflows);
+  EXPECT_EQ(pins->AdmittedBytes(), 0);  // each gave its room back
 }
 
 // A kernel admitted by its last set keeps the room that set needs until it
@@ -286,6 +287,7 @@ TEST(AKernelAdmittedBeforeKeepsTheRoomOfItsSetUntilItEnds) {
   EXPECT_TRUE(SecondAdmittedAfterFirst(pins, first.get(), {}, output(8), second.get(), {},
                                        output(4)));
   EXPECT_EQ(pins->NumAdmissionWaits(), 1);
+  EXPECT_EQ(pins->AdmittedBytes(), 0);
 }
 
 // A last set that does not fit beside what is held, with no other kernel
@@ -303,10 +305,12 @@ TEST(AKernelWhoseLastSetDoesNotFitGoesOnAtOnceWhenNoOtherKernelRuns) {
   }
   tensorflow::Tensor unclaimed = MakeTensor(*device, 2);  // held: 2 MiB
   EXPECT_TRUE(Info(*device, unclaimed).unclaimed && !Info(*device, unclaimed).evicted);
-  const auto start = std::chrono::steady_clock::now();
-  { Context run(pins, {&a}, /*step_id=*/2, kernel.get()); }
-  EXPECT_TRUE(std::chrono::steady_clock::now() - start < lms::KernelPins::kTurnSlice);
+  {
+    Context run(pins, {&a}, /*step_id=*/2, kernel.get());
+    EXPECT_EQ(pins->AdmittedBytes(), static_cast<int64_t>(8 * lms_test::kMiB));
+  }
   EXPECT_EQ(pins->NumAdmissionWaits(), 0);
+  EXPECT_EQ(pins->AdmittedBytes(), 0);
 }
 
 TEST(AnOptionalRequestEvictsWithinItsStepsAllowance) {
