@@ -229,7 +229,6 @@ void* Engine::AllocateLarge(size_t bytes, Hold hold, bool optional, Status* stat
   stats_.bytes_in_use += allocated;
   (hold == Hold::kPin ? stats_.bytes_active : stats_.bytes_inactive) += allocated;
   if (hold == Hold::kWriter) stats_.bytes_unclaimed += allocated;
-  PublishHeld();
   stats_.largest_alloc_size = std::max(stats_.largest_alloc_size, allocated);
   return reinterpret_cast<void*>(SlotAddress(chunk.start));
 }
@@ -375,7 +374,6 @@ Status Engine::FreeLarge(ChunkId c) {
   stats_.bytes_in_use -= allocated;
   (r.pin_count > 0 ? stats_.bytes_active : stats_.bytes_inactive) -= allocated;
   if (r.unclaimed > 0) stats_.bytes_unclaimed -= allocated;
-  PublishHeld();
   return ReleaseUnit(c);
 }
 
@@ -430,7 +428,6 @@ uint32_t Engine::PinUnit(ChunkId c) {
     const int64_t bytes = UnitLiveBytes(c);
     stats_.bytes_inactive -= bytes;
     stats_.bytes_active += bytes;
-    PublishHeld();
   }
   return count;
 }
@@ -441,7 +438,6 @@ void Engine::Claim(ChunkId c, const void* ptr) {
   if (!residency_.IsPage(c)) {
     residency_.RemoveUnclaimed(c);
     stats_.bytes_unclaimed -= static_cast<int64_t>(residency_.record(c).granules * granule_);
-    PublishHeld();
     return;
   }
   // Only a pin at an object's first byte claims it (a kernel's input is its
@@ -462,7 +458,6 @@ void Engine::Claim(ChunkId c, const void* ptr) {
   object.unclaimed = false;
   residency_.RemoveUnclaimed(c);
   stats_.bytes_unclaimed -= static_cast<int64_t>(object.size * SmallPages::kUnit);
-  PublishHeld();
 }
 
 uint32_t Engine::UnpinUnit(ChunkId c) {
@@ -474,7 +469,6 @@ uint32_t Engine::UnpinUnit(ChunkId c) {
     const int64_t bytes = UnitLiveBytes(c);
     stats_.bytes_active -= bytes;
     stats_.bytes_inactive += bytes;
-    PublishHeld();
   }
   return count;
 }

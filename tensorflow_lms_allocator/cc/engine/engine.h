@@ -579,9 +579,9 @@ class Engine {
 #endif
   // Moves the release epoch and wakes waiters, if any.
   void NoteRelease() LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Stores HeldBytes(); called where pins and claims change it, by
-  // NoteRelease, and at the end of every state change (RefreshPoolCounters:
-  // a unit holding an unclaimed allocation paged in or out).
+  // Stores HeldBytes(): at the end of every state change
+  // (RefreshPoolCounters) and at every release (NoteRelease, which an unpin
+  // to zero calls without a refresh), once a call on the hot paths.
   void PublishHeld() LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     held_bytes_.store(HeldNow(), std::memory_order_relaxed);
   }

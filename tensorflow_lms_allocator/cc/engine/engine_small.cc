@@ -64,7 +64,6 @@ void* Engine::AllocateSmall(size_t bytes, Hold hold, bool optional, Status* stat
   stats_.bytes_in_use += allocated;
   (residency_.record(page.unit).pin_count > 0 ? stats_.bytes_active
                                               : stats_.bytes_inactive) += allocated;
-  PublishHeld();
   stats_.largest_alloc_size = std::max(stats_.largest_alloc_size, allocated);
   if (learning_) {
     learned_.ObjectBorn(page.unit, page.size_class, o,
@@ -80,7 +79,6 @@ void* Engine::AllocateSmall(size_t bytes, Hold hold, bool optional, Status* stat
   } else if (object.unclaimed) {
     residency_.AddUnclaimed(page.unit);
     stats_.bytes_unclaimed += allocated;
-    PublishHeld();
     FollowHolders(page.unit);  // a page born evicted for it
   } else {
     residency_.Touch(page.unit);
@@ -187,7 +185,6 @@ Status Engine::FreeSmall(ChunkId page_unit, const void* ptr) {
   page.bytes -= allocated;
   stats_.bytes_in_use -= allocated;
   (r.pin_count > 0 ? stats_.bytes_active : stats_.bytes_inactive) -= allocated;
-  PublishHeld();
   if (learning_) learned_.ObjectReleased(page.size_class, o);
   small_.arena_of(r.segment).Free(o);
   if (page.objects == 0 && r.pin_count == 0) {

@@ -222,17 +222,30 @@ bool SecondAdmittedAfterFirst(lms::KernelPins* pins, tensorflow::OpKernel* first
   return after;
 }
 
+// An 8 MiB device and two synchronous kernels, "first" and "second", for
+// the admission tests.
+struct TwoKernels {
+  explicit TwoKernels(const char* name)
+      : device(MakeDevice(name, 8)),
+        first(lms_test::SyncKernel::Make("first")),
+        second(lms_test::SyncKernel::Make("second")) {}
+  std::unique_ptr<lms::LmsDevice> device;
+  std::unique_ptr<lms_test::SyncKernel> first;
+  std::unique_ptr<lms_test::SyncKernel> second;
+};
+
 // Note [Kernels admitted by their last set]: two kernels that each pin 4 MiB
 // and then allocate 4 MiB, on an 8 MiB device. Pinned at once, both would
 // wait for the other's release until one is served from host memory; the
 // second, whose last set (8 MiB) does not fit beside the first's input, is
 // not admitted until the first ends.
 TEST(AKernelWhoseLastSetDoesNotFitBesideRunningKernelsWaitsForThemBeforePinning) {
-  auto device = MakeDevice("admitted", 8);
-  ASSERT_TRUE(device != nullptr);
+  TwoKernels kernels("admitted");
+  ASSERT_TRUE(kernels.device != nullptr);
+  std::unique_ptr<lms::LmsDevice>& device = kernels.device;
+  std::unique_ptr<lms_test::SyncKernel>& first = kernels.first;
+  std::unique_ptr<lms_test::SyncKernel>& second = kernels.second;
   lms::KernelPins* pins = device->pins();
-  auto first = lms_test::SyncKernel::Make("first");
-  auto second = lms_test::SyncKernel::Make("second");
   tensorflow::Tensor a = MakeTensor(*device, 4);
   tensorflow::Tensor b = MakeTensor(*device, 4);
   Fill(a, 1);
@@ -268,11 +281,12 @@ TEST(AKernelWhoseLastSetDoesNotFitBesideRunningKernelsWaitsForThemBeforePinning)
 // ends, though it holds nothing yet: a kernel that starts after it (before
 // it allocates) waits, rather than take room the first will need.
 TEST(AKernelAdmittedBeforeKeepsTheRoomOfItsSetUntilItEnds) {
-  auto device = MakeDevice("reserved", 8);
-  ASSERT_TRUE(device != nullptr);
+  TwoKernels kernels("reserved");
+  ASSERT_TRUE(kernels.device != nullptr);
+  std::unique_ptr<lms::LmsDevice>& device = kernels.device;
+  std::unique_ptr<lms_test::SyncKernel>& first = kernels.first;
+  std::unique_ptr<lms_test::SyncKernel>& second = kernels.second;
   lms::KernelPins* pins = device->pins();
-  auto first = lms_test::SyncKernel::Make("first");
-  auto second = lms_test::SyncKernel::Make("second");
   // Each allocates an output of `mib` and finds it resident.
   auto output = [&device](size_t mib) {
     return [&device, mib] {
