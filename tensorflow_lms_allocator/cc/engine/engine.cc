@@ -793,6 +793,15 @@ void Engine::NoteRelease() {
   if (release_waiters_ > 0) released_.notify_all();
 }
 
+void Engine::StartPublishingHeld() const {
+  MutexLock lock(mu_);
+  if (!publish_held_) {
+    publish_held_ = true;
+    held_bytes_.store(HeldNow(), std::memory_order_relaxed);
+  }
+  held_published_.store(true, std::memory_order_release);
+}
+
 void Engine::NoteReleaseOutside() {
   MutexLock lock(mu_);
   NoteRelease();

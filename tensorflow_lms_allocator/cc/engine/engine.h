@@ -342,8 +342,14 @@ class Engine {
   // no device memory). Lock-free: the value the last change under the lock
   // left, which a release (the epoch above) has always published.
   // KernelPins admits a kernel by it (Note [Kernels admitted by their last
-  // set] in kernel_pins.h).
-  int64_t HeldBytes() const { return held_bytes_.load(std::memory_order_relaxed); }
+  // set] in kernel_pins.h). Published only once something has asked for it:
+  // the first call takes the lock and turns publishing on, so an engine whose
+  // kernels are not admitted (the engine alone, LMS off) pays no store on
+  // its pins and unpins.
+  int64_t HeldBytes() const {
+    if (!held_published_.load(std::memory_order_acquire)) StartPublishingHeld();
+    return held_bytes_.load(std::memory_order_relaxed);
+  }
   // Moves the release epoch, waking WaitForRelease: for a caller whose own
   // release (KernelPins' room for a kernel) may let a waiter go on.
   void NoteReleaseOutside();
@@ -583,8 +589,10 @@ class Engine {
   // (RefreshPoolCounters) and at every release (NoteRelease, which an unpin
   // to zero calls without a refresh), once a call on the hot paths.
   void PublishHeld() LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    held_bytes_.store(HeldNow(), std::memory_order_relaxed);
+    if (publish_held_) held_bytes_.store(HeldNow(), std::memory_order_relaxed);
   }
+  // HeldBytes' first call: publishing on from now.
+  void StartPublishingHeld() const LMS_LOCKS_EXCLUDED(mu_);
   int64_t HeldNow() const LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return stats_.bytes_active +
            static_cast<int64_t>(residency_.unclaimed_resident_granules() * granule_);
@@ -832,8 +840,6 @@ class Engine {
   // PoolKind (host for evictions, device for page-ins).
   uint64_t transit_granules_[2] LMS_GUARDED_BY(mu_) = {0, 0};
   uint64_t release_epoch_ LMS_GUARDED_BY(mu_) = 0;
-  // HeldBytes(), stored by PublishHeld under mu_.
-  std::atomic<int64_t> held_bytes_{0};
   mutable int release_waiters_ LMS_GUARDED_BY(mu_) = 0;
   DevicePool device_pool_ LMS_GUARDED_BY(mu_);
   bool device_runs_ LMS_GUARDED_BY(mu_) = false;  // StartDeviceRuns
@@ -881,6 +887,11 @@ class Engine {
   std::vector<ChunkId> pin_units_ LMS_GUARDED_BY(mu_);
   std::vector<ChunkId> page_ins_ LMS_GUARDED_BY(mu_);
   std::unique_ptr<TraceRecorder> trace_ LMS_GUARDED_BY(mu_);
+  // HeldBytes(), stored by PublishHeld under mu_ once publish_held_ is set
+  // (held_published_ says so without the lock).
+  mutable std::atomic<int64_t> held_bytes_{0};
+  mutable bool publish_held_ LMS_GUARDED_BY(mu_) = false;
+  mutable std::atomic<bool> held_published_{false};
 };
 
 }  // namespace lms

@@ -182,8 +182,9 @@ Status Engine::CheckInvariantsLocked() const {
       {"bytes_active", stats_.bytes_active, active},
       {"bytes_inactive", stats_.bytes_inactive, in_use - active},
       {"bytes_unclaimed", stats_.bytes_unclaimed, unclaimed_bytes},
-      {"HeldBytes()", HeldBytes(),
-       stats_.bytes_active + static_cast<int64_t>(held) * static_cast<int64_t>(g)},
+      {"HeldBytes()", publish_held_ ? held_bytes_.load(std::memory_order_relaxed) : 0,
+       publish_held_ ? stats_.bytes_active + static_cast<int64_t>(held) * static_cast<int64_t>(g)
+                     : 0},
       {"current_bytes_reclaimed", stats_.current_bytes_reclaimed,
        static_cast<int64_t>(evicted) * g},
       {"host_bytes_in_use", stats_.host_bytes_in_use,

@@ -39,6 +39,9 @@ class EngineFuzz {
     setup.defrag = seed % 2 == 0;
     setup.policy = seed % 3 == 0 ? PolicyKind::kLearned : PolicyKind::kLru;
     e_ = MakeEngine(setup);
+    // Half the seeds read HeldBytes, as KernelPins' admission does: it is
+    // published from then on, and CheckInvariants checks every publish.
+    if (seed % 2 == 1) (void)e_->HeldBytes();
   }
 
   // What the steps made the engine do (before the teardown's frees).

@@ -372,6 +372,28 @@ TEST(AFailedRequestCanWaitForAnotherUserToRelease) {
   EXPECT_EQ(e->GetStatistics().num_evictions, 1);
 }
 
+TEST(HeldBytesCountsPinnedAndUnclaimedMemoryFromItsFirstReadOn) {
+  auto e = MakeEngine({/*device=*/8, /*host=*/16});
+  void* pinned = MustAllocate(*e, 3 * kGranule, /*pin=*/true);
+  void* inactive = MustAllocate(*e, 2 * kGranule);
+  ASSERT_TRUE(pinned != nullptr && inactive != nullptr);
+  // The first read turns publishing on and sees what is held already.
+  EXPECT_EQ(e->HeldBytes(), static_cast<int64_t>(3 * kGranule));
+  Status s;
+  void* written = e->Allocate(kGranule, Hold::kWriter, &s);  // unclaimed: held
+  ASSERT_TRUE(written != nullptr);
+  EXPECT_EQ(e->HeldBytes(), static_cast<int64_t>(4 * kGranule));
+  uint64_t id = 0;
+  EXPECT_OK(e->Pin(inactive, &id));
+  EXPECT_EQ(e->HeldBytes(), static_cast<int64_t>(6 * kGranule));
+  EXPECT_OK(e->Unpin(pinned, 0));
+  EXPECT_OK(e->Unpin(inactive, id));
+  EXPECT_EQ(e->HeldBytes(), static_cast<int64_t>(kGranule));
+  EXPECT_OK(e->Free(written));
+  EXPECT_EQ(e->HeldBytes(), 0);
+  EXPECT_OK(e->CheckInvariants());
+}
+
 TEST(APinThatCannotPageInFailsCleanlyAndIsCounted) {
   Setup setup;
   setup.device_granules = 4;
