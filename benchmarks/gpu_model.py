@@ -47,7 +47,10 @@ cuMemMap, cuMemSetAccess, cuMemUnmap, cuMemCreate and cuMemRelease), GPU idle
 waited for: `copies` (its stream held by an event: LMS's copies) or `host`
 (not launched yet: the host busy in driver calls, or waiting), host busy (the
 host's time in every driver call: remaps, launches, events), host waits (the
-host's time blocked before the step's end) and `gpu_step_vs_ideal` = step /
+host's time blocked before the step's end), `floor 1` and `floor N` (the
+shortest step the same driver calls allow with one host thread making them
+all, and with the VMM calls on threads of their own beside the launches,
+which the driver still serialises: host_floors) and `gpu_step_vs_ideal` = step /
 max(the same step without LMS, either copy engine's busy time): the step over
 the least that the model's kernels and copies need (the step without LMS is
 the kernels' time, or the launches' where the kernels are shorter than a
@@ -330,9 +333,19 @@ def replay_timed(driver: FakeDriver, lms: object | None, events: object, device:
     for i, e in enumerate(events.events):
         if e.live_at_start:
             run(i, None)
+    # Per launch of the step: the kernel's duration and the host's driver
+    # time before it, the VMM calls' apart (host_floors).
+    launches: list[tuple[int, int, int]] = []
+
+    def launch(duration: int, touched: list[tuple[int, int]]) -> None:
+        driver.kernel(stream, duration, touched if engine is not None else [])
+        t = driver.totals()
+        launches.append((duration, t.host_remap_ns + t.host_create_ns, t.host_stream_ns))
+
     k = 0
     for step in range(steps):
         before = driver.totals()
+        launches.clear()
         compute = 0
         while k < len(spans) and spans[k][0] < bounds[step + 1]:
             first, end = spans[k]
@@ -347,14 +360,14 @@ def replay_timed(driver: FakeDriver, lms: object | None, events: object, device:
                 if events.events[i].kind == replay.UNPIN and not launched:
                     # Enqueued while its inputs and outputs are pinned, as a
                     # kernel's Compute enqueues its work.
-                    driver.kernel(stream, duration, touched if engine is not None else [])
+                    launch(duration, touched)
                     compute += duration
                     launched = True
                     if engine is not None and prefetch:
                         engine.prefetch(prefetch)
                 run(i, touched)
             if not launched:
-                driver.kernel(stream, duration, touched if engine is not None else [])
+                launch(duration, touched)
                 compute += duration
                 if engine is not None and prefetch:
                     engine.prefetch(prefetch)
@@ -364,6 +377,8 @@ def replay_timed(driver: FakeDriver, lms: object | None, events: object, device:
         d = delta(before, driver.totals())
         d["host_wait_ns"] = queued.host_wait_ns - before.host_wait_ns
         d["kernel_ns"] = compute
+        d.update(host_floors(launches, before.host_remap_ns + before.host_create_ns,
+                             before.host_stream_ns))
         out.append(d)
     if engine is not None:
         lms.set_thread_label(None)
@@ -371,6 +386,38 @@ def replay_timed(driver: FakeDriver, lms: object | None, events: object, device:
         del engine
     driver.call("cuStreamDestroy", stream)
     return out
+
+
+def host_floors(launches: Sequence[tuple[int, int, int]], vmm_at_start: int,
+                stream_at_start: int) -> dict[str, int]:
+    """The shortest steps the same driver calls allow, whatever the threads.
+
+    `launches`: per kernel in launch order, (its duration, the host's time in
+    VMM calls (remaps, cuMemCreate, cuMemRelease) before its launch, the
+    host's time in the other driver calls (launches, events) before it),
+    cumulative as driver totals are. The GPU runs the kernels one at a time,
+    kernel k no sooner than the host has made every call before its launch,
+    and the host never waits (copies are left out: a lower bound):
+    end_k = max(end_(k-1), host_k) + duration_k.
+      - `floor_one_thread_ns`: host_k = VMM + other calls, one thread making
+        them all in turn (as the model's one clock does).
+      - `floor_any_threads_ns`: host_k = max(VMM, other calls): the VMM calls
+        on threads of their own, overlapping the launches; the driver
+        serialises VMM calls (remapping from several threads is no faster:
+        our H200 runs, docs/gpu.md), so no threading of the same calls does
+        better. What remaps outside the engine's lock and helper threads
+        could win at most is the step over this floor.
+
+    Example:
+        >>> host_floors([(10, 0, 5), (10, 30, 10)], 0, 0)
+        {'floor_one_thread_ns': 50, 'floor_any_threads_ns': 40}
+    """
+    one = anywhere = 0
+    for duration, vmm, other in launches:
+        v, o = vmm - vmm_at_start, other - stream_at_start
+        one = max(one, v + o) + duration
+        anywhere = max(anywhere, max(v, o)) + duration
+    return {"floor_one_thread_ns": one, "floor_any_threads_ns": anywhere}
 
 
 def figures(d: dict[str, float], off_step: float) -> dict[str, float]:
@@ -385,6 +432,7 @@ def figures(d: dict[str, float], off_step: float) -> dict[str, float]:
             "host_busy": d["host_remap_ns"] + d["host_create_ns"] + d["host_stream_ns"],
             "idle": max(step - compute, 0), "idle_copies": d["compute_idle_stream_ns"],
             "idle_host": d["compute_idle_host_ns"], "waits": d["host_wait_ns"],
+            "floor_one": d["floor_one_thread_ns"], "floor_any": d["floor_any_threads_ns"],
             "ideal": ideal, "ratio": step / ideal if ideal else 1.0}
 
 
@@ -488,8 +536,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                     cases.append((name, "LMS off", {"step": off_step}))
     print(f"\n{'model':<12} {'case':<9} {'step ms':>8} {'compute':>8} {'to host':>8} "
           f"{'to dev':>8} {'remaps':>8} {'host busy':>9} {'GPU idle':>8} {'copies':>8} "
-          f"{'host':>8} {'host wait':>9} {'gpu_step_vs_ideal':>18}")
+          f"{'host':>8} {'host wait':>9} {'floor 1':>8} {'floor N':>8} "
+          f"{'gpu_step_vs_ideal':>18}")
     worst = ("", "", 0.0)
+    floors: list[tuple[float, str]] = []
     for name, label, m in cases:
         if label == "LMS off":
             print(f"{name:<12} {label:<9} {m['step'] / 1e6:>8.2f}")
@@ -498,11 +548,16 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"{m['to_host'] / 1e6:>8.2f} {m['to_device'] / 1e6:>8.2f} "
               f"{m['remaps'] / 1e6:>8.2f} {m['host_busy'] / 1e6:>9.2f} {m['idle'] / 1e6:>8.2f} "
               f"{m['idle_copies'] / 1e6:>8.2f} {m['idle_host'] / 1e6:>8.2f} "
-              f"{m['waits'] / 1e6:>9.2f} "
-              f"{m['ratio']:>18.3f}")
+              f"{m['waits'] / 1e6:>9.2f} {m['floor_one'] / 1e6:>8.2f} "
+              f"{m['floor_any'] / 1e6:>8.2f} {m['ratio']:>18.3f}")
         if label != "uncapped" and m["ratio"] > worst[2]:
             worst = (name, label, m["ratio"])
-    print(f"\nviolations recorded by the fake driver: {driver.violations()}")
+        if label != "uncapped":
+            floors.append((m["floor_any"] / m["ideal"], f"{name} at {label}"))
+    floor, where = max(floors)
+    print(f"\nfloor N / ideal, the best any threading of these driver calls could do: "
+          f"worst {floor:.3f} ({where})")
+    print(f"violations recorded by the fake driver: {driver.violations()}")
     print(f"lms_on_vs_off_uncapped {max(on_vs_off):.3f}")
     print(f"first_eviction_vs_copy {worst_first:.3f}")
     print(f"worst: {worst[0]} at {worst[1]}")

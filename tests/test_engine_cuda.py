@@ -216,3 +216,28 @@ def test_moves_run_while_the_kernels_of_a_fenced_stream_run_on_the_timing_model(
     for row in rows:
         assert row["hidden"] > 0.5, row
         assert row["step_ms"] < 0.8 * (row["compute_ms"] + row["transfers_ms"]), row
+
+
+def test_the_floors_of_a_step_put_the_gpu_behind_the_host_calls_before_each_launch():
+    """benchmarks/gpu_model.py's host_floors: the GPU runs kernels one at a time,
+    each no sooner than the driver calls before its launch are made. With one
+    host thread those calls add up; with the VMM calls on threads of their own
+    they overlap the launches, never each other (the driver serialises them)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    try:
+        import gpu_model
+    finally:
+        del sys.path[0]
+    # Kernels longer than every call: the kernels alone, on either floor.
+    busy = [(100, 10, 5), (100, 20, 10), (100, 30, 15)]
+    assert gpu_model.host_floors(busy, 0, 0) == {
+        "floor_one_thread_ns": 315, "floor_any_threads_ns": 310}
+    # The second kernel waits for 60 of VMM calls and 12 of launches made
+    # before it: in turn 72, side by side 60; the totals are cumulative, so
+    # what was made before the step (1000 and 500) is not the step's.
+    late = [(5, 1000, 502), (5, 1060, 512)]
+    assert gpu_model.host_floors(late, 1000, 500) == {
+        "floor_one_thread_ns": 77, "floor_any_threads_ns": 65}
