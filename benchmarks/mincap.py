@@ -34,7 +34,10 @@ kernels taking turns; the most all kernels held at once (replay.pinned_floor:
 TensorFlow runs independent kernels concurrently) is printed beside it.
 `min_cap_vs_floor` = smallest device that trains / the one-kernel floor: how
 far LMS stays above the physical limit (between the two floors, the gap is
-concurrency).
+concurrency). `in pages` is the one-kernel floor with each kernel's small
+objects in whole granules (replay.kernel_floor's small_in_pages): the floor of
+any allocator that maps and evicts a granule at a time, as on a GPU; `min cap /
+in pages` is how far LMS stays above that.
 
 The last lines are `min_cap_fraction F`, the largest (worst) of the models'
 minimum cap / peak, and `min_cap_vs_floor R`, the worst model's.
@@ -194,6 +197,7 @@ class Outcome:
     floor_mb: float = float("nan")  # the most one kernel pins at once (whole granules)
     floor_op: str = ""  # that kernel's op
     at_once_mb: float = float("nan")  # the most all kernels pinned at once, uncapped
+    page_floor_mb: float = float("nan")  # the floor with small objects in whole granules
 
     @property
     def fraction(self) -> float:
@@ -204,15 +208,17 @@ class Outcome:
         return self.min_cap_mb / self.floor_mb
 
 
-def floors_mb(trace_path: Path) -> tuple[float, str, float]:
-    """A recorded trace's one-kernel floor (MiB) and its op, and the most pinned at once."""
+def floors_mb(trace_path: Path) -> tuple[float, str, float, float]:
+    """A recorded trace's one-kernel floor (MiB) and its op, the most pinned at once,
+    and the one-kernel floor with small objects in whole granules."""
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     from tensorflow_lms_allocator import replay, trace
 
     events = replay.normalize(trace.load(trace_path))
     floor, op = replay.kernel_floor(events, GRANULE_MB * MIB)
     at_once, _ = replay.pinned_floor(events, GRANULE_MB * MIB)
-    return floor / MIB, op, at_once / MIB
+    in_pages, _ = replay.kernel_floor(events, GRANULE_MB * MIB, small_in_pages=True)
+    return floor / MIB, op, at_once / MIB, in_pages / MIB
 
 
 def measure(model_name: str, steps: int, resolution: float, timeout: float) -> Outcome:
@@ -223,12 +229,13 @@ def measure(model_name: str, steps: int, resolution: float, timeout: float) -> O
         if not uncapped.fits:
             raise RuntimeError(f"{model_name} does not train even on {UNCAPPED_MB} MiB: "
                                f"{uncapped.reason}")
-        floor_mb, floor_op, at_once_mb = floors_mb(trace_path)
+        floor_mb, floor_op, at_once_mb, page_floor_mb = floors_mb(trace_path)
     assert uncapped.stats is not None
     peak_mb = uncapped.stats["peak_bytes_in_use"] / MIB
     print(f"{model_name}: peak {peak_mb:.0f} MiB in use, "
           f"step {uncapped.step_time:.2f} s uncapped; floor {floor_mb:.0f} MiB (one kernel: "
-          f"{floor_op}), {at_once_mb:.0f} MiB pinned at once by all", flush=True)
+          f"{floor_op}; {page_floor_mb:.0f} MiB with small objects in whole granules), "
+          f"{at_once_mb:.0f} MiB pinned at once by all", flush=True)
     # Device sizes are whole granules (TF_LMS_CPU_DEVICE_MEMORY_MB refuses others).
     fits_mb, fails_mb = -(-int(peak_mb + 1) // GRANULE_MB) * GRANULE_MB, 0
     best = None
@@ -251,7 +258,7 @@ def measure(model_name: str, steps: int, resolution: float, timeout: float) -> O
         best = run_probe(model_name, fits_mb, steps, timeout)
         probes += 1
     return Outcome(model_name, peak_mb, uncapped.step_time, fits_mb, best.step_time, probes,
-                   floor_mb, floor_op, at_once_mb)
+                   floor_mb, floor_op, at_once_mb, page_floor_mb)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -278,12 +285,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     print()
     print(f"  {'model':<12} {'peak':>9} {'min cap':>9} {'fraction':>9} "
           f"{'step uncapped':>14} {'step at min':>12} {'slowdown':>9} {'floor':>9} "
-          f"{'at once':>9} {'min cap / floor':>16}")
+          f"{'at once':>9} {'min cap / floor':>16} {'in pages':>9} {'/ in pages':>11}")
     for o in outcomes:
         print(f"  {o.model:<12} {o.peak_mb:>5.0f} MiB {o.min_cap_mb:>5} MiB "
               f"{o.fraction:>9.3f} {o.uncapped_step:>12.2f} s {o.min_cap_step:>10.2f} s "
               f"{o.min_cap_step / o.uncapped_step:>8.2f}x {o.floor_mb:>5.0f} MiB "
-              f"{o.at_once_mb:>5.0f} MiB {o.vs_floor:>16.2f}")
+              f"{o.at_once_mb:>5.0f} MiB {o.vs_floor:>16.2f} {o.page_floor_mb:>5.0f} MiB "
+              f"{o.min_cap_mb / o.page_floor_mb:>11.2f}")
     print(f"  ({sum(o.probes for o in outcomes)} probes, "
           f"{(time.perf_counter() - start) / 60:.1f} min; targets: fraction <= 0.25, "
           f"min cap / floor <= 1.2)")

@@ -303,14 +303,19 @@ def pinned_floor(events: Events, granule: int = 2 << 20) -> tuple[int, str]:
     return worst, worst_op
 
 
-def kernel_floor(events: Events, granule: int = 2 << 20) -> tuple[int, str]:
+def kernel_floor(events: Events, granule: int = 2 << 20,
+                 small_in_pages: bool = False) -> tuple[int, str]:
     """The most bytes one kernel holds pinned at once, and that kernel's op.
 
     pinned_floor counts every kernel running at once; this counts each kernel's
     own set (its inputs, outputs and temporaries while it holds them, grouped by
     the op that pinned them; a pin outside any kernel, op "-", alone): the
     floor when kernels take turns, the physical limit of a device that runs
-    the trace from device memory. Each allocation counts in whole granules.
+    the trace from device memory. Each allocation counts in whole granules, a
+    small object in 256-byte units; with `small_in_pages`, a kernel's small
+    objects together in whole granules (as tightly as pages of a granule can
+    hold them: the floor of any allocator that maps and evicts a granule at a
+    time, as a GPU's does).
 
     Example:
         >>> floor, op = kernel_floor(normalize(trace.load("step.lmstrace")))  # doctest: +SKIP
@@ -319,7 +324,19 @@ def kernel_floor(events: Events, granule: int = 2 << 20) -> tuple[int, str]:
     held: dict[int, tuple[object, int, int]] = {}  # pin -> (kernel, allocation, size)
     pins_of: dict[int, set[int]] = {}  # allocation -> its pins held
     counts: dict[object, dict[int, int]] = {}  # kernel -> {allocation: pins}
-    held_bytes: dict[object, int] = {}
+    held_bytes: dict[object, int] = {}  # large allocations' bytes
+    small_bytes: dict[object, int] = {}  # small objects' bytes (in pages: rounded up)
+
+    def total(kernel: object) -> int:
+        small = small_bytes.get(kernel, 0)
+        if small_in_pages:
+            small = -(-small // granule) * granule
+        return held_bytes.get(kernel, 0) + small
+
+    def add(kernel: object, size: int, sign: int) -> None:
+        table = small_bytes if size < granule else held_bytes
+        table[kernel] = table.get(kernel, 0) + sign * size
+
     worst, worst_op = 0, "-"
     for i, e in enumerate(events.events):
         if e.kind == PIN or (e.kind == ALLOC and e.born_pinned):
@@ -328,9 +345,9 @@ def kernel_floor(events: Events, granule: int = 2 << 20) -> tuple[int, str]:
             mine = counts.setdefault(kernel, {})
             mine[e.allocation] = mine.get(e.allocation, 0) + 1
             if mine[e.allocation] == 1:
-                held_bytes[kernel] = held_bytes.get(kernel, 0) + size
-                if held_bytes[kernel] > worst:
-                    worst, worst_op = held_bytes[kernel], events.ops[e.op]
+                add(kernel, size, 1)
+                if total(kernel) > worst:
+                    worst, worst_op = total(kernel), events.ops[e.op]
             if e.pin >= 0:
                 held[e.pin] = (kernel, e.allocation, size)
                 pins_of.setdefault(e.allocation, set()).add(e.pin)
@@ -343,7 +360,7 @@ def kernel_floor(events: Events, granule: int = 2 << 20) -> tuple[int, str]:
                 mine[allocation] -= 1
                 if mine[allocation] == 0:
                     del mine[allocation]
-                    held_bytes[kernel] -= size
+                    add(kernel, size, -1)
     return worst, worst_op
 
 

@@ -461,6 +461,38 @@ def test_the_kernel_floor_counts_one_kernel_where_the_pinned_floor_counts_all_at
     assert replay.pinned_floor(cut) == (26 * MIB, "B")
 
 
+def test_the_kernel_floor_in_pages_counts_a_kernels_small_objects_in_whole_granules(tmp_path):
+    # "A" pins a 4 MiB tensor and three small objects (100 KiB, 1 KiB and a
+    # scalar), "B" a 6 MiB tensor alone. In bytes A holds 4 MiB and 101 KiB
+    # (small objects in 256-byte units), B 6 MiB; in pages A's small objects
+    # take one granule together, so A holds 6 MiB and is the floor (B ties
+    # it; the first to reach the most is named).
+    from tensorflow_lms_allocator.engine import set_thread_label
+
+    engine = Engine(64 * MIB, host_bytes=128 * MIB, policy="lru")
+    path = tmp_path / "small.lmstrace"
+    with trace.record_engine(engine, path):
+        big = engine.allocate(4 * MIB)
+        small = [engine.allocate(n) for n in (100 << 10, 1 << 10, 4)]
+        other = engine.allocate(6 * MIB)
+        set_thread_label("A")
+        ids = [engine.pin(t) for t in (big, *small)]
+        for t, i in zip((big, *small), ids):
+            engine.unpin(t, i)
+        set_thread_label("B")
+        engine.unpin(other, engine.pin(other))
+        set_thread_label(None)
+    events = replay.normalize(trace.load(path))
+    small_bytes = (100 << 10) + (1 << 10) + 256
+    assert replay.kernel_floor(events) == (6 * MIB, "B")
+    assert replay.kernel_floor(events, small_in_pages=True) == (6 * MIB, "A")
+    # Without B: in bytes A's 4 MiB and its small objects, in pages 6 MiB.
+    only_a = replay.Events([e for e in events.events if events.sizes[e.allocation] != 6 * MIB],
+                           events.sizes, events.ops, events.skipped, events.recorded_evicted)
+    assert replay.kernel_floor(only_a) == (4 * MIB + small_bytes, "A")
+    assert replay.kernel_floor(only_a, small_in_pages=True) == (6 * MIB, "A")
+
+
 def test_find_min_device_names_the_kernel_that_sets_the_floor(tmp_path):
     # One kernel (labelled as TensorFlow labels kernels) pins three 8 MiB
     # inputs and makes a 10 MiB output pinned: 34 MiB at once, more than any
