@@ -221,10 +221,7 @@ void KernelPins::OnContextCreated(void* context, void* params) {
   }
   if (replaced.creator != nullptr) {
     Forget(*replaced.creator, replaced.serial, slot_);
-    if (replaced.admitted != 0) admitted_bytes_.fetch_sub(replaced.admitted);
-    UnpinAll(replaced.pins);
-    contexts_.fetch_sub(replaced.async ? kAsyncUnit + 1 : 1);
-    WakeAdmissionWaiters();
+    Release(replaced);
   }
   {
     std::lock_guard<std::mutex> lock(thread.mu);
@@ -254,13 +251,7 @@ void KernelPins::OnContextDestroyed(void* context) {
     if (sets.bytes.size() >= kMostSetsPerShard) sets.bytes.clear();
     sets.bytes[entry.kernel] = t_tally - entry.tally_at_start;
   }
-  if (entry.admitted != 0) admitted_bytes_.fetch_sub(entry.admitted);
-  UnpinAll(entry.pins);
-  contexts_.fetch_sub(entry.async ? kAsyncUnit + 1 : 1);
-  // Its room, its pins and its count are back: a kernel waiting to be
-  // admitted looks again (an unpin moves the epoch only for a unit no other
-  // kernel pins, and a kernel that freed what it allocated unpins nothing).
-  WakeAdmissionWaiters();
+  Release(entry);
   const char* enclosing_label = Forget(*entry.creator, entry.serial, slot_);
   if (entry.creator.get() == t_contexts) {
     // Back to the enclosing kernel's label, or none. (A context destroyed on
@@ -335,6 +326,16 @@ void KernelPins::AwaitTurn() {
   engine_->NoteKernelWait(std::chrono::duration_cast<std::chrono::nanoseconds>(
                               std::chrono::steady_clock::now() - start)
                               .count());
+}
+
+void KernelPins::Release(const Entry& entry) {
+  if (entry.admitted != 0) admitted_bytes_.fetch_sub(entry.admitted);
+  UnpinAll(entry.pins);
+  contexts_.fetch_sub(entry.async ? kAsyncUnit + 1 : 1);
+  // Its room, its pins and its count are back: a kernel waiting to be
+  // admitted looks again (an unpin moves the epoch only for a unit no other
+  // kernel pins, and a kernel that freed what it allocated unpins nothing).
+  WakeAdmissionWaiters();
 }
 
 void KernelPins::WakeAdmissionWaiters() {

@@ -450,6 +450,10 @@ class KernelPins {
   // label of the creator's innermost remaining context (null if none).
   static const char* Forget(ThreadContexts& creator, uint64_t serial, int slot);
   void UnpinAll(const std::vector<Pin>& pins);
+  // A context's end (destroyed, or replaced by one at its address): its
+  // admitted room, its pins and its count given back, in that order, and the
+  // kernels waiting to be admitted woken.
+  void Release(const Entry& entry);
 
   Engine* const engine_;
   // This device's index in each thread's per-device counts (Note [Contexts
