@@ -53,7 +53,8 @@ struct Driver {
   X(live_mappings) X(live_reservations) X(live_streams) X(live_events)          \
   X(pool_bytes_in_use) X(work_in_flight) X(work_running) X(check_invariants) X(destroy_all) X(reset) \
   X(set_peer_access) X(staged_copies) X(launch_kernel_for) X(timing_enable)     \
-  X(timing_disable) X(timing_totals) X(timing_host_work)
+  X(timing_disable) X(timing_totals) X(timing_host_work) X(timing_use_clock)  \
+  X(timing_clock)
 
 struct FakeApi {
 #define FAKE_CUDA_TEST_FIELD(name) decltype(&::fake_cuda_##name) name = nullptr;
@@ -1614,6 +1615,38 @@ TEST(TimingChargesTheMeasuredVmmCostsPerHandle) {
   EXPECT_EQ(Totals().host_now_ns, Totals().host_remap_ns + Totals().host_create_ns);
   EXPECT_EQ(D().cuMemAddressFree(ptr, 2 * kG), CUDA_SUCCESS);
   F().timing_disable();
+}
+
+// Each modeled host thread has a clock of its own: a helper's calls (clock 1)
+// do not advance the launching thread's (clock 0), but the driver takes one
+// VMM call at a time, so clock 0's unmap waits for clock 1's map to end. A
+// launch is no VMM call and waits for nothing.
+TEST(TimingGivesEachThreadAClockAndTheDriverOneVmmCallAtATime) {
+  Session session;
+  const CUdeviceptr ptr = Reserve(kG);
+  const CUstream s = NewStream();
+  EXPECT_EQ(F().timing_enable("h200"), 0);
+  EXPECT_EQ(F().timing_use_clock(4, 0), -1);
+  EXPECT_EQ(F().timing_use_clock(-1, 0), -1);
+  EXPECT_EQ(F().timing_use_clock(1, 1000), 0);  // woken at 1 us
+  MapDevice(ptr, kG);  // create, map, access, release: 1 us to 69.26 us
+  const uint64_t mapped = 1000 + 14000 + 1400 + 40200 + 12660;
+  EXPECT_EQ(F().timing_clock(1), mapped);
+  EXPECT_EQ(Totals().host_now_ns, 0u);
+  EXPECT_EQ(F().timing_use_clock(0, 0), 0);
+  EXPECT_EQ(F().launch_kernel_for(s, 1000, nullptr, nullptr, nullptr, 0), CUDA_SUCCESS);
+  EXPECT_EQ(Totals().host_now_ns, 5000u);  // beside clock 1's calls
+  EXPECT_EQ(D().cuMemUnmap(ptr, kG), CUDA_SUCCESS);
+  fake_cuda_timing t = Totals();
+  EXPECT_EQ(t.host_now_ns, mapped + 24650);  // after the driver ended the release
+  EXPECT_EQ(t.driver_wait_ns, mapped - 5000);
+  EXPECT_EQ(F().timing_clock(1), mapped);
+  EXPECT_EQ(F().timing_clock(0), t.host_now_ns);
+  EXPECT_EQ(D().cuStreamSynchronize(s), CUDA_SUCCESS);
+  F().timing_disable();
+  EXPECT_EQ(D().cuStreamDestroy(s), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuMemAddressFree(ptr, kG), CUDA_SUCCESS);
+  EXPECT_EQ(F().violation_count(), 0u);
 }
 
 // Each copy direction is an engine of its own beside compute: a copy to the

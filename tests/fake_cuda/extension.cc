@@ -158,6 +158,15 @@ FAKE_CUDA_EXPORT void fake_cuda_timing_host_work(unsigned long long ns) noexcept
   fake::timing::ChargeHostWork(ns);
 }
 
+FAKE_CUDA_EXPORT int fake_cuda_timing_use_clock(int clock,
+                                                unsigned long long not_before_ns) noexcept {
+  return fake::timing::UseClock(clock, not_before_ns) ? 0 : -1;
+}
+
+FAKE_CUDA_EXPORT unsigned long long fake_cuda_timing_clock(int clock) noexcept {
+  return fake::timing::ClockNow(clock);
+}
+
 FAKE_CUDA_EXPORT void fake_cuda_timing_totals(fake_cuda_timing* out) noexcept {
   using fake::timing::Call;
   using fake::timing::Engine;
@@ -178,6 +187,7 @@ FAKE_CUDA_EXPORT void fake_cuda_timing_totals(fake_cuda_timing* out) noexcept {
   out->host_waits = t.host_waits;
   out->compute_idle_host_ns = t.compute_idle_host_ns;
   out->compute_idle_stream_ns = t.compute_idle_stream_ns;
+  out->driver_wait_ns = t.driver_wait_ns;
 }
 
 FAKE_CUDA_EXPORT size_t fake_cuda_destroy_all(void) noexcept {

@@ -231,11 +231,22 @@ int fake_cuda_set_peer_access(int a, int b, int can_access) FAKE_CUDA_NOEXCEPT;
 // zero. Returns 0, or -1 (nothing changed) for an unknown name.
 int fake_cuda_timing_enable(const char* preset) FAKE_CUDA_NOEXCEPT;
 void fake_cuda_timing_disable(void) FAKE_CUDA_NOEXCEPT;
-// Advances the host's clock by `ns` of host work (a framework's own time).
+// Advances the calling thread's clock by `ns` of host work (a framework's
+// own time).
 void fake_cuda_timing_host_work(unsigned long long ns) FAKE_CUDA_NOEXCEPT;
+// Modeled host threads: clock 0 (every real thread's until it selects
+// another) launches kernels; a benchmark driving the engine from one real
+// thread selects clock 1 around what a helper thread would call. Makes the
+// calling thread's later calls charge `clock` (0-3), first moving that clock
+// to `not_before_ns` if it is earlier (when the helper was woken). The
+// driver takes one VMM call at a time, from any clock. Returns 0, or -1
+// (nothing changed) for a clock out of range.
+int fake_cuda_timing_use_clock(int clock, unsigned long long not_before_ns) FAKE_CUDA_NOEXCEPT;
+// `clock`'s time (0 for a clock out of range).
+unsigned long long fake_cuda_timing_clock(int clock) FAKE_CUDA_NOEXCEPT;
 
 typedef struct fake_cuda_timing {
-  unsigned long long host_now_ns;             // the host's modeled clock
+  unsigned long long host_now_ns;             // clock 0: the launching thread's
   unsigned long long compute_busy_ns;         // kernels, all devices
   unsigned long long copy_to_host_busy_ns;    // copies into host memory
   unsigned long long copy_to_device_busy_ns;  // copies into device memory
@@ -250,6 +261,8 @@ typedef struct fake_cuda_timing {
   // host late), or launched on a stream held by an event (a copy it waits for).
   unsigned long long compute_idle_host_ns;
   unsigned long long compute_idle_stream_ns;
+  // VMM calls waiting for the driver to end another clock's VMM call.
+  unsigned long long driver_wait_ns;
 } fake_cuda_timing;
 // The totals since fake_cuda_timing_enable.
 void fake_cuda_timing_totals(fake_cuda_timing* out) FAKE_CUDA_NOEXCEPT;

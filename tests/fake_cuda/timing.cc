@@ -63,6 +63,29 @@ Mutex g_mu;
 const Preset* g_preset LMS_GUARDED_BY(g_mu) = &kPresets[0];
 Totals g_totals LMS_GUARDED_BY(g_mu);
 uint64_t g_engine_free[kMaxDevices][kEngines] LMS_GUARDED_BY(g_mu) = {};
+// Clock 0 is g_totals.host_now_ns; the helpers' clocks are here.
+uint64_t g_helper_now[kClocks] LMS_GUARDED_BY(g_mu) = {};
+// When the driver ends the last VMM call, on any clock.
+uint64_t g_driver_free LMS_GUARDED_BY(g_mu) = 0;
+// The clock the calling thread charges.
+thread_local int t_clock = 0;
+
+uint64_t& Now() LMS_EXCLUSIVE_LOCKS_REQUIRED(g_mu) {
+  return t_clock == 0 ? g_totals.host_now_ns : g_helper_now[t_clock];
+}
+
+bool IsVmm(Call call) {
+  switch (call) {
+    case Call::kCreate:
+    case Call::kRelease:
+    case Call::kMap:
+    case Call::kAccess:
+    case Call::kUnmap:
+      return true;
+    default:
+      return false;
+  }
+}
 
 }  // namespace
 
@@ -75,6 +98,8 @@ bool Enable(const char* preset) {
     g_preset = &p;
     g_totals = Totals();
     std::fill(&g_engine_free[0][0], &g_engine_free[0][0] + kMaxDevices * kEngines, 0);
+    std::fill(g_helper_now, g_helper_now + kClocks, 0);
+    g_driver_free = 0;
     g_enabled = true;
     return true;
   }
@@ -83,6 +108,21 @@ bool Enable(const char* preset) {
 
 void Disable() { g_enabled = false; }
 
+bool UseClock(int clock, uint64_t not_before_ns) {
+  if (clock < 0 || clock >= kClocks) return false;
+  MutexLock lock(g_mu);
+  t_clock = clock;
+  uint64_t& now = Now();
+  now = std::max(now, not_before_ns);
+  return true;
+}
+
+uint64_t ClockNow(int clock) {
+  if (clock < 0 || clock >= kClocks) return 0;
+  MutexLock lock(g_mu);
+  return clock == 0 ? g_totals.host_now_ns : g_helper_now[clock];
+}
+
 void Charge(Call call, bool host_memory, size_t handle_bytes) {
   if (!Enabled()) return;
   MutexLock lock(g_mu);
@@ -90,20 +130,28 @@ void Charge(Call call, bool host_memory, size_t handle_bytes) {
   const Cost& cost = host_memory ? g_preset->host[c] : g_preset->device[c];
   const uint64_t ns = static_cast<uint64_t>(
       cost.per_handle + cost.per_2mib * static_cast<double>(handle_bytes) / (2 << 20));
-  g_totals.host_now_ns += ns;
+  uint64_t& now = Now();
+  if (IsVmm(call)) {
+    if (g_driver_free > now) {
+      g_totals.driver_wait_ns += g_driver_free - now;
+      now = g_driver_free;
+    }
+    g_driver_free = now + ns;
+  }
+  now += ns;
   g_totals.host_call_ns[c] += ns;
 }
 
 void ChargeHostWork(uint64_t ns) {
   if (!Enabled()) return;
   MutexLock lock(g_mu);
-  g_totals.host_now_ns += ns;
+  Now() += ns;
   g_totals.host_work_ns += ns;
 }
 
 uint64_t HostNow() {
   MutexLock lock(g_mu);
-  return g_totals.host_now_ns;
+  return Now();
 }
 
 void HostWaitUntil(uint64_t done_ns) {
@@ -111,9 +159,10 @@ void HostWaitUntil(uint64_t done_ns) {
   {
     MutexLock lock(g_mu);
     ++g_totals.host_waits;
-    if (done_ns > g_totals.host_now_ns) {
-      g_totals.host_wait_ns += done_ns - g_totals.host_now_ns;
-      g_totals.host_now_ns = done_ns;
+    uint64_t& now = Now();
+    if (done_ns > now) {
+      g_totals.host_wait_ns += done_ns - now;
+      now = done_ns;
     }
   }
   Charge(Call::kSync);
@@ -121,7 +170,8 @@ void HostWaitUntil(uint64_t done_ns) {
 
 uint64_t Schedule(uint64_t tail, int device, Engine engine, uint64_t ns) {
   MutexLock lock(g_mu);
-  uint64_t start = std::max(tail, g_totals.host_now_ns);
+  const uint64_t now = Now();
+  uint64_t start = std::max(tail, now);
   if (engine == Engine::kCount) return start;
   const int e = static_cast<int>(engine);
   uint64_t& engine_free = g_engine_free[std::clamp(device, 0, kMaxDevices - 1)][e];
@@ -129,7 +179,7 @@ uint64_t Schedule(uint64_t tail, int device, Engine engine, uint64_t ns) {
     // The engine ran a kernel before (not the first since Enable) and now
     // idles until this one can start: late on the host, or held on its
     // stream.
-    (tail > g_totals.host_now_ns ? g_totals.compute_idle_stream_ns
+    (tail > now ? g_totals.compute_idle_stream_ns
                                  : g_totals.compute_idle_host_ns) += start - engine_free;
   }
   start = std::max(start, engine_free);

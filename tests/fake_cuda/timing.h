@@ -4,14 +4,23 @@
 //
 // Note [Timing model]. Off by default; while off nothing here costs more than
 // one relaxed load. While on:
-//   - The host has one modeled clock (HostNow). Each driver call advances it
-//     by that call's cost on the modeled GPU (Costs: the VMM calls per
-//     handle, from our own driver_timing runs; launches and event calls,
-//     assumed), and a host wait (cuEventSynchronize, cuStreamSynchronize)
-//     advances it to the modeled moment the awaited work completes. One clock
-//     for every host thread: calls from several threads are modeled as if
-//     one thread made them in turn (the benchmark drives the engine from
-//     one thread).
+//   - The host has a modeled clock per modeled thread (kClocks; HostNow is
+//     the calling thread's). Each driver call advances it by that call's
+//     cost on the modeled GPU (Costs: the VMM calls per handle, from our own
+//     driver_timing runs; launches and event calls, assumed), and a host wait
+//     (cuEventSynchronize, cuStreamSynchronize) advances it to the modeled
+//     moment the awaited work completes. A real thread charges clock 0 until
+//     it selects another (UseClock), so calls from several real threads are
+//     modeled as one thread making them in turn unless the caller says which
+//     modeled thread makes them: a benchmark that drives the engine from one
+//     real thread selects clock 1 around the calls a helper thread would
+//     make, and models what orders the two (the engine's lock) itself.
+//   - The driver takes one VMM call (cuMemCreate, cuMemRelease, cuMemMap,
+//     cuMemSetAccess, cuMemUnmap) at a time: such a call starts no sooner
+//     than the last one, from any clock, ended (remapping from several
+//     threads was no faster on our H200: docs/decisions/0017). The time a
+//     clock waited for another's VMM call is counted (driver_wait_ns). With
+//     one clock nothing waits: its own calls end before it makes the next.
 //   - Each stream has a modeled tail: the moment its last enqueued operation
 //     completes. An operation starts at the latest of: the host's clock when
 //     it is enqueued, its stream's tail, the events it waits for (the record
@@ -25,9 +34,9 @@
 //     independent of the real worker threads, which still move the real bytes
 //     and enforce every rule of the driver as before.
 // What it leaves out: the engine's own CPU time between driver calls (its
-// statistics measure that on the real clock); kernels running at once on a
-// device; the PCIe/NVLink contention of two copy directions (each runs at its
-// measured one-way rate); caches of any kind.
+// statistics measure that on the real clock); locks outside the driver;
+// kernels running at once on a device; the PCIe/NVLink contention of two copy
+// directions (each runs at its measured one-way rate); caches of any kind.
 #ifndef TENSORFLOW_LMS_ALLOCATOR_TESTS_FAKE_CUDA_TIMING_H_
 #define TENSORFLOW_LMS_ALLOCATOR_TESTS_FAKE_CUDA_TIMING_H_
 
@@ -40,6 +49,9 @@ namespace fake {
 namespace timing {
 
 enum class Engine : int { kCompute, kCopyToHost, kCopyToDevice, kCopyOnDevice, kCount };
+
+// Modeled host threads: clock 0 launches kernels, the others are helpers.
+constexpr int kClocks = 4;
 
 // The driver calls whose host cost the model charges.
 enum class Call : int {
@@ -62,34 +74,45 @@ bool Enabled();
 bool Enable(const char* preset);
 void Disable();
 
-// Advances the host's clock by the cost of `call` on a handle of
+// Makes the calling thread's later calls charge `clock` (0 <= clock <
+// kClocks), first moving that clock to `not_before_ns` if it is earlier (the
+// moment the modeled thread was woken, or took a lock). False, and nothing
+// changed, for a clock out of range.
+bool UseClock(int clock, uint64_t not_before_ns);
+// `clock`'s time (0 for a clock out of range).
+uint64_t ClockNow(int clock);
+
+// Advances the calling thread's clock by the cost of `call` on a handle of
 // `handle_bytes` of host-located (`host_memory`) or device memory; the VMM
-// calls cost per handle plus per 2 MiB of it, the others a fixed cost.
+// calls cost per handle plus per 2 MiB of it, the others a fixed cost. A
+// VMM call first waits for the driver to be done with the last one.
 void Charge(Call call, bool host_memory = false, size_t handle_bytes = 0);
-// Advances the host's clock by `ns` of host work the caller states.
+// Advances the calling thread's clock by `ns` of host work the caller states.
 void ChargeHostWork(uint64_t ns);
-// The host's clock.
+// The calling thread's clock.
 uint64_t HostNow();
-// A host wait for work that completes at `done_ns`: the clock moves there
-// if it is later (counted as waiting), then pays kSync.
+// A host wait for work that completes at `done_ns`: the calling thread's
+// clock moves there if it is later (counted as waiting), then pays kSync.
 void HostWaitUntil(uint64_t done_ns);
 
 // Schedules an operation of `ns` on `engine` of `device`, on a stream whose
-// tail is `tail` (its earliest start besides the host's clock); returns its
-// end, the stream's new tail. kCount as the engine: no engine (an event
-// record, a wait), `ns` is then 0. A kernel that starts after the compute
-// engine's previous one ended counts the gap as idle (Totals).
+// tail is `tail` (its earliest start besides the calling thread's clock);
+// returns its end, the stream's new tail. kCount as the engine: no engine
+// (an event record, a wait), `ns` is then 0. A kernel that starts after the
+// compute engine's previous one ended counts the gap as idle (Totals).
 uint64_t Schedule(uint64_t tail, int device, Engine engine, uint64_t ns);
 // How long a copy of `bytes` takes on `engine`.
 uint64_t CopyNs(Engine engine, size_t bytes);
 
 struct Totals {
-  uint64_t host_now_ns = 0;
+  uint64_t host_now_ns = 0;  // clock 0's
   uint64_t busy_ns[static_cast<int>(Engine::kCount)] = {};
   uint64_t host_call_ns[static_cast<int>(Call::kCount)] = {};
   uint64_t host_work_ns = 0;
   uint64_t host_wait_ns = 0;
   uint64_t host_waits = 0;
+  // VMM calls' waits for the driver to end another clock's VMM call.
+  uint64_t driver_wait_ns = 0;
   // Compute engines idle between two kernels, by what the later one waited
   // for: its launch (the host was late) or its stream (an event it waits
   // for, a copy's: the stream's tail was later than the host's clock).
