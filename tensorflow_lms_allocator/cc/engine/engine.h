@@ -360,6 +360,16 @@ class Engine {
   // the LRU policy or while predictions are not trusted.
   Status Prefetch(uint64_t lookahead, uint64_t* units);
 
+  // Evicts inactive units, in the policy's order, until `free_bytes` of
+  // device memory are free (or cached at freed ranges, which an allocation
+  // takes without evicting), or nothing inactive is left: the moves a helper
+  // thread could make ahead of the kernels' requests, so that a request finds
+  // room without waiting for evictions (issue 52, item 3; what it would win
+  // on a GPU: docs/decisions/0018). Under the lock, as Prefetch. *units
+  // receives how many were evicted. Room short of `free_bytes` is no error:
+  // the next request evicts what it still needs. Does nothing with LMS off.
+  Status EvictAhead(size_t free_bytes, uint64_t* units);
+
   // Replay's perfect-foresight reference (LearnedPolicy::Foresee): with the
   // learned policy, it is `now` and the unit holding `ptr` is next used at
   // `next_use` (LearnedPolicy::kNever: not again) on the caller's clock.

@@ -174,6 +174,26 @@ Status Engine::Prefetch(uint64_t lookahead, uint64_t* units) {
   return Status::Ok();
 }
 
+Status Engine::EvictAhead(size_t free_bytes, uint64_t* units) {
+  MutexLock lock(mu_);
+  *units = 0;
+  if (!lms_enabled_) return Status::Ok();
+  const uint64_t want = (free_bytes + granule_ - 1) / granule_;
+  const int64_t evictions = stats_.num_evictions;
+  Status s;
+  for (int round = 0; s.ok() && round < kMaxReclaimRounds; ++round) {
+    const uint64_t room =
+        device_pool_.free_count() + (defrag_enabled_ ? backing_.cached_count() : 0);
+    // What the inactive units can give, if less: a plan for more fails whole.
+    const uint64_t need =
+        std::min(want - std::min(want, room), residency_.inactive_resident_granules());
+    if (need == 0 || !Reclaim(need, /*may_unlock=*/false, &s)) break;
+  }
+  *units = static_cast<uint64_t>(stats_.num_evictions - evictions);
+  RefreshPoolStatistics();
+  return s;
+}
+
 uint64_t Engine::StealCachedGranules(uint64_t granules) {
   uint64_t stolen = 0;
   while (stolen < granules && backing_.cached_count() > 0) {

@@ -311,6 +311,18 @@ NB_MODULE(_engine, m) {
            "With policy=\"learned\": pages in, into free device memory only, the\n"
            "evicted units predicted to be used within `lookahead` uses; returns\n"
            "how many (0 with LRU or while predictions are not trusted).")
+      .def("evict_ahead",
+           [](PyEngine& e, size_t free_bytes) {
+             uint64_t units = 0;
+             e.Call([&] { return e.engine().EvictAhead(free_bytes, &units); });
+             return units;
+           },
+           nb::arg("free_bytes"),
+           "Evicts inactive units, in the policy's order, until `free_bytes` of\n"
+           "device memory are free or nothing inactive is left (the moves a\n"
+           "helper thread could make ahead of requests); returns how many.\n"
+           "Example:\n"
+           "    >>> e.evict_ahead(64 << 20)")
       .def("set_learned_order",
            [](PyEngine& e, bool on) { e.Call([&] { return e.engine().SetLearnedOrder(on); }); },
            nb::arg("on"),

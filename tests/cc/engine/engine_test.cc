@@ -188,6 +188,55 @@ TEST(PinnedAllocationsAreNeverEvicted) {
   EXPECT_TRUE(Contains(e->Evict(a).message(), "pinned"));
 }
 
+// EvictAhead frees device memory before anyone asks for it, in the
+// policy's order (LRU: the least recently used first), and never a pinned
+// unit; the request after it takes the room without evicting. Every byte
+// survives, and with the room already there it moves nothing.
+TEST(EvictAheadMakesRoomTheNextRequestTakesWithoutEvicting) {
+  auto e = MakeEngine({/*device=*/8, /*host=*/16});
+  std::vector<void*> v;
+  for (int i = 0; i < 4; ++i) {
+    v.push_back(MustAllocate(*e, 2 * kGranule));
+    ASSERT_TRUE(v.back() != nullptr);
+    Fill(*e, v.back(), 2 * kGranule, 300 + i);
+  }
+  uint64_t id = 0;
+  EXPECT_OK(e->Pin(v[0], &id));  // v[0]: pinned; v[1]: the least recently used
+  uint64_t units = 0;
+  EXPECT_OK(e->EvictAhead(3 * kGranule, &units));  // 3 granules: two units of 2
+  EXPECT_EQ(units, 2u);
+  AllocationInfo info;
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_OK(e->Inspect(v[i], &info));
+    EXPECT_EQ(info.evicted, i == 1 || i == 2);
+  }
+  EXPECT_EQ(e->device_granules_in_use(), 4u);
+  EXPECT_OK(e->EvictAhead(4 * kGranule, &units));  // already free
+  EXPECT_EQ(units, 0u);
+  void* c = MustAllocate(*e, 4 * kGranule, /*pin=*/true);
+  ASSERT_TRUE(c != nullptr);
+  EXPECT_EQ(e->GetStatistics().num_evictions, 2);
+  // Room beyond what is inactive: v[3] goes, the pinned stay, no error.
+  EXPECT_OK(e->EvictAhead(8 * kGranule, &units));
+  EXPECT_EQ(units, 1u);
+  EXPECT_OK(e->Inspect(v[0], &info));
+  EXPECT_TRUE(!info.evicted);
+  EXPECT_OK(e->Unpin(v[0], id));
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(Verify(*e, v[i], 2 * kGranule, 300 + i), -1);
+  EXPECT_OK(e->CheckInvariants());
+  // With LMS off it moves nothing.
+  e.reset();
+  Setup off;
+  off.device_granules = 4;
+  off.lms = false;
+  auto plain = MakeEngine(off);
+  void* p = MustAllocate(*plain, 4 * kGranule);
+  ASSERT_TRUE(p != nullptr);
+  units = 1;
+  EXPECT_OK(plain->EvictAhead(4 * kGranule, &units));
+  EXPECT_EQ(units, 0u);
+}
+
 TEST(WithLmsOffTheEngineIsAPlainCappedAllocator) {
   Setup setup;
   setup.device_granules = 4;
