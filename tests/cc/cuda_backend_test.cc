@@ -342,6 +342,53 @@ TEST_F(BackendTest, AReleaseWaitsForTheCopiesOfItsOwnMemoryOnly) {
   EXPECT_OK(b->Unmap(base, 4));
 }
 
+// Note [Copy tickets], past the ring's end: a run whose last copy's ticket
+// the ring of kCopyRing events no longer holds (20 batches of copies ended
+// since) is released after a wait on the oldest event it holds, which the
+// copy stream completes after that copy; one wait, no copy touching released
+// memory, and a release of memory copied long before waits no more.
+TEST_F(BackendTest, AReleaseOfATicketTheRingNoLongerHoldsWaitsThroughItsOldest) {
+  b.reset();
+  Fake().set_map_offset_zero_only(1);
+  b = MustMakeCuda();
+  uintptr_t base = 0;
+  EXPECT_OK(b->ReserveAddressRange(8 * kGranule, &base));
+  EXPECT_OK(b->CreatePool(PoolKind::kDevice, 2));
+  EXPECT_OK(b->CreatePool(PoolKind::kHost, 6));
+  const GranuleRun early[] = {{0, 2}}, late[] = {{2, 2}}, churn[] = {{4, 2}};
+  for (const GranuleRun* r : {early, late, churn}) b->DefineRuns(PoolKind::kHost, r, 1);
+  const GranuleId device[] = {0, 1};
+  EXPECT_OK(b->Map(base, PoolKind::kDevice, device, 2, Access::kReadWrite));
+  std::vector<unsigned char> in(2 * kGranule), out(2 * kGranule);
+  for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<unsigned char>(i * 11 + 3);
+  EXPECT_OK(b->CopyFromHost(base, in.data(), in.size()));
+  const GranuleId to_early[] = {0, 1}, to_late[] = {2, 3}, to_churn[] = {4, 5};
+  EXPECT_OK(b->CopyGranules(PoolKind::kHost, to_early, PoolKind::kDevice, device,
+                            2 * kGranule));
+  EXPECT_OK(b->EndRemapBatch());
+  EXPECT_OK(b->WaitForCopies());
+  Fake().set_copy_delay_us(200000);
+  EXPECT_OK(b->CopyGranules(PoolKind::kHost, to_late, PoolKind::kDevice, device,
+                            2 * kGranule));
+  EXPECT_OK(b->EndRemapBatch());
+  Fake().set_copy_delay_us(0);
+  for (int batch = 0; batch < 20; ++batch) {  // behind the late copy on the copy stream
+    EXPECT_OK(b->CopyGranules(PoolKind::kHost, to_churn, PoolKind::kDevice, device,
+                              2 * kGranule));
+    EXPECT_OK(b->EndRemapBatch());
+  }
+  const int64_t waits = b->GetStatistics().host_waits;
+  b->ReleaseRuns(PoolKind::kHost, early, 1);  // its copy was waited for: no wait
+  EXPECT_EQ(b->GetStatistics().host_waits - waits, 0);
+  b->ReleaseRuns(PoolKind::kHost, late, 1);
+  EXPECT_EQ(b->GetStatistics().host_waits - waits, 1);
+  EXPECT_EQ(Fake().violation_count(), 0u);
+  EXPECT_OK(b->WaitForCopies());
+  EXPECT_OK(b->CopyToHost(out.data(), base, out.size()));
+  EXPECT_TRUE(in == out);
+  EXPECT_OK(b->Unmap(base, 2));
+}
+
 // Host memory in runs (backend.h, DefineRuns): a run is made by one
 // cuMemCreate and mapped by one cuMemMap wherever it goes, its bytes in order
 // (new runs that adjoin in the window are granted there in one call); a Map
