@@ -33,6 +33,17 @@ after each kernel starts, lookahead 8), on the launching thread: the model
 has one host clock, so a prefetch's driver calls are charged to the thread
 that launches the kernels (docs/decisions/0003-prefetch-off-by-default.md).
 
+--helper gives the engine a helper thread on a modeled clock of its own
+(Helper): notified after each launch, it prefetches (`prefetch`) or evicts
+until 1/--ahead of the device is free (`evict-ahead`, Engine::EvictAhead).
+The driver takes one VMM call at a time from either thread. By default the
+helper holds the engine's lock for its whole call, as the engine does today;
+--unlocked lets the launching thread go on meanwhile, waiting only for the
+driver: the most that remaps outside the engine's lock could give. With a
+helper, `remaps`, `host busy` and `host wait` count both threads' calls, the
+floors mean nothing, and two more columns give the helper's time and the VMM
+calls' waits for the driver.
+
 The driver refuses to map a sub-range of a handle at an offset, as driver
 580 did on an H100 (benchmarks/results/gpu-check-engine-h100-overlap.log):
 device memory is then mapped a 2 MiB handle at a time and host runs whole.
@@ -97,7 +108,7 @@ class FakeTiming(ctypes.Structure):
         "host_now_ns", "compute_busy_ns", "copy_to_host_busy_ns", "copy_to_device_busy_ns",
         "copy_on_device_busy_ns", "host_remap_ns", "host_create_ns", "host_stream_ns",
         "host_work_ns", "host_wait_ns", "host_waits", "compute_idle_host_ns",
-        "compute_idle_stream_ns")]
+        "compute_idle_stream_ns", "driver_wait_ns")]
 
 
 class FakeRange(ctypes.Structure):
@@ -114,6 +125,9 @@ class FakeDriver:
         self.lib.fake_cuda_launch_kernel_for.argtypes = [
             ctypes.c_void_p, ctypes.c_ulonglong, ctypes.c_void_p, ctypes.c_void_p,
             ctypes.POINTER(FakeRange), ctypes.c_size_t]
+        self.lib.fake_cuda_timing_use_clock.argtypes = [ctypes.c_int, ctypes.c_ulonglong]
+        self.lib.fake_cuda_timing_clock.argtypes = [ctypes.c_int]
+        self.lib.fake_cuda_timing_clock.restype = ctypes.c_ulonglong
         self.lib.fake_cuda_violations.restype = ctypes.c_void_p
         self.lib.fake_cuda_violation_count.restype = ctypes.c_size_t
         gpa = self.lib.cuGetProcAddress_v2
@@ -150,6 +164,15 @@ class FakeDriver:
     def enable(self, preset: str) -> None:
         if self.lib.fake_cuda_timing_enable(preset.encode()) != 0:
             raise SystemExit(f"--preset {preset}: not a preset of the fake driver (h200, h100)")
+
+    def use_clock(self, clock: int, not_before_ns: int = 0) -> None:
+        """This thread's later driver calls charge modeled thread `clock` (0: the one
+        that launches kernels), moved first to `not_before_ns` if that is later."""
+        if self.lib.fake_cuda_timing_use_clock(clock, not_before_ns) != 0:
+            raise ValueError(f"clock {clock}: the fake driver models clocks 0-3")
+
+    def clock(self, clock: int) -> int:
+        return int(self.lib.fake_cuda_timing_clock(clock))
 
     def totals(self) -> FakeTiming:
         t = FakeTiming()
@@ -279,11 +302,59 @@ class Case:
     failure: str = ""
 
 
+@dataclass
+class Helper:
+    """A helper thread of the engine on a modeled clock of its own (clock 1).
+
+    After each launch it is notified, as TF_LMS_PREFETCH's thread is at each
+    kernel's start, and calls `what`: "prefetch" (Engine::Prefetch, `uses`
+    ahead) or "evict-ahead" (Engine::EvictAhead of `room` bytes). It starts at
+    the launching thread's clock; a notify that finds it still busy on its
+    clock is dropped (the next one runs it). The driver takes one VMM call at
+    a time from either clock (Note [Timing model]). `locked`: the helper holds
+    the engine's lock for its whole call, as both calls do today, so the
+    launching thread's next engine call starts after it ends; unlocked, the
+    launching thread waits only for the driver: what remaps outside the
+    engine's lock (issue 52, item 2) would allow at most.
+    """
+
+    what: str
+    uses: int = 8
+    room: int = 0
+    locked: bool = True
+    busy_ns: int = 0  # the helper's calls, from start to end
+    lock_free_ns: int = 0  # when the launching thread may next take the lock
+
+    def notify(self, driver: "FakeDriver", engine: object) -> None:
+        now = driver.clock(0)
+        if driver.clock(1) > now:
+            return
+        driver.use_clock(1, now)
+        if self.what == "prefetch":
+            engine.prefetch(self.uses)
+        else:
+            engine.evict_ahead(self.room)
+        end = driver.clock(1)
+        driver.use_clock(0)
+        self.busy_ns += end - now
+        if self.locked:
+            self.lock_free_ns = end
+
+    def take_lock(self, driver: "FakeDriver") -> None:
+        """Before the launching thread's engine call: the lock once the helper let go."""
+        if self.lock_free_ns:
+            driver.use_clock(0, self.lock_free_ns)
+            self.lock_free_ns = 0
+
+
 def replay_timed(driver: FakeDriver, lms: object | None, events: object, device: int,
-                 steps: int, speedup: float, prefetch: int = 0) -> list[dict[str, float]]:
+                 steps: int, speedup: float, prefetch: int = 0,
+                 helper: Helper | None = None) -> list[dict[str, float]]:
     """Replays `events` through an engine of `device` bytes (None: no engine, LMS off),
     each kernel a timed kernel on a fenced stream; per-step figures (ns). With
-    `prefetch`, the engine prefetches that many uses ahead after each launch."""
+    `prefetch`, the engine prefetches that many uses ahead after each launch, on
+    the launching thread; with `helper`, the helper does its work after each
+    launch on a clock of its own."""
     from tensorflow_lms_allocator import replay
 
     stream = driver.stream()
@@ -306,6 +377,8 @@ def replay_timed(driver: FakeDriver, lms: object | None, events: object, device:
         """Event i through the engine; what a kernel pins is added to `touched`."""
         e = events.events[i]
         size = events.sizes[e.allocation]
+        if helper is not None:
+            helper.take_lock(driver)
         if e.kind == replay.ALLOC:
             if engine is None:
                 addresses[e.allocation] = fake_next[0]
@@ -342,9 +415,18 @@ def replay_timed(driver: FakeDriver, lms: object | None, events: object, device:
         t = driver.totals()
         launches.append((duration, t.host_remap_ns + t.host_create_ns, t.host_stream_ns))
 
+    def after_launch() -> None:
+        if engine is None:
+            return
+        if prefetch:
+            engine.prefetch(prefetch)
+        if helper is not None:
+            helper.notify(driver, engine)
+
     k = 0
     for step in range(steps):
         before = driver.totals()
+        helper_before = helper.busy_ns if helper is not None else 0
         launches.clear()
         compute = 0
         while k < len(spans) and spans[k][0] < bounds[step + 1]:
@@ -363,20 +445,19 @@ def replay_timed(driver: FakeDriver, lms: object | None, events: object, device:
                     launch(duration, touched)
                     compute += duration
                     launched = True
-                    if engine is not None and prefetch:
-                        engine.prefetch(prefetch)
+                    after_launch()
                 run(i, touched)
             if not launched:
                 launch(duration, touched)
                 compute += duration
-                if engine is not None and prefetch:
-                    engine.prefetch(prefetch)
+                after_launch()
             k += 1
         queued = driver.totals()  # before the step's end waits for the GPU
         driver.synchronize(stream)
         d = delta(before, driver.totals())
         d["host_wait_ns"] = queued.host_wait_ns - before.host_wait_ns
         d["kernel_ns"] = compute
+        d["helper_ns"] = helper.busy_ns - helper_before if helper is not None else 0
         d.update(host_floors(launches, before.host_remap_ns + before.host_create_ns,
                              before.host_stream_ns))
         out.append(d)
@@ -433,6 +514,7 @@ def figures(d: dict[str, float], off_step: float) -> dict[str, float]:
             "idle": max(step - compute, 0), "idle_copies": d["compute_idle_stream_ns"],
             "idle_host": d["compute_idle_host_ns"], "waits": d["host_wait_ns"],
             "floor_one": d["floor_one_thread_ns"], "floor_any": d["floor_any_threads_ns"],
+            "helper": d["helper_ns"], "driver_waits": d["driver_wait_ns"],
             "ideal": ideal, "ratio": step / ideal if ideal else 1.0}
 
 
@@ -465,9 +547,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--prefetch", type=int, default=0, metavar="USES",
                    help="after each launch, page in what the learned policy predicts "
                         "within USES uses (the adapter's prefetcher asks 8; 0: off)")
+    p.add_argument("--helper", choices=("prefetch", "evict-ahead"), default=None,
+                   help="a helper thread on a clock of its own, notified after each launch: "
+                        "prefetch (--prefetch USES ahead, 8 if 0) or evict-ahead (keep "
+                        "--ahead of the device free)")
+    p.add_argument("--ahead", type=int, default=16, metavar="N",
+                   help="evict-ahead keeps 1/N of the device free (default 16)")
+    p.add_argument("--unlocked", action="store_true",
+                   help="the helper's calls do not hold the engine's lock: the launching "
+                        "thread waits only for the driver (what remaps outside the lock "
+                        "would allow at most)")
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--timeout", type=float, default=1800)
     args = p.parse_args(argv)
+    if args.ahead < 1:
+        p.error(f"--ahead {args.ahead}: at least 1 (1/N of the device)")
+    if args.unlocked and args.helper is None:
+        p.error("--unlocked models the helper's lock: name a --helper")
     if not (args.gpu_speedup > 0):
         p.error(f"--gpu-speedup {args.gpu_speedup}: must be positive")
     if args.steps < 2:
@@ -525,8 +621,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 device = max(peak // fraction // (2 * MIB), 1) * 2 * MIB + (
                     64 * MIB if fraction == 1 else 0)
                 print(f"replaying {name} at {label} ({device // MIB} MiB)", flush=True)
+                helper = None if args.helper is None else Helper(
+                    args.helper, uses=args.prefetch or 8, room=device // args.ahead,
+                    locked=not args.unlocked)
                 steps = replay_timed(driver, lms, events, device, args.steps,
-                                     args.gpu_speedup, args.prefetch)
+                                     args.gpu_speedup,
+                                     args.prefetch if helper is None else 0, helper)
                 per = [figures(s, off_step) for s in steps[1:]]
                 mean = {key: sum(f[key] for f in per) / len(per) for key in per[0]}
                 mean["ratio"] = mean["step"] / mean["ideal"] if mean["ideal"] else 1.0
@@ -537,7 +637,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"\n{'model':<12} {'case':<9} {'step ms':>8} {'compute':>8} {'to host':>8} "
           f"{'to dev':>8} {'remaps':>8} {'host busy':>9} {'GPU idle':>8} {'copies':>8} "
           f"{'host':>8} {'host wait':>9} {'floor 1':>8} {'floor N':>8} "
-          f"{'gpu_step_vs_ideal':>18}")
+          f"{'gpu_step_vs_ideal':>18}" + (f" {'helper':>8} {'drv wait':>8}" if args.helper else ""))
     worst = ("", "", 0.0)
     floors: list[tuple[float, str]] = []
     for name, label, m in cases:
@@ -549,7 +649,9 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"{m['remaps'] / 1e6:>8.2f} {m['host_busy'] / 1e6:>9.2f} {m['idle'] / 1e6:>8.2f} "
               f"{m['idle_copies'] / 1e6:>8.2f} {m['idle_host'] / 1e6:>8.2f} "
               f"{m['waits'] / 1e6:>9.2f} {m['floor_one'] / 1e6:>8.2f} "
-              f"{m['floor_any'] / 1e6:>8.2f} {m['ratio']:>18.3f}")
+              f"{m['floor_any'] / 1e6:>8.2f} {m['ratio']:>18.3f}" +
+              (f" {m['helper'] / 1e6:>8.2f} {m['driver_waits'] / 1e6:>8.2f}"
+               if args.helper else ""))
         if label != "uncapped" and m["ratio"] > worst[2]:
             worst = (name, label, m["ratio"])
         if label != "uncapped":

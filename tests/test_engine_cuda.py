@@ -241,3 +241,59 @@ def test_the_floors_of_a_step_put_the_gpu_behind_the_host_calls_before_each_laun
     late = [(5, 1000, 502), (5, 1060, 512)]
     assert gpu_model.host_floors(late, 1000, 500) == {
         "floor_one_thread_ns": 77, "floor_any_threads_ns": 65}
+
+
+def test_a_helper_on_a_clock_of_its_own_holds_the_lock_or_waits_only_for_the_driver(fake):
+    """benchmarks/gpu_model.py's Helper on the timing model: a helper thread's
+    evictions ahead (Engine::EvictAhead) are charged to a clock of its own, not
+    to the thread that launches kernels. Holding the engine's lock (as it does
+    today), the launching thread's next engine call waits until the helper ends;
+    with the lock modeled away it waits only where the driver is still busy
+    with the helper's VMM calls (one at a time). The room is made ahead: the
+    request after it evicts nothing, and every byte survives."""
+    import os
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    try:
+        import gpu_model
+    finally:
+        del sys.path[0]
+    driver = gpu_model.FakeDriver(os.environ["TF_LMS_CUDA_DRIVER_PATH"])
+    stream = driver.stream()
+    e = cuda_engine(8, 32)
+    e.add_fenced_stream(stream)
+    try:
+        driver.enable("h200")
+        for locked in (True, False):
+            tensors = [e.allocate(2 * GRANULE) for _ in range(4)]
+            for seed, t in enumerate(tensors):
+                e.fill_pattern(t, 2 * GRANULE, seed)
+            driver.kernel(stream, 1_000_000, [])
+            launched = driver.clock(0)
+            helper = gpu_model.Helper("evict-ahead", room=4 * GRANULE, locked=locked)
+            helper.notify(driver, e)
+            assert helper.busy_ns > 0
+            assert driver.clock(0) == launched  # the helper's calls are not charged here
+            assert driver.clock(1) == launched + helper.busy_ns
+            assert e.stats()["num_evictions"] == 2 * (1 + (not locked))
+            helper.take_lock(driver)
+            waited = driver.totals().driver_wait_ns
+            new = e.allocate(4 * GRANULE, pin=True)  # maps: VMM calls on clock 0
+            assert e.stats()["num_evictions"] == 2 * (1 + (not locked))  # no eviction
+            assert driver.clock(0) > driver.clock(1)
+            # Locked, the lock made it wait past every call of the helper's;
+            # unlocked, its first VMM call waited for the helper's last.
+            assert (driver.totals().driver_wait_ns > waited) == (not locked)
+            e.unpin(new, e.inspect(new)["unit_id"])
+            e.free(new)
+            for seed, t in enumerate(tensors):
+                assert e.verify_pattern(t, 2 * GRANULE, seed) == -1
+                e.free(t)
+        driver.synchronize(stream)
+    finally:
+        fake.fake_cuda_timing_disable()
+        e.remove_fenced_stream(stream)
+        del e
+        driver.call("cuStreamDestroy", stream)
