@@ -34,15 +34,17 @@ has one host clock, so a prefetch's driver calls are charged to the thread
 that launches the kernels (docs/decisions/0003-prefetch-off-by-default.md).
 
 --helper gives the engine a helper thread on a modeled clock of its own
-(Helper): notified after each launch, it prefetches (`prefetch`) or evicts
-until 1/--ahead of the device is free (`evict-ahead`, Engine::EvictAhead).
+(Helper): notified after each launch, it prefetches (`prefetch`), evicts
+until 1/--ahead of the device is free (`evict-ahead`, Engine::EvictAhead),
+or does both, the prefetch into the room (`both`).
 The driver takes one VMM call at a time from either thread. By default the
 helper holds the engine's lock for its whole call, as the engine does today;
 --unlocked lets the launching thread go on meanwhile, waiting only for the
 driver: the most that remaps outside the engine's lock could give. With a
 helper, `remaps`, `host busy` and `host wait` count both threads' calls, the
-floors mean nothing, and two more columns give the helper's time and the VMM
-calls' waits for the driver.
+floors mean nothing, and three more columns give the helper's time, its VMM
+calls' (`remaps` less this is the launching thread's) and the VMM calls'
+waits for the driver.
 
 The driver refuses to map a sub-range of a handle at an offset, as driver
 580 did on an H100 (benchmarks/results/gpu-check-engine-h100-overlap.log):
@@ -308,7 +310,8 @@ class Helper:
 
     After each launch it is notified, as TF_LMS_PREFETCH's thread is at each
     kernel's start, and calls `what`: "prefetch" (Engine::Prefetch, `uses`
-    ahead) or "evict-ahead" (Engine::EvictAhead of `room` bytes). It starts at
+    ahead), "evict-ahead" (Engine::EvictAhead of `room` bytes) or "both" (the
+    room, then the prefetch into it: every move made ahead). It starts at
     the launching thread's clock; a notify that finds it still busy on its
     clock is dropped (the next one runs it). The driver takes one VMM call at
     a time from either clock (Note [Timing model]). `locked`: the helper holds
@@ -323,20 +326,25 @@ class Helper:
     room: int = 0
     locked: bool = True
     busy_ns: int = 0  # the helper's calls, from start to end
+    vmm_ns: int = 0  # the helper's VMM calls
     lock_free_ns: int = 0  # when the launching thread may next take the lock
 
     def notify(self, driver: "FakeDriver", engine: object) -> None:
         now = driver.clock(0)
         if driver.clock(1) > now:
             return
+        before = driver.totals()
         driver.use_clock(1, now)
-        if self.what == "prefetch":
-            engine.prefetch(self.uses)
-        else:
+        if self.what in ("evict-ahead", "both"):
             engine.evict_ahead(self.room)
+        if self.what in ("prefetch", "both"):
+            engine.prefetch(self.uses)
         end = driver.clock(1)
         driver.use_clock(0)
+        after = driver.totals()
         self.busy_ns += end - now
+        self.vmm_ns += (after.host_remap_ns + after.host_create_ns
+                        - before.host_remap_ns - before.host_create_ns)
         if self.locked:
             self.lock_free_ns = end
 
@@ -426,7 +434,7 @@ def replay_timed(driver: FakeDriver, lms: object | None, events: object, device:
     k = 0
     for step in range(steps):
         before = driver.totals()
-        helper_before = helper.busy_ns if helper is not None else 0
+        helper_before = (helper.busy_ns, helper.vmm_ns) if helper is not None else (0, 0)
         launches.clear()
         compute = 0
         while k < len(spans) and spans[k][0] < bounds[step + 1]:
@@ -457,7 +465,8 @@ def replay_timed(driver: FakeDriver, lms: object | None, events: object, device:
         d = delta(before, driver.totals())
         d["host_wait_ns"] = queued.host_wait_ns - before.host_wait_ns
         d["kernel_ns"] = compute
-        d["helper_ns"] = helper.busy_ns - helper_before if helper is not None else 0
+        d["helper_ns"] = helper.busy_ns - helper_before[0] if helper is not None else 0
+        d["helper_vmm_ns"] = helper.vmm_ns - helper_before[1] if helper is not None else 0
         d.update(host_floors(launches, before.host_remap_ns + before.host_create_ns,
                              before.host_stream_ns))
         out.append(d)
@@ -514,7 +523,8 @@ def figures(d: dict[str, float], off_step: float) -> dict[str, float]:
             "idle": max(step - compute, 0), "idle_copies": d["compute_idle_stream_ns"],
             "idle_host": d["compute_idle_host_ns"], "waits": d["host_wait_ns"],
             "floor_one": d["floor_one_thread_ns"], "floor_any": d["floor_any_threads_ns"],
-            "helper": d["helper_ns"], "driver_waits": d["driver_wait_ns"],
+            "helper": d["helper_ns"], "helper_vmm": d["helper_vmm_ns"],
+            "driver_waits": d["driver_wait_ns"],
             "ideal": ideal, "ratio": step / ideal if ideal else 1.0}
 
 
@@ -547,10 +557,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--prefetch", type=int, default=0, metavar="USES",
                    help="after each launch, page in what the learned policy predicts "
                         "within USES uses (the adapter's prefetcher asks 8; 0: off)")
-    p.add_argument("--helper", choices=("prefetch", "evict-ahead"), default=None,
+    p.add_argument("--helper", choices=("prefetch", "evict-ahead", "both"), default=None,
                    help="a helper thread on a clock of its own, notified after each launch: "
-                        "prefetch (--prefetch USES ahead, 8 if 0) or evict-ahead (keep "
-                        "--ahead of the device free)")
+                        "prefetch (--prefetch USES ahead, 8 if 0), evict-ahead (keep "
+                        "1/--ahead of the device free) or both")
     p.add_argument("--ahead", type=int, default=16, metavar="N",
                    help="evict-ahead keeps 1/N of the device free (default 16)")
     p.add_argument("--unlocked", action="store_true",
@@ -637,7 +647,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"\n{'model':<12} {'case':<9} {'step ms':>8} {'compute':>8} {'to host':>8} "
           f"{'to dev':>8} {'remaps':>8} {'host busy':>9} {'GPU idle':>8} {'copies':>8} "
           f"{'host':>8} {'host wait':>9} {'floor 1':>8} {'floor N':>8} "
-          f"{'gpu_step_vs_ideal':>18}" + (f" {'helper':>8} {'drv wait':>8}" if args.helper else ""))
+          f"{'gpu_step_vs_ideal':>18}" +
+          (f" {'helper':>8} {'its VMM':>8} {'drv wait':>8}" if args.helper else ""))
     worst = ("", "", 0.0)
     floors: list[tuple[float, str]] = []
     for name, label, m in cases:
@@ -650,8 +661,8 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"{m['idle_copies'] / 1e6:>8.2f} {m['idle_host'] / 1e6:>8.2f} "
               f"{m['waits'] / 1e6:>9.2f} {m['floor_one'] / 1e6:>8.2f} "
               f"{m['floor_any'] / 1e6:>8.2f} {m['ratio']:>18.3f}" +
-              (f" {m['helper'] / 1e6:>8.2f} {m['driver_waits'] / 1e6:>8.2f}"
-               if args.helper else ""))
+              (f" {m['helper'] / 1e6:>8.2f} {m['helper_vmm'] / 1e6:>8.2f} "
+               f"{m['driver_waits'] / 1e6:>8.2f}" if args.helper else ""))
         if label != "uncapped" and m["ratio"] > worst[2]:
             worst = (name, label, m["ratio"])
         if label != "uncapped":

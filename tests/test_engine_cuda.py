@@ -243,13 +243,12 @@ def test_the_floors_of_a_step_put_the_gpu_behind_the_host_calls_before_each_laun
         "floor_one_thread_ns": 77, "floor_any_threads_ns": 65}
 
 
-def test_a_helper_on_a_clock_of_its_own_holds_the_lock_or_waits_only_for_the_driver(fake):
+def test_a_helper_on_a_clock_of_its_own_holds_the_lock_or_lets_the_launcher_go_on(fake):
     """benchmarks/gpu_model.py's Helper on the timing model: a helper thread's
     evictions ahead (Engine::EvictAhead) are charged to a clock of its own, not
     to the thread that launches kernels. Holding the engine's lock (as it does
     today), the launching thread's next engine call waits until the helper ends;
-    with the lock modeled away it waits only where the driver is still busy
-    with the helper's VMM calls (one at a time). The room is made ahead: the
+    with the lock modeled away it goes on at once. The room is made ahead: the
     request after it evicts nothing, and every byte survives."""
     import os
     import sys
@@ -279,13 +278,12 @@ def test_a_helper_on_a_clock_of_its_own_holds_the_lock_or_waits_only_for_the_dri
             assert driver.clock(1) == launched + helper.busy_ns
             assert e.stats()["num_evictions"] == 2 * (1 + (not locked))
             helper.take_lock(driver)
-            waited = driver.totals().driver_wait_ns
-            new = e.allocate(4 * GRANULE, pin=True)  # maps: VMM calls on clock 0
+            # Locked, its next engine call starts when the helper let go;
+            # unlocked, at once (the driver orders its VMM calls: the fake's
+            # own test, TimingGivesEachThreadAClockAndTheDriverOneVmmCallAtATime).
+            assert driver.clock(0) == (driver.clock(1) if locked else launched)
+            new = e.allocate(4 * GRANULE, pin=True)
             assert e.stats()["num_evictions"] == 2 * (1 + (not locked))  # no eviction
-            assert driver.clock(0) > driver.clock(1)
-            # Locked, the lock made it wait past every call of the helper's;
-            # unlocked, its first VMM call waited for the helper's last.
-            assert (driver.totals().driver_wait_ns > waited) == (not locked)
             e.unpin(new, e.inspect(new)["unit_id"])
             e.free(new)
             for seed, t in enumerate(tensors):
