@@ -179,8 +179,8 @@ uint64_t Schedule(uint64_t tail, int device, Engine engine, uint64_t ns) {
     // The engine ran a kernel before (not the first since Enable) and now
     // idles until this one can start: late on the host, or held on its
     // stream.
-    (tail > now ? g_totals.compute_idle_stream_ns
-                                 : g_totals.compute_idle_host_ns) += start - engine_free;
+    (tail > now ? g_totals.compute_idle_stream_ns : g_totals.compute_idle_host_ns) +=
+        start - engine_free;
   }
   start = std::max(start, engine_free);
   engine_free = start + ns;
