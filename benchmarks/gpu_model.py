@@ -29,9 +29,10 @@ timing moves them a few percent from run to run).
 
 --prefetch USES pages in, after each launch, what the learned policy predicts
 within USES uses (Engine::Prefetch, as TF_LMS_PREFETCH's helper thread does
-after each kernel starts, lookahead 8), on the launching thread: the model
-has one host clock, so a prefetch's driver calls are charged to the thread
-that launches the kernels (docs/decisions/0003-prefetch-off-by-default.md).
+after each kernel starts, lookahead 8), on the launching thread: its driver
+calls are charged to the thread that launches the kernels
+(docs/decisions/0003-prefetch-off-by-default.md). `--helper prefetch` makes
+the same prefetch on a helper thread of its own.
 
 --helper gives the engine a helper thread on a modeled clock of its own
 (Helper): notified after each launch, it prefetches (`prefetch`), evicts
@@ -490,7 +491,7 @@ def host_floors(launches: Sequence[tuple[int, int, int]], vmm_at_start: int,
     and the host never waits (copies are left out: a lower bound):
     end_k = max(end_(k-1), host_k) + duration_k.
       - `floor_one_thread_ns`: host_k = VMM + other calls, one thread making
-        them all in turn (as the model's one clock does).
+        them all in turn (as the model does without --helper).
       - `floor_any_threads_ns`: host_k = max(VMM, other calls): the VMM calls
         on threads of their own, overlapping the launches; the driver
         serialises VMM calls (remapping from several threads is no faster:
