@@ -63,16 +63,14 @@ Mutex g_mu;
 const Preset* g_preset LMS_GUARDED_BY(g_mu) = &kPresets[0];
 Totals g_totals LMS_GUARDED_BY(g_mu);
 uint64_t g_engine_free[kMaxDevices][kEngines] LMS_GUARDED_BY(g_mu) = {};
-// Clock 0 is g_totals.host_now_ns; the helpers' clocks are here.
-uint64_t g_helper_now[kClocks] LMS_GUARDED_BY(g_mu) = {};
+// Each modeled thread's clock (Totals::host_now_ns is clock 0's).
+uint64_t g_clock[kClocks] LMS_GUARDED_BY(g_mu) = {};
 // When the driver ends the last VMM call, on any clock.
 uint64_t g_driver_free LMS_GUARDED_BY(g_mu) = 0;
 // The clock the calling thread charges.
 thread_local int t_clock = 0;
 
-uint64_t& Now() LMS_EXCLUSIVE_LOCKS_REQUIRED(g_mu) {
-  return t_clock == 0 ? g_totals.host_now_ns : g_helper_now[t_clock];
-}
+uint64_t& Now() LMS_EXCLUSIVE_LOCKS_REQUIRED(g_mu) { return g_clock[t_clock]; }
 
 bool IsVmm(Call call) {
   switch (call) {
@@ -98,7 +96,7 @@ bool Enable(const char* preset) {
     g_preset = &p;
     g_totals = Totals();
     std::fill(&g_engine_free[0][0], &g_engine_free[0][0] + kMaxDevices * kEngines, 0);
-    std::fill(g_helper_now, g_helper_now + kClocks, 0);
+    std::fill(g_clock, g_clock + kClocks, 0);
     g_driver_free = 0;
     g_enabled = true;
     return true;
@@ -120,7 +118,7 @@ bool UseClock(int clock, uint64_t not_before_ns) {
 uint64_t ClockNow(int clock) {
   if (clock < 0 || clock >= kClocks) return 0;
   MutexLock lock(g_mu);
-  return clock == 0 ? g_totals.host_now_ns : g_helper_now[clock];
+  return g_clock[clock];
 }
 
 void Charge(Call call, bool host_memory, size_t handle_bytes) {
@@ -196,7 +194,9 @@ uint64_t CopyNs(Engine engine, size_t bytes) {
 
 Totals GetTotals() {
   MutexLock lock(g_mu);
-  return g_totals;
+  Totals t = g_totals;
+  t.host_now_ns = g_clock[0];
+  return t;
 }
 
 }  // namespace timing

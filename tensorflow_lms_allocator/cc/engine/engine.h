@@ -666,6 +666,12 @@ class Engine {
   // PlaceUnit, which holds the lock throughout, rarely evicts itself.
   // Best effort: PlaceUnit's own path reports what is short.
   void MakeRoomUnlocked(uint64_t n) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Device granules a new unit can take without evicting: the free ones,
+  // and with defragmentation the cached ones (PlaceUnit takes them at the
+  // new range or, defragmenting, from another).
+  uint64_t RoomGranules() const LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return device_pool_.free_count() + (defrag_enabled_ ? backing_.cached_count() : 0);
+  }
   // Plans a reclaim of `needed` granules by the policy and evicts its
   // victims. False (with *status OK) if the policy found too few inactive
   // granules; *status is the eviction's outcome otherwise.

@@ -62,9 +62,7 @@ Status Engine::ObtainDeviceGranules(uint64_t granules, bool may_evict, bool may_
 void Engine::MakeRoomUnlocked(uint64_t n) {
   if (!lms_enabled_ || !defrag_enabled_ || !MayCopyUnlocked()) return;
   for (int round = 0; round < kMaxReclaimRounds; ++round) {
-    // Cached granules count as room: PlaceUnit takes them at the new range
-    // or, defragmenting, from another.
-    const uint64_t room = device_pool_.free_count() + backing_.cached_count();
+    const uint64_t room = RoomGranules();
     if (room >= n) return;
     Status evicted;
     if (!Reclaim(n - room, /*may_unlock=*/true, &evicted)) {
@@ -161,10 +159,7 @@ Status Engine::Prefetch(uint64_t lookahead, uint64_t* units) {
     // An unclaimed unit born evicted is being written in host memory: a
     // page-in would lose what its writer writes after the copy.
     if (residency_.record(c).unclaimed > 0) continue;
-    const uint64_t n = residency_.record(c).granules;
-    const uint64_t available =
-        device_pool_.free_count() + (defrag_enabled_ ? backing_.cached_count() : 0);
-    if (available < n) break;  // a prefetch never evicts
+    if (RoomGranules() < residency_.record(c).granules) break;  // a prefetch never evicts
     // Under the lock: the units due are listed, not pinned.
     LMS_RETURN_IF_ERROR(PageIn(c, /*may_unlock=*/false));
     ++stats_.num_prefetches;
@@ -180,15 +175,12 @@ Status Engine::EvictAhead(size_t free_bytes, uint64_t* units) {
   if (!lms_enabled_) return Status::Ok();
   const uint64_t want = (free_bytes + granule_ - 1) / granule_;
   const int64_t evictions = stats_.num_evictions;
+  // What the inactive units can give, if less: a plan for more fails whole.
+  // One reclaim does it: under the lock nothing abandons its victims.
+  const uint64_t need = std::min(want - std::min(want, RoomGranules()),
+                                 residency_.inactive_resident_granules());
   Status s;
-  for (int round = 0; s.ok() && round < kMaxReclaimRounds; ++round) {
-    const uint64_t room =
-        device_pool_.free_count() + (defrag_enabled_ ? backing_.cached_count() : 0);
-    // What the inactive units can give, if less: a plan for more fails whole.
-    const uint64_t need =
-        std::min(want - std::min(want, room), residency_.inactive_resident_granules());
-    if (need == 0 || !Reclaim(need, /*may_unlock=*/false, &s)) break;
-  }
+  if (need > 0) Reclaim(need, /*may_unlock=*/false, &s);
   *units = static_cast<uint64_t>(stats_.num_evictions - evictions);
   RefreshPoolStatistics();
   return s;
