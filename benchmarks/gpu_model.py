@@ -47,6 +47,16 @@ floors mean nothing, and three more columns give the helper's time, its VMM
 calls' (`remaps` less this is the launching thread's) and the VMM calls'
 waits for the driver.
 
+Two bounds, for what a helper that predicts perfectly could give (issue 52;
+docs/decisions/0019-perfect-predictions-on-the-gpu-model.md):
+--allocate-ahead charges every allocation's driver calls to a clock of their
+own (2), as if a helper had mapped its memory ahead at the address it takes:
+the launching thread never waits for them, though the driver still takes
+them one at a time among the others. --foresee LAUNCHES makes the helper's
+prefetch page in what the next LAUNCHES launches pin, read from the trace,
+instead of what the learned policy predicts (a pin and an unpin each: such a
+page-in evicts to make room, as a kernel's would).
+
 The driver refuses to map a sub-range of a handle at an offset, as driver
 580 did on an H100 (benchmarks/results/gpu-check-engine-h100-overlap.log):
 device memory is then mapped a 2 MiB handle at a time and host runs whole.
@@ -319,18 +329,22 @@ class Helper:
     the engine's lock for its whole call, as both calls do today, so the
     launching thread's next engine call starts after it ends; unlocked, the
     launching thread waits only for the driver: what remaps outside the
-    engine's lock (issue 52, item 2) would allow at most.
+    engine's lock (issue 52, item 2) would allow at most. `allocate_ahead`
+    and `foresee`: the bounds of perfect predictions (the module's doc).
     """
 
     what: str
     uses: int = 8
     room: int = 0
     locked: bool = True
+    allocate_ahead: bool = False  # allocations' calls on clock 2 (made ahead)
+    foresee: int = 0  # prefetch: what the next this many launches pin, from the trace
     busy_ns: int = 0  # the helper's calls, from start to end
     vmm_ns: int = 0  # the helper's VMM calls
     lock_free_ns: int = 0  # when the launching thread may next take the lock
 
-    def notify(self, driver: "FakeDriver", engine: object) -> None:
+    def notify(self, driver: "FakeDriver", engine: object,
+               upcoming: Sequence[int] = ()) -> None:
         now = driver.clock(0)
         if driver.clock(1) > now:
             return
@@ -338,8 +352,12 @@ class Helper:
         driver.use_clock(1, now)
         if self.what in ("evict-ahead", "both"):
             engine.evict_ahead(self.room)
-        if self.what in ("prefetch", "both"):
+        if self.what in ("prefetch", "both") and not self.foresee:
             engine.prefetch(self.uses)
+        elif self.what in ("prefetch", "both"):
+            for address in upcoming:  # what the next launches pin
+                if engine.inspect(address)["evicted"]:
+                    engine.unpin(address, engine.pin(address))
         end = driver.clock(1)
         driver.use_clock(0)
         after = driver.totals()
@@ -348,6 +366,17 @@ class Helper:
                         - before.host_remap_ns - before.host_create_ns)
         if self.locked:
             self.lock_free_ns = end
+
+    def allocate(self, driver: "FakeDriver", engine: object, size: int, **kw: bool) -> int:
+        """engine.allocate on the launching thread; with allocate_ahead, its
+        driver calls on clock 2 from the launching thread's now, clock 0 unmoved."""
+        if not self.allocate_ahead:
+            return engine.allocate(size, **kw)
+        driver.use_clock(2, driver.clock(0))
+        try:
+            return engine.allocate(size, **kw)
+        finally:
+            driver.use_clock(0)
 
     def take_lock(self, driver: "FakeDriver") -> None:
         """Before the launching thread's engine call: the lock once the helper let go."""
@@ -393,7 +422,9 @@ def replay_timed(driver: FakeDriver, lms: object | None, events: object, device:
                 addresses[e.allocation] = fake_next[0]
                 fake_next[0] += size
                 return
-            address = engine.allocate(size, pin=e.born_pinned, writer=e.unclaimed)
+            how = {"pin": e.born_pinned, "writer": e.unclaimed}
+            address = (helper.allocate(driver, engine, size, **how) if helper is not None
+                       else engine.allocate(size, **how))
             addresses[e.allocation] = address
             if e.pin >= 0:
                 pinned[e.pin] = (address, engine.inspect(address)["unit_id"])
@@ -424,13 +455,23 @@ def replay_timed(driver: FakeDriver, lms: object | None, events: object, device:
         t = driver.totals()
         launches.append((duration, t.host_remap_ns + t.host_create_ns, t.host_stream_ns))
 
-    def after_launch() -> None:
+    def upcoming(k: int) -> list[int]:
+        """The addresses the next helper.foresee launches after span k pin, allocated now."""
+        out: list[int] = []
+        for first, end in spans[k + 1:k + 1 + helper.foresee]:
+            for i in range(first, end):
+                e = events.events[i]
+                if e.kind == replay.PIN and e.allocation in addresses:
+                    out.append(addresses[e.allocation])
+        return out
+
+    def after_launch(k: int) -> None:
         if engine is None:
             return
         if prefetch:
             engine.prefetch(prefetch)
         if helper is not None:
-            helper.notify(driver, engine)
+            helper.notify(driver, engine, upcoming(k) if helper.foresee else ())
 
     k = 0
     for step in range(steps):
@@ -454,12 +495,12 @@ def replay_timed(driver: FakeDriver, lms: object | None, events: object, device:
                     launch(duration, touched)
                     compute += duration
                     launched = True
-                    after_launch()
+                    after_launch(k)
                 run(i, touched)
             if not launched:
                 launch(duration, touched)
                 compute += duration
-                after_launch()
+                after_launch(k)
             k += 1
         queued = driver.totals()  # before the step's end waits for the GPU
         driver.synchronize(stream)
@@ -568,6 +609,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="the helper's calls do not hold the engine's lock: the launching "
                         "thread waits only for the driver (what remaps outside the lock "
                         "would allow at most)")
+    p.add_argument("--allocate-ahead", action="store_true",
+                   help="every allocation's driver calls on a clock of their own, as if "
+                        "made ahead (the most mapping ahead could give)")
+    p.add_argument("--foresee", type=int, default=0, metavar="LAUNCHES",
+                   help="the helper's prefetch pages in what the next LAUNCHES launches "
+                        "pin, read from the trace (a perfect prediction)")
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--timeout", type=float, default=1800)
     args = p.parse_args(argv)
@@ -575,6 +622,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.error(f"--ahead {args.ahead}: at least 1 (1/N of the device)")
     if args.unlocked and args.helper is None:
         p.error("--unlocked models the helper's lock: name a --helper")
+    if args.allocate_ahead and args.helper is None:
+        p.error("--allocate-ahead models a helper's maps ahead: name a --helper")
+    if args.foresee < 0:
+        p.error(f"--foresee {args.foresee}: a number of launches, 0 or more")
+    if args.foresee and args.helper not in ("prefetch", "both"):
+        p.error("--foresee replaces the helper's prefetch: --helper prefetch or both")
     if not (args.gpu_speedup > 0):
         p.error(f"--gpu-speedup {args.gpu_speedup}: must be positive")
     if args.steps < 2:
@@ -634,7 +687,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"replaying {name} at {label} ({device // MIB} MiB)", flush=True)
                 helper = None if args.helper is None else Helper(
                     args.helper, uses=args.prefetch or 8, room=device // args.ahead,
-                    locked=not args.unlocked)
+                    locked=not args.unlocked, allocate_ahead=args.allocate_ahead,
+                    foresee=args.foresee)
                 steps = replay_timed(driver, lms, events, device, args.steps,
                                      args.gpu_speedup,
                                      args.prefetch if helper is None else 0, helper)

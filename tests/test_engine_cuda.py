@@ -295,3 +295,56 @@ def test_a_helper_on_a_clock_of_its_own_holds_the_lock_or_lets_the_launcher_go_o
         e.remove_fenced_stream(stream)
         del e
         driver.call("cuStreamDestroy", stream)
+
+
+
+def test_the_bounds_of_perfect_predictions_leave_the_launching_thread_its_clock(fake):
+    """benchmarks/gpu_model.py's two bounds of perfect predictions on the timing
+    model: with allocate_ahead an allocation's maps are charged to clock 2
+    (made ahead), not to the thread that launches kernels, which they cost
+    without it; with foresee, the helper pages in exactly the addresses the next
+    launches pin, on its own clock, every byte intact."""
+    import os
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    try:
+        import gpu_model
+    finally:
+        del sys.path[0]
+    driver = gpu_model.FakeDriver(os.environ["TF_LMS_CUDA_DRIVER_PATH"])
+    stream = driver.stream()
+    e = cuda_engine(8, 32)
+    e.add_fenced_stream(stream)
+    try:
+        driver.enable("h200")
+        made: list[int] = []
+        for ahead in (False, True):
+            helper = gpu_model.Helper("both", allocate_ahead=ahead)
+            launcher, clock2 = driver.clock(0), driver.clock(2)
+            made.append(helper.allocate(driver, e, 2 * GRANULE, pin=False, writer=False))
+            # Its maps are charged to clock 2 made ahead, to the launcher otherwise.
+            assert (driver.clock(0) == launcher) == ahead
+            assert (driver.clock(2) > clock2) == ahead
+        for seed, t in enumerate(made):
+            e.fill_pattern(t, 2 * GRANULE, seed)
+        e.evict(made[0])
+        assert e.inspect(made[0])["evicted"] and not e.inspect(made[1])["evicted"]
+        driver.kernel(stream, 1_000_000, [])
+        launched = driver.clock(0)
+        helper = gpu_model.Helper("prefetch", foresee=1, locked=False)
+        helper.notify(driver, e, [made[0], made[1]])
+        assert not e.inspect(made[0])["evicted"]
+        assert driver.clock(0) == launched and driver.clock(1) == launched + helper.busy_ns
+        assert helper.vmm_ns > 0  # the page-in remapped on the helper's clock
+        assert e.stats()["num_evictions"] == 1  # room enough: it evicted nothing
+        for seed, t in enumerate(made):
+            assert e.verify_pattern(t, 2 * GRANULE, seed) == -1
+            e.free(t)
+        driver.synchronize(stream)
+    finally:
+        fake.fake_cuda_timing_disable()
+        e.remove_fenced_stream(stream)
+        del e
+        driver.call("cuStreamDestroy", stream)
