@@ -10,6 +10,11 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import importlib
+import os
+import sys
+from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -21,6 +26,16 @@ from tensorflow_lms_allocator.engine import (
 from conftest import GRANULE
 
 CUDA_ERROR_UNKNOWN = 999
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def load(name: str, folder: str = "benchmarks") -> ModuleType:
+    """Imports module `name` from `folder` of the repository (benchmarks/gpu_model.py)."""
+    sys.path.insert(0, str(ROOT / folder))
+    try:
+        return importlib.import_module(name)
+    finally:
+        del sys.path[0]
 
 
 def cuda_engine(device_granules: int, host_granules: int, **options: object) -> Engine:
@@ -187,20 +202,11 @@ def test_moves_run_while_the_kernels_of_a_fenced_stream_run_on_the_timing_model(
     (a host drain of the stream before each move would make it their sum), and
     the bytes the engine moved survive (the model's kernels write none; the
     fake's checker faults a remap under a kernel still running)."""
-    import os
-    import sys
     from dataclasses import replace
-    from pathlib import Path
 
     import tensorflow_lms_allocator.engine as lms
 
-    root = Path(__file__).resolve().parent.parent
-    sys.path[:0] = [str(root / "benchmarks"), str(root / "tests/gpu")]
-    try:
-        import check_engine
-        import gpu_model
-    finally:
-        del sys.path[:2]
+    check_engine, gpu_model = load("check_engine", "tests/gpu"), load("gpu_model")
     driver = gpu_model.FakeDriver(os.environ["TF_LMS_CUDA_DRIVER_PATH"])
     driver.enable("h100")
     launcher = gpu_model.FakeLauncher(driver)
@@ -223,14 +229,7 @@ def test_the_floors_of_a_step_put_the_gpu_behind_the_host_calls_before_each_laun
     each no sooner than the driver calls before its launch are made. With one
     host thread those calls add up; with the VMM calls on threads of their own
     they overlap the launches, never each other (the driver serialises them)."""
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-    try:
-        import gpu_model
-    finally:
-        del sys.path[0]
+    gpu_model = load("gpu_model")
     # Kernels longer than every call: the kernels alone, on either floor.
     busy = [(100, 10, 5), (100, 20, 10), (100, 30, 15)]
     assert gpu_model.host_floors(busy, 0, 0) == {
@@ -243,108 +242,92 @@ def test_the_floors_of_a_step_put_the_gpu_behind_the_host_calls_before_each_laun
         "floor_one_thread_ns": 77, "floor_any_threads_ns": 65}
 
 
-def test_a_helper_on_a_clock_of_its_own_holds_the_lock_or_lets_the_launcher_go_on(fake):
+@pytest.fixture
+def modeled(fake):
+    """benchmarks/gpu_model.py, its FakeDriver on the H200 model, a fenced stream
+    and an engine of 8 granules over 32 of host memory."""
+    gpu_model = load("gpu_model")
+    driver = gpu_model.FakeDriver(os.environ["TF_LMS_CUDA_DRIVER_PATH"])
+    stream = driver.stream()
+    e = cuda_engine(8, 32)
+    e.add_fenced_stream(stream)
+    # A list, emptied at the end: pytest keeps the value until after `fake`
+    # has counted what leaked.
+    held = [gpu_model, driver, stream, e]
+    try:
+        driver.enable("h200")
+        yield held
+    finally:
+        fake.fake_cuda_timing_disable()
+        e.remove_fenced_stream(stream)
+        held.clear()
+        del e
+        driver.call("cuStreamDestroy", stream)
+
+
+def test_a_helper_on_a_clock_of_its_own_holds_the_lock_or_lets_the_launcher_go_on(modeled):
     """benchmarks/gpu_model.py's Helper on the timing model: a helper thread's
     evictions ahead (Engine::EvictAhead) are charged to a clock of its own, not
     to the thread that launches kernels. Holding the engine's lock (as it does
     today), the launching thread's next engine call waits until the helper ends;
     with the lock modeled away it goes on at once. The room is made ahead: the
     request after it evicts nothing, and every byte survives."""
-    import os
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-    try:
-        import gpu_model
-    finally:
-        del sys.path[0]
-    driver = gpu_model.FakeDriver(os.environ["TF_LMS_CUDA_DRIVER_PATH"])
-    stream = driver.stream()
-    e = cuda_engine(8, 32)
-    e.add_fenced_stream(stream)
-    try:
-        driver.enable("h200")
-        for locked in (True, False):
-            tensors = [e.allocate(2 * GRANULE) for _ in range(4)]
-            for seed, t in enumerate(tensors):
-                e.fill_pattern(t, 2 * GRANULE, seed)
-            driver.kernel(stream, 1_000_000, [])
-            launched = driver.clock(0)
-            helper = gpu_model.Helper("evict-ahead", room=4 * GRANULE, locked=locked)
-            helper.notify(driver, e)
-            assert helper.busy_ns > 0
-            assert driver.clock(0) == launched  # the helper's calls are not charged here
-            assert driver.clock(1) == launched + helper.busy_ns
-            assert e.stats()["num_evictions"] == 2 * (1 + (not locked))
-            helper.take_lock(driver)
-            # Locked, its next engine call starts when the helper let go;
-            # unlocked, at once (the driver orders its VMM calls: the fake's
-            # own test, TimingGivesEachThreadAClockAndTheDriverOneVmmCallAtATime).
-            assert driver.clock(0) == (driver.clock(1) if locked else launched)
-            new = e.allocate(4 * GRANULE, pin=True)
-            assert e.stats()["num_evictions"] == 2 * (1 + (not locked))  # no eviction
-            e.unpin(new, e.inspect(new)["unit_id"])
-            e.free(new)
-            for seed, t in enumerate(tensors):
-                assert e.verify_pattern(t, 2 * GRANULE, seed) == -1
-                e.free(t)
-        driver.synchronize(stream)
-    finally:
-        fake.fake_cuda_timing_disable()
-        e.remove_fenced_stream(stream)
-        del e
-        driver.call("cuStreamDestroy", stream)
+    gpu_model, driver, stream, e = modeled
+    for locked in (True, False):
+        tensors = [e.allocate(2 * GRANULE) for _ in range(4)]
+        for seed, t in enumerate(tensors):
+            e.fill_pattern(t, 2 * GRANULE, seed)
+        driver.kernel(stream, 1_000_000, [])
+        launched = driver.clock(0)
+        helper = gpu_model.Helper("evict-ahead", room=4 * GRANULE, locked=locked)
+        helper.notify(driver, e)
+        assert helper.busy_ns > 0
+        assert driver.clock(0) == launched  # the helper's calls are not charged here
+        assert driver.clock(1) == launched + helper.busy_ns
+        assert e.stats()["num_evictions"] == 2 * (1 + (not locked))
+        helper.take_lock(driver)
+        # Locked, its next engine call starts when the helper let go;
+        # unlocked, at once (the driver orders its VMM calls: the fake's
+        # own test, TimingGivesEachThreadAClockAndTheDriverOneVmmCallAtATime).
+        assert driver.clock(0) == (driver.clock(1) if locked else launched)
+        new = e.allocate(4 * GRANULE, pin=True)
+        assert e.stats()["num_evictions"] == 2 * (1 + (not locked))  # no eviction
+        e.unpin(new, e.inspect(new)["unit_id"])
+        e.free(new)
+        for seed, t in enumerate(tensors):
+            assert e.verify_pattern(t, 2 * GRANULE, seed) == -1
+            e.free(t)
+    driver.synchronize(stream)
 
 
-
-def test_the_bounds_of_perfect_predictions_leave_the_launching_thread_its_clock(fake):
+def test_the_bounds_of_perfect_predictions_leave_the_launching_thread_its_clock(modeled):
     """benchmarks/gpu_model.py's two bounds of perfect predictions on the timing
     model: with allocate_ahead an allocation's maps are charged to clock 2
     (made ahead), not to the thread that launches kernels, which they cost
     without it; with foresee, the helper pages in exactly the addresses the next
     launches pin, on its own clock, every byte intact."""
-    import os
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-    try:
-        import gpu_model
-    finally:
-        del sys.path[0]
-    driver = gpu_model.FakeDriver(os.environ["TF_LMS_CUDA_DRIVER_PATH"])
-    stream = driver.stream()
-    e = cuda_engine(8, 32)
-    e.add_fenced_stream(stream)
-    try:
-        driver.enable("h200")
-        made: list[int] = []
-        for ahead in (False, True):
-            helper = gpu_model.Helper("both", allocate_ahead=ahead)
-            launcher, clock2 = driver.clock(0), driver.clock(2)
-            made.append(helper.allocate(driver, e, 2 * GRANULE, pin=False, writer=False))
-            # Its maps are charged to clock 2 made ahead, to the launcher otherwise.
-            assert (driver.clock(0) == launcher) == ahead
-            assert (driver.clock(2) > clock2) == ahead
-        for seed, t in enumerate(made):
-            e.fill_pattern(t, 2 * GRANULE, seed)
-        e.evict(made[0])
-        assert e.inspect(made[0])["evicted"] and not e.inspect(made[1])["evicted"]
-        driver.kernel(stream, 1_000_000, [])
-        launched = driver.clock(0)
-        helper = gpu_model.Helper("prefetch", foresee=1, locked=False)
-        helper.notify(driver, e, [made[0], made[1]])
-        assert not e.inspect(made[0])["evicted"]
-        assert driver.clock(0) == launched and driver.clock(1) == launched + helper.busy_ns
-        assert helper.vmm_ns > 0  # the page-in remapped on the helper's clock
-        assert e.stats()["num_evictions"] == 1  # room enough: it evicted nothing
-        for seed, t in enumerate(made):
-            assert e.verify_pattern(t, 2 * GRANULE, seed) == -1
-            e.free(t)
-        driver.synchronize(stream)
-    finally:
-        fake.fake_cuda_timing_disable()
-        e.remove_fenced_stream(stream)
-        del e
-        driver.call("cuStreamDestroy", stream)
+    gpu_model, driver, stream, e = modeled
+    made: list[int] = []
+    for ahead in (False, True):
+        helper = gpu_model.Helper("both", allocate_ahead=ahead)
+        launcher, clock2 = driver.clock(0), driver.clock(2)
+        made.append(helper.allocate(driver, e, 2 * GRANULE, pin=False, writer=False))
+        # Its maps are charged to clock 2 made ahead, to the launcher otherwise.
+        assert (driver.clock(0) == launcher) == ahead
+        assert (driver.clock(2) > clock2) == ahead
+    for seed, t in enumerate(made):
+        e.fill_pattern(t, 2 * GRANULE, seed)
+    e.evict(made[0])
+    assert e.inspect(made[0])["evicted"] and not e.inspect(made[1])["evicted"]
+    driver.kernel(stream, 1_000_000, [])
+    launched = driver.clock(0)
+    helper = gpu_model.Helper("prefetch", foresee=1, locked=False)
+    helper.notify(driver, e, [made[0], made[1]])
+    assert not e.inspect(made[0])["evicted"]
+    assert driver.clock(0) == launched and driver.clock(1) == launched + helper.busy_ns
+    assert helper.vmm_ns > 0  # the page-in remapped on the helper's clock
+    assert e.stats()["num_evictions"] == 1  # room enough: it evicted nothing
+    for seed, t in enumerate(made):
+        assert e.verify_pattern(t, 2 * GRANULE, seed) == -1
+        e.free(t)
+    driver.synchronize(stream)
