@@ -994,6 +994,57 @@ Status LaunchReader(CudaBackend* b, cu::CUstream stream, PatternReader* r) {
                            "fake_cuda_launch_kernel");
 }
 
+// backend.h, ReleaseRuns: a release that cannot wait for its memory's last
+// copy (a context broken by a kernel's illegal address: the copy stream's
+// synchronize answers the sticky error) releases nothing, since that copy
+// may still be reading the memory. The piece stays made and keeps its shape
+// when its ids are defined again one granule each, so a Map of one of them
+// is refused, naming the piece, instead of mapping a handle at a length it
+// does not have.
+TEST_F(BackendTest, AReleaseThatCannotWaitForItsCopyReleasesNothingAndKeepsItsPiece) {
+  b.reset();
+  Fake().set_map_offset_zero_only(1);
+  b = MustMakeCuda();
+  uintptr_t base = 0;
+  EXPECT_OK(b->ReserveAddressRange(4 * kGranule, &base));
+  EXPECT_OK(b->CreatePool(PoolKind::kDevice, 2));
+  EXPECT_OK(b->CreatePool(PoolKind::kHost, 2));
+  const GranuleRun run[] = {{0, 2}};
+  b->DefineRuns(PoolKind::kHost, run, 1);
+  const GranuleId device[] = {0, 1}, host[] = {0, 1};
+  EXPECT_OK(b->Map(base, PoolKind::kDevice, device, 2, Access::kReadWrite));
+  std::vector<unsigned char> in(2 * kGranule, 0x5a);
+  EXPECT_OK(b->CopyFromHost(base, in.data(), in.size()));
+  {
+    FencedStream fenced(b.get());
+    // A kernel touching the unmapped third granule: an illegal address.
+    const fake_cuda_range unmapped{base + 2 * kGranule, kGranule, 0};
+    {
+      ScopedCudaContext scope(b->driver(), b->context());
+      EXPECT_EQ(Fake().launch_kernel(fenced.stream, +[](void*) {}, nullptr, &unmapped, 1), 0);
+    }
+    Synchronize(b.get(), fenced.stream);
+    Fake().set_copy_delay_us(200000);
+    EXPECT_OK(b->CopyGranules(PoolKind::kHost, host, PoolKind::kDevice, device, 2 * kGranule));
+    const size_t handles = Fake().live_handles();
+    b->ReleaseRuns(PoolKind::kHost, run, 1);
+    EXPECT_EQ(Fake().live_handles(), handles);  // nothing released
+    Fake().set_copy_delay_us(0);
+  }
+  const GranuleRun singles[] = {{0, 1}, {1, 1}};
+  b->DefineRuns(PoolKind::kHost, singles, 2);
+  Status s = b->Map(base + 2 * kGranule, PoolKind::kHost, host, 1, Access::kReadWrite);
+  EXPECT_TRUE(s.code() == StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Contains(s.message(), "part of a piece of 2 granules from granule 0"));
+  EXPECT_EQ(Fake().violation_count(), 1u);  // the kernel's, on purpose
+  Fake().clear_violations();
+  // On a broken context nothing can wait for the copies, so the backend's
+  // destruction unmaps nothing (the process must end anyway): what it left
+  // goes with the fake's objects.
+  b.reset();
+  Fake().destroy_all();
+}
+
 // Before a test times a page-in with delayed copies: the copies of the
 // evictions before it done. The fenced streams wait for those copies
 // (EndRemapBatch), so a page-in's host wait for the fenced streams would
