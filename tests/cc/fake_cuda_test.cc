@@ -54,7 +54,7 @@ struct Driver {
   X(pool_bytes_in_use) X(work_in_flight) X(work_running) X(check_invariants) X(destroy_all) X(reset) \
   X(set_peer_access) X(staged_copies) X(launch_kernel_for) X(timing_enable)     \
   X(timing_disable) X(timing_totals) X(timing_host_work) X(timing_use_clock)  \
-  X(timing_clock)
+  X(timing_clock) X(timing_free_vmm)
 
 struct FakeApi {
 #define FAKE_CUDA_TEST_FIELD(name) decltype(&::fake_cuda_##name) name = nullptr;
@@ -1646,6 +1646,38 @@ TEST(TimingGivesEachThreadAClockAndTheDriverOneVmmCallAtATime) {
   F().timing_disable();
   EXPECT_EQ(D().cuStreamDestroy(s), CUDA_SUCCESS);
   EXPECT_EQ(D().cuMemAddressFree(ptr, kG), CUDA_SUCCESS);
+  EXPECT_EQ(F().violation_count(), 0u);
+}
+
+// A what-if of the model (fake_cuda_timing_free_vmm), not a driver's
+// behaviour: with the VMM calls on one kind of memory free, those calls cost
+// the host nothing and the other kind's what the preset says; a launch still
+// costs its 5 us; fake_cuda_timing_enable puts every cost back.
+TEST(TimingFreesTheVmmCallsOfOneKindOfMemoryOnRequest) {
+  Session session;
+  const CUdeviceptr dev = Reserve(kG), host = Reserve(kG), again = Reserve(kG);
+  const CUstream s = NewStream();
+  EXPECT_EQ(F().timing_enable("h200"), 0);
+  F().timing_free_vmm(1);  // device-located memory
+  MapDevice(dev, kG);
+  EXPECT_EQ(Totals().host_now_ns, 0u);
+  MapDevice(host, kG, CU_MEM_LOCATION_TYPE_HOST_NUMA);
+  const uint64_t host_mapped = 64600 + 425100 + 800 + 55400 + 19200 + 11300 + 40600;
+  EXPECT_EQ(Totals().host_now_ns, host_mapped);
+  F().timing_free_vmm(2);  // host-located memory
+  EXPECT_EQ(D().cuMemUnmap(host, kG), CUDA_SUCCESS);
+  EXPECT_EQ(Totals().host_now_ns, host_mapped);
+  EXPECT_EQ(F().launch_kernel_for(s, 1000, nullptr, nullptr, nullptr, 0), CUDA_SUCCESS);
+  EXPECT_EQ(Totals().host_now_ns, host_mapped + 5000);
+  EXPECT_EQ(D().cuStreamSynchronize(s), CUDA_SUCCESS);
+  EXPECT_EQ(F().timing_enable("h200"), 0);  // every cost back, clocks at zero
+  MapDevice(again, kG);
+  EXPECT_EQ(Totals().host_now_ns, 14000u + 1400 + 40200 + 12660);
+  F().timing_disable();
+  EXPECT_EQ(D().cuStreamDestroy(s), CUDA_SUCCESS);
+  Unreserve(dev, kG);
+  Unreserve(again, kG);
+  EXPECT_EQ(D().cuMemAddressFree(host, kG), CUDA_SUCCESS);
   EXPECT_EQ(F().violation_count(), 0u);
 }
 

@@ -167,6 +167,10 @@ FAKE_CUDA_EXPORT unsigned long long fake_cuda_timing_clock(int clock) noexcept {
   return fake::timing::ClockNow(clock);
 }
 
+FAKE_CUDA_EXPORT void fake_cuda_timing_free_vmm(int mask) noexcept {
+  fake::timing::FreeVmm(mask);
+}
+
 FAKE_CUDA_EXPORT void fake_cuda_timing_totals(fake_cuda_timing* out) noexcept {
   using fake::timing::Call;
   using fake::timing::Engine;

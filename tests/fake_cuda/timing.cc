@@ -67,6 +67,8 @@ uint64_t g_engine_free[kMaxDevices][kEngines] LMS_GUARDED_BY(g_mu) = {};
 uint64_t g_clock[kClocks] LMS_GUARDED_BY(g_mu) = {};
 // When the driver ends the last VMM call, on any clock.
 uint64_t g_driver_free LMS_GUARDED_BY(g_mu) = 0;
+// FreeVmm's mask: bit 0 device-located memory, bit 1 host-located.
+int g_free_vmm LMS_GUARDED_BY(g_mu) = 0;
 // The clock the calling thread charges.
 thread_local int t_clock = 0;
 
@@ -98,6 +100,7 @@ bool Enable(const char* preset) {
     std::fill(&g_engine_free[0][0], &g_engine_free[0][0] + kMaxDevices * kEngines, 0);
     std::fill(g_clock, g_clock + kClocks, 0);
     g_driver_free = 0;
+    g_free_vmm = 0;
     g_enabled = true;
     return true;
   }
@@ -124,6 +127,7 @@ uint64_t ClockNow(int clock) {
 void Charge(Call call, bool host_memory, size_t handle_bytes) {
   if (!Enabled()) return;
   MutexLock lock(g_mu);
+  if (IsVmm(call) && ((g_free_vmm >> (host_memory ? 1 : 0)) & 1) != 0) return;
   const int c = static_cast<int>(call);
   const Cost& cost = host_memory ? g_preset->host[c] : g_preset->device[c];
   const uint64_t ns = static_cast<uint64_t>(
@@ -138,6 +142,11 @@ void Charge(Call call, bool host_memory, size_t handle_bytes) {
   }
   now += ns;
   g_totals.host_call_ns[c] += ns;
+}
+
+void FreeVmm(int mask) {
+  MutexLock lock(g_mu);
+  g_free_vmm = mask & 3;
 }
 
 void ChargeHostWork(uint64_t ns) {

@@ -82,6 +82,12 @@ bool UseClock(int clock, uint64_t not_before_ns);
 // `clock`'s time (0 for a clock out of range).
 uint64_t ClockNow(int clock);
 
+// A question to the model, not a property of any driver: what would a step
+// take if the VMM calls on device-located memory (bit 0 of `mask`) or on
+// host-located memory (bit 1) cost nothing? Such calls then take no time and
+// hold the driver for none. Enable clears it.
+void FreeVmm(int mask);
+
 // Advances the calling thread's clock by the cost of `call` on a handle of
 // `handle_bytes` of host-located (`host_memory`) or device memory; the VMM
 // calls cost per handle plus per 2 MiB of it, the others a fixed cost. A
