@@ -55,10 +55,11 @@ the launching thread never waits for them, though the driver still takes
 them one at a time among the others. --foresee LAUNCHES makes the helper's
 prefetch page in what the next LAUNCHES launches pin, read from the trace,
 instead of what the learned policy predicts (a pin and an unpin each: such a
-page-in evicts to make room, as a kernel's would). --free-vmm device|host
-asks what a step would take if the VMM calls on that memory cost nothing
-(fake_cuda_timing_free_vmm): the host's half is what evicted tensors' host
-mappings at their addresses cost.
+page-in evicts to make room, as a kernel's would). --free-vmm asks what a
+step would take if some VMM calls cost nothing (fake_cuda_timing_free_vmm):
+every one on device memory (`device`) or host memory (`host`), or host
+memory's maps, grants and unmaps (`host-maps`: evicted tensors' host
+mappings at their addresses) or its creates and releases (`host-creates`).
 
 The driver refuses to map a sub-range of a handle at an offset, as driver
 580 did on an H100 (benchmarks/results/gpu-check-engine-h100-overlap.log):
@@ -204,10 +205,13 @@ class FakeDriver:
     def violations(self) -> int:
         return int(self.lib.fake_cuda_violation_count())
 
-    def free_vmm(self, memory: str | None) -> None:
-        """The model's what-if: the VMM calls on "device" or "host" memory cost
-        nothing (None: every call as the preset says). Until the next enable."""
-        self.lib.fake_cuda_timing_free_vmm({None: 0, "device": 1, "host": 2}[memory])
+    def free_vmm(self, calls: str | None) -> None:
+        """The model's what-if: these VMM calls cost nothing: "device" (every one on
+        device memory), "host" (on host memory), "host-maps" (maps, grants and
+        unmaps of host memory), "host-creates" (its creates and releases); None:
+        every call as the preset says. Until the next enable."""
+        self.lib.fake_cuda_timing_free_vmm(
+            {None: 0, "device": 1, "host": 6, "host-maps": 2, "host-creates": 4}[calls])
 
     def map_at_offsets(self, maps: bool) -> None:
         """Whether cuMemMap takes a nonzero offset into a handle (for engines made
@@ -623,9 +627,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--foresee", type=int, default=0, metavar="LAUNCHES",
                    help="the helper's prefetch pages in what the next LAUNCHES launches "
                         "pin, read from the trace (a perfect prediction)")
-    p.add_argument("--free-vmm", choices=("device", "host"), default=None,
-                   help="a what-if of the model: the VMM calls on device or host memory "
-                        "cost nothing (the calibration lines then mean nothing)")
+    p.add_argument("--free-vmm", choices=("device", "host", "host-maps", "host-creates"),
+                   default=None,
+                   help="a what-if of the model: these VMM calls cost nothing (every one on "
+                        "device or host memory, or host memory's maps or creates alone); "
+                        "the calibration lines then mean nothing")
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--timeout", type=float, default=1800)
     args = p.parse_args(argv)

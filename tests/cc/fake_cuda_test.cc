@@ -1650,9 +1650,10 @@ TEST(TimingGivesEachThreadAClockAndTheDriverOneVmmCallAtATime) {
 }
 
 // A what-if of the model (fake_cuda_timing_free_vmm), not a driver's
-// behaviour: with the VMM calls on one kind of memory free, those calls cost
-// the host nothing and the other kind's what the preset says; a launch still
-// costs its 5 us; fake_cuda_timing_enable puts every cost back.
+// behaviour: with the VMM calls on one kind of memory free (for host memory,
+// its maps and its creates apart), those calls cost the host nothing and the
+// others what the preset says; a launch still costs its 5 us;
+// fake_cuda_timing_enable puts every cost back.
 TEST(TimingFreesTheVmmCallsOfOneKindOfMemoryOnRequest) {
   Session session;
   const CUdeviceptr dev = Reserve(kG), host = Reserve(kG), again = Reserve(kG);
@@ -1661,14 +1662,21 @@ TEST(TimingFreesTheVmmCallsOfOneKindOfMemoryOnRequest) {
   F().timing_free_vmm(1);  // device-located memory
   MapDevice(dev, kG);
   EXPECT_EQ(Totals().host_now_ns, 0u);
+  F().timing_free_vmm(1 | 2);  // and host-located memory's maps: its create and release
   MapDevice(host, kG, CU_MEM_LOCATION_TYPE_HOST_NUMA);
-  const uint64_t host_mapped = 64600 + 425100 + 800 + 55400 + 19200 + 11300 + 40600;
+  const uint64_t host_mapped = 64600 + 425100 + 11300 + 40600;
   EXPECT_EQ(Totals().host_now_ns, host_mapped);
-  F().timing_free_vmm(2);  // host-located memory
+  F().timing_free_vmm(4);  // host-located memory's creates: its unmap costs
   EXPECT_EQ(D().cuMemUnmap(host, kG), CUDA_SUCCESS);
-  EXPECT_EQ(Totals().host_now_ns, host_mapped);
+  EXPECT_EQ(Totals().host_now_ns, host_mapped + 38600 + 3740);
+  MapDevice(host, kG, CU_MEM_LOCATION_TYPE_HOST_NUMA);  // map and access only
+  EXPECT_EQ(Totals().host_now_ns, host_mapped + 38600 + 3740 + 800 + 55400 + 19200);
+  F().timing_free_vmm(2 | 4);  // host-located memory
+  const uint64_t before = Totals().host_now_ns;
+  EXPECT_EQ(D().cuMemUnmap(host, kG), CUDA_SUCCESS);
+  EXPECT_EQ(Totals().host_now_ns, before);
   EXPECT_EQ(F().launch_kernel_for(s, 1000, nullptr, nullptr, nullptr, 0), CUDA_SUCCESS);
-  EXPECT_EQ(Totals().host_now_ns, host_mapped + 5000);
+  EXPECT_EQ(Totals().host_now_ns, before + 5000);
   EXPECT_EQ(D().cuStreamSynchronize(s), CUDA_SUCCESS);
   EXPECT_EQ(F().timing_enable("h200"), 0);  // every cost back, clocks at zero
   MapDevice(again, kG);

@@ -244,10 +244,11 @@ void fake_cuda_timing_host_work(unsigned long long ns) FAKE_CUDA_NOEXCEPT;
 int fake_cuda_timing_use_clock(int clock, unsigned long long not_before_ns) FAKE_CUDA_NOEXCEPT;
 // `clock`'s time (0 for a clock out of range).
 unsigned long long fake_cuda_timing_clock(int clock) FAKE_CUDA_NOEXCEPT;
-// A what-if of the model, not a driver's behaviour: the VMM calls on
-// device-located memory (bit 0 of `mask`) or host-located memory (bit 1)
-// take no time and hold the driver for none. fake_cuda_timing_enable clears
-// it.
+// A what-if of the model, not a driver's behaviour: some VMM calls take no
+// time and hold the driver for none. Bit 0 of `mask`: every VMM call on
+// device-located memory; bit 1: cuMemMap, cuMemSetAccess and cuMemUnmap of
+// host-located memory; bit 2: cuMemCreate and cuMemRelease of host-located
+// memory. fake_cuda_timing_enable clears it.
 void fake_cuda_timing_free_vmm(int mask) FAKE_CUDA_NOEXCEPT;
 
 typedef struct fake_cuda_timing {

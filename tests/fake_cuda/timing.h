@@ -83,9 +83,11 @@ bool UseClock(int clock, uint64_t not_before_ns);
 uint64_t ClockNow(int clock);
 
 // A question to the model, not a property of any driver: what would a step
-// take if the VMM calls on device-located memory (bit 0 of `mask`) or on
-// host-located memory (bit 1) cost nothing? Such calls then take no time and
-// hold the driver for none. Enable clears it.
+// take if some VMM calls cost nothing? Bit 0 of `mask`: every VMM call on
+// device-located memory; bit 1: cuMemMap, cuMemSetAccess and cuMemUnmap of
+// host-located memory; bit 2: cuMemCreate and cuMemRelease of host-located
+// memory. Such calls then take no time and hold the driver for none. Enable
+// clears it.
 void FreeVmm(int mask);
 
 // Advances the calling thread's clock by the cost of `call` on a handle of
