@@ -399,9 +399,12 @@ class Helper:
 
 def replay_timed(driver: FakeDriver, lms: object | None, events: object, device: int,
                  steps: int, speedup: float, prefetch: int = 0,
-                 helper: Helper | None = None) -> list[dict[str, float]]:
+                 helper: Helper | None = None,
+                 host_ahead: int = 0) -> list[dict[str, float]]:
     """Replays `events` through an engine of `device` bytes (None: no engine, LMS off),
-    each kernel a timed kernel on a fenced stream; per-step figures (ns). With
+    each kernel a timed kernel on a fenced stream; per-step figures (ns). The
+    engine makes `host_ahead` bytes of host memory ahead, as TensorFlow's does
+    (TF_LMS_HOST_AHEAD_MB), where the driver maps at an offset. With
     `prefetch`, the engine prefetches that many uses ahead after each launch, on
     the launching thread; with `helper`, the helper does its work after each
     launch on a clock of its own."""
@@ -412,7 +415,7 @@ def replay_timed(driver: FakeDriver, lms: object | None, events: object, device:
     if lms is not None:
         total = sum(replay.modelled_size(s, 2 * MIB) for s in events.sizes)
         engine = lms.Engine(device, host_bytes=max(total, 2 * MIB), granule_bytes=2 * MIB,
-                            backend="cuda", policy="learned")
+                            backend="cuda", policy="learned", host_ahead_bytes=host_ahead)
         engine.add_fenced_stream(stream)
     spans = replay.kernels(events)
     bounds = replay.step_bounds(events, steps)
@@ -709,7 +712,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     foresee=args.foresee)
                 steps = replay_timed(driver, lms, events, device, args.steps,
                                      args.gpu_speedup,
-                                     args.prefetch if helper is None else 0, helper)
+                                     args.prefetch if helper is None else 0, helper,
+                                     ahead_mib * MIB)
                 per = [figures(s, off_step) for s in steps[1:]]
                 mean = {key: sum(f[key] for f in per) / len(per) for key in per[0]}
                 mean["ratio"] = mean["step"] / mean["ideal"] if mean["ideal"] else 1.0
