@@ -118,6 +118,13 @@ struct BackendTest : FakeCudaTest {
     b = MustMakeCuda();
     return true;
   }
+  // Remakes `b` over a driver that maps a handle only from offset 0, as
+  // driver 580 did on an H100: pieces are mapped whole.
+  void RemakeOverWholeHandles() {
+    b.reset();
+    Fake().set_map_offset_zero_only(1);
+    b = MustMakeCuda();
+  }
   std::unique_ptr<CudaBackend> b;
 };
 
@@ -308,9 +315,7 @@ TEST_F(BackendTest, NoAccessMappingsAreRefusedOnAGpu) {
 // done is released at once while another copy is in flight, and the run
 // that copy writes is released only after it.
 TEST_F(BackendTest, AReleaseWaitsForTheCopiesOfItsOwnMemoryOnly) {
-  b.reset();
-  Fake().set_map_offset_zero_only(1);
-  b = MustMakeCuda();
+  RemakeOverWholeHandles();
   uintptr_t base = 0;
   EXPECT_OK(b->ReserveAddressRange(8 * kGranule, &base));
   EXPECT_OK(b->CreatePool(PoolKind::kDevice, 4));
@@ -348,9 +353,7 @@ TEST_F(BackendTest, AReleaseWaitsForTheCopiesOfItsOwnMemoryOnly) {
 // copy stream completes after that copy; one wait, no copy touching released
 // memory, and a release of memory copied long before waits no more.
 TEST_F(BackendTest, AReleaseOfATicketTheRingNoLongerHoldsWaitsThroughItsOldest) {
-  b.reset();
-  Fake().set_map_offset_zero_only(1);
-  b = MustMakeCuda();
+  RemakeOverWholeHandles();
   uintptr_t base = 0;
   EXPECT_OK(b->ReserveAddressRange(8 * kGranule, &base));
   EXPECT_OK(b->CreatePool(PoolKind::kDevice, 2));
@@ -397,9 +400,7 @@ TEST_F(BackendTest, AReleaseOfATicketTheRingNoLongerHoldsWaitsThroughItsOldest) 
 // mappings, as cuMemUnmap requires); ReleaseRuns gives the memory back, and
 // the ids are single granules again.
 TEST_F(BackendTest, AHostRunIsOnePieceMadeMappedAndReleasedWhole) {
-  b.reset();
-  Fake().set_map_offset_zero_only(1);
-  b = MustMakeCuda();
+  RemakeOverWholeHandles();
   EXPECT_TRUE(!b->MapsPartsOfRuns(PoolKind::kHost));
   uintptr_t base = 0;
   EXPECT_OK(b->ReserveAddressRange(8 * kGranule, &base));
@@ -503,9 +504,7 @@ TEST_F(TwoGpuTest, EveryCallLeavesTheCallersContextCurrent) {
 // On a driver that maps only from offset 0, every device granule is a piece
 // of its own, so a pool is made of many; any one failing unmakes the rest.
 TEST_F(BackendTest, CreatePoolIsAllOrNothing) {
-  b.reset();
-  Fake().set_map_offset_zero_only(1);
-  b = MustMakeCuda();
+  RemakeOverWholeHandles();
   EXPECT_TRUE(!b->maps_at_offsets());
   Fake().fail_nth_mem_create(3);  // the third granule's handle
   Status s = b->CreatePool(PoolKind::kDevice, 8);
@@ -1002,9 +1001,7 @@ Status LaunchReader(CudaBackend* b, cu::CUstream stream, PatternReader* r) {
 // is refused, naming the piece, instead of mapping a handle at a length it
 // does not have.
 TEST_F(BackendTest, AReleaseThatCannotWaitForItsCopyReleasesNothingAndKeepsItsPiece) {
-  b.reset();
-  Fake().set_map_offset_zero_only(1);
-  b = MustMakeCuda();
+  RemakeOverWholeHandles();
   uintptr_t base = 0;
   EXPECT_OK(b->ReserveAddressRange(4 * kGranule, &base));
   EXPECT_OK(b->CreatePool(PoolKind::kDevice, 2));
