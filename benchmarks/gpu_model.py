@@ -400,11 +400,12 @@ class Helper:
 def replay_timed(driver: FakeDriver, lms: object | None, events: object, device: int,
                  steps: int, speedup: float, prefetch: int = 0,
                  helper: Helper | None = None,
-                 host_ahead: int = 0) -> list[dict[str, float]]:
+                 host_ahead: int = 0, unmap_evicted: bool = False) -> list[dict[str, float]]:
     """Replays `events` through an engine of `device` bytes (None: no engine, LMS off),
     each kernel a timed kernel on a fenced stream; per-step figures (ns). The
     engine makes `host_ahead` bytes of host memory ahead, as TensorFlow's does
-    (TF_LMS_HOST_AHEAD_MB), where the driver maps at an offset. With
+    (TF_LMS_HOST_AHEAD_MB), where the driver maps at an offset, and with
+    `unmap_evicted` leaves evicted tensors' addresses unmapped. With
     `prefetch`, the engine prefetches that many uses ahead after each launch, on
     the launching thread; with `helper`, the helper does its work after each
     launch on a clock of its own."""
@@ -415,7 +416,8 @@ def replay_timed(driver: FakeDriver, lms: object | None, events: object, device:
     if lms is not None:
         total = sum(replay.modelled_size(s, 2 * MIB) for s in events.sizes)
         engine = lms.Engine(device, host_bytes=max(total, 2 * MIB), granule_bytes=2 * MIB,
-                            backend="cuda", policy="learned", host_ahead_bytes=host_ahead)
+                            backend="cuda", policy="learned", host_ahead_bytes=host_ahead,
+                            unmap_evicted=unmap_evicted)
         engine.add_fenced_stream(stream)
     spans = replay.kernels(events)
     bounds = replay.step_bounds(events, steps)
@@ -635,6 +637,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="a what-if of the model: these VMM calls cost nothing (every one on "
                         "device or host memory, or host memory's maps or creates alone); "
                         "the calibration lines then mean nothing")
+    p.add_argument("--unmap-evicted", action="store_true",
+                   help="evicted tensors leave their addresses unmapped, their host memory "
+                        "reached only by their page-in's copy (Note [Evicted tensors "
+                        "unmapped]): no host map at an eviction, no unmap at a page-in")
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--timeout", type=float, default=1800)
     args = p.parse_args(argv)
@@ -713,7 +719,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 steps = replay_timed(driver, lms, events, device, args.steps,
                                      args.gpu_speedup,
                                      args.prefetch if helper is None else 0, helper,
-                                     ahead_mib * MIB)
+                                     ahead_mib * MIB, args.unmap_evicted)
                 per = [figures(s, off_step) for s in steps[1:]]
                 mean = {key: sum(f[key] for f in per) / len(per) for key in per[0]}
                 mean["ratio"] = mean["step"] / mean["ideal"] if mean["ideal"] else 1.0

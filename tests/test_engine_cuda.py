@@ -331,3 +331,50 @@ def test_the_bounds_of_perfect_predictions_leave_the_launching_thread_its_clock(
         assert e.verify_pattern(t, 2 * GRANULE, seed) == -1
         e.free(t)
     driver.synchronize(stream)
+
+def test_an_eviction_left_unmapped_maps_nothing_and_waits_for_the_tensors_last_kernel(fake):
+    """Note [Evicted tensors unmapped] on the H200 timing model. Without
+    unmap_evicted an eviction maps host memory at the tensor's address (a
+    cuMemMap more than the host memory's own map into its window); with it, it
+    maps nothing there. A tensor a kernel still reads on a fenced stream is
+    evicted too: its device mapping goes only once that kernel is done (the
+    fake records a violation for an unmap under a running kernel, which the
+    fixture fails on). The page-ins bring every byte back."""
+    gpu_model = load("gpu_model")
+    driver = gpu_model.FakeDriver(os.environ["TF_LMS_CUDA_DRIVER_PATH"])
+    stream = driver.stream()
+    fake.fake_cuda_call_count.argtypes = [ctypes.c_char_p]
+    fake.fake_cuda_call_count.restype = ctypes.c_ulonglong
+    maps: list[int] = []
+    try:
+        driver.enable("h200")
+        for unmap in (False, True):
+            e = cuda_engine(8, 32, unmap_evicted=unmap)
+            e.add_fenced_stream(stream)
+            idle, busy = e.allocate(2 * GRANULE), e.allocate(2 * GRANULE)
+            e.fill_pattern(idle, 2 * GRANULE, 7)
+            e.fill_pattern(busy, 2 * GRANULE, 8)
+            driver.synchronize(stream)  # the last uses done: nothing deferred
+            before = fake.fake_cuda_call_count(b"cuMemMap")
+            e.evict(idle)
+            maps.append(fake.fake_cuda_call_count(b"cuMemMap") - before)
+            unit = e.pin(busy)
+            driver.kernel(stream, 50_000_000, [(busy, 2 * GRANULE)])  # 50 ms, still running
+            e.unpin(busy, unit)
+            e.evict(busy)
+            assert e.inspect(idle)["evicted"] and e.inspect(busy)["evicted"]
+            assert fake.fake_cuda_violation_count() == 0
+            units = [e.pin(t) for t in (idle, busy)]  # the page-ins
+            for seed, t in ((7, idle), (8, busy)):
+                assert not e.inspect(t)["evicted"]
+                assert e.verify_pattern(t, 2 * GRANULE, seed) == -1
+            driver.synchronize(stream)
+            for t, u in zip((idle, busy), units):
+                e.unpin(t, u)
+                e.free(t)
+            e.remove_fenced_stream(stream)
+            del e
+    finally:
+        fake.fake_cuda_timing_disable()
+        driver.call("cuStreamDestroy", stream)
+    assert maps[0] == maps[1] + 1 and maps[1] >= 1, maps

@@ -2,7 +2,8 @@
 // large-object address range.
 //
 // A slot is unmapped, or mapped to one device granule, or to one host
-// granule. Slots of a free address range may stay mapped to device granules
+// granule (or unmapped with the host granule that holds its evicted bytes
+// recorded). Slots of a free address range may stay mapped to device granules
 // as a cache, so a repeated allocate/free of the same range costs no mapping
 // call; those slots are *cached*, and the set of them is kept here so that
 // defragmentation can take their granules without searching.
@@ -35,6 +36,11 @@ class BackingMap {
   const Backing& at(uint64_t slot) const { return slots_[slot]; }
   void Set(uint64_t slot, PoolKind pool, GranuleId granule) {
     slots_[slot] = Backing{granule, true, pool};
+  }
+  // The slot maps nothing, but `granule` holds its bytes (Note [Evicted
+  // tensors unmapped] in engine.h).
+  void SetUnmapped(uint64_t slot, PoolKind pool, GranuleId granule) {
+    slots_[slot] = Backing{granule, false, pool};
   }
   void Clear(uint64_t slot) { slots_[slot] = Backing(); }
 

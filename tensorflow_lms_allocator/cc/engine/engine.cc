@@ -34,6 +34,7 @@ Engine::Engine(const EngineOptions& options, std::unique_ptr<Backend> backend)
       arena_(slots_, /*index_interior=*/true),
       backing_(slots_),
       learning_(options.policy == PolicyKind::kLearned),
+      unmap_evicted_(options.unmap_evicted && !options.strict),
       small_(granule_, options.device_bytes / granule_ + options.host_bytes / granule_,
              options.tiny_object_threshold),
       lms_enabled_(options.lms_enabled),
@@ -506,6 +507,9 @@ void Engine::UndoFailedPin(ChunkId c, const void* ptr) {
   // eviction's remap may still be pending, Note [Retired mappings]).
   residency_.NoteReadInPlace(c);
   const Residency::Record& r = residency_.record(c);
+  // On failure nothing is mapped there: the kernel's touch faults, after
+  // the failed pin it was told of.
+  (void)MapEvictedBack(c);
   if (r.evicted) {
     const Status settled =
         backend_->SettleMapping(SlotAddress(arena_.chunk(c).start), r.granules);
@@ -853,9 +857,14 @@ Status Engine::CheckCopyRange(const void* ptr, size_t bytes) const {
   return Status::Ok();
 }
 
-Status Engine::CopyToHost(const void* ptr, void* dst, size_t bytes) const {
+Status Engine::CopyToHost(const void* ptr, void* dst, size_t bytes) {
   MutexLock lock(mu_);
+  // A unit paging in maps nothing at its address until its remap when its
+  // eviction left it unmapped: the copy waits for it (Note [Evicted tensors
+  // unmapped]).
+  const ChunkId c = unmap_evicted_ ? SettledUnitAt(ptr, /*or_evicting=*/false) : UnitAt(ptr);
   LMS_RETURN_IF_ERROR(CheckCopyRange(ptr, bytes));
+  LMS_RETURN_IF_ERROR(MapEvictedBack(c));
   return backend_->CopyToHost(dst, reinterpret_cast<uintptr_t>(ptr), bytes);
 }
 
@@ -864,6 +873,7 @@ Status Engine::CopyFromHost(void* ptr, const void* src, size_t bytes) {
   const ChunkId c = SettledUnitAt(ptr, /*or_evicting=*/false);
   LMS_RETURN_IF_ERROR(CheckCopyRange(ptr, bytes));
   residency_.AbandonEviction(c);
+  LMS_RETURN_IF_ERROR(MapEvictedBack(c));
   return backend_->CopyFromHost(reinterpret_cast<uintptr_t>(ptr), src, bytes);
 }
 

@@ -166,6 +166,30 @@
 // nothing unclaimed (CheckInvariants checks it): MapEvicted maps a held unit
 // readable, and every change of its holders ends in FollowHolders.
 //
+// Note [Evicted tensors unmapped]. Address-stable eviction maps an evicted
+// unit's host memory at its address, so that a touch nobody pinned still
+// reads its bytes. On a GPU that costs a map and a grant of host memory per
+// eviction and an unmap per page-in (on an H200 55 us a piece plus 19 us
+// per 2 MiB to grant: half a 64 MiB tensor's copy;
+// docs/decisions/0019-perfect-predictions-on-the-gpu-model.md). With
+// EngineOptions::unmap_evicted an eviction instead leaves the unit's
+// address with nothing mapped (its device mapping retired until its last
+// use is done, as a free's is: Backend::UnmapReleased), and its host
+// granules are reached only through the pool's window, by its page-in's
+// copy. An evicted unit someone touches where it is still maps its host
+// memory (Note [Strict access follows holders]): a unit born evicted (its
+// writer fills it unpinned, or it is larger than the device and pinned in
+// place), and one whose page-in failed and whose kernel reads it in place
+// (UndoFailedPin maps it back first). A pin of any other unit pages it in
+// before it returns; the engine's own copies through an address
+// (CopyToHost, CopyFromHost) map it back first. So a
+// touch of an evicted tensor without a pin faults instead of reading host
+// memory: on a GPU the CUDA context dies. Strict mode on the emulated
+// device reports exactly those touches, and wins where both are asked for.
+// CheckInvariants checks that an evicted unit that is not moving maps its
+// host memory at its address unless the option is on and nobody may touch
+// it there.
+//
 // Note [Optional requests]. TensorFlow marks some requests optional
 // (retry_on_failure off): cuDNN's autotuning tries each algorithm's
 // workspace that way, and a convolution asks for its chosen algorithm's
@@ -446,7 +470,7 @@ class Engine {
   // whose memory the host cannot touch (Backend::HostCanTouch). No pin is
   // taken: the bytes are read where they are, resident or evicted.
   // kNotFound unless [ptr, ptr + bytes) lies inside one live unit.
-  Status CopyToHost(const void* ptr, void* dst, size_t bytes) const;
+  Status CopyToHost(const void* ptr, void* dst, size_t bytes);
   Status CopyFromHost(void* ptr, const void* src, size_t bytes);
 
   size_t RequestedSize(const void* ptr) const;
@@ -474,6 +498,9 @@ class Engine {
   std::vector<UnpinnedTouch> UnpinnedTouches() const;
   void ClearUnpinnedTouches();
   const Backend& backend() const { return *backend_; }
+  // Whether evictions leave addresses unmapped (Note [Evicted tensors
+  // unmapped]): options.unmap_evicted without strict mode.
+  bool unmaps_evicted() const { return unmap_evicted_; }
   // Outside the engine's lock: only for what the backend makes thread-safe
   // itself (AddFencedQueue, a CUDA backend's stream registration).
   Backend& backend() { return *backend_; }
@@ -801,6 +828,25 @@ class Engine {
   // of it from before the mapping exists. All or nothing.
   Status MapEvicted(ChunkId id, const GranuleId* host, uint64_t watched_bytes)
       LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Leaves nothing mapped at evicted unit `id`'s slots (its device mapping
+  // retired until the work before `mark` is done) and records `host` as
+  // where its bytes are (Note [Evicted tensors unmapped]). All or nothing.
+  Status UnmapEvicted(ChunkId id, const GranuleId* host, uint64_t mark)
+      LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Maps evicted unit `id`'s host memory back at its address if its
+  // eviction left nothing there, for a touch without a pin the engine knows
+  // of (a copy through the address; a kernel reading it in place). Nothing
+  // for a unit resident, moving or mapped. All or nothing.
+  Status MapEvictedBack(ChunkId id) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether evicted unit `id` must map its host memory at its address:
+  // always, unless unmap_evicted_ and nobody may touch it there (Note
+  // [Evicted tensors unmapped]). A pin of a unit the device can hold pages
+  // it in before it returns: until then it may map nothing.
+  bool MapsEvictedAtAddress(ChunkId id) const LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const Residency::Record& r = residency_.record(id);
+    return !unmap_evicted_ || r.unclaimed > 0 || r.read_in_place ||
+           r.granules > device_pool_.capacity();
+  }
   // In strict mode, makes evicted unit `id`'s access follow its holders
   // (Note [Strict access follows holders]); nothing for other units.
   void FollowHolders(ChunkId id) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -868,6 +914,8 @@ class Engine {
   // Fed only with options_.policy == kLearned.
   LearnedPolicy learned_ LMS_GUARDED_BY(mu_);
   const bool learning_;
+  // options_.unmap_evicted, unless strict mode watches evicted memory.
+  const bool unmap_evicted_;
   bool learned_order_ LMS_GUARDED_BY(mu_) = true;  // SetLearnedOrder
   SmallPages small_ LMS_GUARDED_BY(mu_);
   bool lms_enabled_ LMS_GUARDED_BY(mu_);

@@ -26,6 +26,8 @@
 //   pin counts          < 2^31 (an unsigned count that wrapped went negative)
 //   strict mode: a settled evicted unit is watched iff it has no pin and
 //              nothing unclaimed (Note [Strict access follows holders])
+//   a live unit's slots map its granules, all of them; an evicted one's may
+//              map nothing only as Note [Evicted tensors unmapped] says
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -102,10 +104,20 @@ Status Engine::CheckInvariantsLocked() const {
             "nothing unclaimed: not so at slot " + std::to_string(ch.start);
     }
     const PoolKind pool = r.evicted ? PoolKind::kHost : PoolKind::kDevice;
+    // Note [Evicted tensors unmapped]: an evicted unit nobody may touch
+    // where it is may map nothing at its address (a moving one too: its
+    // remap follows its copies), all its slots alike, but still records its
+    // host granules.
+    const bool may_be_unmapped =
+        r.evicted && (r.move != Residency::Move::kNone || !MapsEvictedAtAddress(id));
     for (uint64_t s = ch.start; s < ch.start + ch.size; ++s) {
       const BackingMap::Backing& b = backing_.at(s);
-      if (!b.mapped || b.pool != pool || backing_.IsCached(s)) {
+      if ((!b.mapped && !may_be_unmapped) || b.pool != pool || backing_.IsCached(s)) {
         bad = "slot " + std::to_string(s) + " of a live unit is not mapped from its pool";
+      }
+      if (b.mapped != backing_.at(ch.start).mapped) {
+        bad = "a live unit maps some of its slots and not others, from slot " +
+              std::to_string(s);
       }
     }
     (r.evicted ? evicted : resident) += ch.size;

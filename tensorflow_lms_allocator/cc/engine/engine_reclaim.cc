@@ -501,7 +501,9 @@ Status Engine::EvictChunks(const std::vector<ChunkId>& victims, bool may_unlock)
   bool restored = true;
   for (; s.ok() && remapped < batch.size(); ++remapped) {
     const Victim& v = batch[remapped];
-    s = MapEvicted(v.id, v.host.data(), arena_.chunk(v.id).requested_bytes);
+    s = MapsEvictedAtAddress(v.id)
+            ? MapEvicted(v.id, v.host.data(), arena_.chunk(v.id).requested_bytes)
+            : UnmapEvicted(v.id, v.host.data(), mark);
     if (!s.ok()) {
       // The device granules still hold the bytes: they go back to the address.
       restored = RestoreMapping(v.first, v.n, PoolKind::kDevice, v.device.data(),
@@ -591,6 +593,28 @@ Status Engine::MapEvicted(ChunkId id, const GranuleId* host, uint64_t watched_by
   Status s = MapSlots(chunk.start, n, PoolKind::kHost, host, Access::kNone);
   if (!s.ok()) strict_->Unwatch(chunk.start, n);
   return s;
+}
+
+Status Engine::UnmapEvicted(ChunkId id, const GranuleId* host, uint64_t mark) {
+  const uint64_t first = arena_.chunk(id).start;
+  const uint64_t n = residency_.record(id).granules;
+  // Nothing is queued on the unit after its last use (`mark`): no pin
+  // holds it. Its device mapping goes once that work is done (retired
+  // until then), as a freed range's does.
+  LMS_RETURN_IF_ERROR(backend_->UnmapReleased(SlotAddress(first), n, mark));
+  for (uint64_t i = 0; i < n; ++i) backing_.SetUnmapped(first + i, PoolKind::kHost, host[i]);
+  return Status::Ok();
+}
+
+Status Engine::MapEvictedBack(ChunkId id) {
+  const uint64_t first = arena_.chunk(id).start;
+  const Residency::Record& r = residency_.record(id);
+  if (!r.evicted || r.move != Residency::Move::kNone || backing_.at(first).mapped) {
+    return Status::Ok();
+  }
+  std::vector<GranuleId> host(r.granules);
+  for (uint64_t g = 0; g < r.granules; ++g) host[g] = backing_.at(first + g).granule;
+  return MapSlots(first, r.granules, PoolKind::kHost, host.data(), Access::kReadWrite);
 }
 
 void Engine::FollowHolders(ChunkId id) {

@@ -98,6 +98,10 @@ struct EngineOptions {
   bool defrag_enabled = kDefaultDefragEnabled;
   // Map evicted memory with no access and report unpinned touches.
   bool strict = kDefaultStrict;
+  // Leave an evicted unit's address with nothing mapped unless someone
+  // holds it: a touch without a pin then faults (Note [Evicted tensors
+  // unmapped] in engine.h). Strict mode wins where both are on.
+  bool unmap_evicted = false;
   // Which inactive allocations a reclaim evicts first: LRU, or the learned
   // farthest-next-use order (Note [Learned eviction] in learned_policy.h).
   PolicyKind policy = kDefaultPolicy;

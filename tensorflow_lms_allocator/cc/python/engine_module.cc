@@ -52,7 +52,7 @@ class PyEngine {
            size_t granule_bytes, size_t small_object_threshold, bool lms_enabled,
            bool defrag_enabled, bool strict, const std::string& backend_name,
            int device_ordinal, const std::string& policy, size_t tiny_object_threshold,
-           size_t host_ahead_bytes) {
+           size_t host_ahead_bytes, bool unmap_evicted) {
     std::unique_ptr<Backend> backend;
     BackendSpec spec;
     spec.granule_bytes = granule_bytes;
@@ -78,6 +78,7 @@ class PyEngine {
     o.defrag_enabled = defrag_enabled;
     o.strict = strict;
     o.host_ahead_bytes = host_ahead_bytes;
+    o.unmap_evicted = unmap_evicted;
     if (!PolicyFromName(policy, &o.policy)) {
       Check(InvalidArgument("policy '" + policy + "': use \"lru\" or \"learned\""));
     }
@@ -239,7 +240,7 @@ NB_MODULE(_engine, m) {
 
   nb::class_<PyEngine>(m, "Engine")
       .def(nb::init<size_t, std::optional<size_t>, size_t, size_t, bool, bool, bool,
-                    const std::string&, int, const std::string&, size_t, size_t>(),
+                    const std::string&, int, const std::string&, size_t, size_t, bool>(),
            nb::arg("device_bytes"), nb::arg("host_bytes") = nb::none(),
            // Defaults from the one place for settings (engine/env_options.h).
            nb::arg("granule_bytes") = lms::kDefaultGranuleBytes,
@@ -249,7 +250,7 @@ NB_MODULE(_engine, m) {
            nb::arg("backend") = "posix", nb::arg("device_ordinal") = 0,
            nb::arg("policy") = lms::PolicyName(lms::kDefaultPolicy),
            nb::arg("tiny_object_threshold") = lms::SmallPages::kTinyBytes,
-           nb::arg("host_ahead_bytes") = 0,
+           nb::arg("host_ahead_bytes") = 0, nb::arg("unmap_evicted") = false,
            "Creates an engine with `device_bytes` of device memory.\n\n"
            "backend \"posix\" emulates the device with Linux memory; \"cuda\" uses\n"
            "GPU `device_ordinal` through the NVIDIA driver (libcuda.so.1, or the\n"
@@ -262,6 +263,9 @@ NB_MODULE(_engine, m) {
            "class for all). host_ahead_bytes of host memory are made at once\n"
            "where the backend makes memory (CUDA: Note [Host memory made ahead];\n"
            "TensorFlow's GPUs take TF_LMS_HOST_AHEAD_MB's).\n"
+           "unmap_evicted leaves an evicted tensor's address with nothing mapped\n"
+           "unless someone holds it, so a touch without a pin faults (Note\n"
+           "[Evicted tensors unmapped]); strict wins where both are on.\n"
            "policy \"learned\" (the default, as TF_LMS_POLICY's) evicts the unit\n"
            "whose next use, learned from the previous step, is farthest ahead\n"
            "(Note [Learned eviction]); \"lru\" the least recently used first.\n\n"

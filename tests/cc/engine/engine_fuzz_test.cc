@@ -38,6 +38,10 @@ class EngineFuzz {
     Setup setup{/*device=*/8, /*host=*/64};
     setup.defrag = seed % 2 == 0;
     setup.policy = seed % 3 == 0 ? PolicyKind::kLearned : PolicyKind::kLru;
+    // Seeds 3, 4, 7, 8, ...: evictions leave addresses unmapped (Note
+    // [Evicted tensors unmapped]); the pattern's reads and writes then go
+    // through the engine's copies, which map an evicted unit back.
+    setup.unmap_evicted = seed % 4 == 3 || seed % 4 == 0;
     e_ = MakeEngine(setup);
     // Half the seeds read HeldBytes, as KernelPins' admission does: it is
     // published from then on, and CheckInvariants checks every publish.

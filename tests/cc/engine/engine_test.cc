@@ -6,6 +6,8 @@
 // drives it with random operations; this file's main() runs every test
 // linked into the binary (the Makefile's ENGINE_UNIT_TESTS), plain and under
 // ASan/UBSan (make test-asan).
+#include <unistd.h>
+
 #include <chrono>
 #include <string>
 #include <thread>
@@ -456,6 +458,82 @@ TEST(APinThatCannotPageInFailsCleanlyAndIsCounted) {
   EXPECT_OK(e->Inspect(a, &info));
   EXPECT_EQ(info.pin_count, 0u);
   EXPECT_EQ(Verify(*e, a, 3 * kGranule, 8), -1);  // still readable in place
+}
+
+// Whether the host may read the byte at `p` (the POSIX backend): write(2)
+// from it fails with EFAULT, without a signal, where nothing readable is
+// mapped.
+bool HostReads(const void* p) {
+  int fds[2];
+  if (pipe(fds) != 0) return false;
+  const bool read = write(fds[1], p, 1) == 1;
+  close(fds[0]);
+  close(fds[1]);
+  return read;
+}
+
+// Whether an eviction left `p` mapped: readable by the host (POSIX), or
+// over the fake driver whether the eviction made a mapping (the CUDA
+// backend's cuMemMap count moved from `mappings_before`).
+bool MappedAfterEviction(Engine& e, const void* p, int64_t mappings_before) {
+  if (e.backend().HostCanTouch()) return HostReads(p);
+  return e.backend().GetStatistics().mappings > mappings_before;
+}
+
+// Note [Evicted tensors unmapped]: with the option, an eviction maps
+// nothing at the address (without it, the host memory is mapped there);
+// the page-in, and the engine's own copies, still find every byte; a unit
+// whose page-in failed is mapped back for its kernel to read in place.
+TEST(UnmapEvictedLeavesTheAddressUnmappedAndLosesNoByte) {
+  for (bool unmap : {false, true}) {
+    Setup setup;
+    setup.device_granules = 8;
+    setup.host_granules = 16;
+    setup.unmap_evicted = unmap;
+    auto e = MakeEngine(setup);
+    EXPECT_EQ(e->unmaps_evicted(), unmap);
+    const size_t size = 2 * kGranule + 77;
+    void* a = MustAllocate(*e, size);
+    void* b = MustAllocate(*e, size);
+    ASSERT_TRUE(a != nullptr && b != nullptr);
+    Fill(*e, a, size, 21);
+    Fill(*e, b, size, 22);
+    int64_t before = e->backend().GetStatistics().mappings;
+    EXPECT_OK(e->Evict(a));
+    EXPECT_EQ(MappedAfterEviction(*e, a, before), !unmap);
+    EXPECT_OK(e->CheckInvariants());
+    // Paged in from host memory reached only through the pool's window.
+    uint64_t id = 0;
+    EXPECT_OK(e->Pin(a, &id));
+    AllocationInfo info;
+    EXPECT_OK(e->Inspect(a, &info));
+    EXPECT_TRUE(!info.evicted);
+    EXPECT_EQ(Verify(*e, a, size, 21), -1);
+    EXPECT_OK(e->Unpin(a, id));
+    // An engine's copy of an evicted unit maps it back first.
+    before = e->backend().GetStatistics().mappings;
+    EXPECT_OK(e->Evict(b));
+    EXPECT_EQ(MappedAfterEviction(*e, b, before), !unmap);
+    EXPECT_EQ(Verify(*e, b, size, 22), -1);
+    EXPECT_TRUE(!e->backend().HostCanTouch() || HostReads(b));
+    EXPECT_OK(e->CheckInvariants());
+    // A pin that cannot page in: its kernel reads the unit in place, so the
+    // address maps its host memory again.
+    before = e->backend().GetStatistics().mappings;
+    EXPECT_OK(e->Evict(a));
+    EXPECT_EQ(MappedAfterEviction(*e, a, before), !unmap);
+    void* pinned = MustAllocate(*e, 6 * kGranule, /*pin=*/true);  // leaves 2 free
+    ASSERT_TRUE(pinned != nullptr);
+    before = e->backend().GetStatistics().mappings;
+    EXPECT_EQ(e->Pin(a, &id).code(), StatusCode::kResourceExhausted);
+    EXPECT_TRUE(MappedAfterEviction(*e, a, before) || !unmap);
+    EXPECT_TRUE(!e->backend().HostCanTouch() || HostReads(a));
+    EXPECT_OK(e->CheckInvariants());
+    EXPECT_EQ(Verify(*e, a, size, 21), -1);
+    EXPECT_OK(e->Unpin(pinned, 0));
+    for (void* p : {a, b, pinned}) EXPECT_OK(e->Free(p));
+    EXPECT_OK(e->CheckInvariants());
+  }
 }
 
 }  // namespace

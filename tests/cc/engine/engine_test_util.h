@@ -28,6 +28,7 @@ struct Setup {
   bool lms = true;
   bool defrag = false;
   bool strict = false;
+  bool unmap_evicted = false;
   size_t threshold = 0;
   PolicyKind policy = PolicyKind::kLru;
 };
@@ -52,6 +53,7 @@ inline std::unique_ptr<Engine> MakeEngine(const Setup& s) {
   o.lms_enabled = s.lms;
   o.defrag_enabled = s.defrag;
   o.strict = s.strict;
+  o.unmap_evicted = s.unmap_evicted;
   o.small_object_threshold = s.threshold;
   o.policy = s.policy;
   return MustCreateEngine(o, lms_test::MakeTestBackend(kGranule));
@@ -71,7 +73,7 @@ inline void Fill(Engine& e, void* p, size_t bytes, uint64_t seed) {
   if (!s.ok()) std::printf("  fill: %s\n", s.ToString().c_str());
 }
 
-inline int64_t Verify(const Engine& e, const void* p, size_t bytes, uint64_t seed) {
+inline int64_t Verify(Engine& e, const void* p, size_t bytes, uint64_t seed) {
   Status s;
   const int64_t bad = VerifyAllocation(e, p, bytes, seed, &s);
   if (!s.ok()) std::printf("  verify: %s\n", s.ToString().c_str());
