@@ -95,6 +95,7 @@ def as_documented(parsed: dict) -> dict[str, str]:
         "TF_LMS_GRANULE_MB": str(parsed["granule_bytes"] // MIB),
         "TF_LMS_HUGE_PAGES": parsed["huge_pages"],
         "TF_LMS_STRICT": on_off[parsed["strict"]],
+        "TF_LMS_UNMAP_EVICTED": on_off[parsed["unmap_evicted"]],
         "TF_LMS_CUDA_DRIVER_PATH": parsed["cuda_driver_path"],
         "TF_GPU_ALLOCATOR": parsed["tensorflow_gpu_allocator"] or "unset",
     }
@@ -115,6 +116,7 @@ def test_each_setting_is_parsed_into_its_typed_option(clean_environment, monkeyp
                         ("TF_LMS_GRANULE_MB", "8"), ("TF_LMS_HUGE_PAGES", "off"),
                         ("TF_LMS_CPU_DEVICE_MEMORY_MB", "100"),
                         ("TF_GPU_HOST_MEM_LIMIT_IN_MB", "1024"), ("TF_LMS_STRICT", "true"),
+                        ("TF_LMS_UNMAP_EVICTED", "1"),
                         ("TF_GPU_ALLOCATOR", "cuda_malloc_async")]:
         monkeypatch.setenv(name, value)
     parsed = _engine.settings_from_env()
@@ -123,7 +125,7 @@ def test_each_setting_is_parsed_into_its_typed_option(clean_environment, monkeyp
         "TF_LMS_CPU_DEVICE_MEMORY_MB": "96", "TF_GPU_HOST_MEM_LIMIT_IN_MB": "1024",
         "TF_LMS_POLICY": "lru", "TF_LMS_PREFETCH": "on", "TF_LMS_HOST_AHEAD_MB": "0",
         "TF_LMS_GRANULE_MB": "8",
-        "TF_LMS_HUGE_PAGES": "off", "TF_LMS_STRICT": "on",
+        "TF_LMS_HUGE_PAGES": "off", "TF_LMS_STRICT": "on", "TF_LMS_UNMAP_EVICTED": "on",
         "TF_LMS_CUDA_DRIVER_PATH": "libcuda.so.1", "TF_GPU_ALLOCATOR": "cuda_malloc_async"}
     # 100 MiB is not a whole number of 8 MiB granules: 96, said in a note;
     # prefetching does nothing without the learned policy, said too.
@@ -131,6 +133,8 @@ def test_each_setting_is_parsed_into_its_typed_option(clean_environment, monkeyp
     assert any("TF_LMS_CPU_DEVICE_MEMORY_MB=100 is not a whole number of 8 MiB granules: "
                "using 96 MiB" in note for note in parsed["notes"]), parsed["notes"]
     assert any("TF_LMS_PREFETCH=1 has no effect with TF_LMS_POLICY=lru" in note
+               for note in parsed["notes"]), parsed["notes"]
+    assert any("TF_LMS_UNMAP_EVICTED=1 has no effect with TF_LMS_STRICT=1" in note
                for note in parsed["notes"]), parsed["notes"]
 
 

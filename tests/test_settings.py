@@ -113,6 +113,23 @@ def test_huge_pages_are_auto_or_off(refused):
     assert len(lines) == 1 and lines[0].endswith(", huge pages off"), run.stderr
 
 
+def test_unmapped_evictions_are_said_in_the_log_line_and_give_way_to_strict_mode():
+    """TF_LMS_UNMAP_EVICTED=1: the device's log line says evicted tensors are
+    left unmapped; with TF_LMS_STRICT=1 as well, strict mode's no-access
+    mappings win, and a warning says the other does nothing."""
+    env = {"TF_LMS_CPU_DEVICE_MEMORY_MB": "64", "TF_LMS_UNMAP_EVICTED": "1",
+           "TF_CPP_MIN_LOG_LEVEL": "0"}
+    for strict in (False, True):
+        run = probe("import_outcome", env={**env, "TF_LMS_STRICT": "1" if strict else "0"})
+        assert run.result["error"] is None, describe(run)
+        lines = [line for line in run.stderr.splitlines() if "LMS serves" in line]
+        assert len(lines) == 1, run.stderr
+        assert ("strict mode (TF_LMS_STRICT)" in lines[0]) == strict, lines[0]
+        assert ("evicted tensors unmapped (TF_LMS_UNMAP_EVICTED)" in lines[0]) != strict
+        assert ("TF_LMS_UNMAP_EVICTED=1 has no effect with TF_LMS_STRICT=1" in run.stderr) == \
+            strict, run.stderr
+
+
 def test_a_larger_granule_rounds_allocations_and_the_device():
     """TF_LMS_GRANULE_MB=8: a 9 MiB tensor takes two granules (10 MiB with the
     default 2 MiB: test_gpu_wiring.py), and a device of 20 MiB is 16 MiB,

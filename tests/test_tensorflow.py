@@ -129,6 +129,18 @@ def test_strict_mode_finds_no_unpinned_touch_in_training():
     assert run.result["touches"] == []
 
 
+def test_training_with_evicted_tensors_unmapped_is_bit_identical(stock_losses):
+    """TF_LMS_UNMAP_EVICTED=1: an evicted tensor's address maps nothing until a
+    kernel's pin pages it in, so a touch without a pin would kill the process;
+    training evicts and pages in, and its losses are stock TensorFlow's, bit for
+    bit (Note [Evicted tensors unmapped])."""
+    run = run_program("train.py", "fit", env={**LMS_ON, "TF_LMS_UNMAP_EVICTED": "1"})
+    assert run.result and run.result["error"] is None, describe(run)
+    stats = run.result["stats"]
+    assert stats["num_evictions"] > 0 and stats["num_page_ins"] > 0
+    assert run.result["losses"] == stock_losses["fit"]
+
+
 def test_strict_mode_reports_numpy_reading_an_evicted_tensor():
     """EagerTensor.numpy() reads the buffer in place with no kernel: on a GPU
     that read would cross the bus. Strict mode names the allocation, with no op

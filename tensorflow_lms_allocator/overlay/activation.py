@@ -176,7 +176,7 @@ def _tensorflow_installed() -> bool:
 # (TF_LMS_CPU_DEVICE_MEMORY_MB=0 is no such value: less than a granule, refused.)
 _OFF = {"TF_LMS_ENABLED": ("0", "false"), "TF_LMS_DEFRAG_ENABLED": ("0", "false"),
         "TF_LMS_STRICT": ("0", "false"), "TF_LMS_PREFETCH": ("0", "false"),
-        "TF_LMS_HOST_AHEAD_MB": ("0",)}
+        "TF_LMS_UNMAP_EVICTED": ("0", "false"), "TF_LMS_HOST_AHEAD_MB": ("0",)}
 
 
 def asking_settings(environ: Mapping[str, str]) -> list[str]:

@@ -240,6 +240,7 @@ Status ReadSettingsFromEnv(Settings* out, std::vector<std::string>* notes) {
   LMS_RETURN_IF_ERROR(FlagFromEnv("TF_LMS_ENABLED", &present, &engine.lms_enabled));
   LMS_RETURN_IF_ERROR(FlagFromEnv("TF_LMS_DEFRAG_ENABLED", &present, &engine.defrag_enabled));
   LMS_RETURN_IF_ERROR(FlagFromEnv("TF_LMS_STRICT", &present, &engine.strict));
+  LMS_RETURN_IF_ERROR(FlagFromEnv("TF_LMS_UNMAP_EVICTED", &present, &engine.unmap_evicted));
   LMS_RETURN_IF_ERROR(FlagFromEnv("TF_LMS_PREFETCH", &present, &s.prefetch));
   if (const char* policy = ValueOf("TF_LMS_POLICY"); policy != nullptr) {
     if (!PolicyFromName(policy, &engine.policy)) {
@@ -298,6 +299,12 @@ Status ReadSettingsFromEnv(Settings* out, std::vector<std::string>* notes) {
                      PolicyName(engine.policy) +
                      ": prefetching pages in what the learned policy predicts; set "
                      "TF_LMS_POLICY=learned to use it");
+  }
+  if (engine.unmap_evicted && engine.strict) {
+    notes->push_back(
+        "TF_LMS_UNMAP_EVICTED=1 has no effect with TF_LMS_STRICT=1: strict mode maps "
+        "evicted memory with no access and reports each touch without a pin, where "
+        "TF_LMS_UNMAP_EVICTED would leave it unmapped (the touch faults)");
   }
   *out = s;
   return Status::Ok();

@@ -56,6 +56,11 @@ inline constexpr bool kDefaultLmsEnabled = false;
 inline constexpr bool kDefaultDefragEnabled = true;
 // TF_LMS_STRICT's.
 inline constexpr bool kDefaultStrict = false;
+// TF_LMS_UNMAP_EVICTED's: off, since a touch of an evicted tensor without a
+// pin then faults (on a GPU the CUDA context dies); on the GPU model it
+// shortened steps under pressure by 0.02-0.23 of the ideal step
+// (docs/decisions/0020-evicted-tensors-unmapped.md), never measured on a GPU.
+inline constexpr bool kDefaultUnmapEvicted = false;
 // TF_LMS_PREFETCH's: on the 2-core emulated device it moved more bytes and
 // gained no step time (docs/decisions/0003-prefetch-off-by-default.md).
 inline constexpr bool kDefaultPrefetch = false;
@@ -98,10 +103,10 @@ struct EngineOptions {
   bool defrag_enabled = kDefaultDefragEnabled;
   // Map evicted memory with no access and report unpinned touches.
   bool strict = kDefaultStrict;
-  // Leave an evicted unit's address with nothing mapped unless someone
-  // holds it: a touch without a pin then faults (Note [Evicted tensors
-  // unmapped] in engine.h). Strict mode wins where both are on.
-  bool unmap_evicted = false;
+  // Leave an evicted unit's address with nothing mapped unless it is
+  // touched in place: a touch without a pin then faults (Note [Evicted
+  // tensors unmapped] in engine.h). Strict mode wins where both are on.
+  bool unmap_evicted = kDefaultUnmapEvicted;
   // Which inactive allocations a reclaim evicts first: LRU, or the learned
   // farthest-next-use order (Note [Learned eviction] in learned_policy.h).
   PolicyKind policy = kDefaultPolicy;
@@ -151,7 +156,7 @@ struct SettingInfo {
   bool in_readme;
 };
 
-inline constexpr std::array<SettingInfo, 13> kSettings = {{
+inline constexpr std::array<SettingInfo, 14> kSettings = {{
     {"TF_LMS_ENABLED", "off", true},
     {"TF_LMS_DEFRAG_ENABLED", "on", true},
     {"TF_LMS_CPU_DEVICE_MEMORY_MB", "unset", true},
@@ -162,6 +167,7 @@ inline constexpr std::array<SettingInfo, 13> kSettings = {{
     {"TF_LMS_GRANULE_MB", "2", true},
     {"TF_LMS_HUGE_PAGES", "auto", true},
     {"TF_LMS_STRICT", "off", true},
+    {"TF_LMS_UNMAP_EVICTED", "off", true},
     {kCudaDriverPathEnv, kDefaultCudaDriverPath, false},
     {"TF_GPU_ALLOCATOR", "unset", false},
     {"TF_FORCE_GPU_ALLOW_GROWTH", "unset", false},

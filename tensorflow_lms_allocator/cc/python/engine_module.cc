@@ -250,7 +250,8 @@ NB_MODULE(_engine, m) {
            nb::arg("backend") = "posix", nb::arg("device_ordinal") = 0,
            nb::arg("policy") = lms::PolicyName(lms::kDefaultPolicy),
            nb::arg("tiny_object_threshold") = lms::SmallPages::kTinyBytes,
-           nb::arg("host_ahead_bytes") = 0, nb::arg("unmap_evicted") = false,
+           nb::arg("host_ahead_bytes") = 0,
+           nb::arg("unmap_evicted") = lms::kDefaultUnmapEvicted,
            "Creates an engine with `device_bytes` of device memory.\n\n"
            "backend \"posix\" emulates the device with Linux memory; \"cuda\" uses\n"
            "GPU `device_ordinal` through the NVIDIA driver (libcuda.so.1, or the\n"
@@ -433,6 +434,7 @@ NB_MODULE(_engine, m) {
     d["lms_enabled"] = s.engine.lms_enabled;
     d["defrag_enabled"] = s.engine.defrag_enabled;
     d["strict"] = s.engine.strict;
+    d["unmap_evicted"] = s.engine.unmap_evicted;
     d["policy"] = lms::PolicyName(s.engine.policy);
     d["prefetch"] = s.prefetch;
     d["granule_bytes"] = s.granule_bytes;

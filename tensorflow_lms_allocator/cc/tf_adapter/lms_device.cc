@@ -69,6 +69,7 @@ std::string LmsDevice::Describe(const std::string& device) const {
     }
   }
   if (options.strict) line += ", strict mode (TF_LMS_STRICT)";
+  if (engine.unmaps_evicted()) line += ", evicted tensors unmapped (TF_LMS_UNMAP_EVICTED)";
   return line;
 }
 
