@@ -642,6 +642,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "reached only by their page-in's copy (Note [Evicted tensors "
                         "unmapped]): no host map at an eviction, no unmap at a page-in")
     p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--warmup", type=int, default=1, metavar="STEPS",
+                   help="the first STEPS steps are not counted (default 1; the host pool "
+                        "still grows in the second step: record --steps 8 for a steady "
+                        "state)")
     p.add_argument("--timeout", type=float, default=1800)
     args = p.parse_args(argv)
     if args.ahead < 1:
@@ -656,8 +660,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.error("--foresee replaces the helper's prefetch: --helper prefetch or both")
     if not (args.gpu_speedup > 0):
         p.error(f"--gpu-speedup {args.gpu_speedup}: must be positive")
-    if args.steps < 2:
-        p.error(f"--steps {args.steps}: at least 2 (the first is not counted)")
+    if not 1 <= args.warmup < args.steps:
+        p.error(f"--warmup {args.warmup} with --steps {args.steps}: at least 1, and fewer "
+                "than the steps (the first is not counted)")
     driver_path = os.environ.get("TF_LMS_CUDA_DRIVER_PATH", "")
     if not driver_path or not Path(driver_path).exists():
         raise SystemExit("set TF_LMS_CUDA_DRIVER_PATH to build/fake_cuda/libfakecuda.so "
@@ -707,7 +712,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             events = replay.normalize(trace.load(directory / f"{name}.lmstrace"))
             peak = replay.lower_bound(events, 0, 2 * MIB)
             off = replay_timed(driver, None, events, 0, args.steps, args.gpu_speedup)
-            off_step = sum(s["host_now_ns"] for s in off[1:]) / (len(off) - 1)
+            off_step = sum(s["host_now_ns"] for s in off[args.warmup:]) / (len(off) - args.warmup)
             for label, fraction in (("uncapped", 1), ("1/2", 2), ("1/4", 4)):
                 device = max(peak // fraction // (2 * MIB), 1) * 2 * MIB + (
                     64 * MIB if fraction == 1 else 0)
@@ -720,7 +725,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                      args.gpu_speedup,
                                      args.prefetch if helper is None else 0, helper,
                                      ahead_mib * MIB, args.unmap_evicted)
-                per = [figures(s, off_step) for s in steps[1:]]
+                per = [figures(s, off_step) for s in steps[args.warmup:]]
                 mean = {key: sum(f[key] for f in per) / len(per) for key in per[0]}
                 mean["ratio"] = mean["step"] / mean["ideal"] if mean["ideal"] else 1.0
                 cases.append((name, label, mean))
