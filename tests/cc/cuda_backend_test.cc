@@ -866,6 +866,50 @@ TEST_F(EngineTest, AnEvictionCopiesWhatAKernelQueuedBeforeTheUnpinStillWrites) {
   EXPECT_OK(e->Free(t));
 }
 
+// Note [Evicted tensors unmapped]: an eviction that leaves the address
+// unmapped unmaps the device mapping only once the kernel queued before the
+// unpin has run (retired until then), and the copy still reads what that
+// kernel wrote; the page-in finds every byte.
+TEST_F(EngineTest, AnEvictionLeftUnmappedRetiresTheMappingAKernelStillWrites) {
+  EngineOptions o;
+  o.device_bytes = 5 * kGranule;
+  o.host_bytes = 8 * kGranule;
+  o.policy = PolicyKind::kLru;
+  o.unmap_evicted = true;
+  std::unique_ptr<CudaBackend> backend = MustMakeCuda();
+  b = backend.get();
+  e = engine_test::MustCreateEngine(o, std::move(backend));
+  FencedStream compute(b);
+  const size_t size = 4 * kGranule;
+  uint64_t id = 0;
+  void* t = e->Allocate(size, /*pin=*/true, nullptr, &id);
+  ASSERT_TRUE(t != nullptr);
+  EXPECT_OK(FillAllocation(*e, t, size, 1));
+  CompleteAnEpoch(*e);  // T's birth is long done: only its unpin orders the unmap
+  LatchedWriter kernel;
+  StartLatchedWriter(b, compute.stream, t, size, 2, &kernel);
+  EXPECT_OK(e->Unpin(t, id));
+  std::thread release = kernel.ReleaseAfter(std::chrono::milliseconds(200));
+  const int64_t maps = b->GetStatistics().mappings;
+  // Needs T's granules: T is evicted while the kernel still runs.
+  void* u = MustAllocate(*e, size + kGranule, /*pin=*/true);
+  // One unmapped too early faults.
+  EXPECT_OK(b->UnmapCompletedRetired());
+  release.join();
+  ASSERT_TRUE(u != nullptr);
+  AllocationInfo info;
+  EXPECT_OK(e->Inspect(t, &info));
+  EXPECT_TRUE(info.evicted);
+  // U's mapping only: nothing of host memory at T's address.
+  EXPECT_EQ(b->GetStatistics().mappings - maps, 1);
+  EXPECT_OK(e->Free(u));
+  uint64_t again = 0;
+  EXPECT_OK(e->Pin(t, &again));
+  EXPECT_EQ(VerifyAllocation(*e, t, size, 2), -1);  // the kernel's bytes
+  EXPECT_OK(e->Unpin(t, again));
+  EXPECT_OK(e->Free(t));
+}
+
 // Note [Stream protocol], a reclaim batch: a reclaim that evicts several
 // victims closes one epoch (the latest of their last uses), copies them all
 // after it on the GPU, and remaps them without a host wait: their old

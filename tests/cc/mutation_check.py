@@ -65,6 +65,9 @@ ONE_PIECE = "OnADriverThatMapsWholeHandlesATensorIsOnePieceFromTheFirstEvictionO
 NOT_CUT = "DeviceMemoryARetiredMappingStillUsesIsNotCutAgain"
 OWN_COPIES = "AReleaseWaitsForTheCopiesOfItsOwnMemoryOnly"
 HOST_RELEASE = "AHostRunIsReleasedOnlyAfterThePageInCopyStillReadingIt"
+UNMAPPED = "AnEvictionLeftUnmappedRetiresTheMappingAKernelStillWrites"
+RING = "AReleaseOfATicketTheRingNoLongerHoldsWaitsThroughItsOldest"
+BROKEN_RELEASE = "AReleaseThatCannotWaitForItsCopyReleasesNothingAndKeepsItsPiece"
 
 # name -> (source, text to find, replacement, tests that must fail)
 MUTATIONS = {
@@ -73,7 +76,8 @@ MUTATIONS = {
     # ahead]): a tensor sees another's bytes.
     "device-run-mapped-at-offset-zero": (
         MEMORY, "size_t{first_id - piece} * granule_,", "0, /* MUTATION */",
-        {RUNS, COPY, RECLAIM, PIN_ALL, EVICTION, IN_PLACE, PEER, HOST_PART, AHEAD, OWN_EPOCH}),
+        {RUNS, COPY, RECLAIM, PIN_ALL, EVICTION, IN_PLACE, PEER, HOST_PART, AHEAD, OWN_EPOCH,
+         UNMAPPED}),
     # Host memory made ahead is not made (Note [Host memory made ahead]):
     # the first evictions make it.
     "made-ahead-not-made": (
@@ -107,7 +111,7 @@ MUTATIONS = {
         "    if (!UncacheMapping(from, count).ok()) break;\n    stolen += count;",
         "    if (!UncacheMapping(from + count - 1, 1).ok()) break;  // MUTATION\n"
         "    stolen += 1;",
-        {STEAL, PAGE_IN_FREED, AWAY}),
+        {STEAL, PAGE_IN_FREED, AWAY, UNMAPPED}),
     # The copy stream never waits for a unit's last use (Note [Epochs of
     # use]): an eviction copies before the kernel queued before the unpin
     # has written, a page-in before TensorFlow's copy into a born-evicted
@@ -134,14 +138,14 @@ MUTATIONS = {
     # memory still in flight (cuMemUnmap and cuMemRelease under a copy).
     "release-ignores-its-copies": (
         MEMORY, "  if (!WaitForCopyTicket(LastCopyTicket(pool, runs, count)).ok()) return;\n",
-        "  // MUTATION\n", {OWN_COPIES, HOST_RELEASE},
+        "  // MUTATION\n", {OWN_COPIES, HOST_RELEASE, RING, BROKEN_RELEASE},
         # Their cuts release memory an eviction's copy may still read, as
         # the fake's workers happen to be behind: they fail when it was.
         {ONE_PIECE, NOT_CUT}),
     # A release waits for every copy in flight, its memory's or not.
     "release-waits-for-every-copy": (
         MEMORY, "  if (!WaitForCopyTicket(LastCopyTicket(pool, runs, count)).ok()) return;\n",
-        "  if (!HostWait().ok()) return;  // MUTATION\n", {OWN_COPIES}),
+        "  if (!HostWait().ok()) return;  // MUTATION\n", {OWN_COPIES, RING}),
     # A ticket no event ends yet (its copies still being issued) is taken
     # for done: memory a copy still reads is released.
     "open-ticket-taken-as-done": (
@@ -157,7 +161,7 @@ MUTATIONS = {
     # it wrote waits only for the unit's birth.
     "unpin-not-a-use": (
         ENGINE, "  NoteUse(c);  // the kernel queued its work on the unit before it let go\n",
-        "  // MUTATION\n", {EVICTION, RECLAIM, COPY, IN_PLACE}),
+        "  // MUTATION\n", {EVICTION, RECLAIM, COPY, IN_PLACE, UNMAPPED}),
     # A batch's victims ordered by the first victim's last use, not the latest.
     "batch-mark-of-one-victim": (
         RECLAIM_SRC, "  for (const Victim& v : batch) mark = std::max(mark, UseMark(v.id));\n",
@@ -166,7 +170,7 @@ MUTATIONS = {
     # queued on them.
     "retired-unmapped-at-once": (
         STREAMS, "    if (EpochDone(r.mark)) {\n", "    if (true) {  // MUTATION\n",
-        {FREE, DEFRAG, EVICTION, RECLAIM, COPY, PAGE_IN_FREED, AWAY_ALL}),
+        {FREE, DEFRAG, EVICTION, RECLAIM, COPY, PAGE_IN_FREED, AWAY_ALL, UNMAPPED}),
     # A copy into a granule whose retired mapping still has queued work does
     # not wait for it: the page-in lands before the freed buffer's kernel.
     "copies-ignore-retired": (
@@ -186,7 +190,7 @@ MUTATIONS = {
     # the kernel that gets an eviction's device granules writes them before
     # its copy has read them.
     "batch-without-stream-wait": (
-        STREAMS, "driver_->cuStreamWaitEvent(fenced.stream, copies_done_, 0)",
+        STREAMS, "driver_->cuStreamWaitEvent(fenced.stream, done, 0)",
         "cu::CUDA_SUCCESS /* MUTATION */",
         {PAGE_IN_READ, EVICTION_IN_FLIGHT, PIN_ALL, PEER, IN_PLACE},
         # Its page-ins race the copies the mutation leaves unordered: it
@@ -203,10 +207,16 @@ MUTATIONS = {
     "batch-without-host-wait": (
         MEMORY, "    LMS_RETURN_IF_ERROR(HostWaitForEpoch(batch_mark_));\n",
         "    // MUTATION\n", {PAGE_IN_QUEUED}),
+    # An eviction that leaves the address unmapped (Note [Evicted tensors
+    # unmapped]) unmaps at once, not after the unit's last use: cuMemUnmap
+    # under the kernel still writing it.
+    "unmapped-eviction-ignores-last-use": (
+        RECLAIM_SRC, "            : UnmapEvicted(v.id, v.host.data(), mark);\n",
+        "            : UnmapEvicted(v.id, v.host.data(), 0);  // MUTATION\n", {UNMAPPED}),
     # An eviction's old device mapping retired as if its epoch were done.
     "eviction-retired-as-done": (
         STREAMS, "Retire(at, length, batch_mark_)", "Retire(at, length, 0) /* MUTATION */",
-        {EVICTION, RECLAIM, COPY, IN_PLACE}),
+        {EVICTION, RECLAIM, COPY, IN_PLACE, NOT_CUT}),
     # A fenced stream's event made in this device's context, not the
     # stream's: cuEventRecord fails on another GPU's stream (Note [Access to
     # mapped memory]).
@@ -228,14 +238,10 @@ MUTATIONS = {
     "pieces-granted-one-by-one": (
         MEMORY, "if (!made.empty() && first != end) break;",
         "if (!made.empty()) break;  // MUTATION", {"AHostRunIsOnePieceMadeMappedAndReleasedWhole"}),
-    # A free host run released while a page-in's copy still reads it.
-    "run-released-under-its-copy": (
-        MEMORY, "if (!scope.status().ok() || !HostWait().ok()) return;",
-        "if (!scope.status().ok()) return;  // MUTATION",
-        {"AHostRunIsReleasedOnlyAfterThePageInCopyStillReadingIt"}),
     # A Map naming part of a host run let through to the driver.
     "part-of-a-run-mapped": (
-        MEMORY, "if (!whole) {", "if (false) {  // MUTATION", {"AHostRunIsOnePieceMadeMappedAndReleasedWhole"}),
+        MEMORY, "if (!whole) {", "if (false) {  // MUTATION",
+        {"AHostRunIsOnePieceMadeMappedAndReleasedWhole", BROKEN_RELEASE}),
     # Peers never granted: a peer GPU's copy into an LMS tensor faults. (The
     # peer test fences the peer's stream, so the fence mutations fail it too.)
     "peers-not-granted": (
