@@ -81,12 +81,14 @@ def test_gpu_check_engine_dry_run_runs_its_steps_over_the_fake_driver_labelled()
     assert lines and all("DRY RUN against the fake CUDA driver, not a GPU" in line
                          for line in lines)
     for step in ("engine_test on the CUDA backend", "concurrency_test on the CUDA backend",
-                 "driver_timing", "contract", "bandwidth", "batch", "create", "check_engine.py"):
+                 "driver_timing", "contract", "contract unmapped", "bandwidth", "batch", "create",
+                 "check_engine.py"):
         assert f"PASS {step}" in run.stdout, step
     # Both C++ suites ran whole: their summaries say so, with no failure.
     summaries = re.findall(r"^(\d+) passed, (\d+) failed$", run.stdout, re.MULTILINE)
     assert len(summaries) == 2 and all(int(p) > 0 and f == "0" for p, f in summaries)
     assert "0 tensors wrong" in run.stdout and "kernels: not run in a dry run" in run.stdout
+    assert re.search(r"contract, evicted tensors unmapped: .* 0 tensors wrong", run.stdout)
     assert re.search(r"batch: 8 evicted inputs .* 0 inputs read wrong", run.stdout)
     for location in ("device", "host"):
         assert re.search(rf"driver_timing {location} +2 MiB handles +unmap, one call the run",

@@ -102,12 +102,13 @@ class Check:
             raise AssertionError(what)
 
 
-def contract(check: Check, lms: ModuleType, sizes: Sizes) -> None:
-    """1.5x the device of patterned tensors: every byte survives any pins."""
+def contract(check: Check, lms: ModuleType, sizes: Sizes, unmap_evicted: bool = False) -> None:
+    """1.5x the device of patterned tensors: every byte survives any pins (with
+    unmap_evicted, evictions leave the addresses unmapped: TF_LMS_UNMAP_EVICTED)."""
     rng = random.Random(7)
     device = sizes.contract_device
     engine = lms.Engine(device, host_bytes=2 * device, granule_bytes=sizes.granule,
-                        backend="cuda", policy=POLICY)
+                        backend="cuda", policy=POLICY, unmap_evicted=unmap_evicted)
     granule = engine.granule_bytes
     tensors: dict[int, tuple[int, int]] = {}  # address -> (bytes, seed)
     seed = 0
@@ -153,7 +154,8 @@ def contract(check: Check, lms: ModuleType, sizes: Sizes) -> None:
     engine.check_invariants()
     stats = engine.stats()
     total = sum(size for size, _ in tensors.values())
-    check.say(f"contract: {len(tensors)} tensors, {total / MIB:.0f} MiB on a "
+    label = "contract, evicted tensors unmapped" if unmap_evicted else "contract"
+    check.say(f"{label}: {len(tensors)} tensors, {total / MIB:.0f} MiB on a "
               f"{device / MIB:.0f} MiB device (granule {granule >> 10} KiB), "
               f"{stats['num_evictions']} evictions, {stats['num_page_ins']} page-ins, "
               f"{stats['bytes_copied'] / GIB:.2f} GiB copied, {len(bad)} tensors wrong")
@@ -796,6 +798,7 @@ def main() -> int:
                                 overlap_tensor=args.overlap_tensor_mib * MIB)
     if "contract" in steps:
         check.step("contract", lambda: contract(check, lms, sizes))
+        check.step("contract unmapped", lambda: contract(check, lms, sizes, unmap_evicted=True))
     if "bandwidth" in steps:
         check.step("bandwidth", lambda: bandwidth(check, lms, sizes, cupy))
     if "batch" in steps:
