@@ -82,11 +82,12 @@ std::unique_ptr<CudaBackend> MustMakeCuda() {
 
 std::unique_ptr<Engine> MakeEngine(std::unique_ptr<CudaBackend> backend,
                                    size_t device_granules, size_t host_granules,
-                                   bool defrag = false) {
+                                   bool defrag = false, bool unmap_evicted = false) {
   EngineOptions o;
   o.device_bytes = device_granules * kGranule;
   o.host_bytes = host_granules * kGranule;
   o.defrag_enabled = defrag;
+  o.unmap_evicted = unmap_evicted;
   o.policy = PolicyKind::kLru;  // the tests name their victims by order of use
   return engine_test::MustCreateEngine(o, std::move(backend));
 }
@@ -138,6 +139,14 @@ struct EngineTest : FakeCudaTest {
   // Over GPU 0.
   void StartEngine(size_t device_granules, size_t host_granules, bool defrag = false) {
     StartEngine(MustMakeCuda(), device_granules, host_granules, defrag);
+  }
+  // Over GPU 0, evictions leaving addresses unmapped (Note [Evicted tensors
+  // unmapped]), with defragmentation on as by default.
+  void StartEngineUnmappingEvicted(size_t device_granules, size_t host_granules) {
+    std::unique_ptr<CudaBackend> backend = MustMakeCuda();
+    b = backend.get();
+    e = MakeEngine(std::move(backend), device_granules, host_granules, /*defrag=*/true,
+                   /*unmap_evicted=*/true);
   }
   // Device memory is mapped in runs from the engine's first eviction on
   // (Note [Mappings within a unit]): one of a granule, freed.
@@ -827,31 +836,51 @@ void CompleteAnEpoch(Engine& e) {
   EXPECT_OK(e.Free(z));
 }
 
+// T (`size` bytes, pattern 1), evicted while a kernel queued before its
+// unpin still writes pattern 2 into it: T pinned, filled and its birth's
+// epoch complete (only its unpin orders what follows), the kernel queued on
+// `stream` (released 200 ms later), T unpinned, then U (a granule more,
+// pinned) allocated, which needs T's granules and evicts it. The backend
+// looks at its retired mappings while the kernel still runs (every remap
+// batch does): one unmapped too early faults. maps_before: the backend's
+// mappings just before U's allocation.
+struct EvictedUnderAKernel {
+  void* t = nullptr;
+  void* u = nullptr;
+  int64_t maps_before = 0;
+};
+EvictedUnderAKernel EvictWhileAKernelWrites(Engine& e, CudaBackend* b, cu::CUstream stream,
+                                            size_t size) {
+  EvictedUnderAKernel out;
+  uint64_t id = 0;
+  out.t = e.Allocate(size, /*pin=*/true, nullptr, &id);
+  if (out.t == nullptr) return out;
+  EXPECT_OK(FillAllocation(e, out.t, size, 1));
+  CompleteAnEpoch(e);
+  // The kernel writes T after its context is gone: T is unpinned while the
+  // kernel is still queued.
+  LatchedWriter kernel;
+  StartLatchedWriter(b, stream, out.t, size, 2, &kernel);
+  EXPECT_OK(e.Unpin(out.t, id));
+  std::thread release = kernel.ReleaseAfter(std::chrono::milliseconds(200));
+  out.maps_before = b->GetStatistics().mappings;
+  out.u = MustAllocate(e, size + kGranule, /*pin=*/true);
+  EXPECT_OK(b->UnmapCompletedRetired());
+  release.join();
+  AllocationInfo info;
+  EXPECT_OK(e.Inspect(out.t, &info));
+  EXPECT_TRUE(info.evicted);
+  return out;
+}
+
 TEST_F(EngineTest, AnEvictionCopiesWhatAKernelQueuedBeforeTheUnpinStillWrites) {
   StartEngine(/*device=*/5, /*host=*/8);
   FencedStream compute(b);
   const size_t size = 4 * kGranule;
-  uint64_t id = 0;
-  void* t = e->Allocate(size, /*pin=*/true, nullptr, &id);
-  ASSERT_TRUE(t != nullptr);
-  EXPECT_OK(FillAllocation(*e, t, size, 1));
-  CompleteAnEpoch(*e);  // T's birth is long done: only its unpin orders the copy
-  // The kernel writes T (pattern 2) after its context is gone: T is
-  // unpinned while the kernel is still queued.
-  LatchedWriter kernel;
-  StartLatchedWriter(b, compute.stream, t, size, 2, &kernel);
-  EXPECT_OK(e->Unpin(t, id));
-  std::thread release = kernel.ReleaseAfter(std::chrono::milliseconds(200));
-  // Needs T's granules: T is evicted while the kernel still runs.
-  void* u = MustAllocate(*e, size + kGranule, /*pin=*/true);
-  // The backend looks at its retired mappings while the kernel still runs
-  // (every remap batch does): one unmapped too early faults.
-  EXPECT_OK(b->UnmapCompletedRetired());
-  release.join();
-  ASSERT_TRUE(u != nullptr);
-  AllocationInfo info;
-  EXPECT_OK(e->Inspect(t, &info));
-  EXPECT_TRUE(info.evicted);
+  const EvictedUnderAKernel moved = EvictWhileAKernelWrites(*e, b, compute.stream, size);
+  void* t = moved.t;
+  void* u = moved.u;
+  ASSERT_TRUE(t != nullptr && u != nullptr);
   EXPECT_EQ(VerifyAllocation(*e, t, size, 2), -1);  // the kernel's bytes
   const Statistics st = e->GetStatistics();
   // One epoch closed at T's last use: the copy waits for it on the stream,
@@ -871,37 +900,15 @@ TEST_F(EngineTest, AnEvictionCopiesWhatAKernelQueuedBeforeTheUnpinStillWrites) {
 // unpin has run (retired until then), and the copy still reads what that
 // kernel wrote; the page-in finds every byte.
 TEST_F(EngineTest, AnEvictionLeftUnmappedRetiresTheMappingAKernelStillWrites) {
-  EngineOptions o;
-  o.device_bytes = 5 * kGranule;
-  o.host_bytes = 8 * kGranule;
-  o.policy = PolicyKind::kLru;
-  o.unmap_evicted = true;
-  std::unique_ptr<CudaBackend> backend = MustMakeCuda();
-  b = backend.get();
-  e = engine_test::MustCreateEngine(o, std::move(backend));
+  StartEngineUnmappingEvicted(/*device=*/5, /*host=*/8);
   FencedStream compute(b);
   const size_t size = 4 * kGranule;
-  uint64_t id = 0;
-  void* t = e->Allocate(size, /*pin=*/true, nullptr, &id);
-  ASSERT_TRUE(t != nullptr);
-  EXPECT_OK(FillAllocation(*e, t, size, 1));
-  CompleteAnEpoch(*e);  // T's birth is long done: only its unpin orders the unmap
-  LatchedWriter kernel;
-  StartLatchedWriter(b, compute.stream, t, size, 2, &kernel);
-  EXPECT_OK(e->Unpin(t, id));
-  std::thread release = kernel.ReleaseAfter(std::chrono::milliseconds(200));
-  const int64_t maps = b->GetStatistics().mappings;
-  // Needs T's granules: T is evicted while the kernel still runs.
-  void* u = MustAllocate(*e, size + kGranule, /*pin=*/true);
-  // One unmapped too early faults.
-  EXPECT_OK(b->UnmapCompletedRetired());
-  release.join();
-  ASSERT_TRUE(u != nullptr);
-  AllocationInfo info;
-  EXPECT_OK(e->Inspect(t, &info));
-  EXPECT_TRUE(info.evicted);
+  const EvictedUnderAKernel moved = EvictWhileAKernelWrites(*e, b, compute.stream, size);
+  void* t = moved.t;
+  void* u = moved.u;
+  ASSERT_TRUE(t != nullptr && u != nullptr);
   // U's mapping only: nothing of host memory at T's address.
-  EXPECT_EQ(b->GetStatistics().mappings - maps, 1);
+  EXPECT_EQ(b->GetStatistics().mappings - moved.maps_before, 1);
   EXPECT_OK(e->Free(u));
   uint64_t again = 0;
   EXPECT_OK(e->Pin(t, &again));
