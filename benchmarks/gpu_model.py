@@ -254,18 +254,23 @@ def delta(a: FakeTiming, b: FakeTiming) -> dict[str, int]:
     return {name: getattr(b, name) - getattr(a, name) for name, _ in FakeTiming._fields_}
 
 
-def overlap_beside_the_gpu(driver: FakeDriver, lms: object) -> None:
+def overlap_beside_the_gpu(driver: FakeDriver, lms: object, unmap_evicted: bool = False) -> None:
     """gpu-check-engine's overlap step on the h100 preset, its kernels as long as
-    the H100's were, beside what the H100 measured."""
+    the H100's were, beside what the H100 measured. With `unmap_evicted`, also
+    its `overlap unmapped` step, which no GPU has run yet: the model's
+    prediction alone."""
     sys.path.insert(0, str(ROOT / "tests/gpu"))
     import check_engine  # noqa: E402
 
     driver.enable("h100")
     check = check_engine.Check(" on the model (h100)")
     launcher = FakeLauncher(driver)
+    kernel_ns = [ms * 1e6 for ms in LOGGED_OVERLAP_KERNEL_MS]
     try:
-        rows = check_engine.overlap(check, lms, check_engine.GPU_SIZES, launcher,
-                                    [ms * 1e6 for ms in LOGGED_OVERLAP_KERNEL_MS])
+        rows = check_engine.overlap(check, lms, check_engine.GPU_SIZES, launcher, kernel_ns)
+        unmapped = (check_engine.overlap(check, lms, check_engine.GPU_SIZES, launcher,
+                                         kernel_ns, unmap_evicted=True)
+                    if unmap_evicted else [])
     finally:
         launcher.close()
     low, high = LOGGED_OVERLAP_TRANSFERS_MS
@@ -274,6 +279,12 @@ def overlap_beside_the_gpu(driver: FakeDriver, lms: object) -> None:
           ", ".join(f"kernels of {row['kernel_ms']:.2f} ms {row['vs_ideal']:.2f} vs "
                     f"{lo:.2f}-{hi:.2f}"
                     for row, (lo, hi) in zip(rows, LOGGED_OVERLAP_VS_IDEAL)), flush=True)
+    if unmapped:
+        print(f"== Overlap step with evicted tensors unmapped, the model's prediction (no GPU "
+              f"has run it): transfers alone {unmapped[0]['transfers_ms']:.1f} ms a step; "
+              "step / max(compute, transfers): " +
+              ", ".join(f"kernels of {row['kernel_ms']:.2f} ms {row['vs_ideal']:.2f}"
+                        for row in unmapped), flush=True)
 
 
 def calibrate(driver: FakeDriver, lms: object, tensor: int = 64 * MIB,
@@ -673,7 +684,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     driver = FakeDriver(driver_path)
     driver.map_at_offsets(args.map_at_offsets)
-    overlap_beside_the_gpu(driver, lms)
+    overlap_beside_the_gpu(driver, lms, args.unmap_evicted)
     driver.enable(args.preset)
     driver.free_vmm(args.free_vmm)
     from tensorflow_lms_allocator import _engine  # noqa: E402

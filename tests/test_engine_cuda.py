@@ -194,11 +194,13 @@ def test_time_in_the_drivers_calls_is_accounted_inside_evictions_and_page_ins(fa
     del engine
 
 
-def test_moves_run_while_the_kernels_of_a_fenced_stream_run_on_the_timing_model(fake):
-    """gpu-check-engine's overlap step (tests/gpu/check_engine.py) on the fake
-    driver's H100 timing model: kernels of a known duration on a fenced stream,
-    each pinning a tensor paged in for it while the least recently used one is
-    evicted. The step together is well under compute alone plus transfers alone
+@pytest.mark.parametrize("unmap_evicted", [False, True], ids=["mapped", "unmapped"])
+def test_moves_run_while_the_kernels_of_a_fenced_stream_run_on_the_timing_model(
+        fake, unmap_evicted):
+    """gpu-check-engine's overlap steps (tests/gpu/check_engine.py: overlap, and
+    overlap unmapped with TF_LMS_UNMAP_EVICTED) on the fake driver's H100
+    timing model: kernels of a known duration on a fenced stream, each pinning
+    a tensor paged in for it while the least recently used one is evicted. The step together is well under compute alone plus transfers alone
     (a host drain of the stream before each move would make it their sum), and
     the bytes the engine moved survive (the model's kernels write none; the
     fake's checker faults a remap under a kernel still running)."""
@@ -215,7 +217,8 @@ def test_moves_run_while_the_kernels_of_a_fenced_stream_run_on_the_timing_model(
                         granule=GRANULE)
         # Kernels of 0.5x, 1x and 2x the moves' time a kernel; a wrong byte
         # raises AssertionError.
-        rows = check_engine.overlap(check_engine.Check(" (test)"), lms, sizes, launcher)
+        rows = check_engine.overlap(check_engine.Check(" (test)"), lms, sizes, launcher,
+                                    unmap_evicted=unmap_evicted)
     finally:
         launcher.close()
         fake.fake_cuda_timing_disable()

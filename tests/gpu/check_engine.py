@@ -5,18 +5,22 @@ into --build, no TensorFlow) and, on a GPU, CuPy. Steps, each reported
 with PASS or FAIL and its numbers:
 
 1. contract: 1.5x the device of patterned tensors (large, odd-sized and
-   small) pinned in random groups, churned and freed; every byte checked.
+   small) pinned in random groups, churned and freed; every byte checked;
+   then again with evicted tensors unmapped.
 2. bandwidth: evict and page-in GB/s of the engine beside cudaMemcpyAsync
    between pinned host memory and the device, measured in the same run.
 3. kernels: CuPy kernels write and check LMS tensors on a stream registered
    with the engine (unpinned while still queued, then evicted) and on an
    unregistered one (synchronized before the unpin; reading and writing
-   evicted tensors over the bus), while another thread evicts and pages in.
+   evicted tensors over the bus), while another thread evicts and pages in;
+   then again with evicted tensors unmapped (TF_LMS_UNMAP_EVICTED), without
+   the touches over the bus, which then fault by design.
 4. overlap: kernels of a known duration on a registered stream, each
    pinning a tensor that is paged in for it while another is evicted: the
    step beside the same kernels with every tensor resident (compute alone)
    and the same moves with kernels of no duration (transfers alone); every
-   word checked by each kernel and at the end.
+   word checked by each kernel and at the end; then again with evicted
+   tensors unmapped.
 5. create: the time to create (and destroy) a 64 GiB device.
 
 With --dry-run the engine runs over the fake CUDA driver
@@ -457,42 +461,14 @@ def pinned_wrong_words(engine: Any, kernel: Kernels, stream: Any, addresses: lis
     return wrong
 
 
-def kernels(check: Check, lms: ModuleType, sizes: Sizes, cupy: Any) -> None:
-    """Real kernels on registered and unregistered streams, under eviction."""
-    kernel = Kernels(cupy)
-    device, size = sizes.kernel_device, sizes.kernel_tensor
-    engine = lms.Engine(device, host_bytes=4 * device, granule_bytes=sizes.granule,
-                        backend="cuda", policy=POLICY)
-    fenced = cupy.cuda.Stream(non_blocking=True)
+def over_the_bus(check: Check, engine: Any, kernel: Kernels, cupy: Any, mine: list[int],
+                 size: int, seeds: dict[int, int]) -> None:
+    """kernels (b): evicted tensors read and written over the bus by an unpinned
+    kernel on a stream the engine does not know (synchronized before the engine
+    is called again), and pinned ones written there, synchronized before the
+    unpin. The engine orders only fenced streams after its copies: this one
+    waits for them (wait_for_copies) after each evict and pin."""
     unfenced = cupy.cuda.Stream(non_blocking=True)
-    engine.add_fenced_stream(fenced.ptr)
-    count = device * 3 // 2 // size
-    mine = [engine.allocate(size) for _ in range(count)]
-    seeds = {}
-    rng = random.Random(11)
-    # (a) fenced: each fill is unpinned while still queued (it spins ~1-5 ms
-    # first), and the next pins evict it: the eviction's copy must wait.
-    for step in range(4 * count):
-        address = rng.choice(mine)
-        unit = engine.pin(address)
-        seeds[address] = 1000 + step
-        kernel.fill(fenced, address, size, seeds[address], spin=rng.choice((0, 2_000_000,
-                                                                          10_000_000)))
-        engine.unpin(address, unit)
-    fenced.synchronize()
-    wrong = pinned_wrong_words(engine, kernel, fenced, [a for a in mine if a in seeds], size,
-                               seeds)
-    stats = engine.stats()
-    check.say(f"kernels (a) fenced stream, unpinned while queued: {4 * count} fills, "
-              f"{stats['num_evictions']} evictions, {stats['num_page_ins']} page-ins, "
-              f"{stats['num_fences']} fences, {wrong} wrong words")
-    check.expect(wrong == 0, f"{wrong} words written by queued kernels were lost")
-    check.expect(stats["num_evictions"] > 0, "nothing was evicted")
-    # (b) unfenced: evicted tensors read and written over the bus by an
-    # unpinned kernel (synchronized before the engine is called again), and
-    # pinned ones written there, synchronized before the unpin. The engine
-    # orders only fenced streams after its copies: this one waits for them
-    # (wait_for_copies) after each evict and pin.
     wrong = 0
     for i, address in enumerate(mine[:8]):
         unit = engine.pin(address)
@@ -519,6 +495,48 @@ def kernels(check: Check, lms: ModuleType, sizes: Sizes, cupy: Any) -> None:
     check.say(f"kernels (b) unregistered stream, evicted tensors over the bus: {wrong} "
               "wrong words")
     check.expect(wrong == 0, f"{wrong} words wrong on the unregistered stream")
+
+
+def kernels(check: Check, lms: ModuleType, sizes: Sizes, cupy: Any,
+            unmap_evicted: bool = False) -> None:
+    """Real kernels on registered and unregistered streams, under eviction. With
+    unmap_evicted (TF_LMS_UNMAP_EVICTED) an evicted tensor's address maps
+    nothing, and a kernel touching it unpinned would end the CUDA context: (b)
+    and (d), which do that on purpose, do not run; (a) and (c) check that an
+    eviction's unmap waits for the kernels still queued on the tensor."""
+    kernel = Kernels(cupy)
+    device, size = sizes.kernel_device, sizes.kernel_tensor
+    engine = lms.Engine(device, host_bytes=4 * device, granule_bytes=sizes.granule,
+                        backend="cuda", policy=POLICY, unmap_evicted=unmap_evicted)
+    fenced = cupy.cuda.Stream(non_blocking=True)
+    engine.add_fenced_stream(fenced.ptr)
+    count = device * 3 // 2 // size
+    mine = [engine.allocate(size) for _ in range(count)]
+    seeds = {}
+    rng = random.Random(11)
+    # (a) fenced: each fill is unpinned while still queued (it spins ~1-5 ms
+    # first), and the next pins evict it: the eviction's copy must wait.
+    for step in range(4 * count):
+        address = rng.choice(mine)
+        unit = engine.pin(address)
+        seeds[address] = 1000 + step
+        kernel.fill(fenced, address, size, seeds[address], spin=rng.choice((0, 2_000_000,
+                                                                          10_000_000)))
+        engine.unpin(address, unit)
+    fenced.synchronize()
+    wrong = pinned_wrong_words(engine, kernel, fenced, [a for a in mine if a in seeds], size,
+                               seeds)
+    stats = engine.stats()
+    check.say(f"kernels (a) fenced stream, unpinned while queued: {4 * count} fills, "
+              f"{stats['num_evictions']} evictions, {stats['num_page_ins']} page-ins, "
+              f"{stats['num_fences']} fences, {wrong} wrong words")
+    check.expect(wrong == 0, f"{wrong} words written by queued kernels were lost")
+    check.expect(stats["num_evictions"] > 0, "nothing was evicted")
+    if unmap_evicted:
+        check.say("kernels (b) and (d) not run: with evicted tensors unmapped, a kernel "
+                  "touching one unpinned faults by design")
+    else:
+        over_the_bus(check, engine, kernel, cupy, mine, size, seeds)
     # (c) two threads: fenced fills unpinned while queued, and another
     # thread pinning, checking and evicting its own tensors meanwhile.
     theirs = [engine.allocate(size) for _ in range(count // 2)]
@@ -559,7 +577,8 @@ def kernels(check: Check, lms: ModuleType, sizes: Sizes, cupy: Any) -> None:
               f"{len(errors)} errors in the other thread")
     check.expect(wrong == 0 and not errors, f"{wrong} wrong words; {errors[:3]}")
     fenced.synchronize()
-    cuda_graph(check, engine, kernel, cupy, mine[0], mine[1], size, seeds[mine[0]])
+    if not unmap_evicted:
+        cuda_graph(check, engine, kernel, cupy, mine[0], mine[1], size, seeds[mine[0]])
     engine.remove_fenced_stream(fenced.ptr)
     for address in mine + theirs:
         engine.free(address)
@@ -649,16 +668,18 @@ class GpuLauncher:
 
 
 def overlap_run(lms: Any, launcher: Launcher, device: int, tensor: int, count: int,
-                ns: float, granule: int, steps: int = 3) -> dict[str, float]:
+                ns: float, granule: int, steps: int = 3,
+                unmap_evicted: bool = False) -> dict[str, float]:
     """`count` tensors on an engine of `device` bytes, pinned in turn (twice each
     a step) by a kernel of `ns` on the launcher's fenced stream, unpinned while
     it is queued. Each figure is the median of `steps` steps after a first one
     (which makes the host memory): the step in seconds (until the stream and
     every copy are done), the seconds the host waited for the GPU and remapped
     while it queued the step (Launcher.clock), and its evictions, page-ins
-    and host waits meanwhile; `wrong` counts wrong words (or tensors)."""
+    and host waits meanwhile; `wrong` counts wrong words (or tensors).
+    `unmap_evicted`: evictions leave the addresses unmapped (TF_LMS_UNMAP_EVICTED)."""
     engine = lms.Engine(device, host_bytes=count * tensor, granule_bytes=granule,
-                        backend="cuda", policy=POLICY)
+                        backend="cuda", policy=POLICY, unmap_evicted=unmap_evicted)
     engine.add_fenced_stream(launcher.stream)
     tensors = [engine.allocate(tensor) for _ in range(count)]
     seeds = {}
@@ -694,7 +715,8 @@ def overlap_run(lms: Any, launcher: Launcher, device: int, tensor: int, count: i
 
 
 def overlap(check: Check, lms: Any, sizes: Sizes, launcher: Launcher,
-            kernel_ns: Sequence[float] | None = None) -> list[dict[str, float]]:
+            kernel_ns: Sequence[float] | None = None,
+            unmap_evicted: bool = False) -> list[dict[str, float]]:
     """Moves under compute: kernels of a known duration, 0.5x, 1x and 2x the
     moves' time a kernel (or each of `kernel_ns`), each pinning a tensor that
     is paged in for it while the least recently used is evicted. Per duration,
@@ -702,13 +724,17 @@ def overlap(check: Check, lms: Any, sizes: Sizes, launcher: Launcher,
     (the same moves, kernels of no duration): `vs_ideal` = step / max(compute,
     transfers) (1: the moves hidden under the kernels, or the kernels under the
     moves), `hidden` = (compute + transfers - step) / min(compute, transfers)
-    (1: all of the shorter hidden, 0: none). Returns a row per duration."""
+    (1: all of the shorter hidden, 0: none). Returns a row per duration.
+    `unmap_evicted`: the runs that move leave evicted tensors' addresses
+    unmapped (TF_LMS_UNMAP_EVICTED)."""
+    name = "overlap unmapped" if unmap_evicted else "overlap"
     tensor, count = sizes.overlap_tensor, sizes.overlap_count
     small, roomy = count // 2 * tensor, (count + 2) * tensor
-    moves = overlap_run(lms, launcher, small, tensor, count, 0, sizes.granule)
+    moves = overlap_run(lms, launcher, small, tensor, count, 0, sizes.granule,
+                        unmap_evicted=unmap_evicted)
     kernels_a_step = 2 * count
     per_kernel = moves["step"] / kernels_a_step
-    check.say(f"overlap: {count} tensors of {tensor // MIB} MiB on a {small // MIB} MiB device, "
+    check.say(f"{name}: {count} tensors of {tensor // MIB} MiB on a {small // MIB} MiB device, "
               f"{kernels_a_step} kernels a step on a fenced stream, each pinning one "
               f"(unpinned while queued): transfers alone {moves['step'] * 1e3:.1f} ms a step "
               f"({per_kernel * 1e3:.2f} ms a kernel; {moves['evictions']:.0f} evictions, "
@@ -720,7 +746,8 @@ def overlap(check: Check, lms: Any, sizes: Sizes, launcher: Launcher,
     wrong = moves["wrong"]
     for ns in durations:
         alone = overlap_run(lms, launcher, roomy, tensor, count, ns, sizes.granule)
-        both = overlap_run(lms, launcher, small, tensor, count, ns, sizes.granule)
+        both = overlap_run(lms, launcher, small, tensor, count, ns, sizes.granule,
+                           unmap_evicted=unmap_evicted)
         check.expect(alone["evictions"] == 0, "compute alone evicted: the device is too small")
         compute, transfers, step = alone["step"], moves["step"], both["step"]
         row = {"kernel_ms": ns / 1e6, "compute_ms": compute * 1e3,
@@ -731,13 +758,13 @@ def overlap(check: Check, lms: Any, sizes: Sizes, launcher: Launcher,
                "remaps_ms": both["remaps"] * 1e3}
         rows.append(row)
         wrong += alone["wrong"] + both["wrong"]
-        check.say(f"overlap: kernels of {row['kernel_ms']:.2f} ms: compute alone "
+        check.say(f"{name}: kernels of {row['kernel_ms']:.2f} ms: compute alone "
                   f"{row['compute_ms']:.1f} ms, transfers alone {row['transfers_ms']:.1f}, "
                   f"together {row['step_ms']:.1f}: {row['vs_ideal']:.2f} of max(compute, "
                   f"transfers), {row['hidden']:.2f} of the shorter hidden; "
                   f"{row['waits']:.0f} host waits of {row['waited_ms']:.1f} ms, remapping "
                   f"{row['remaps_ms']:.1f} ms")
-    check.say(f"overlap: {wrong} wrong words")
+    check.say(f"{name}: {wrong} wrong words")
     check.expect(wrong == 0, f"{wrong} words wrong after moves under compute")
     return rows
 
@@ -807,12 +834,17 @@ def main() -> int:
         check.say("kernels: not run in a dry run (CuPy kernels need a GPU)")
     elif "kernels" in steps:
         check.step("kernels", lambda: kernels(check, lms, sizes, cupy))
+        check.step("kernels unmapped",
+                   lambda: kernels(check, lms, sizes, cupy, unmap_evicted=True))
     if "overlap" in steps and cupy is None:
         check.say("overlap: not run in a dry run (CuPy kernels need a GPU); "
                   "make bench-gpu-model runs it on the fake driver's timing model")
     elif "overlap" in steps:
         check.step("overlap", lambda: overlap(check, lms, sizes,
                                               GpuLauncher(Kernels(cupy), cupy)))
+        check.step("overlap unmapped",
+                   lambda: overlap(check, lms, sizes, GpuLauncher(Kernels(cupy), cupy),
+                                   unmap_evicted=True))
     if "create" in steps:
         check.step("create", lambda: create(check, lms, sizes, cupy))
     check.say("FAILED: " + ", ".join(check.failed) if check.failed else "all steps passed")

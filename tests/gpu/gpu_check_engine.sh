@@ -10,7 +10,9 @@
 #   3. check_engine.py: 1.5x the device of patterned tensors, evict and
 #      page-in GB/s beside cudaMemcpyAsync pinned bandwidth, a kernel's
 #      inputs paged in one by one and together (pin_all), CuPy kernels on
-#      registered and unregistered streams under eviction, a 64 GiB device.
+#      registered and unregistered streams under eviction, a 64 GiB device;
+#      the contract, kernel and overlap steps also with evicted tensors
+#      unmapped (TF_LMS_UNMAP_EVICTED).
 # cuda_backend_test is not among them: every test of it drives the fake
 # driver's knobs (injected failures, delays, host-run kernels, call counts).
 #
