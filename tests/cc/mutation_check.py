@@ -119,7 +119,7 @@ MUTATIONS = {
     "no-last-use-wait-before-copies": (
         STREAMS, "Status CudaBackend::CopyStreamAfter(uint64_t mark) {\n",
         "Status CudaBackend::CopyStreamAfter(uint64_t mark) {\n  return Status::Ok();  // MUTATION\n",
-        {EVICTION, RECLAIM, PAGE_IN_FREED, PAGE_IN_QUEUED, IN_PLACE, NOT_CUT},
+        {EVICTION, RECLAIM, PAGE_IN_FREED, PAGE_IN_QUEUED, IN_PLACE, NOT_CUT, UNMAPPED},
         # Their page-ins (and the copy's eviction) go into memory whose
         # eviction was deferred, or not, as the fake's workers happen to be
         # ahead of the poll: they fail when it was.
