@@ -24,6 +24,9 @@
 //     and, in order, of each unit in the order they were made (a step's
 //     kernels read what the previous ones made): what the random figure
 //     adds is the memory's latency, the records of units not in the cache;
+//   - a read: one dependent read at random among kRecordBytes a unit (what
+//     the engine keeps of a unit in its tables, about), the memory latency
+//     the random pin+unpin pays per record not in the cache;
 //   - the step under pressure (the device a quarter of the peak), with the
 //     learned policy (the default) and with LRU: per reclaim, microseconds
 //     in all (planning, copies, remaps) and planning alone
@@ -253,6 +256,7 @@ struct Figures {
   double alloc_free_ns = 0;
   double pin_unpin_ns = 0;
   double pin_unpin_in_order_ns = 0;
+  double read_ns = 0;
   double create_ms = 0;
   // Under pressure, per policy (0: learned, 1: LRU).
   double reclaim_us[2] = {};
@@ -309,6 +313,40 @@ void MeasureRoomy(const Model& m, Figures* f) {
   for (void* p : live) Check(e->Free(p), "free");
 }
 
+// What the engine keeps of a unit, about: its arena chunk (64 bytes), its
+// residency record (56), its learned policy unit (160), its reclaim order slot
+// and set node (64 and 56), and its slots' entries in the unit and backing
+// tables.
+constexpr size_t kRecordBytes = 400;
+
+// Nanoseconds a read of memory at random among `units` units' records takes
+// when each read waits for the one before (a walk of one random cycle through
+// the records' cache lines): the latency of a record not in the cache, or of
+// one that is when they all fit.
+double MeasureRead(size_t units) {
+  const size_t lines = std::max<size_t>(2, units * kRecordBytes / 64);
+  struct alignas(64) Line {
+    size_t next;
+  };
+  std::vector<Line> memory(lines);
+  std::vector<size_t> order(lines);
+  for (size_t i = 0; i < lines; ++i) order[i] = i;
+  std::mt19937_64 rng(11);
+  std::shuffle(order.begin() + 1, order.end(), rng);
+  for (size_t i = 0; i < lines; ++i) memory[order[i]].next = order[(i + 1) % lines];
+  constexpr int kReads = 2000000;
+  double best = 1e300;
+  size_t at = 0;
+  for (int rep = 0; rep < 4; ++rep) {  // the first is the warm-up
+    const Clock::time_point start = Clock::now();
+    for (int i = 0; i < kReads; ++i) at = memory[at].next;
+    const double ns = SecondsSince(start) * 1e9 / kReads;
+    if (rep > 0) best = std::min(best, ns);
+  }
+  if (at == lines) Die("unreachable");  // keeps the walk
+  return best;
+}
+
 // Steps on a device a quarter of the peak: two warm-up steps (the learned
 // policy learns in the first), then the best of two timed ones.
 void MeasurePressure(const Model& m, int policy_index, Figures* f) {
@@ -357,6 +395,7 @@ Figures Best(const Figures& a, const Figures& b) {
   f.alloc_free_ns = std::min(a.alloc_free_ns, b.alloc_free_ns);
   f.pin_unpin_ns = std::min(a.pin_unpin_ns, b.pin_unpin_ns);
   f.pin_unpin_in_order_ns = std::min(a.pin_unpin_in_order_ns, b.pin_unpin_in_order_ns);
+  f.read_ns = std::min(a.read_ns, b.read_ns);
   f.create_ms = std::min(a.create_ms, b.create_ms);
   for (int i = 0; i < 2; ++i) {
     f.reclaim_us[i] = std::min(a.reclaim_us[i], b.reclaim_us[i]);
@@ -399,12 +438,12 @@ int main(int argc, char** argv) {
               "keeps no memory (the engine's bookkeeping alone); pressure: a device of a "
               "quarter of the peak\n",
               kGranule >> 20);
-  std::printf("%8s %9s %10s %10s %10s %12s %12s %12s %12s %11s %11s %9s\n", "units",
-              "alloc+free", "pin+unpin", "pin+unpin", "create", "reclaim us", "plan us",
-              "reclaim us", "plan us", "call ns", "call ns", "RSS");
-  std::printf("%8s %9s %10s %10s %10s %12s %12s %12s %12s %11s %11s %9s\n", "", "ns",
-              "ns random", "ns order", "ms", "learned", "learned", "LRU", "LRU", "learned", "LRU",
-              "MiB");
+  std::printf("%8s %9s %10s %10s %6s %10s %12s %12s %12s %12s %11s %11s %9s\n", "units",
+              "alloc+free", "pin+unpin", "pin+unpin", "read", "create", "reclaim us",
+              "plan us", "reclaim us", "plan us", "call ns", "call ns", "RSS");
+  std::printf("%8s %9s %10s %10s %6s %10s %12s %12s %12s %12s %11s %11s %9s\n", "", "ns",
+              "ns random", "ns order", "ns", "ms", "learned", "learned", "LRU", "LRU", "learned",
+              "LRU", "MiB");
   // Rounds over every size, the best of each figure kept: a slow spell of
   // this shared machine falls on one round of each size, not on one size.
   std::vector<Figures> all(sizes.size());
@@ -414,6 +453,7 @@ int main(int argc, char** argv) {
       Figures f;
       f.units = m.units();
       MeasureRoomy(m, &f);
+      f.read_ns = MeasureRead(f.units);
       MeasurePressure(m, 0, &f);
       MeasurePressure(m, 1, &f);
       rusage usage;
@@ -424,8 +464,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "  round %d of %d done\n", round + 1, rounds);
   }
   for (const Figures& f : all) {
-    std::printf("%8zu %9.0f %10.0f %10.0f %10.1f %12.1f %12.1f %12.1f %12.1f %11.0f %11.0f %9ld\n",
-                f.units, f.alloc_free_ns, f.pin_unpin_ns, f.pin_unpin_in_order_ns, f.create_ms,
+    std::printf("%8zu %9.0f %10.0f %10.0f %6.0f %10.1f %12.1f %12.1f %12.1f %12.1f %11.0f %11.0f "
+                "%9ld\n",
+                f.units, f.alloc_free_ns, f.pin_unpin_ns, f.pin_unpin_in_order_ns, f.read_ns,
+                f.create_ms,
                 f.reclaim_us[0], f.plan_us[0], f.reclaim_us[1], f.plan_us[1], f.call_ns[0],
                 f.call_ns[1], f.max_rss_mib);
   }
@@ -453,6 +495,10 @@ int main(int argc, char** argv) {
     std::printf("  %-32s %8.2fx\n", r.name, r.value);
     if (r.value > worst->value) worst = &r;
   }
+  std::printf("a read at random among the units' records: %.0f ns at %zu units, %.0f at %zu; "
+              "pin+unpin (random) grew by %.1f such reads\n",
+              small.read_ns, small.units, large.read_ns, large.units,
+              (large.pin_unpin_ns - small.pin_unpin_ns) / large.read_ns);
   std::printf("device creation: %.1f ms for %zu units (the CUDA backend on an H100: 44.3 us a "
               "2 MiB granule, a 64 GiB device in 1.45 s)\n",
               large.create_ms, large.units);

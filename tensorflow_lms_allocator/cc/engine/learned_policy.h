@@ -178,10 +178,12 @@
 #define TENSORFLOW_LMS_ALLOCATOR_CC_ENGINE_LEARNED_POLICY_H_
 
 #include <cstdint>
+#include <functional>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
+#include "engine/node_pool.h"
 #include "engine/reclaim_order.h"
 #include "engine/reclaim_policy.h"
 #include "engine/residency.h"
@@ -402,11 +404,18 @@ class LearnedPolicy {
   RankedUnit single_;     // FirstOfAtLeast's, found outside the walk
   // By size class, then ChunkId in its arena.
   std::vector<Unit> objects_[SmallPages::kNumClasses];
-  std::unordered_map<uint64_t, KeyEntry> keys_;
+  // Its nodes from a pool of their own (Note [Nodes from slabs] in
+  // node_pool.h), declared first: the table gives them back to it.
+  NodePool key_nodes_;
+  using Keys = std::unordered_map<uint64_t, KeyEntry, std::hash<uint64_t>,
+                                  std::equal_to<uint64_t>,
+                                  PoolAllocator<std::pair<const uint64_t, KeyEntry>>>;
+  Keys keys_{0, std::hash<uint64_t>(), std::equal_to<uint64_t>(),
+             PoolAllocator<std::pair<const uint64_t, KeyEntry>>(&key_nodes_)};
   // The CLOCK hand: an element of keys_ (or its end()) once the table has
   // filled (hand_set_); unset before. Reserving the whole table then (once,
   // a rehash of every key) keeps it valid: the table never grows after.
-  std::unordered_map<uint64_t, KeyEntry>::iterator hand_;
+  Keys::iterator hand_;
   bool hand_set_ = false;
   uint64_t tick_ = 0;
   uint64_t predictions_ = 0;

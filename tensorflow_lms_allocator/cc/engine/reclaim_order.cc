@@ -4,12 +4,17 @@
 
 namespace lms {
 
+ReclaimOrder::ReclaimOrder()
+    : classes_(static_cast<size_t>(kSizes) * kClasses,
+               Set(std::less<Entry>(), PoolAllocator<Entry>(&entry_nodes_))),
+      windows_(std::less<Window>(), PoolAllocator<Window>(&window_nodes_)) {}
+
 void ReclaimOrder::Remove(ChunkId id) {
   if (id >= slots_.size() || slots_[id].in == kNone) return;
   Slot& s = slots_[id];
   const int size = SizeClassOf(s.granules);
-  classes_[size][s.in].erase(Entry{s.key, s.lru_seq, id});
-  if (s.in == kDue || s.in == kDueNow) windows_.erase({s.missed_after, id});
+  units(size, s.in).erase(s.entry);
+  if (s.in == kDue || s.in == kDueNow) windows_.erase(s.window);
   --in_size_[size];
   --size_;
   s.in = kNone;
@@ -19,10 +24,17 @@ void ReclaimOrder::Insert(ChunkId id, Class in, uint64_t granules, uint64_t key,
                           uint64_t lru_seq, uint64_t since, uint64_t missed_after) {
   Remove(id);
   if (id >= slots_.size()) slots_.resize(id + 1);
-  slots_[id] = Slot{in, granules, key, lru_seq, since, missed_after};
+  Slot& s = slots_[id];
+  s = Slot{in, granules, key, lru_seq, since, missed_after, {}, {}};
+  // A unit turning inactive now is usually the last of its class (aged: the
+  // latest since; never and due now: the latest in the LRU list): the hint
+  // makes that insertion O(1), and costs one comparison otherwise.
   const int size = SizeClassOf(granules);
-  classes_[size][in].insert(Entry{key, lru_seq, id});
-  if (in == kDue || in == kDueNow) windows_.emplace(missed_after, id);
+  Set& set = units(size, in);
+  s.entry = set.insert(set.end(), Entry{key, lru_seq, id});
+  if (in == kDue || in == kDueNow) {
+    s.window = windows_.emplace_hint(windows_.end(), missed_after, id);
+  }
   ++in_size_[size];
   ++size_;
 }
@@ -59,7 +71,7 @@ void ReclaimOrder::Push(Source source) {
     if (others_at_ == others_.size()) return;
     source.head = others_[others_at_];
   } else {
-    if (source.at == classes_[source.size][source.in].end()) return;
+    if (source.at == units(source.size, source.in).end()) return;
     source.head = Ranked(*source.at, source.in);
   }
   heap_.push_back(source);
@@ -78,14 +90,14 @@ void ReclaimOrder::BeginWalk(uint64_t now, std::vector<RankedUnit> others) {
   for (int size = 0; size < kSizes; ++size) {
     if (in_size_[size] == 0) continue;
     // Due units now due (the earliest due last in their class) rank 0.
-    Set& due = classes_[size][kDue];
+    Set& due = units(size, kDue);
     while (!due.empty() && ~std::prev(due.end())->key <= now) {
       const ChunkId id = std::prev(due.end())->id;
       const Slot s = slots_[id];
       Insert(id, kDueNow, s.granules, 0, s.lru_seq, s.since, s.missed_after);
     }
     for (int in = 0; in < kClasses; ++in) {
-      Push(Source{{}, size, static_cast<Class>(in), classes_[size][in].begin()});
+      Push(Source{{}, size, static_cast<Class>(in), units(size, static_cast<Class>(in)).begin()});
     }
   }
   others_ = std::move(others);
@@ -119,18 +131,18 @@ bool ReclaimOrder::FirstOfAtLeast(uint64_t granules, RankedUnit* out) const {
   for (int size = first; size < kSizes; ++size) {
     if (in_size_[size] == 0) continue;
     for (int in = 0; in < kClasses; ++in) {
-      const Set& units = classes_[size][in];
+      const Set& set = units(size, static_cast<Class>(in));
       if (size >= 64 && size == first) {  // sizes from a power of two: some smaller
         // In its class's order: the first large enough is its best.
-        for (const Entry& entry : units) {
+        for (const Entry& entry : set) {
           if (slots_[entry.id].granules < granules) continue;
           consider(entry, static_cast<Class>(in));
           break;
         }
-      } else if (!units.empty()) {
+      } else if (!set.empty()) {
         // No unit of this size was walked yet (it would have been enough),
         // so its class's first is its head.
-        consider(*units.begin(), static_cast<Class>(in));
+        consider(*set.begin(), static_cast<Class>(in));
       }
     }
   }

@@ -45,10 +45,12 @@
 #define TENSORFLOW_LMS_ALLOCATOR_CC_ENGINE_RECLAIM_ORDER_H_
 
 #include <cstdint>
+#include <functional>
 #include <set>
 #include <utility>
 #include <vector>
 
+#include "engine/node_pool.h"
 #include "engine/residency.h"
 
 namespace lms {
@@ -68,6 +70,10 @@ inline bool TakenBefore(const RankedUnit& a, const RankedUnit& b) {
 
 class ReclaimOrder {
  public:
+  ReclaimOrder();
+  ReclaimOrder(const ReclaimOrder&) = delete;  // its sets' nodes are its pools'
+  ReclaimOrder& operator=(const ReclaimOrder&) = delete;
+
   // Puts `id` in the order (anywhere it was before, it leaves), freeing
   // `granules`, in one class: rank `never` always; or aged since `since`;
   // or due at `due` (>= since) until the clock passes `missed_after` (>=
@@ -106,6 +112,10 @@ class ReclaimOrder {
       return key != o.key ? key < o.key : lru_seq < o.lru_seq;
     }
   };
+  // Nodes from pools of their own (Note [Nodes from slabs] in node_pool.h).
+  using Set = std::set<Entry, std::less<Entry>, PoolAllocator<Entry>>;
+  using Window = std::pair<uint64_t, ChunkId>;  // missed_after, unit
+  using Windows = std::set<Window, std::less<Window>, PoolAllocator<Window>>;
   struct Slot {
     Class in = kNone;
     uint64_t granules = 0;
@@ -113,8 +123,11 @@ class ReclaimOrder {
     uint64_t lru_seq = 0;
     uint64_t since = 0;         // due and aged
     uint64_t missed_after = 0;  // due and due now
+    // Its entry in its class's set, and (due and due now) in windows_: a
+    // removal finds neither by a search.
+    Set::iterator entry;
+    Windows::iterator window;
   };
-  using Set = std::set<Entry>;
   // A walk's source: a class of one size, from `at`; or (size < 0) others_.
   struct Source {
     RankedUnit head;
@@ -132,12 +145,21 @@ class ReclaimOrder {
   // Pushes `source` on the heap if it has a unit left, with it as its head.
   void Push(Source source);
 
+  // The class of `size` (granules' size class) and `in`.
+  Set& units(int size, Class in) { return classes_[static_cast<size_t>(size) * kClasses + in]; }
+  const Set& units(int size, Class in) const {
+    return classes_[static_cast<size_t>(size) * kClasses + in];
+  }
+
   std::vector<Slot> slots_;  // by ChunkId
   uint64_t never_rank_ = 0;
-  Set classes_[kSizes][kClasses];
+  // Declared before the sets: they give their nodes back to them.
+  NodePool entry_nodes_;
+  NodePool window_nodes_;
+  std::vector<Set> classes_;  // kSizes * kClasses, by units()
   size_t in_size_[kSizes] = {};  // units of each size
   size_t size_ = 0;
-  std::set<std::pair<uint64_t, ChunkId>> windows_;  // due and due now, by missed_after
+  Windows windows_;  // due and due now, by missed_after
 
   // The walk.
   uint64_t now_ = 0;
