@@ -63,7 +63,7 @@ class NodePool {
   // A node of `bytes` aligned to `alignment`, which the pool serves.
   void* Allocate(size_t bytes, size_t alignment) {
     assert(Serves(bytes, alignment));
-    node_bytes_ = NodeBytes(bytes, alignment);
+    if (node_bytes_ == 0) node_bytes_ = NodeBytes(bytes, alignment);  // the first
     if (free_ != nullptr) {
       Free* node = free_;
       free_ = node->next;
