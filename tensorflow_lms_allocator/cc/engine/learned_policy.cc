@@ -41,34 +41,27 @@ LearnedPolicy::Unit& LearnedPolicy::unit(ChunkId id) {
 
 LearnedPolicy::KeyEntry* LearnedPolicy::HoldKey(uint64_t key) {
   if (key == kNoKey) return nullptr;
-  auto it = keys_.find(key);
-  if (it == keys_.end()) {
-    if (keys_.size() >= kMaxKeys) {
-      if (!hand_set_) {  // full for the first time: no rehash from now on
-        keys_.reserve(kMaxKeys);
-        hand_ = keys_.begin();
-        hand_set_ = true;
-      }
-      if (!ForgetAStaleKey()) return nullptr;
-    }
-    it = keys_.emplace(key, KeyEntry()).first;
+  KeyEntry* entry = keys_.Find(key);
+  if (entry == nullptr) {
+    if (keys_.size() >= kMaxKeys && !ForgetAStaleKey()) return nullptr;
+    entry = keys_.Insert(key);
   }
-  ++it->second.units;
-  it->second.born = true;
-  return &it->second;
+  ++entry->units;
+  entry->born = true;
+  return entry;
 }
 
 bool LearnedPolicy::ForgetAStaleKey() {
-  if (hand_ == keys_.end()) hand_ = keys_.begin();
   for (int pass = 0; pass < kMaxPasses; ++pass) {
-    KeyEntry& entry = hand_->second;
+    if (hand_ >= keys_.slots()) hand_ = 0;
+    const size_t at = hand_++;
+    if (keys_.key_at(at) == kNoKey) continue;  // a free slot
+    KeyEntry& entry = keys_.entry_at(at);
     if (entry.units == 0 && !entry.born) {
-      hand_ = keys_.erase(hand_);
-      if (hand_ == keys_.end()) hand_ = keys_.begin();
+      keys_.Erase(at);
       return true;
     }
     entry.born = false;
-    if (++hand_ == keys_.end()) hand_ = keys_.begin();
   }
   return false;
 }

@@ -166,24 +166,21 @@
 // unit holds it: each counts the live units and objects born with it. The
 // hand passes at most kMaxPasses keys for one new key, which goes unlearned
 // if none of them could be forgotten: a full table costs a new key a few
-// steps of the hand, never a scan. The table grows as keys come; when it
-// first fills it is reserved whole, so from then on inserting never
-// rehashes it and the hand stays valid. A step of a large model makes a key
-// an allocation, 100,000 and more: with room for 65,536, `make
-// bench-scale`'s step of 100,000 units forgot and relearned keys all the
-// time (the hand and the table's misses were 16% of its time, and planning
-// predicted less), so there is room for 262,144. What a key costs an
+// steps of the hand, never a scan. The hand goes round the table's slots,
+// which keep their numbers as it grows (Note [A flat key table]). A step of
+// a large model makes a key an allocation, 100,000 and more: with room for
+// 65,536, `make bench-scale`'s step of 100,000 units forgot and relearned
+// keys all the time (the hand and the table's misses were 16% of its time,
+// and planning predicted less), so there is room for 262,144. What a key costs an
 // allocation: docs/decisions/0010-allocate-free-fast-path.md.
 #ifndef TENSORFLOW_LMS_ALLOCATOR_CC_ENGINE_LEARNED_POLICY_H_
 #define TENSORFLOW_LMS_ALLOCATOR_CC_ENGINE_LEARNED_POLICY_H_
 
 #include <cstdint>
-#include <functional>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
-#include "engine/node_pool.h"
+#include "engine/key_table.h"
 #include "engine/reclaim_order.h"
 #include "engine/reclaim_policy.h"
 #include "engine/residency.h"
@@ -295,9 +292,9 @@ class LearnedPolicy {
   };
 
   struct Unit {
-    // Its key's entry in keys_ (found once, at its birth: a map's elements
-    // stay put, and one is erased only while no unit holds it), or null: no
-    // key, or no room.
+    // Its key's entry in keys_ (found once, at its birth: an entry stays
+    // put, and one is erased only while no unit holds it), or null: no key,
+    // or no room.
     KeyEntry* learned = nullptr;
     uint32_t periods = 0;        // inactive periods begun so far
     bool active = false;
@@ -404,19 +401,11 @@ class LearnedPolicy {
   RankedUnit single_;     // FirstOfAtLeast's, found outside the walk
   // By size class, then ChunkId in its arena.
   std::vector<Unit> objects_[SmallPages::kNumClasses];
-  // Its nodes from a pool of their own (Note [Nodes from slabs] in
-  // node_pool.h), declared first: the table gives them back to it.
-  NodePool key_nodes_;
-  using Keys = std::unordered_map<uint64_t, KeyEntry, std::hash<uint64_t>,
-                                  std::equal_to<uint64_t>,
-                                  PoolAllocator<std::pair<const uint64_t, KeyEntry>>>;
-  Keys keys_{0, std::hash<uint64_t>(), std::equal_to<uint64_t>(),
-             PoolAllocator<std::pair<const uint64_t, KeyEntry>>(&key_nodes_)};
-  // The CLOCK hand: an element of keys_ (or its end()) once the table has
-  // filled (hand_set_); unset before. Reserving the whole table then (once,
-  // a rehash of every key) keeps it valid: the table never grows after.
-  Keys::iterator hand_;
-  bool hand_set_ = false;
+  // Keys by slot (Note [A flat key table] in key_table.h).
+  KeyTable<KeyEntry> keys_;
+  // The CLOCK hand: the slot it points at (a slot keeps its number as the
+  // table grows; Note [Forgetting keys]).
+  size_t hand_ = 0;
   uint64_t tick_ = 0;
   uint64_t predictions_ = 0;
   uint64_t hits_ = 0;
