@@ -29,6 +29,7 @@ void BackingMap::AddCachedRun(uint64_t first, uint64_t n) {
     assert((cached_[w] & mask) == 0);
     cached_[w] |= mask;
     summary_[w >> 6] |= uint64_t{1} << (w & 63);
+    summary_top_ = std::max(summary_top_, (w >> 6) + 1);
   });
   cached_count_ += n;
 }
@@ -88,14 +89,12 @@ bool BackingMap::FindCachedRun(uint64_t n, uint64_t* first) const {
   return false;
 }
 
-uint64_t BackingMap::AnyCached() const {
+uint64_t BackingMap::AnyCached() {
   assert(cached_count_ > 0);
-  for (uint64_t s = summary_.size(); s-- > 0;) {
-    if (summary_[s] == 0) continue;
-    const uint64_t w = s * 64 + 63 - __builtin_clzll(summary_[s]);
-    return w * 64 + 63 - __builtin_clzll(cached_[w]);
-  }
-  return 0;  // unreachable while the cache is not empty
+  while (summary_[summary_top_ - 1] == 0) --summary_top_;  // the cache is not empty
+  const uint64_t s = summary_top_ - 1;
+  const uint64_t w = s * 64 + 63 - __builtin_clzll(summary_[s]);
+  return w * 64 + 63 - __builtin_clzll(cached_[w]);
 }
 
 bool BackingMap::PrevCached(uint64_t before, uint64_t* slot) const {

@@ -62,6 +62,24 @@ TEST(BackingMapCacheMatchesASetUnderRandomRunsAcrossWordBoundaries) {
   }
 }
 
+TEST(TheHighestCachedSlotIsFoundWhenTheTopSummaryWordsEmptyAtOnce) {
+  // A summary word covers 4,096 slots. Cached runs in words 1, 2 and 3;
+  // taking one run that spans words 2 and 3 empties both: AnyCached must
+  // then answer from word 1, not read an empty word.
+  const uint64_t kWord = 64 * 64;
+  BackingMap map(4 * kWord);
+  map.AddCachedRun(kWord + 5, 3);
+  map.AddCachedRun(3 * kWord - 2, 4);  // slots 2 of word 2, 2 of word 3
+  EXPECT_EQ(map.AnyCached(), 3 * kWord + 1);
+  EXPECT_EQ(map.TakeCachedRun(3 * kWord - 2, 4), 4u);
+  EXPECT_EQ(map.AnyCached(), kWord + 7);
+  map.AddCachedRun(4 * kWord - 1, 1);  // the last slot of all
+  EXPECT_EQ(map.AnyCached(), 4 * kWord - 1);
+  map.RemoveCached(4 * kWord - 1);
+  map.RemoveCached(kWord + 7);
+  EXPECT_EQ(map.AnyCached(), kWord + 6);
+}
+
 TEST(ReleaseMarksCoverTheRunAndSurviveLeavingTheCache) {
   BackingMap map(200);
   map.SetReleaseMarks(60, 10, 7);
