@@ -29,6 +29,7 @@
 #include <utility>
 
 #include "engine/backend.h"
+#include "engine/node_pool.h"
 
 namespace lms {
 
@@ -63,7 +64,12 @@ class GranulePool {
   void GiveRange(GranuleId first, uint32_t length);
 
  private:
-  using Extents = std::map<GranuleId, uint32_t>;  // first id -> length
+  // First id -> length. The extents' nodes come from pools of their own
+  // (Note [Nodes from slabs]): an extent comes and goes at every give and
+  // take.
+  using Extents = std::map<GranuleId, uint32_t, std::less<GranuleId>,
+                           PoolAllocator<std::pair<const GranuleId, uint32_t>>>;
+  using ByLength = std::pair<uint32_t, GranuleId>;
   // Takes `length` ids from the start of the free extent `it`.
   void TakeFrom(Extents::iterator it, uint32_t length, GranuleId* out);
   // Frees [first, first + length), none of it free, merged with neighbours.
@@ -76,8 +82,11 @@ class GranulePool {
   size_t free_count_ = 0;
   size_t peak_in_use_ = 0;
   // The free extents, by first id (never adjoining) and by (length, first).
-  Extents by_start_;
-  std::set<std::pair<uint32_t, GranuleId>> by_length_;
+  NodePool start_nodes_, length_nodes_;  // before the sets that use them
+  Extents by_start_{std::less<GranuleId>(),
+                    PoolAllocator<std::pair<const GranuleId, uint32_t>>(&start_nodes_)};
+  std::set<ByLength, std::less<ByLength>, PoolAllocator<ByLength>> by_length_{
+      std::less<ByLength>(), PoolAllocator<ByLength>(&length_nodes_)};
 };
 
 }  // namespace lms

@@ -71,6 +71,7 @@
 
 #include "engine/backend.h"
 #include "engine/granule_pool.h"
+#include "engine/node_pool.h"
 
 namespace lms {
 
@@ -143,7 +144,10 @@ class RunPool {
 
  private:
   static constexpr GranuleId kUnmade = ~GranuleId{0};
-  using FreeParts = std::set<std::pair<uint32_t, GranuleId>>;  // (length, first id)
+  // (length, first id); nodes from a pool (Note [Nodes from slabs]): a part
+  // comes and goes at every give and take.
+  using FreePart = std::pair<uint32_t, GranuleId>;
+  using FreeParts = std::set<FreePart, std::less<FreePart>, PoolAllocator<FreePart>>;
 
   // Cuts `length` unmade ids from `at` (inside the unmade range `range`).
   void Cut(std::map<GranuleId, uint32_t>::iterator range, GranuleId at, uint32_t length);
@@ -187,7 +191,8 @@ class RunPool {
   std::vector<GranuleId> part_start_;
   std::vector<uint32_t> part_length_;
   std::vector<uint32_t> part_taken_;
-  FreeParts free_parts_;
+  NodePool free_part_nodes_;  // before free_parts_, which gives nodes back to it
+  FreeParts free_parts_{std::less<FreePart>(), PoolAllocator<FreePart>(&free_part_nodes_)};
   // Unmade ids: first id -> length; ranges never adjoin.
   std::map<GranuleId, uint32_t> unmade_;
 };
