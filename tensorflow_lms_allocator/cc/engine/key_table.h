@@ -17,8 +17,8 @@
 //
 // Entries live in slots of a std::deque, whose elements keep their address
 // as it grows: a unit holds a pointer to its key's entry for its whole life.
-// An erased slot is reused by the next insertion; its entry is reset then
-// (what it held, a vector of periods, is freed at the erasure). Slots are
+// An erased slot's entry is reset at once (what it held, a vector of
+// periods, is freed), and the next insertion reuses the slot. Slots are
 // numbered 0..slots() - 1 for good, which is what a CLOCK hand goes round
 // (Note [Forgetting keys]): growing the array of keys moves keys, never a
 // slot.
@@ -109,12 +109,6 @@ class KeyTable {
     slot.entry = Entry();
     free_.push_back(static_cast<uint32_t>(i));
     --size_;
-  }
-
-  // Bytes the table holds, its entries' own allocations aside.
-  size_t bytes() const {
-    return places_.capacity() * sizeof(Place) + slots_.size() * sizeof(Slot) +
-           free_.capacity() * sizeof(uint32_t);
   }
 
  private:

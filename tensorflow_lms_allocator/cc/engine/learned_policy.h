@@ -171,8 +171,8 @@
 // a large model makes a key an allocation, 100,000 and more: with room for
 // 65,536, `make bench-scale`'s step of 100,000 units forgot and relearned
 // keys all the time (the hand and the table's misses were 16% of its time,
-// and planning predicted less), so there is room for 262,144. What a key costs an
-// allocation: docs/decisions/0010-allocate-free-fast-path.md.
+// and planning predicted less), so there is room for 262,144. What a key
+// costs an allocation: docs/decisions/0010-allocate-free-fast-path.md.
 #ifndef TENSORFLOW_LMS_ALLOCATOR_CC_ENGINE_LEARNED_POLICY_H_
 #define TENSORFLOW_LMS_ALLOCATOR_CC_ENGINE_LEARNED_POLICY_H_
 
