@@ -67,8 +67,7 @@ class GranulePool {
   // First id -> length. The extents' nodes come from pools of their own
   // (Note [Nodes from slabs]): an extent comes and goes at every give and
   // take.
-  using Extents = std::map<GranuleId, uint32_t, std::less<GranuleId>,
-                           PoolAllocator<std::pair<const GranuleId, uint32_t>>>;
+  using Extents = PooledMap<GranuleId, uint32_t>;
   using ByLength = std::pair<uint32_t, GranuleId>;
   // Takes `length` ids from the start of the free extent `it`.
   void TakeFrom(Extents::iterator it, uint32_t length, GranuleId* out);
@@ -83,10 +82,8 @@ class GranulePool {
   size_t peak_in_use_ = 0;
   // The free extents, by first id (never adjoining) and by (length, first).
   NodePool start_nodes_, length_nodes_;  // before the sets that use them
-  Extents by_start_{std::less<GranuleId>(),
-                    PoolAllocator<std::pair<const GranuleId, uint32_t>>(&start_nodes_)};
-  std::set<ByLength, std::less<ByLength>, PoolAllocator<ByLength>> by_length_{
-      std::less<ByLength>(), PoolAllocator<ByLength>(&length_nodes_)};
+  Extents by_start_{Extents::allocator_type(&start_nodes_)};
+  PooledSet<ByLength> by_length_{PoolAllocator<ByLength>(&length_nodes_)};
 };
 
 }  // namespace lms

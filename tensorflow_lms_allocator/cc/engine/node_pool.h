@@ -4,18 +4,18 @@
 //
 // Note [Nodes from slabs]
 // =======================
-// The reclaim order's sets (reclaim_order.h) and the learned policy's key
-// table are node-based containers that change at every unpin, pin, birth and
-// free. With malloc, each change is a malloc or a free, and a node lands
-// wherever malloc has room: among 100,000 units that is anywhere in the heap,
-// and a reclaim's walk of a set misses the cache at every node. A pool hands
-// out nodes of one size from slabs of kSlabNodes and takes them back onto a
-// free list, last freed first out: a change costs a few instructions, and
-// nodes made one after another (a step's units, as they turn inactive) sit
-// next to each other. `make bench-scale`: the learned policy's planning grew
-// 1.58-1.72x from 1,000 to 100,000 units with malloc (and the order's erases
-// searching their sets), 1.44-1.45x with pools (and erases by iterator):
-// docs/decisions/0021-nodes-from-slabs.md.
+// The reclaim order's sets (reclaim_order.h) change at every unpin, pin,
+// birth and free, and the device and host pools' free lists (granule_pool.h,
+// run_pool.h) at every give and take. With malloc, each change is a malloc or
+// a free, and a node lands wherever malloc has room: among 100,000 units that
+// is anywhere in the heap, and a reclaim's walk of a set misses the cache at
+// every node. A pool hands out nodes of one size from slabs of kSlabNodes and
+// takes them back onto a free list, last freed first out: a change costs a
+// few instructions, and nodes made one after another (a step's units, as they
+// turn inactive) sit next to each other. `make bench-scale`: the learned
+// policy's planning grew 1.58-1.72x from 1,000 to 100,000 units with malloc
+// (and the order's erases searching their sets), 1.44-1.45x with pools (and
+// erases by iterator): docs/decisions/0021-nodes-from-slabs.md.
 //
 // A pool serves one node size, fixed by its first request (a container's
 // allocator rebinds to its node type; every node of one container has one
@@ -30,7 +30,7 @@
 //
 // Example:
 //   NodePool pool;
-//   std::set<int, std::less<int>, PoolAllocator<int>> s{PoolAllocator<int>(&pool)};
+//   PooledSet<int> s{PoolAllocator<int>(&pool)};
 //   s.insert(1);  // its node comes from the pool's slab
 //
 // Thread-compatible: the engine's lock guards every call.
@@ -39,8 +39,12 @@
 
 #include <cassert>
 #include <cstddef>
+#include <functional>
+#include <map>
 #include <memory>
 #include <new>
+#include <set>
+#include <utility>
 #include <vector>
 
 namespace lms {
@@ -147,6 +151,13 @@ class PoolAllocator {
  private:
   NodePool* pool_;
 };
+
+// The engine's ordered containers over a pool, made with the pool's
+// allocator: PooledSet<T> s{PoolAllocator<T>(&pool)}.
+template <typename T>
+using PooledSet = std::set<T, std::less<T>, PoolAllocator<T>>;
+template <typename K, typename V>
+using PooledMap = std::map<K, V, std::less<K>, PoolAllocator<std::pair<const K, V>>>;
 
 }  // namespace lms
 

@@ -6,8 +6,8 @@ namespace lms {
 
 ReclaimOrder::ReclaimOrder()
     : classes_(static_cast<size_t>(kSizes) * kClasses,
-               Set(std::less<Entry>(), PoolAllocator<Entry>(&entry_nodes_))),
-      windows_(std::less<Window>(), PoolAllocator<Window>(&window_nodes_)) {}
+               Set(PoolAllocator<Entry>(&entry_nodes_))),
+      windows_(PoolAllocator<Window>(&window_nodes_)) {}
 
 void ReclaimOrder::Remove(ChunkId id) {
   if (id >= slots_.size() || slots_[id].in == kNone) return;

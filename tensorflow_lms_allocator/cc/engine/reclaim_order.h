@@ -113,9 +113,9 @@ class ReclaimOrder {
     }
   };
   // Nodes from pools of their own (Note [Nodes from slabs] in node_pool.h).
-  using Set = std::set<Entry, std::less<Entry>, PoolAllocator<Entry>>;
+  using Set = PooledSet<Entry>;
   using Window = std::pair<uint64_t, ChunkId>;  // missed_after, unit
-  using Windows = std::set<Window, std::less<Window>, PoolAllocator<Window>>;
+  using Windows = PooledSet<Window>;
   struct Slot {
     Class in = kNone;
     uint64_t granules = 0;

@@ -147,7 +147,7 @@ class RunPool {
   // (length, first id); nodes from a pool (Note [Nodes from slabs]): a part
   // comes and goes at every give and take.
   using FreePart = std::pair<uint32_t, GranuleId>;
-  using FreeParts = std::set<FreePart, std::less<FreePart>, PoolAllocator<FreePart>>;
+  using FreeParts = PooledSet<FreePart>;
 
   // Cuts `length` unmade ids from `at` (inside the unmade range `range`).
   void Cut(std::map<GranuleId, uint32_t>::iterator range, GranuleId at, uint32_t length);
@@ -192,7 +192,7 @@ class RunPool {
   std::vector<uint32_t> part_length_;
   std::vector<uint32_t> part_taken_;
   NodePool free_part_nodes_;  // before free_parts_, which gives nodes back to it
-  FreeParts free_parts_{std::less<FreePart>(), PoolAllocator<FreePart>(&free_part_nodes_)};
+  FreeParts free_parts_{PoolAllocator<FreePart>(&free_part_nodes_)};
   // Unmade ids: first id -> length; ranges never adjoin.
   std::map<GranuleId, uint32_t> unmade_;
 };

@@ -16,11 +16,9 @@
 namespace lms {
 namespace {
 
-using PooledSet = std::set<uint64_t, std::less<uint64_t>, PoolAllocator<uint64_t>>;
-
 TEST(APooledSetHoldsWhatAStandardSetHoldsUnderRandomChanges) {
   NodePool pool;
-  PooledSet pooled{std::less<uint64_t>(), PoolAllocator<uint64_t>(&pool)};
+  PooledSet<uint64_t> pooled{PoolAllocator<uint64_t>(&pool)};
   std::set<uint64_t> model;
   std::mt19937_64 rng(20261206);
   for (int step = 0; step < 50000; ++step) {
