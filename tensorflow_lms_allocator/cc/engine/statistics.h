@@ -74,8 +74,10 @@
     "place: slow on a GPU; the device is smaller than the largest kernel")     \
   X(num_optional_refused,                                                       \
     "optional requests (scratch a kernel can do without: TensorFlow's "         \
-    "retry_on_failure off, as cuDNN's autotuning and workspaces ask) refused "  \
-    "because only an eviction could have served them")                         \
+    "retry_on_failure off, as cuDNN's autotuning and workspaces ask) refused: " \
+    "neither free device memory nor evictions within their allowance (a "       \
+    "sixteenth of the device a TensorFlow step, no waits for other kernels) "   \
+    "could serve them")                                                         \
   X(bytes_evicted_for_optional,                                                 \
     "bytes evicted to serve optional requests (at most a sixteenth of the "      \
     "device a TensorFlow step, never waiting for other kernels); cumulative")    \
