@@ -59,7 +59,9 @@ page-in evicts to make room, as a kernel's would). --free-vmm asks what a
 step would take if some VMM calls cost nothing (fake_cuda_timing_free_vmm):
 every one on device memory (`device`) or host memory (`host`), or host
 memory's maps, grants and unmaps (`host-maps`: evicted tensors' host
-mappings at their addresses) or its creates and releases (`host-creates`).
+mappings at their addresses) or its creates and releases (`host-creates`),
+or every unmap (`unmaps`: the most unmaps made on a thread of their own,
+outside the engine's lock, could give; they would still hold the driver).
 
 The driver refuses to map a sub-range of a handle at an offset, as driver
 580 did on an H100 (benchmarks/results/gpu-check-engine-h100-overlap.log):
@@ -208,10 +210,11 @@ class FakeDriver:
     def free_vmm(self, calls: str | None) -> None:
         """The model's what-if: these VMM calls cost nothing: "device" (every one on
         device memory), "host" (on host memory), "host-maps" (maps, grants and
-        unmaps of host memory), "host-creates" (its creates and releases); None:
-        every call as the preset says. Until the next enable."""
+        unmaps of host memory), "host-creates" (its creates and releases), "unmaps"
+        (every unmap); None: every call as the preset says. Until the next enable."""
         self.lib.fake_cuda_timing_free_vmm(
-            {None: 0, "device": 1, "host": 6, "host-maps": 2, "host-creates": 4}[calls])
+            {None: 0, "device": 1, "host": 6, "host-maps": 2, "host-creates": 4,
+             "unmaps": 8}[calls])
 
     def map_at_offsets(self, maps: bool) -> None:
         """Whether cuMemMap takes a nonzero offset into a handle (for engines made
@@ -643,11 +646,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--foresee", type=int, default=0, metavar="LAUNCHES",
                    help="the helper's prefetch pages in what the next LAUNCHES launches "
                         "pin, read from the trace (a perfect prediction)")
-    p.add_argument("--free-vmm", choices=("device", "host", "host-maps", "host-creates"),
+    p.add_argument("--free-vmm",
+                   choices=("device", "host", "host-maps", "host-creates", "unmaps"),
                    default=None,
                    help="a what-if of the model: these VMM calls cost nothing (every one on "
-                        "device or host memory, or host memory's maps or creates alone); "
-                        "the calibration lines then mean nothing")
+                        "device or host memory, host memory's maps or creates alone, or every "
+                        "unmap); the calibration lines then mean nothing")
     p.add_argument("--unmap-evicted", action="store_true",
                    help="evicted tensors leave their addresses unmapped, their host memory "
                         "reached only by their page-in's copy (Note [Evicted tensors "

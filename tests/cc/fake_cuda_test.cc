@@ -1651,9 +1651,9 @@ TEST(TimingGivesEachThreadAClockAndTheDriverOneVmmCallAtATime) {
 
 // A what-if of the model (fake_cuda_timing_free_vmm), not a driver's
 // behaviour: with the VMM calls on one kind of memory free (for host memory,
-// its maps and its creates apart), those calls cost the host nothing and the
-// others what the preset says; a launch still costs its 5 us;
-// fake_cuda_timing_enable puts every cost back.
+// its maps and its creates apart), or with every unmap free, those calls cost
+// the host nothing and the others what the preset says; a launch still costs
+// its 5 us; fake_cuda_timing_enable puts every cost back.
 TEST(TimingFreesTheVmmCallsOfOneKindOfMemoryOnRequest) {
   Session session;
   const CUdeviceptr dev = Reserve(kG), host = Reserve(kG), again = Reserve(kG);
@@ -1680,7 +1680,17 @@ TEST(TimingFreesTheVmmCallsOfOneKindOfMemoryOnRequest) {
   EXPECT_EQ(D().cuStreamSynchronize(s), CUDA_SUCCESS);
   EXPECT_EQ(F().timing_enable("h200"), 0);  // every cost back, clocks at zero
   MapDevice(again, kG);
-  EXPECT_EQ(Totals().host_now_ns, 14000u + 1400 + 40200 + 12660);
+  const uint64_t mapped = 14000u + 1400 + 40200 + 12660;
+  EXPECT_EQ(Totals().host_now_ns, mapped);
+  F().timing_free_vmm(8);  // every unmap, on either memory; nothing else
+  EXPECT_EQ(D().cuMemUnmap(again, kG), CUDA_SUCCESS);
+  EXPECT_EQ(Totals().host_now_ns, mapped);
+  MapDevice(again, kG);
+  MapDevice(host, kG, CU_MEM_LOCATION_TYPE_HOST_NUMA);
+  const uint64_t both = 2 * mapped + 64600 + 425100 + 800 + 55400 + 19200 + 11300 + 40600;
+  EXPECT_EQ(Totals().host_now_ns, both);
+  EXPECT_EQ(D().cuMemUnmap(host, kG), CUDA_SUCCESS);
+  EXPECT_EQ(Totals().host_now_ns, both);
   F().timing_disable();
   EXPECT_EQ(D().cuStreamDestroy(s), CUDA_SUCCESS);
   Unreserve(dev, kG);

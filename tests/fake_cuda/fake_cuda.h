@@ -248,7 +248,8 @@ unsigned long long fake_cuda_timing_clock(int clock) FAKE_CUDA_NOEXCEPT;
 // time and hold the driver for none. Bit 0 of `mask`: every VMM call on
 // device-located memory; bit 1: cuMemMap, cuMemSetAccess and cuMemUnmap of
 // host-located memory; bit 2: cuMemCreate and cuMemRelease of host-located
-// memory. fake_cuda_timing_enable clears it.
+// memory; bit 3: every cuMemUnmap, on either memory. fake_cuda_timing_enable
+// clears it.
 void fake_cuda_timing_free_vmm(int mask) FAKE_CUDA_NOEXCEPT;
 
 typedef struct fake_cuda_timing {

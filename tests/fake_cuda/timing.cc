@@ -68,7 +68,7 @@ uint64_t g_clock[kClocks] LMS_GUARDED_BY(g_mu) = {};
 // When the driver ends the last VMM call, on any clock.
 uint64_t g_driver_free LMS_GUARDED_BY(g_mu) = 0;
 // FreeVmm's mask: bit 0 device-located memory; host-located memory's maps
-// (bit 1) and creates (bit 2).
+// (bit 1) and creates (bit 2); every unmap (bit 3).
 int g_free_vmm LMS_GUARDED_BY(g_mu) = 0;
 // The clock the calling thread charges.
 thread_local int t_clock = 0;
@@ -132,6 +132,7 @@ void Charge(Call call, bool host_memory, size_t handle_bytes) {
     const bool creates = call == Call::kCreate || call == Call::kRelease;
     const int bit = !host_memory ? 0 : creates ? 2 : 1;
     if (((g_free_vmm >> bit) & 1) != 0) return;
+    if (call == Call::kUnmap && (g_free_vmm & 8) != 0) return;
   }
   const int c = static_cast<int>(call);
   const Cost& cost = host_memory ? g_preset->host[c] : g_preset->device[c];
@@ -151,7 +152,7 @@ void Charge(Call call, bool host_memory, size_t handle_bytes) {
 
 void FreeVmm(int mask) {
   MutexLock lock(g_mu);
-  g_free_vmm = mask & 7;
+  g_free_vmm = mask & 15;
 }
 
 void ChargeHostWork(uint64_t ns) {

@@ -86,8 +86,9 @@ uint64_t ClockNow(int clock);
 // take if some VMM calls cost nothing? Bit 0 of `mask`: every VMM call on
 // device-located memory; bit 1: cuMemMap, cuMemSetAccess and cuMemUnmap of
 // host-located memory; bit 2: cuMemCreate and cuMemRelease of host-located
-// memory. Such calls then take no time and hold the driver for none. Enable
-// clears it.
+// memory; bit 3: every cuMemUnmap, on either memory (the most unmaps made on
+// a thread of their own could give). Such calls then take no time and hold
+// the driver for none. Enable clears it.
 void FreeVmm(int mask);
 
 // Advances the calling thread's clock by the cost of `call` on a handle of
