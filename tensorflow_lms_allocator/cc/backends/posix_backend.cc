@@ -128,6 +128,9 @@ Status PosixBackend::Create(size_t granule_bytes, std::unique_ptr<Backend>* out,
   if (mode == HugePages::kCollapse && granule_bytes % HugePageBytes() != 0) {
     mode = HugePages::kOff;
   }
+  // Measured now (a few milliseconds, once a process), not in the first
+  // eviction's copy (Note [Copy order] in streaming_copy.h).
+  ChooseCopyMethod();
   out->reset(new PosixBackend(granule_bytes, mode));
   return Status::Ok();
 }

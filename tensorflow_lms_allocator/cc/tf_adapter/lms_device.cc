@@ -3,6 +3,8 @@
 #include <string>
 #include <utility>
 
+#include "backends/streaming_copy.h"
+
 namespace lms {
 
 Status LmsDevice::Create(const LmsDeviceSpec& spec, std::unique_ptr<LmsDevice>* out) {
@@ -67,6 +69,8 @@ std::string LmsDevice::Describe(const std::string& device) const {
       case HugePages::kCollapse: line += ", huge pages on (MADV_COLLAPSE)"; break;
       default: line += ", huge pages off"; break;
     }
+    // Which copy is fastest depends on the machine (Note [Copy order]).
+    line += std::string(", copies by ") + CopyMethodName(ChooseCopyMethod());
   }
   if (options.strict) line += ", strict mode (TF_LMS_STRICT)";
   if (engine.unmaps_evicted()) line += ", evicted tensors unmapped (TF_LMS_UNMAP_EVICTED)";
