@@ -9,6 +9,7 @@ process, and a bad setting must fail the import itself.
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 
@@ -101,8 +102,8 @@ def test_a_granule_that_is_not_a_power_of_two_from_2_to_1024_is_a_value_error(re
 
 def test_huge_pages_are_auto_or_off(refused):
     """TF_LMS_HUGE_PAGES=off: the emulated device maps small pages whatever
-    the machine allows, and its log line says so; any other word than auto
-    or off is refused."""
+    the machine allows, and its log line says so, then which copy it uses;
+    any other word than auto or off is refused."""
     kind, message = refusal(refused, "TF_LMS_HUGE_PAGES=on")
     assert kind == "ValueError", message
     assert message.startswith("TF_LMS_HUGE_PAGES='on' is not auto (the default"), message
@@ -110,7 +111,10 @@ def test_huge_pages_are_auto_or_off(refused):
                                        "TF_LMS_HUGE_PAGES": "off", "TF_CPP_MIN_LOG_LEVEL": "0"})
     assert run.result["error"] is None, describe(run)
     lines = [line for line in run.stderr.splitlines() if "LMS serves" in line]
-    assert len(lines) == 1 and ", huge pages off, copies by " in lines[0], run.stderr
+    # Then how it copies, whichever method the process measured fastest.
+    assert len(lines) == 1 and re.search(
+        r", huge pages off, copies by (streaming stores in one stream|"
+        r"streaming stores across four pages|memcpy)$", lines[0]), run.stderr
 
 
 def test_unmapped_evictions_are_said_in_the_log_line_and_give_way_to_strict_mode():
