@@ -23,6 +23,8 @@ struct FakeCuda {
   X(violations, fake_cuda_violations)                                  \
   X(clear_violations, fake_cuda_clear_violations)                      \
   X(set_copy_delay_us, fake_cuda_set_copy_delay_us)                    \
+  X(hold_unmaps, fake_cuda_hold_unmaps)                                \
+  X(unmaps_waiting, fake_cuda_unmaps_waiting)                          \
   X(fail_nth_mem_create, fake_cuda_fail_nth_mem_create)                \
   X(fail_nth_mem_map, fake_cuda_fail_nth_mem_map)                      \
   X(set_host_vmm_supported, fake_cuda_set_host_vmm_supported)          \

@@ -54,7 +54,7 @@ struct Driver {
   X(pool_bytes_in_use) X(work_in_flight) X(work_running) X(check_invariants) X(destroy_all) X(reset) \
   X(set_peer_access) X(staged_copies) X(launch_kernel_for) X(timing_enable)     \
   X(timing_disable) X(timing_totals) X(timing_host_work) X(timing_use_clock)  \
-  X(timing_clock) X(timing_free_vmm)
+  X(timing_clock) X(timing_free_vmm) X(timing_other_threads_clock)
 
 struct FakeApi {
 #define FAKE_CUDA_TEST_FIELD(name) decltype(&::fake_cuda_##name) name = nullptr;
@@ -1643,6 +1643,47 @@ TEST(TimingGivesEachThreadAClockAndTheDriverOneVmmCallAtATime) {
   EXPECT_EQ(F().timing_clock(1), mapped);
   EXPECT_EQ(F().timing_clock(0), t.host_now_ns);
   EXPECT_EQ(D().cuStreamSynchronize(s), CUDA_SUCCESS);
+  F().timing_disable();
+  EXPECT_EQ(D().cuStreamDestroy(s), CUDA_SUCCESS);
+  EXPECT_EQ(D().cuMemAddressFree(ptr, kG), CUDA_SUCCESS);
+  EXPECT_EQ(F().violation_count(), 0u);
+}
+
+// A thread of the code under test that never selected a clock (the CUDA
+// backend's unmap thread) charges the other threads' clock, starting no
+// sooner than clock 0's time: clock 0 does not advance for its calls, but
+// the driver still takes one VMM call at a time.
+TEST(TimingChargesAThreadThatChoseNoClockToTheOtherThreadsClock) {
+  Session session;
+  const CUdeviceptr ptr = Reserve(kG);
+  const CUstream s = NewStream();
+  CUcontext context = nullptr;
+  EXPECT_EQ(D().cuCtxGetCurrent(&context), CUDA_SUCCESS);
+  EXPECT_EQ(F().timing_enable("h200"), 0);
+  EXPECT_EQ(F().timing_other_threads_clock(4), -1);
+  EXPECT_EQ(F().timing_other_threads_clock(3), 0);
+  EXPECT_EQ(F().timing_use_clock(0, 0), 0);  // this thread chose clock 0
+  EXPECT_EQ(F().launch_kernel_for(s, 1000, nullptr, nullptr, nullptr, 0), CUDA_SUCCESS);
+  EXPECT_EQ(Totals().host_now_ns, 5000u);
+  std::thread other([&] {
+    EXPECT_EQ(D().cuCtxSetCurrent(context), CUDA_SUCCESS);
+    MapDevice(ptr, kG);  // from clock 0's 5 us on
+  });
+  other.join();
+  const uint64_t mapped = 5000 + 14000 + 1400 + 40200 + 12660;
+  EXPECT_EQ(F().timing_clock(3), mapped);
+  EXPECT_EQ(Totals().host_now_ns, 5000u);  // clock 0 did not make those calls
+  EXPECT_EQ(D().cuMemUnmap(ptr, kG), CUDA_SUCCESS);
+  EXPECT_EQ(Totals().host_now_ns, mapped + 24650);  // after the driver ended them
+  EXPECT_EQ(D().cuStreamSynchronize(s), CUDA_SUCCESS);
+  EXPECT_EQ(F().timing_enable("h200"), 0);  // back to clock 0 for such threads
+  std::thread again([&] {
+    EXPECT_EQ(D().cuCtxSetCurrent(context), CUDA_SUCCESS);
+    MapDevice(ptr, kG);
+  });
+  again.join();
+  EXPECT_EQ(F().timing_clock(3), 0u);
+  EXPECT_EQ(D().cuMemUnmap(ptr, kG), CUDA_SUCCESS);
   F().timing_disable();
   EXPECT_EQ(D().cuStreamDestroy(s), CUDA_SUCCESS);
   EXPECT_EQ(D().cuMemAddressFree(ptr, kG), CUDA_SUCCESS);

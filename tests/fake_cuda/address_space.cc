@@ -281,6 +281,7 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
 }
 
 CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) noexcept {
+  WaitWhileUnmapsHeld();  // a test's gate (fake_cuda_hold_unmaps)
   Context* context = nullptr;
   if (CUresult r = RequireContext(&context)) return r;
   if (size == 0) return CUDA_ERROR_INVALID_VALUE;

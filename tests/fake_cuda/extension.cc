@@ -50,6 +50,10 @@ FAKE_CUDA_EXPORT void fake_cuda_set_copy_delay_us(unsigned microseconds) noexcep
   fake::GetKnobs().copy_delay_us = microseconds;
 }
 
+FAKE_CUDA_EXPORT void fake_cuda_hold_unmaps(int hold) noexcept { fake::HoldUnmaps(hold != 0); }
+
+FAKE_CUDA_EXPORT int fake_cuda_unmaps_waiting(void) noexcept { return fake::UnmapsWaiting(); }
+
 FAKE_CUDA_EXPORT void fake_cuda_fail_nth_mem_create(int n) noexcept {
   fake::GetKnobs().fail_create_countdown = n > 0 ? n : 0;
 }
@@ -161,6 +165,10 @@ FAKE_CUDA_EXPORT void fake_cuda_timing_host_work(unsigned long long ns) noexcept
 FAKE_CUDA_EXPORT int fake_cuda_timing_use_clock(int clock,
                                                 unsigned long long not_before_ns) noexcept {
   return fake::timing::UseClock(clock, not_before_ns) ? 0 : -1;
+}
+
+FAKE_CUDA_EXPORT int fake_cuda_timing_other_threads_clock(int clock) noexcept {
+  return fake::timing::OtherThreadsClock(clock) ? 0 : -1;
 }
 
 FAKE_CUDA_EXPORT unsigned long long fake_cuda_timing_clock(int clock) noexcept {

@@ -176,6 +176,11 @@ void fake_cuda_clear_violations(void) FAKE_CUDA_NOEXCEPT;
 // Each stream copy (and synchronous copy) sleeps this long before moving
 // bytes, to widen race windows.
 void fake_cuda_set_copy_delay_us(unsigned microseconds) FAKE_CUDA_NOEXCEPT;
+// While `hold` is nonzero, every cuMemUnmap waits before it does anything,
+// until a call with 0; fake_cuda_unmaps_waiting says how many wait. A gate
+// for tests of which thread unmaps, and what waits for it.
+void fake_cuda_hold_unmaps(int hold) FAKE_CUDA_NOEXCEPT;
+int fake_cuda_unmaps_waiting(void) FAKE_CUDA_NOEXCEPT;
 // The n-th cuMemCreate from now (1 = the next) fails with
 // CUDA_ERROR_OUT_OF_MEMORY; 0 disarms. One shot.
 void fake_cuda_fail_nth_mem_create(int n) FAKE_CUDA_NOEXCEPT;
@@ -242,6 +247,12 @@ void fake_cuda_timing_host_work(unsigned long long ns) FAKE_CUDA_NOEXCEPT;
 // driver takes one VMM call at a time, from any clock. Returns 0, or -1
 // (nothing changed) for a clock out of range.
 int fake_cuda_timing_use_clock(int clock, unsigned long long not_before_ns) FAKE_CUDA_NOEXCEPT;
+// Real threads that never selected a clock charge `clock` (0-3) instead of
+// 0, each call no sooner than clock 0's time then: threads of the code under
+// test that the launching thread hands work to (the CUDA backend's unmap
+// thread). Returns 0, or -1 (nothing changed) for a clock out of range;
+// fake_cuda_timing_enable restores 0.
+int fake_cuda_timing_other_threads_clock(int clock) FAKE_CUDA_NOEXCEPT;
 // `clock`'s time (0 for a clock out of range).
 unsigned long long fake_cuda_timing_clock(int clock) FAKE_CUDA_NOEXCEPT;
 // A what-if of the model, not a driver's behaviour: some VMM calls take no

@@ -1,8 +1,10 @@
 #include "knobs.h"
 
 #include <cerrno>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <mutex>
 
 #include "timing.h"
 
@@ -69,7 +71,46 @@ Knobs& GetKnobs() {
   return *knobs;
 }
 
+namespace {
+
+struct UnmapGate {
+  std::mutex mu;
+  std::condition_variable released;
+  bool held = false;
+  int waiting = 0;
+};
+
+UnmapGate& Gate() {
+  static UnmapGate* gate = new UnmapGate;  // never destroyed, as the knobs
+  return *gate;
+}
+
+}  // namespace
+
+void HoldUnmaps(bool hold) {
+  UnmapGate& g = Gate();
+  std::lock_guard<std::mutex> lock(g.mu);
+  g.held = hold;
+  if (!hold) g.released.notify_all();
+}
+
+void WaitWhileUnmapsHeld() {
+  UnmapGate& g = Gate();
+  std::unique_lock<std::mutex> lock(g.mu);
+  if (!g.held) return;
+  ++g.waiting;
+  g.released.wait(lock, [&] { return !g.held; });
+  --g.waiting;
+}
+
+int UnmapsWaiting() {
+  UnmapGate& g = Gate();
+  std::lock_guard<std::mutex> lock(g.mu);
+  return g.waiting;
+}
+
 void LoadKnobsFromEnvironment() {
+  HoldUnmaps(false);
   Knobs& k = GetKnobs();
   k.environment_error = false;
   long long device_mb = 1024, host_mb = 1024, version = 12040, devices = 1,

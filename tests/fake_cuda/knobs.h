@@ -58,6 +58,12 @@ struct Knobs {
 
 Knobs& GetKnobs();
 
+// The unmap gate (fake_cuda_hold_unmaps): while held, cuMemUnmap waits here
+// before it does anything, counted in UnmapsWaiting.
+void HoldUnmaps(bool hold);
+void WaitWhileUnmapsHeld();
+int UnmapsWaiting();
+
 // Sets every knob to its default, then applies the FAKE_CUDA_* environment
 // variables (fake_cuda.h lists them).
 void LoadKnobsFromEnvironment();

@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "engine/mutex.h"
 #include "knobs.h"
@@ -70,10 +72,19 @@ uint64_t g_driver_free LMS_GUARDED_BY(g_mu) = 0;
 // FreeVmm's mask: bit 0 device-located memory; host-located memory's maps
 // (bit 1) and creates (bit 2); every unmap (bit 3).
 int g_free_vmm LMS_GUARDED_BY(g_mu) = 0;
-// The clock the calling thread charges.
+// The clock the calling thread charges, and whether it selected one.
 thread_local int t_clock = 0;
+thread_local bool t_chose = false;
+// The clock of the threads that never selected one (OtherThreadsClock).
+int g_other_clock LMS_GUARDED_BY(g_mu) = 0;
 
-uint64_t& Now() LMS_EXCLUSIVE_LOCKS_REQUIRED(g_mu) { return g_clock[t_clock]; }
+uint64_t& Now() LMS_EXCLUSIVE_LOCKS_REQUIRED(g_mu) {
+  if (t_chose || g_other_clock == 0) return g_clock[t_clock];
+  // Handed over by clock 0's thread: no sooner than its time now.
+  uint64_t& now = g_clock[g_other_clock];
+  now = std::max(now, g_clock[0]);
+  return now;
+}
 
 bool IsVmm(Call call) {
   switch (call) {
@@ -102,6 +113,7 @@ bool Enable(const char* preset) {
     std::fill(g_clock, g_clock + kClocks, 0);
     g_driver_free = 0;
     g_free_vmm = 0;
+    g_other_clock = 0;
     g_enabled = true;
     return true;
   }
@@ -114,8 +126,16 @@ bool UseClock(int clock, uint64_t not_before_ns) {
   if (clock < 0 || clock >= kClocks) return false;
   MutexLock lock(g_mu);
   t_clock = clock;
+  t_chose = true;
   uint64_t& now = Now();
   now = std::max(now, not_before_ns);
+  return true;
+}
+
+bool OtherThreadsClock(int clock) {
+  if (clock < 0 || clock >= kClocks) return false;
+  MutexLock lock(g_mu);
+  g_other_clock = clock;
   return true;
 }
 
@@ -125,9 +145,32 @@ uint64_t ClockNow(int clock) {
   return g_clock[clock];
 }
 
+// An other thread's VMM call waits, in real time, until clock 0 has reached
+// the end of that thread's last call, or kOtherThreadPatience has passed
+// (clock 0's thread may be blocked on it, or idle). A real thread spends its
+// call's time in the call; here calls take no real time, so without this a
+// thread with many calls to make would book the driver far ahead of clock
+// 0 in an instant, and clock 0's next VMM call would wait for all of them
+// rather than the one under way.
+constexpr auto kOtherThreadPatience = std::chrono::milliseconds(2);
+
+bool IsOtherThread() LMS_EXCLUSIVE_LOCKS_REQUIRED(g_mu) {
+  return !t_chose && g_other_clock != 0;
+}
+
+void WaitForClockZero() LMS_EXCLUSIVE_LOCKS_REQUIRED(g_mu) {
+  const auto give_up = std::chrono::steady_clock::now() + kOtherThreadPatience;
+  while (g_clock[g_other_clock] > g_clock[0] && std::chrono::steady_clock::now() < give_up) {
+    g_mu.Unlock();
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+    g_mu.Lock();
+  }
+}
+
 void Charge(Call call, bool host_memory, size_t handle_bytes) {
   if (!Enabled()) return;
   MutexLock lock(g_mu);
+  if (IsVmm(call) && IsOtherThread()) WaitForClockZero();
   if (IsVmm(call)) {
     const bool creates = call == Call::kCreate || call == Call::kRelease;
     const int bit = !host_memory ? 0 : creates ? 2 : 1;

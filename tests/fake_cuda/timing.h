@@ -79,6 +79,20 @@ void Disable();
 // moment the modeled thread was woken, or took a lock). False, and nothing
 // changed, for a clock out of range.
 bool UseClock(int clock, uint64_t not_before_ns);
+// Makes every real thread that never selected a clock (UseClock) charge
+// `clock` instead of 0, each of its calls starting no sooner than clock 0's
+// time at that call: a thread of the code under test (the CUDA backend's
+// unmap thread) that clock 0's thread hands work to. The hand-over is not a
+// driver call, so the model takes clock 0's time when the real thread gets
+// to the call; that is no sooner than the hand-over, and later by what clock
+// 0's thread called meanwhile in real time, so two runs may differ a little.
+// Its VMM calls take no real time, so each first waits (real time, at most 2
+// ms) until clock 0 has reached the end of its last one: a thread with many
+// calls to make otherwise books the driver far ahead of clock 0 at once, and
+// clock 0's next VMM call waits for all of them, not the one under way.
+// 0 (the default; Enable restores it): such threads charge clock 0. False,
+// and nothing changed, for a clock out of range.
+bool OtherThreadsClock(int clock);
 // `clock`'s time (0 for a clock out of range).
 uint64_t ClockNow(int clock);
 
