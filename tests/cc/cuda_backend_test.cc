@@ -13,6 +13,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <future>
 #include <string>
 #include <thread>
 #include <vector>
@@ -650,6 +651,76 @@ TEST_F(BackendTest, MapIsAllOrNothingUnderAnInjectedFailure) {
   EXPECT_OK(b->Unmap(base, 6));
   EXPECT_EQ(Fake().live_mappings(), window_mappings);
   b->ReleaseAddressRange(base, 8 * kGranule);
+}
+
+// Note [Unmaps on a thread of their own]: a freed mapping whose last use is
+// done is unmapped by the backend's unmap thread, not by the caller, once a
+// map of the caller's is made; a map at its own slot waits for that unmap
+// (cuMemMap refuses a mapped range). The fake's gate holds every cuMemUnmap:
+// were the unmap the caller's, the call would not return until it opened.
+TEST_F(BackendTest, AFreedMappingIsUnmappedOnTheUnmapThreadAndAMapThereWaitsForIt) {
+  uintptr_t base = 0;
+  EXPECT_OK(b->ReserveAddressRange(2 * kGranule, &base));
+  EXPECT_OK(b->CreatePool(PoolKind::kDevice, 2));
+  const GranuleId ids[] = {0, 1};
+  EXPECT_OK(b->Map(base, PoolKind::kDevice, ids, 1, Access::kReadWrite));
+  const size_t mapped = Fake().live_mappings();
+  const int64_t unmappings = b->GetStatistics().unmappings;
+  Fake().reset_call_counts();
+  Fake().hold_unmaps(1);
+  std::future<Status> freed = std::async(std::launch::async, [&] {
+    return b->UnmapReleased(base, 1, b->ReleaseMark());  // no fenced stream: done
+  });
+  const bool returned = freed.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
+  EXPECT_TRUE(returned);  // the free returned with the gate closed
+  if (returned) EXPECT_OK(freed.get());
+  EXPECT_EQ(b->GetStatistics().unmappings - unmappings, 1);  // handed over
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(Fake().unmaps_waiting(), 0);  // held for the caller's next map
+  EXPECT_EQ(Fake().live_mappings(), mapped);
+  // Where a unit goes must not depend on the thread's timing: the slot
+  // counts as free of queued work (the engine places units there).
+  EXPECT_TRUE(b->MapsWithoutWait(base, 1, /*poll=*/true));
+  std::future<Status> map = std::async(std::launch::async, [&] {
+    return b->Map(base, PoolKind::kDevice, ids + 1, 1, Access::kReadWrite);
+  });
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (Fake().unmaps_waiting() == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(Fake().unmaps_waiting(), 1);  // the map released it, to another thread
+  EXPECT_TRUE(map.wait_for(std::chrono::milliseconds(100)) == std::future_status::timeout);
+  Fake().hold_unmaps(0);
+  EXPECT_OK(map.get());  // after the unmap: the fake refuses a mapped range
+  EXPECT_EQ(Fake().call_count("cuMemUnmap"), 1u);
+  EXPECT_EQ(Fake().live_mappings(), mapped);  // the old mapping gone, the new one made
+  unsigned char byte = 7;
+  EXPECT_OK(b->CopyFromHost(base, &byte, 1));  // the new mapping is the slot's
+  EXPECT_OK(b->Unmap(base, 1));
+  b->ReleaseAddressRange(base, 2 * kGranule);
+}
+
+// The unmaps handed over wait for the caller's next map, and go once it is
+// made, elsewhere: the driver takes one VMM call at a time, and a map made
+// behind them would wait for them.
+TEST_F(BackendTest, HandedOverUnmapsWaitUntilTheCallersNextMapIsMade) {
+  uintptr_t base = 0;
+  EXPECT_OK(b->ReserveAddressRange(4 * kGranule, &base));
+  EXPECT_OK(b->CreatePool(PoolKind::kDevice, 4));
+  const GranuleId ids[] = {0, 1, 2, 3};
+  EXPECT_OK(b->Map(base, PoolKind::kDevice, ids, 2, Access::kReadWrite));
+  Fake().reset_call_counts();
+  EXPECT_OK(b->UnmapReleased(base, 2, b->ReleaseMark()));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(Fake().call_count("cuMemUnmap"), 0u);  // held
+  EXPECT_OK(b->Map(base + 2 * kGranule, PoolKind::kDevice, ids + 2, 2, Access::kReadWrite));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (Fake().call_count("cuMemUnmap") == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(Fake().call_count("cuMemUnmap"), 1u);  // made by the thread, unasked
+  EXPECT_OK(b->Unmap(base, 4));
+  b->ReleaseAddressRange(base, 4 * kGranule);
 }
 
 TEST_F(EngineTest, InjectedDriverFailuresLoseNoByteAndTheEngineKeepsWorking) {

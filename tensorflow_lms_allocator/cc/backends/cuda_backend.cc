@@ -320,6 +320,7 @@ void CudaBackend::DefineRuns(PoolKind pool, const GranuleRun* runs, size_t count
 
 Status CudaBackend::MakeRuns(PoolKind pool, const GranuleRun* runs, size_t count) {
   LMS_CUDA_SCOPE(*driver_, context_);
+  PauseUnmaps();
   std::vector<GranuleId> firsts(count);
   for (size_t r = 0; r < count; ++r) firsts[r] = runs[r].first;
   return EnsureGranules(pool, firsts.data(), firsts.size());
@@ -350,6 +351,7 @@ bool CudaBackend::ReleaseWaitsOnlyForCopies(PoolKind pool, const GranuleRun* run
 
 void CudaBackend::ReleaseRuns(PoolKind pool, const GranuleRun* runs, size_t count) {
   ScopedCudaContext scope(*driver_, context_);
+  PauseUnmaps();
   // A free run's last copy (a page-in's, which leaves it in flight) may
   // still read it through the window (Note [Copy tickets]), and a retired
   // mapping may still map it at a freed address (Note [Retired mappings]);
@@ -364,6 +366,12 @@ void CudaBackend::ReleaseRuns(PoolKind pool, const GranuleRun* runs, size_t coun
     }
   }
   if (!UnmapRetired().ok()) return;
+  // A handle goes only once the unmap thread has unmapped it everywhere.
+  uint64_t ticket = 0;
+  for (const Retired& r : retired_) {
+    if (MapsRetired(pool, runs, count, r)) ticket = std::max(ticket, r.unmap_ticket);
+  }
+  if (!WaitForUnmap(ticket).ok()) return;
   Pool& p = pools_[static_cast<int>(pool)];
   for (size_t r = 0; r < count; ++r) {
     const GranuleId first = runs[r].first;
@@ -377,6 +385,18 @@ void CudaBackend::ReleaseRuns(PoolKind pool, const GranuleRun* runs, size_t coun
 
 Status CudaBackend::Map(uintptr_t address, PoolKind pool, const GranuleId* ids,
                         size_t count, Access access) {
+  // The unmap thread starts no unmap while this thread maps (a map would
+  // wait behind it in the driver); once the maps are made, the unmaps handed
+  // over meanwhile run while this thread launches kernels (Note [Unmaps on a
+  // thread of their own]).
+  PauseUnmaps();
+  const Status s = MapNow(address, pool, ids, count, access);
+  if (unmapper_ != nullptr) unmapper_->Release();
+  return s;
+}
+
+Status CudaBackend::MapNow(uintptr_t address, PoolKind pool, const GranuleId* ids,
+                           size_t count, Access access) {
   if (access == Access::kNone) {
     return FailedPrecondition(
         "no-access mappings are not possible on a GPU (a kernel touching one "
@@ -477,7 +497,11 @@ Status CudaBackend::UnmapReleased(uintptr_t address, size_t count, uint64_t mark
   for (size_t i = 0; i < count && !any; ++i) any = IsMapped(address + i * granule_);
   if (!any) return Status::Ok();
   LMS_RETURN_IF_ERROR(CheckWholeMappings(address, count, "unmapping"));
-  if (EpochDoneAfterPoll(mark, polled)) return UnmapSlots(address, count, /*drain=*/false);
+  const bool done = EpochDoneAfterPoll(mark, polled);
+  // Done, the unmaps go to the unmap thread (Note [Unmaps on a thread of
+  // their own]); they are retired meanwhile, as until the epoch is done.
+  if (done && unmapper_ == nullptr) return UnmapSlots(address, count, /*drain=*/false);
+  const size_t first_retired = retired_.size();
   for (size_t i = 0; i < count;) {
     const uintptr_t at = address + i * granule_;
     if (!IsMapped(at)) {
@@ -488,6 +512,7 @@ Status CudaBackend::UnmapReleased(uintptr_t address, size_t count, uint64_t mark
     LMS_RETURN_IF_ERROR(Retire(at, length, mark));
     i += length;
   }
+  if (done) QueueUnmaps(first_retired);
   return Status::Ok();
 }
 
@@ -543,6 +568,7 @@ Status CudaBackend::UnmapSlots(uintptr_t address, size_t count, bool drain) {
 Status CudaBackend::CopyGranules(PoolKind dst_pool, const GranuleId* dst,
                                  PoolKind src_pool, const GranuleId* src, size_t bytes) {
   LMS_CUDA_SCOPE(*driver_, context_);
+  PauseUnmaps();  // EnsureGranules may make memory
   const size_t granules = (bytes + granule_ - 1) / granule_;
   LMS_RETURN_IF_ERROR(EnsureGranules(dst_pool, dst, granules));
   LMS_RETURN_IF_ERROR(EnsureGranules(src_pool, src, granules));
@@ -572,6 +598,7 @@ Status CudaBackend::CopyGranules(PoolKind dst_pool, const GranuleId* dst,
 Status CudaBackend::CopyRanges(PoolKind dst_pool, GranuleId dst, PoolKind src_pool,
                                GranuleId src, const ByteRange* ranges, size_t count) {
   LMS_CUDA_SCOPE(*driver_, context_);
+  PauseUnmaps();  // EnsureGranules may make memory
   LMS_RETURN_IF_ERROR(EnsureGranules(dst_pool, &dst, 1));
   LMS_RETURN_IF_ERROR(EnsureGranules(src_pool, &src, 1));
   LMS_RETURN_IF_ERROR(CopiesAfterRetired(dst_pool, &dst, 1));
@@ -642,6 +669,22 @@ Status CudaBackend::CopyHost(uintptr_t address, size_t bytes, void* to_host,
   return Status::Ok();
 }
 
-BackendStatistics CudaBackend::GetStatistics() const { return stats_; }
+BackendStatistics CudaBackend::GetStatistics() const {
+  BackendStatistics s = stats_;
+  if (unmapper_ != nullptr) s.unmap_ns += unmapper_->busy_ns();  // the unmap thread's calls
+  return s;
+}
+
+void CudaBackend::PrepareFork() {
+  if (unmapper_ != nullptr) unmapper_->PrepareFork();
+}
+
+void CudaBackend::AfterForkInParent() {
+  if (unmapper_ != nullptr) unmapper_->AfterForkInParent();
+}
+
+void CudaBackend::AfterForkInChild() {
+  if (unmapper_ != nullptr) unmapper_->AfterForkInChild();
+}
 
 }  // namespace lms

@@ -160,7 +160,13 @@
 // the copy stream (CopiesAfterRetired), the host's own copies wait on the
 // host. Retired mappings are unmapped once their epoch is known complete
 // (PollEpochs asks the events without waiting: at a remap batch, a free),
-// and pending mappings made then. A Map, Unmap or free at a slot a retired
+// and pending mappings made then. The unmap is the unmap thread's (Note
+// [Unmaps on a thread of their own] in unmap_thread.h), unless a pending
+// mapping waits for it or the caller needs the slots now; a freed mapping
+// whose epoch is already done is retired too and handed to the thread at
+// once, so a free makes no driver call on the caller's thread. A retired
+// mapping leaves retired_ only once the thread's unmap is taken back
+// (ReapUnmaps), and until then everything above holds as for any other. A Map, Unmap or free at a slot a retired
 // mapping still occupies waits for its epoch first (usually long complete:
 // the unit was evicted as the one not needed for longest), and drops what
 // was pending there. So neither a free nor an eviction makes the host wait
@@ -267,6 +273,7 @@
 #include <vector>
 
 #include "backends/cuda_driver.h"
+#include "backends/unmap_thread.h"
 #include "engine/backend.h"
 #include "engine/mutex.h"
 
@@ -358,6 +365,11 @@ class CudaBackend : public Backend {
   bool MakesPoolAtCreation(PoolKind pool) const override {
     return pool == PoolKind::kDevice && !allow_growth_;
   }
+  // The unmap thread ends its calls before fork() and has none in the child
+  // (Note [Unmaps on a thread of their own] in unmap_thread.h).
+  void PrepareFork() override LMS_NO_THREAD_SAFETY_ANALYSIS;
+  void AfterForkInParent() override LMS_NO_THREAD_SAFETY_ANALYSIS;
+  void AfterForkInChild() override LMS_NO_THREAD_SAFETY_ANALYSIS;
   // The largest piece of device memory made by one cuMemCreate.
   static constexpr size_t kDevicePieceBytes = size_t{1} << 30;
 
@@ -437,6 +449,9 @@ class CudaBackend : public Backend {
     uint64_t mark = 0;
     PoolKind pool = PoolKind::kDevice;  // the piece it maps, from granule `first`
     GranuleId first = 0;
+    // Its epoch is done and the unmap thread has its cuMemUnmap (nonzero:
+    // the request's ticket; Note [Unmaps on a thread of their own]).
+    uint64_t unmap_ticket = 0;
   };
 
   CudaBackend(std::unique_ptr<CudaDriver> driver, int ordinal);
@@ -586,6 +601,38 @@ class CudaBackend : public Backend {
   // the GPU first (PollEpochs) if any mapping is retired.
   Status UnmapRetired(bool wait = false, uintptr_t address = 0, size_t count = 0,
                       bool drop_pending = true);
+  // Map's work; Map then releases the unmaps handed over meanwhile.
+  Status MapNow(uintptr_t address, PoolKind pool, const GranuleId* ids, size_t count,
+                Access access);
+  // Note [Unmaps on a thread of their own]: this thread is about to make VMM
+  // calls of its own (memory made or released, a map), which the driver
+  // would make wait behind the unmap thread's; it starts none until the next
+  // Map ends.
+  void PauseUnmaps() {
+    if (unmapper_ != nullptr) unmapper_->Pause();
+  }
+  // Unmaps held for the next Map at most: past this many they go at once.
+  static constexpr size_t kMostHeldUnmaps = 256;
+  // Note [Unmaps on a thread of their own] (unmap_thread.h): the thread's
+  // call, cuMemUnmap in this backend's context.
+  Status UnmapOnThread(uintptr_t address, size_t bytes) const;
+  // Hands the unmap thread the retired mappings from retired_[from] on whose
+  // epoch is done and where nothing is pending (a pending mapping is made
+  // once the unmap is: that stays on this thread).
+  void QueueUnmaps(size_t from);
+  // Takes the unmap thread's finished requests: a retired mapping unmapped
+  // leaves retired_ and its slots are free; one whose unmap failed stays,
+  // to be unmapped again, and the first failure goes to *status.
+  void ReapUnmaps(Status* status);
+  // Waits for the unmap thread's request `ticket` (0: none) and reaps.
+  Status WaitForUnmap(uint64_t ticket);
+  bool AnyPending(uintptr_t address, size_t count) {
+    for (size_t i = 0; i < count; ++i) {
+      const Slot* slot = SlotAt(address + i * granule_);
+      if (slot != nullptr && slot->pending) return true;
+    }
+    return false;
+  }
   // Maps the pending pieces whose slots no retired mapping occupies any
   // more, among the `count` slots from `address`.
   Status MapPending(uintptr_t address, size_t count);
@@ -651,6 +698,10 @@ class CudaBackend : public Backend {
   Pool pools_[2];
   std::map<uintptr_t, std::vector<Slot>> ranges_;  // reserved base -> slots
   std::vector<Retired> retired_;
+  // Note [Unmaps on a thread of their own]: the thread (null before Create
+  // ends), and how many of retired_ it has requests for.
+  std::unique_ptr<UnmapThread> unmapper_;
+  size_t unmaps_queued_ = 0;
   bool copies_in_flight_ = false;  // a copy was issued since the last wait
   // Between BeginRemapBatch's host wait and EndRemapBatch: unmaps skip their
   // own drain, because that wait followed every access to the batch's

@@ -50,6 +50,9 @@ Status CudaBackend::Create(int ordinal, size_t min_granule_bytes, bool allow_gro
   backend->allow_growth_ = allow_growth;
   LMS_RETURN_IF_ERROR(backend->Init(min_granule_bytes));
   LMS_RETURN_IF_ERROR(backend->GrantPeers(peer_ordinals));
+  CudaBackend* b = backend.get();
+  backend->unmapper_ = std::make_unique<UnmapThread>(
+      [b](uintptr_t address, size_t bytes) { return b->UnmapOnThread(address, bytes); });
   *out = std::move(backend);
   return Status::Ok();
 }
@@ -343,12 +346,16 @@ cu::CUmemAllocationProp CudaBackend::AllocationProp(PoolKind pool) const {
 
 CudaBackend::~CudaBackend() {
   if (!context_retained_) return;
+  // With a context that cannot be made current, the unmap thread's requests
+  // fail; it still ends before the context is released.
   {
     ScopedCudaContext scope(*driver_, context_);
     if (scope.status().ok()) {
       // Nothing of ours may run while the memory goes.
       if (copy_stream_ != nullptr) driver_->cuStreamSynchronize(copy_stream_);
       for (const auto& [base, slots] : ranges_) UnmapRetired(/*wait=*/true, base, slots.size());
+      // The unmap thread's last requests end before the memory goes.
+      unmapper_.reset();
       for (const auto& [base, slots] : ranges_) {
         UnmapSlots(base, slots.size());
         driver_->cuMemAddressFree(base, slots.size() * granule_);
@@ -377,6 +384,7 @@ CudaBackend::~CudaBackend() {
       if (copy_stream_ != nullptr) driver_->cuStreamDestroy(copy_stream_);
     }
   }
+  unmapper_.reset();
   driver_->cuDevicePrimaryCtxRelease(device_);
 }
 

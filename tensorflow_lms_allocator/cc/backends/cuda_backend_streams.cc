@@ -226,17 +226,24 @@ Status CudaBackend::UnmapRetired(bool wait, uintptr_t address, size_t count,
                                  bool drop_pending) {
   if (retired_.empty()) return Status::Ok();
   const auto in_the_way = [&](const Retired& r) { return wait && Overlaps(r, address, count); };
+  // The unmap thread's requests in the way are waited for (their epochs are
+  // done: only the driver call is left); every request it has made leaves.
+  uint64_t ticket = 0;
+  for (const Retired& r : retired_) {
+    if (in_the_way(r)) ticket = std::max(ticket, r.unmap_ticket);
+  }
+  Status status = WaitForUnmap(ticket);
   // The waits first: one may complete other retired mappings' epochs too.
   PollEpochs();
   for (const Retired& r : retired_) {
     if (in_the_way(r) && !EpochDone(r.mark)) LMS_RETURN_IF_ERROR(HostWaitForEpoch(r.mark));
   }
-  Status status;
   size_t kept = 0;
   std::vector<Retired> unmapped;
   for (size_t i = 0; i < retired_.size(); ++i) {
     const Retired r = retired_[i];
-    if (EpochDone(r.mark)) {
+    if (r.unmap_ticket == 0 && EpochDone(r.mark) &&
+        (in_the_way(r) || unmapper_ == nullptr || AnyPending(r.address, r.granules))) {
       ScopedNanos timed(&stats_.unmap_ns);
       const Status s =
           driver_->Check(driver_->cuMemUnmap(r.address, r.granules * granule_),
@@ -258,10 +265,65 @@ Status CudaBackend::UnmapRetired(bool wait, uintptr_t address, size_t count,
     retired_[kept++] = r;
   }
   retired_.resize(kept);
+  // The rest whose epoch is done go to the unmap thread.
+  QueueUnmaps(0);
   for (const Retired& r : unmapped) {
     Status s = MapPending(r.address, r.granules);
     if (!s.ok() && status.ok()) status = s;
   }
+  return status;
+}
+
+Status CudaBackend::UnmapOnThread(uintptr_t address, size_t bytes) const {
+  ScopedCudaContext scope(*driver_, context_);
+  LMS_RETURN_IF_ERROR(scope.status());
+  return driver_->Check(driver_->cuMemUnmap(address, bytes),
+                        "cuMemUnmap (on the unmap thread) of a retired mapping at " +
+                            FormatAddress(reinterpret_cast<void*>(address)));
+}
+
+void CudaBackend::QueueUnmaps(size_t from) {
+  if (unmapper_ == nullptr) return;
+  for (size_t i = from; i < retired_.size(); ++i) {
+    Retired& r = retired_[i];
+    if (r.unmap_ticket != 0 || !EpochDone(r.mark) || AnyPending(r.address, r.granules)) {
+      continue;
+    }
+    r.unmap_ticket = unmapper_->Push(r.address, r.granules * granule_);
+    ++unmaps_queued_;
+    // Counted when handed over, not when made, so that the figure never
+    // depends on the thread's timing (a failure takes it back).
+    ++stats_.unmappings;
+  }
+  // Held until this thread's next maps are made (Map), unless they pile up.
+  if (unmapper_->held() > kMostHeldUnmaps) unmapper_->Release();
+}
+
+void CudaBackend::ReapUnmaps(Status* status) {
+  if (unmaps_queued_ == 0 || unmapper_ == nullptr) return;
+  for (UnmapThread::Done& done : unmapper_->TakeDone()) {
+    const auto it = std::find_if(retired_.begin(), retired_.end(), [&](const Retired& r) {
+      return r.unmap_ticket == done.ticket;
+    });
+    if (it == retired_.end()) continue;  // every request is of a retired mapping
+    --unmaps_queued_;
+    if (!done.status.ok()) {
+      it->unmap_ticket = 0;  // still mapped: unmapped again later
+      --stats_.unmappings;
+      if (status->ok()) *status = std::move(done.status);
+      continue;
+    }
+    // Nothing is pending there: a deferred mapping is made only at slots
+    // mapped and not retired (MapDeferred), and QueueUnmaps skips pending.
+    for (size_t k = 0; k < it->granules; ++k) SlotAt(it->address + k * granule_)->retired = false;
+    retired_.erase(it);
+  }
+}
+
+Status CudaBackend::WaitForUnmap(uint64_t ticket) {
+  if (ticket != 0) unmapper_->WaitFor(ticket);
+  Status status;
+  ReapUnmaps(&status);
   return status;
 }
 

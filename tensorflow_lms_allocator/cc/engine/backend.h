@@ -79,9 +79,10 @@ struct BackendStatistics {
   int64_t fence_ns = 0;   // ordering streams with events, no host wait
   int64_t create_ns = 0;  // making physical memory as granules are first used
   int64_t map_ns = 0;     // mapping granules at addresses, granting access
-  int64_t unmap_ns = 0;   // unmapping granules
+  int64_t unmap_ns = 0;   // unmapping granules (a GPU: its unmap thread's too)
   // Mappings made at allocation addresses (a GPU: cuMemMap calls, each one
-  // driver mapping; POSIX: mmap calls) and unmapped there.
+  // driver mapping; POSIX: mmap calls) and unmapped there (a GPU: or handed
+  // to its unmap thread, Note [Unmaps on a thread of their own]).
   int64_t mappings = 0;
   int64_t unmappings = 0;
 };
@@ -189,6 +190,9 @@ class Backend {
   // Whether a Map at the `count` slots from `address` would map without a
   // host wait for queued work still using what was mapped there (CUDA: a
   // retired mapping whose epoch is not complete, Note [Retired mappings]).
+  // Not for a driver call still to end there (CUDA: an unmap on the unmap
+  // thread, Note [Unmaps on a thread of their own]): that would make where a
+  // unit goes depend on another thread's timing.
   // The engine places new units elsewhere when it can. With `poll`, the
   // backend first asks the GPU what completed since it last asked (CUDA: a
   // cuEventQuery per fenced stream); a caller asking about many ranges in a

@@ -25,5 +25,9 @@
   LMS_THREAD_ANNOTATION(locks_excluded(__VA_ARGS__))
 #define LMS_ACQUIRE(...) LMS_THREAD_ANNOTATION(acquire_capability(__VA_ARGS__))
 #define LMS_RELEASE(...) LMS_THREAD_ANNOTATION(release_capability(__VA_ARGS__))
+// For a function that takes a lock and returns holding it, or releases one it
+// did not take, where its caller's annotations cannot say so (an override of
+// an unannotated virtual: the fork handlers').
+#define LMS_NO_THREAD_SAFETY_ANALYSIS LMS_THREAD_ANNOTATION(no_thread_safety_analysis)
 
 #endif  // TENSORFLOW_LMS_ALLOCATOR_CC_ENGINE_THREAD_ANNOTATIONS_H_
