@@ -25,7 +25,12 @@ timing moves them a few percent from run to run).
    H100 running the same fp32 kernels 100 times faster than two cores); a
    launch costs the host 5 us, as every event call costs 2 (assumed). TensorFlow's own host
    time per op is not modeled (the host issues kernels as fast as the
-   driver takes them), nor is the engine's own CPU time.
+   driver takes them), nor is the engine's own CPU time. The CUDA
+   backend's unmap thread (Note [Unmaps on a thread of their own] in
+   cc/backends/unmap_thread.h) charges clock 3, from the launching thread's
+   time when it makes each call: its unmaps are in `remaps` and `host busy`,
+   and the launching thread's waits for the driver behind them are in `drv
+   wait`.
 
 --prefetch USES pages in, after each launch, what the learned policy predicts
 within USES uses (Engine::Prefetch, as TF_LMS_PREFETCH's helper thread does
@@ -43,9 +48,8 @@ helper holds the engine's lock for its whole call, as the engine does today;
 --unlocked lets the launching thread go on meanwhile, waiting only for the
 driver: the most that remaps outside the engine's lock could give. With a
 helper, `remaps`, `host busy` and `host wait` count both threads' calls, the
-floors mean nothing, and three more columns give the helper's time, its VMM
-calls' (`remaps` less this is the launching thread's) and the VMM calls'
-waits for the driver.
+floors mean nothing, and two more columns give the helper's time and its VMM
+calls' (`remaps` less this and the unmap thread's is the launching thread's).
 
 Two bounds, for what a helper that predicts perfectly could give (issue 52;
 docs/decisions/0019-perfect-predictions-on-the-gpu-model.md):
@@ -85,7 +89,9 @@ max(the same step without LMS, either copy engine's busy time): the step over
 the least that the model's kernels and copies need (the step without LMS is
 the kernels' time, or the launches' where the kernels are shorter than a
 launch). The host's driver time for remaps is not in that floor: it is what
-LMS adds, so it counts against it. `uncapped` also runs the same kernels with
+LMS adds, so it counts against it. `drv wait`: the VMM calls' waits for
+the driver to end another thread's (the unmap thread's, a helper's; the
+driver takes one at a time). `uncapped` also runs the same kernels with
 no engine at all (LMS off): `lms_on_vs_off_uncapped` is on over off. The last
 line is the worst case's `gpu_step_vs_ideal R`.
 
@@ -192,6 +198,12 @@ class FakeDriver:
 
     def clock(self, clock: int) -> int:
         return int(self.lib.fake_cuda_timing_clock(clock))
+
+    def other_threads_clock(self, clock: int) -> None:
+        """Threads that never chose a clock (the CUDA backend's unmap thread) charge
+        `clock`, each call no sooner than clock 0's time then."""
+        if self.lib.fake_cuda_timing_other_threads_clock(clock) != 0:
+            raise ValueError(f"clock {clock}: the fake driver models clocks 0-3")
 
     def totals(self) -> FakeTiming:
         t = FakeTiming()
@@ -691,6 +703,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     overlap_beside_the_gpu(driver, lms, args.unmap_evicted)
     driver.enable(args.preset)
     driver.free_vmm(args.free_vmm)
+    # This thread launches (clock 0); the backend's unmap thread is clock 3.
+    driver.use_clock(0)
+    driver.other_threads_clock(3)
     from tensorflow_lms_allocator import _engine  # noqa: E402
 
     ahead_mib = int({name: default for name, default, _ in _engine.settings_table()}[
@@ -750,8 +765,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"\n{'model':<12} {'case':<9} {'step ms':>8} {'compute':>8} {'to host':>8} "
           f"{'to dev':>8} {'remaps':>8} {'host busy':>9} {'GPU idle':>8} {'copies':>8} "
           f"{'host':>8} {'host wait':>9} {'floor 1':>8} {'floor N':>8} "
-          f"{'gpu_step_vs_ideal':>18}" +
-          (f" {'helper':>8} {'its VMM':>8} {'drv wait':>8}" if args.helper else ""))
+          f"{'gpu_step_vs_ideal':>18} {'drv wait':>8}" +
+          (f" {'helper':>8} {'its VMM':>8}" if args.helper else ""))
     worst = ("", "", 0.0)
     floors: list[tuple[float, str]] = []
     for name, label, m in cases:
@@ -763,9 +778,10 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"{m['remaps'] / 1e6:>8.2f} {m['host_busy'] / 1e6:>9.2f} {m['idle'] / 1e6:>8.2f} "
               f"{m['idle_copies'] / 1e6:>8.2f} {m['idle_host'] / 1e6:>8.2f} "
               f"{m['waits'] / 1e6:>9.2f} {m['floor_one'] / 1e6:>8.2f} "
-              f"{m['floor_any'] / 1e6:>8.2f} {m['ratio']:>18.3f}" +
-              (f" {m['helper'] / 1e6:>8.2f} {m['helper_vmm'] / 1e6:>8.2f} "
-               f"{m['driver_waits'] / 1e6:>8.2f}" if args.helper else ""))
+              f"{m['floor_any'] / 1e6:>8.2f} {m['ratio']:>18.3f} "
+              f"{m['driver_waits'] / 1e6:>8.2f}" +
+              (f" {m['helper'] / 1e6:>8.2f} {m['helper_vmm'] / 1e6:>8.2f}"
+               if args.helper else ""))
         if label != "uncapped" and m["ratio"] > worst[2]:
             worst = (name, label, m["ratio"])
         if label != "uncapped":

@@ -19,8 +19,9 @@
 // thread maps would only make that map wait. The backend releases them once
 // its own maps are made (at the end of a Map: the new unit's, or a page-in's),
 // so that the unmaps run while the launching thread launches kernels, and
-// pauses the thread while it maps again (Pause): the map then waits for one
-// unmap at most, the one under way. On the GPU timing model, unmaps made as
+// pauses the thread whenever it makes VMM calls of its own again (a map,
+// memory made or released: Pause), which then wait for one unmap at most,
+// the one under way. On the GPU timing model, unmaps made as
 // soon as they were handed over gave back 1-2 ms of the 6.5 ms they took
 // from DenseNet121's step at 1/2 of its peak, the rest spent waiting for the
 // driver (decision 0025).
