@@ -653,6 +653,16 @@ TEST_F(BackendTest, MapIsAllOrNothingUnderAnInjectedFailure) {
   b->ReleaseAddressRange(base, 8 * kGranule);
 }
 
+// Polls `done` until it holds or 10 s pass: another thread's progress, which
+// the assertions after it check.
+template <typename Done>
+void WaitUpTo10s(Done done) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!done() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
 // Note [Unmaps on a thread of their own]: a freed mapping whose last use is
 // done is unmapped by the backend's unmap thread, not by the caller, once a
 // map of the caller's is made; a map at its own slot waits for that unmap
@@ -684,10 +694,7 @@ TEST_F(BackendTest, AFreedMappingIsUnmappedOnTheUnmapThreadAndAMapThereWaitsForI
   std::future<Status> map = std::async(std::launch::async, [&] {
     return b->Map(base, PoolKind::kDevice, ids + 1, 1, Access::kReadWrite);
   });
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (Fake().unmaps_waiting() == 0 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  WaitUpTo10s([] { return Fake().unmaps_waiting() != 0; });
   EXPECT_EQ(Fake().unmaps_waiting(), 1);  // the map released it, to another thread
   EXPECT_TRUE(map.wait_for(std::chrono::milliseconds(100)) == std::future_status::timeout);
   Fake().hold_unmaps(0);
@@ -714,10 +721,7 @@ TEST_F(BackendTest, HandedOverUnmapsWaitUntilTheCallersNextMapIsMade) {
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   EXPECT_EQ(Fake().call_count("cuMemUnmap"), 0u);  // held
   EXPECT_OK(b->Map(base + 2 * kGranule, PoolKind::kDevice, ids + 2, 2, Access::kReadWrite));
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (Fake().call_count("cuMemUnmap") == 0 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  WaitUpTo10s([] { return Fake().call_count("cuMemUnmap") != 0; });
   EXPECT_EQ(Fake().call_count("cuMemUnmap"), 1u);  // made by the thread, unasked
   EXPECT_OK(b->Unmap(base, 4));
   b->ReleaseAddressRange(base, 4 * kGranule);

@@ -284,6 +284,7 @@ Status CudaBackend::UnmapOnThread(uintptr_t address, size_t bytes) const {
 
 void CudaBackend::QueueUnmaps(size_t from) {
   if (unmapper_ == nullptr) return;
+  bool pushed = false;
   for (size_t i = from; i < retired_.size(); ++i) {
     Retired& r = retired_[i];
     if (r.unmap_ticket != 0 || !EpochDone(r.mark) || AnyPending(r.address, r.granules)) {
@@ -294,9 +295,10 @@ void CudaBackend::QueueUnmaps(size_t from) {
     // Counted when handed over, not when made, so that the figure never
     // depends on the thread's timing (a failure takes it back).
     ++stats_.unmappings;
+    pushed = true;
   }
   // Held until this thread's next maps are made (Map), unless they pile up.
-  if (unmapper_->held() > kMostHeldUnmaps) unmapper_->Release();
+  if (pushed && unmapper_->held() > kMostHeldUnmaps) unmapper_->Release();
 }
 
 void CudaBackend::ReapUnmaps(Status* status) {

@@ -91,7 +91,7 @@ class UnmapThread {
   bool IsDone(uint64_t ticket) LMS_LOCKS_EXCLUDED(mu_);
   // The requests made since the last call, in ticket order.
   std::vector<Done> TakeDone() LMS_LOCKS_EXCLUDED(mu_);
-  // Nanoseconds spent in the unmap calls, and how many were made.
+  // Nanoseconds spent in the unmap calls.
   int64_t busy_ns() const { return busy_ns_.load(std::memory_order_relaxed); }
 
   // Fork (see the file comment).
@@ -112,7 +112,7 @@ class UnmapThread {
 
   const UnmapFn unmap_;
   Mutex mu_;
-  std::condition_variable_any queued_cv_;  // a request was pushed, or stop_
+  std::condition_variable_any queued_cv_;  // released, unpaused, or stop_
   std::condition_variable_any done_cv_;    // done_through_ moved
   std::deque<Request> queue_ LMS_GUARDED_BY(mu_);
   std::vector<Done> done_ LMS_GUARDED_BY(mu_);
