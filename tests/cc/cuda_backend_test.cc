@@ -2210,6 +2210,33 @@ TEST_F(EngineTest, DefragmentationRetiresAFreedRangeAndTheNextUserWaits) {
   EXPECT_OK(e->Free(wall));
 }
 
+// A freed mapping whose unmap went to the unmap thread before any stream
+// was fenced still counts as free of queued work once one is: its epoch was
+// done (nothing could be queued), and only the driver call is left. The
+// next unit goes there, with no host wait.
+TEST_F(EngineTest, AnUnmapHandedOverBeforeAStreamWasFencedLeavesItsSlotsFirstChoice) {
+  StartEngine(/*device=*/6, /*host=*/8, /*defrag=*/true);
+  void* first = e->Allocate(kGranule, /*pin=*/false, nullptr);
+  ASSERT_TRUE(first != nullptr);
+  EXPECT_OK(e->Evict(first));
+  Fake().hold_unmaps(1);
+  EXPECT_OK(e->Free(first));  // its host mapping handed to the unmap thread
+  FencedStream compute(b);
+  EXPECT_TRUE(b->MapsWithoutWait(reinterpret_cast<uintptr_t>(first), 1, /*poll=*/true));
+  const Statistics before = e->GetStatistics();
+  std::thread open([] {
+    WaitUpTo10s([] { return Fake().unmaps_waiting() != 0; });
+    Fake().hold_unmaps(0);  // the map below released it: let it end
+  });
+  void* next = MustAllocate(*e, kGranule, /*pin=*/true);
+  open.join();
+  const Statistics after = e->GetStatistics();
+  EXPECT_TRUE(next == first);  // best fit, as if the unmap were made
+  EXPECT_EQ(after.num_cut_mappings_avoided - before.num_cut_mappings_avoided, 0);
+  EXPECT_EQ(after.num_host_waits - before.num_host_waits, 0);
+  EXPECT_OK(e->Free(next));
+}
+
 // A new unit is not placed where a retired mapping still in use sits (its
 // Map would wait on the host for the kernel still writing the freed range,
 // Note [Mappings within a unit]): here T's range, taken back by

@@ -54,6 +54,7 @@ RUNS = "ARunOfConsecutiveDeviceGranulesIsOneMappingAtItsOffset"
 TRIM = "AUnitPlacedOverPartOfACachedMappingGetsItsOwnAndMovesAlone"
 AVOID = "ASmallerUnitIsPlacedWhereItCutsNoCachedMapping"
 AWAY = "ANewUnitIsPlacedAwayFromARetiredMappingStillInUse"
+HANDED_OVER = "AnUnmapHandedOverBeforeAStreamWasFencedLeavesItsSlotsFirstChoice"
 AWAY_ALL = "ANewUnitAvoidsRetiredMappingsInEveryBestFit"
 STEAL = "DefragmentationTakesACachedMappingWhole"
 RUN_POOL = SRC / "engine/run_pool.cc"
@@ -117,10 +118,7 @@ MUTATIONS = {
         "    if (!UncacheMapping(from, count).ok()) break;\n    stolen += count;",
         "    if (!UncacheMapping(from + count - 1, 1).ok()) break;  // MUTATION\n"
         "    stolen += 1;",
-        {STEAL, PAGE_IN_FREED, UNMAPPED},
-        # Failed under it until the unmap thread (0025); passes now, for a
-        # reason not yet found.
-        {AWAY}),
+        {STEAL, PAGE_IN_FREED, UNMAPPED, AWAY}),
     # The copy stream never waits for a unit's last use (Note [Epochs of
     # use]): an eviction copies before the kernel queued before the unpin
     # has written, a page-in before TensorFlow's copy into a born-evicted
@@ -207,6 +205,10 @@ MUTATIONS = {
         "      queue_.push_back(request);  // MUTATION\n"
         "      released_through_ = request.ticket;\n      queued_cv_.notify_one();\n",
         {UNMAP_THREAD, HELD}),
+    # A mapping handed to the unmap thread keeps its epoch's mark, which a
+    # stream fenced later makes read as not done: placement avoids its slots.
+    "handed-over-unmap-keeps-its-mark": (
+        STREAMS, "    r.mark = 0;\n", "    // MUTATION\n", {HANDED_OVER}),
     # A copy into a granule whose retired mapping still has queued work does
     # not wait for it: the page-in lands before the freed buffer's kernel.
     "copies-ignore-retired": (

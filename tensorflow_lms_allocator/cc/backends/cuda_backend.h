@@ -450,7 +450,8 @@ class CudaBackend : public Backend {
     PoolKind pool = PoolKind::kDevice;  // the piece it maps, from granule `first`
     GranuleId first = 0;
     // Its epoch is done and the unmap thread has its cuMemUnmap (nonzero:
-    // the request's ticket; Note [Unmaps on a thread of their own]).
+    // the request's ticket; Note [Unmaps on a thread of their own]); `mark`
+    // is then 0, done whatever streams are fenced later.
     uint64_t unmap_ticket = 0;
   };
 
