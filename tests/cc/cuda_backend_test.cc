@@ -2210,6 +2210,56 @@ TEST_F(EngineTest, DefragmentationRetiresAFreedRangeAndTheNextUserWaits) {
   EXPECT_OK(e->Free(wall));
 }
 
+// A granule freed before any stream was fenced carries no mark of that
+// time: once a stream is fenced and busy, a copy from it at its new address
+// waits for none of that stream's work.
+TEST_F(BackendTest, AGranuleFreedBeforeAnyStreamWasFencedMakesNoLaterCopyWaitForTheGpu) {
+  uintptr_t base = 0;
+  EXPECT_OK(b->ReserveAddressRange(3 * kGranule, &base));
+  EXPECT_OK(b->CreatePool(PoolKind::kDevice, 2));
+  const GranuleId ids[] = {0, 1};
+  EXPECT_OK(b->Map(base, PoolKind::kDevice, ids, 1, Access::kReadWrite));
+  EXPECT_OK(b->UnmapReleased(base, 1, b->ReleaseMark()));  // no fenced stream: done
+  EXPECT_OK(b->Map(base + kGranule, PoolKind::kDevice, ids, 1, Access::kReadWrite));
+  EXPECT_OK(b->Map(base + 2 * kGranule, PoolKind::kDevice, ids + 1, 1, Access::kReadWrite));
+  FencedStream compute(b.get());
+  LatchedWriter kernel;  // busy on granule 1 until released
+  StartLatchedWriter(b.get(), compute.stream, reinterpret_cast<void*>(base + 2 * kGranule),
+                     kGranule, 3, &kernel);
+  const int64_t waits = b->GetStatistics().host_waits;
+  std::future<Status> copied = std::async(std::launch::async, [&] {
+    unsigned char byte = 0;
+    return b->CopyToHost(&byte, base + kGranule, 1);
+  });
+  const bool returned = copied.wait_for(std::chrono::seconds(2)) == std::future_status::ready;
+  kernel.released = true;
+  EXPECT_TRUE(returned);  // not after the kernel
+  EXPECT_OK(copied.get());
+  EXPECT_EQ(b->GetStatistics().host_waits - waits, 0);
+  Synchronize(b.get(), compute.stream);
+  EXPECT_OK(b->Unmap(base + kGranule, 2));
+  b->ReleaseAddressRange(base, 3 * kGranule);
+}
+
+// An unmap the thread fails (the range unmapped behind the backend's back)
+// leaves its mapping retired, to be tried again; destroying the backend then
+// tries it on the destroying thread, once the unmap thread is gone, and
+// crashes nothing.
+TEST_F(BackendTest, ABackendIsDestroyedCleanlyAfterItsUnmapThreadFailed) {
+  uintptr_t base = 0;
+  EXPECT_OK(b->ReserveAddressRange(kGranule, &base));
+  EXPECT_OK(b->CreatePool(PoolKind::kDevice, 1));
+  const GranuleId id = 0;
+  EXPECT_OK(b->Map(base, PoolKind::kDevice, &id, 1, Access::kReadWrite));
+  EXPECT_OK(b->UnmapReleased(base, 1, b->ReleaseMark()));  // handed over, held
+  {
+    ScopedCudaContext scope(b->driver(), b->context());
+    EXPECT_EQ(b->driver().cuMemUnmap(base, kGranule), cu::CUDA_SUCCESS);
+  }
+  b.reset();
+  EXPECT_EQ(Fake().live_mappings(), 0u);
+}
+
 // A freed mapping whose unmap went to the unmap thread before any stream
 // was fenced still counts as free of queued work once one is: its epoch was
 // done (nothing could be queued), and only the driver call is left. The

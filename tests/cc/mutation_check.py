@@ -54,6 +54,7 @@ RUNS = "ARunOfConsecutiveDeviceGranulesIsOneMappingAtItsOffset"
 TRIM = "AUnitPlacedOverPartOfACachedMappingGetsItsOwnAndMovesAlone"
 AVOID = "ASmallerUnitIsPlacedWhereItCutsNoCachedMapping"
 AWAY = "ANewUnitIsPlacedAwayFromARetiredMappingStillInUse"
+FREED_EARLY = "AGranuleFreedBeforeAnyStreamWasFencedMakesNoLaterCopyWaitForTheGpu"
 HANDED_OVER = "AnUnmapHandedOverBeforeAStreamWasFencedLeavesItsSlotsFirstChoice"
 AWAY_ALL = "ANewUnitAvoidsRetiredMappingsInEveryBestFit"
 STEAL = "DefragmentationTakesACachedMappingWhole"
@@ -209,6 +210,12 @@ MUTATIONS = {
     # stream fenced later makes read as not done: placement avoids its slots.
     "handed-over-unmap-keeps-its-mark": (
         STREAMS, "    r.mark = 0;\n", "    // MUTATION\n", {HANDED_OVER}),
+    # A free whose epoch is done is retired with its mark, which a stream
+    # fenced later makes read as not done: the next copy from its granule
+    # waits on the host for that stream.
+    "done-free-keeps-its-mark": (
+        MEMORY, "Retire(at, length, done ? 0 : mark)", "Retire(at, length, mark)  /* MUTATION */",
+        {FREED_EARLY}),
     # A copy into a granule whose retired mapping still has queued work does
     # not wait for it: the page-in lands before the freed buffer's kernel.
     "copies-ignore-retired": (

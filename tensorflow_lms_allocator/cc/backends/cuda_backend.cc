@@ -509,7 +509,10 @@ Status CudaBackend::UnmapReleased(uintptr_t address, size_t count, uint64_t mark
       continue;
     }
     const size_t length = SpanAt(at);
-    LMS_RETURN_IF_ERROR(Retire(at, length, mark));
+    // Done, it is retired with no mark: nothing queued can use it, and a
+    // mark judged done with no stream fenced would read as not done once
+    // one is (its granules' next copy would wait for the GPU).
+    LMS_RETURN_IF_ERROR(Retire(at, length, done ? 0 : mark));
     i += length;
   }
   if (done) QueueUnmaps(first_retired);

@@ -354,7 +354,12 @@ CudaBackend::~CudaBackend() {
       // Nothing of ours may run while the memory goes.
       if (copy_stream_ != nullptr) driver_->cuStreamSynchronize(copy_stream_);
       for (const auto& [base, slots] : ranges_) UnmapRetired(/*wait=*/true, base, slots.size());
-      // The unmap thread's last requests end before the memory goes.
+      // The unmap thread's last requests end, and are taken back, before
+      // the memory goes: a failed one (requeued above) stays retired, for
+      // UnmapSlots to try once more on this thread.
+      uint64_t last = 0;
+      for (const Retired& r : retired_) last = std::max(last, r.unmap_ticket);
+      (void)WaitForUnmap(last);
       unmapper_.reset();
       for (const auto& [base, slots] : ranges_) {
         UnmapSlots(base, slots.size());

@@ -328,7 +328,7 @@ void CudaBackend::ReapUnmaps(Status* status) {
 }
 
 Status CudaBackend::WaitForUnmap(uint64_t ticket) {
-  if (ticket != 0) unmapper_->WaitFor(ticket);
+  if (ticket != 0 && unmapper_ != nullptr) unmapper_->WaitFor(ticket);
   Status status;
   ReapUnmaps(&status);
   return status;
