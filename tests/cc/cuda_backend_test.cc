@@ -2241,6 +2241,26 @@ TEST_F(BackendTest, AGranuleFreedBeforeAnyStreamWasFencedMakesNoLaterCopyWaitFor
   b->ReleaseAddressRange(base, 3 * kGranule);
 }
 
+// A mapping freed while a stream was fenced, and handed to the unmap thread
+// once no stream is (that one removed), stays free of queued work when
+// another stream is fenced: its epoch was done when it was handed over.
+TEST_F(BackendTest, AnUnmapHandedOverWithNoStreamFencedStaysDoneWhenOneIsFencedAgain) {
+  uintptr_t base = 0;
+  EXPECT_OK(b->ReserveAddressRange(kGranule, &base));
+  EXPECT_OK(b->CreatePool(PoolKind::kDevice, 1));
+  const GranuleId id = 0;
+  EXPECT_OK(b->Map(base, PoolKind::kDevice, &id, 1, Access::kReadWrite));
+  {
+    FencedStream first(b.get());
+    EXPECT_OK(b->UnmapReleased(base, 1, b->ReleaseMark()));  // retired, its epoch open
+    EXPECT_TRUE(!b->MapsWithoutWait(base, 1, /*poll=*/false));
+  }
+  EXPECT_OK(b->UnmapCompletedRetired());  // no stream fenced: done, handed over
+  FencedStream second(b.get());
+  EXPECT_TRUE(b->MapsWithoutWait(base, 1, /*poll=*/true));
+  b->ReleaseAddressRange(base, kGranule);
+}
+
 // An unmap the thread fails (the range unmapped behind the backend's back)
 // leaves its mapping retired, to be tried again; destroying the backend then
 // tries it on the destroying thread, once the unmap thread is gone, and

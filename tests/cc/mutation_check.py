@@ -55,7 +55,7 @@ TRIM = "AUnitPlacedOverPartOfACachedMappingGetsItsOwnAndMovesAlone"
 AVOID = "ASmallerUnitIsPlacedWhereItCutsNoCachedMapping"
 AWAY = "ANewUnitIsPlacedAwayFromARetiredMappingStillInUse"
 FREED_EARLY = "AGranuleFreedBeforeAnyStreamWasFencedMakesNoLaterCopyWaitForTheGpu"
-HANDED_OVER = "AnUnmapHandedOverBeforeAStreamWasFencedLeavesItsSlotsFirstChoice"
+HANDED_OVER = "AnUnmapHandedOverWithNoStreamFencedStaysDoneWhenOneIsFencedAgain"
 AWAY_ALL = "ANewUnitAvoidsRetiredMappingsInEveryBestFit"
 STEAL = "DefragmentationTakesACachedMappingWhole"
 RUN_POOL = SRC / "engine/run_pool.cc"
@@ -207,7 +207,8 @@ MUTATIONS = {
         "      released_through_ = request.ticket;\n      queued_cv_.notify_one();\n",
         {UNMAP_THREAD, HELD}),
     # A mapping handed to the unmap thread keeps its epoch's mark, which a
-    # stream fenced later makes read as not done: placement avoids its slots.
+    # stream fenced later makes read as not done (its epoch was done because
+    # none was fenced then): placement avoids its slots.
     "handed-over-unmap-keeps-its-mark": (
         STREAMS, "    r.mark = 0;\n", "    // MUTATION\n", {HANDED_OVER}),
     # A free whose epoch is done is retired with its mark, which a stream

@@ -291,10 +291,11 @@ void CudaBackend::QueueUnmaps(size_t from) {
       continue;
     }
     r.unmap_ticket = unmapper_->Push(r.address, r.granules * granule_);
-    // Done for good: a mark judged done before any stream was fenced would
-    // read as not done once one is (a fence covers only what follows it),
-    // and placement would then avoid, or a release wait on the host for,
-    // slots whose only work left is this driver call.
+    // Done for good: a mark judged done while no stream was fenced (the
+    // last one removed since it was retired) would read as not done once
+    // one is (a fence covers only what follows it), and placement would
+    // then avoid, or a release wait on the host for, slots whose only work
+    // left is this driver call.
     r.mark = 0;
     ++unmaps_queued_;
     // Counted when handed over, not when made, so that the figure never
