@@ -2280,6 +2280,27 @@ TEST_F(BackendTest, ABackendIsDestroyedCleanlyAfterItsUnmapThreadFailed) {
   EXPECT_EQ(Fake().live_mappings(), 0u);
 }
 
+// A stream unregistered while a kernel it queued still writes a unit: the
+// unit's eviction still copies what that kernel wrote, because removal waits
+// for the stream's queued work (with no stream left, every mark reads done).
+TEST_F(EngineTest, RemovingAFencedStreamKeepsItsQueuedWorkBeforeLaterMoves) {
+  StartEngine(/*device=*/4, /*host=*/8);
+  FencedStream compute(b);
+  uint64_t id = 0;
+  void* t = e->Allocate(kGranule, /*pin=*/true, nullptr, &id);
+  ASSERT_TRUE(t != nullptr);
+  LatchedWriter kernel;
+  StartLatchedWriter(b, compute.stream, t, kGranule, 2, &kernel);
+  EXPECT_OK(e->Unpin(t, id));
+  std::thread release = kernel.ReleaseAfter(std::chrono::milliseconds(200));
+  b->RemoveFencedStream(compute.stream);
+  EXPECT_TRUE(kernel.finished);  // waited for
+  release.join();
+  EXPECT_OK(e->Evict(t));
+  EXPECT_EQ(VerifyAllocation(*e, t, kGranule, 2), -1);
+  EXPECT_OK(e->Free(t));
+}
+
 // A freed mapping whose unmap went to the unmap thread before any stream
 // was fenced still counts as free of queued work once one is: its epoch was
 // done (nothing could be queued), and only the driver call is left. The

@@ -54,6 +54,7 @@ RUNS = "ARunOfConsecutiveDeviceGranulesIsOneMappingAtItsOffset"
 TRIM = "AUnitPlacedOverPartOfACachedMappingGetsItsOwnAndMovesAlone"
 AVOID = "ASmallerUnitIsPlacedWhereItCutsNoCachedMapping"
 AWAY = "ANewUnitIsPlacedAwayFromARetiredMappingStillInUse"
+REMOVED = "RemovingAFencedStreamKeepsItsQueuedWorkBeforeLaterMoves"
 FREED_EARLY = "AGranuleFreedBeforeAnyStreamWasFencedMakesNoLaterCopyWaitForTheGpu"
 HANDED_OVER = "AnUnmapHandedOverWithNoStreamFencedStaysDoneWhenOneIsFencedAgain"
 AWAY_ALL = "ANewUnitAvoidsRetiredMappingsInEveryBestFit"
@@ -217,6 +218,12 @@ MUTATIONS = {
     "done-free-keeps-its-mark": (
         MEMORY, "Retire(at, length, done ? 0 : mark)", "Retire(at, length, mark)  /* MUTATION */",
         {FREED_EARLY}),
+    # A fenced stream is unregistered without waiting for its queued work:
+    # marks taken while it was fenced then read done, and an eviction copies
+    # (and unmaps) under a kernel it queued.
+    "removed-stream-not-waited-for": (
+        STREAMS, "      if (in_stream_context.status().ok()) driver_->cuStreamSynchronize(stream);\n",
+        "      (void)in_stream_context;  // MUTATION\n", {REMOVED}),
     # A copy into a granule whose retired mapping still has queued work does
     # not wait for it: the page-in lands before the freed buffer's kernel.
     "copies-ignore-retired": (

@@ -342,6 +342,9 @@ class CudaBackend : public Backend {
   Status AddFencedQueue(void* queue) override {
     return AddFencedStream(static_cast<cu::CUstream>(queue));
   }
+  // Unregisters it, after waiting on the host for the work queued on it
+  // (the marks taken while it was fenced stay true). Work queued on it
+  // during or after the call is not ordered with LMS's moves.
   void RemoveFencedStream(cu::CUstream stream) LMS_LOCKS_EXCLUDED(streams_mu_);
   // Unmaps the retired mappings whose epoch the fenced streams' events say
   // is complete, without waiting (Note [Retired mappings]), as every remap

@@ -67,6 +67,18 @@ void CudaBackend::RemoveFencedStream(cu::CUstream stream) {
   auto it = std::find_if(fenced_.begin(), fenced_.end(),
                          [&](const FencedStream& fenced) { return fenced.stream == stream; });
   if (it == fenced_.end()) return;
+  // Marks taken while it was fenced cover its work only through its events:
+  // once it is gone they would not (with no stream left, every mark reads
+  // done), so an eviction could copy, or an unmap remove, memory its queued
+  // kernels still use. Its work ends first. A rare call (a tool's, or a
+  // stream's end), so the host wait costs nothing that matters.
+  {
+    cu::CUcontext stream_context = nullptr;
+    if (driver_->cuStreamGetCtx(stream, &stream_context) == cu::CUDA_SUCCESS) {
+      ScopedCudaContext in_stream_context(*driver_, stream_context);
+      if (in_stream_context.status().ok()) driver_->cuStreamSynchronize(stream);
+    }
+  }
   // The copy stream may still wait on the events; CUDA defers their release.
   if (scope.status().ok()) {
     for (cu::CUevent event : it->epochs) driver_->cuEventDestroy(event);
