@@ -563,7 +563,12 @@ Status Engine::TakeHostGranules(uint64_t n, const char* what,
                                 std::vector<GranuleId>* host) {
   host->resize(n);
   std::vector<RunPool::Run> released, cut;
-  if (host_pool_.Take(n, host->data(), &released, &cut)) {
+  // A free run whose release waits for no kernel goes first (a freed
+  // evicted tensor's run may still be mapped under queued work).
+  const auto releasable = [this](const std::vector<RunPool::Run>& runs) {
+    return backend_->ReleaseWaitsOnlyForCopies(PoolKind::kHost, runs.data(), runs.size());
+  };
+  if (host_pool_.Take(n, host->data(), &released, &cut, releasable)) {
     // Released first: a run cut may reuse their ids.
     if (!released.empty()) {
       backend_->ReleaseRuns(PoolKind::kHost, released.data(), released.size());

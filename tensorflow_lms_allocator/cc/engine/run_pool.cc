@@ -156,12 +156,18 @@ bool RunPool::Take(size_t n, GranuleId* out, std::vector<Run>* released,
   peak_in_use_ = std::max(peak_in_use_, in_use());
   while (cutting_ == Cutting::kAsNeeded && made_ > std::max(peak_in_use_, ahead_)) {
     // Only free runs can be what is over (a run with a part taken is in
-    // use): the longest goes.
+    // use): the longest goes, of the first few whole ones `releasable`
+    // accepts. One it refuses (its release would wait on the host for the
+    // GPU) stays made, for a later Take to release once it waits for
+    // nothing: memory over the peak costs nothing meanwhile.
     auto it = free_parts_.end();
     bool found = false;
-    while (!found && it != free_parts_.begin()) {
+    size_t tries = kStretchTries;
+    while (!found && tries > 0 && it != free_parts_.begin()) {
       --it;
-      found = IsWholeRun({it->second, it->first});
+      if (!IsWholeRun({it->second, it->first})) continue;
+      --tries;
+      found = !releasable || releasable({{it->second, it->first}});
     }
     if (!found) break;
     const Run run{it->second, it->first};

@@ -131,6 +131,8 @@ class RunPool {
   // cut (the first kStretchTries stretches that hold n are tried), and a
   // free run longer than needed is released only if none of the first few
   // that `releasable` accepts serves (the shortest then goes regardless).
+  // Made memory over the most ever in use goes (cutting as needed) only as
+  // free runs `releasable` accepts, longest first, among the first few.
   bool Take(size_t n, GranuleId* out, std::vector<Run>* released, std::vector<Run>* cut,
             const Releasable& releasable = nullptr);
   // Gives back ids of taken parts (see above).

@@ -220,6 +220,31 @@ TEST(ARunPoolMakesNoMoreMemoryThanWasEverInUse) {
   EXPECT_EQ(pool.peak_in_use(), 4u);
 }
 
+// A free run the caller's check refuses (on a GPU: its release would wait on
+// the host for queued work) stays made over the peak; a later Take releases
+// it once the check accepts it.
+TEST(ARunOverThePeakThatCannotBeReleasedYetStaysMadeUntilItCan) {
+  RunPool pool(8);
+  std::vector<RunPool::Run> released, cut;
+  GranuleId a[4], b[3], c[1];
+  bool busy = true;
+  const RunPool::Releasable releasable = [&](const std::vector<RunPool::Run>&) {
+    return !busy;
+  };
+  ASSERT_TRUE(pool.Take(4, a, &released, &cut, releasable));
+  pool.Give(a, 4);
+  // 3 unmade ids cut; 7 made against a peak of 4, but the free 4 is refused.
+  ASSERT_TRUE(pool.Take(3, b, &released, &cut, releasable));
+  EXPECT_TRUE(released.empty());
+  EXPECT_EQ(pool.made(), 7u);
+  busy = false;
+  pool.Give(b, 3);
+  released.clear();
+  ASSERT_TRUE(pool.Take(1, c, &released, &cut, releasable));  // the last unmade id
+  ASSERT_TRUE(released.size() == 1u && released[0].first == 0u && released[0].length == 4u);
+  EXPECT_EQ(pool.made(), 4u);
+}
+
 
 // Note [Device pieces cut to units] (engine.h): a device pool made a granule
 // a piece at creation hands out single granules while it cuts granules, then
