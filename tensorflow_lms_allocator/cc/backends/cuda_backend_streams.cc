@@ -70,8 +70,8 @@ void CudaBackend::RemoveFencedStream(cu::CUstream stream) {
   // Marks taken while it was fenced cover its work only through its events:
   // once it is gone they would not (with no stream left, every mark reads
   // done), so an eviction could copy, or an unmap remove, memory its queued
-  // kernels still use. Its work ends first. A rare call (a tool's, or a
-  // stream's end), so the host wait costs nothing that matters.
+  // kernels still use. Its work ends first: a host wait, in a rare call (a
+  // tool's, or at a stream's end).
   {
     cu::CUcontext stream_context = nullptr;
     if (driver_->cuStreamGetCtx(stream, &stream_context) == cu::CUDA_SUCCESS) {

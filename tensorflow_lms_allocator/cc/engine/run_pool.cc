@@ -158,8 +158,8 @@ bool RunPool::Take(size_t n, GranuleId* out, std::vector<Run>* released,
     // Only free runs can be what is over (a run with a part taken is in
     // use): the longest goes, of the first few whole ones `releasable`
     // accepts. One it refuses (its release would wait on the host for the
-    // GPU) stays made, for a later Take to release once it waits for
-    // nothing: memory over the peak costs nothing meanwhile.
+    // GPU) stays made, within the pool's capacity, for a later Take to
+    // release once it waits for nothing.
     auto it = free_parts_.end();
     bool found = false;
     size_t tries = kStretchTries;
