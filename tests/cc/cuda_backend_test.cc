@@ -1799,34 +1799,6 @@ TEST_F(EngineTest, AHostRunIsReleasedOnlyAfterThePageInCopyStillReadingIt) {
   EXPECT_OK(e->Free(u));
 }
 
-// An evicted tensor freed while a kernel queued before the free may still
-// use its host mapping: the mapping is retired, its host run free. A later
-// eviction that cuts a run over the most ever in use does not release that
-// run (its release would wait on the host for the kernel); it stays made.
-TEST_F(EngineTest, AHostRunStillMappedUnderAKernelIsNotReleasedOverThePeak) {
-  Fake().set_map_offset_zero_only(1);
-  StartEngine(/*device=*/4, /*host=*/8);
-  FencedStream compute(b);
-  void* t = MustAllocate(*e, 2 * kGranule, /*pin=*/false);
-  void* u = MustAllocate(*e, kGranule, /*pin=*/false);
-  ASSERT_TRUE(t != nullptr && u != nullptr);
-  EXPECT_OK(e->Evict(t));  // a host run of two: the most ever in use
-  FinishEvictionCopies(b);
-  LatchedWriter kernel;  // queued before T's free; writes nothing
-  StartLatchedWriter(b, compute.stream, nullptr, 0, 0, &kernel);
-  EXPECT_OK(e->Free(t));
-  EXPECT_TRUE(!b->MapsWithoutWait(Address(t), 2, /*poll=*/true));  // retired
-  const int64_t waits = e->GetStatistics().num_host_waits;
-  std::thread release = kernel.ReleaseAfter(std::chrono::milliseconds(300));
-  EXPECT_OK(e->Evict(u));  // cuts a run of one: T's run of two is over the peak
-  const Statistics st = e->GetStatistics();
-  const bool waited = kernel.finished;
-  release.join();
-  EXPECT_EQ(st.num_host_waits - waits, 0);
-  EXPECT_TRUE(!waited);
-  EXPECT_OK(e->Free(u));
-}
-
 // Note [Device pieces cut to units] (engine.h). On a driver that maps only
 // whole handles (driver 580), a tensor allocated before the first eviction
 // is a piece a granule; paged in after it, its device memory is cut as one

@@ -54,7 +54,6 @@ RUNS = "ARunOfConsecutiveDeviceGranulesIsOneMappingAtItsOffset"
 TRIM = "AUnitPlacedOverPartOfACachedMappingGetsItsOwnAndMovesAlone"
 AVOID = "ASmallerUnitIsPlacedWhereItCutsNoCachedMapping"
 AWAY = "ANewUnitIsPlacedAwayFromARetiredMappingStillInUse"
-HOST_RUN = "AHostRunStillMappedUnderAKernelIsNotReleasedOverThePeak"
 REMOVED = "RemovingAFencedStreamKeepsItsQueuedWorkBeforeLaterMoves"
 FREED_EARLY = "AGranuleFreedBeforeAnyStreamWasFencedMakesNoLaterCopyWaitForTheGpu"
 HANDED_OVER = "AnUnmapHandedOverWithNoStreamFencedStaysDoneWhenOneIsFencedAgain"
@@ -225,12 +224,6 @@ MUTATIONS = {
     "removed-stream-not-waited-for": (
         STREAMS, "      if (in_stream_context.status().ok()) driver_->cuStreamSynchronize(stream);\n",
         "      (void)in_stream_context;  // MUTATION\n", {REMOVED}),
-    # Host memory over the peak is released whatever its retired mappings
-    # still wait for: an eviction waits on the host for a freed evicted
-    # tensor's kernel.
-    "host-runs-released-under-queued-work": (
-        RECLAIM_SRC, "&released, &cut, releasable)) {",
-        "&released, &cut)) {  /* MUTATION */ (void)releasable;", {HOST_RUN}),
     # A copy into a granule whose retired mapping still has queued work does
     # not wait for it: the page-in lands before the freed buffer's kernel.
     "copies-ignore-retired": (
