@@ -2093,6 +2093,58 @@ TEST_F(EngineTest, FreeingAnEvictedTensorRetiresItsMappingUnderQueuedWork) {
   CompleteAnEpoch(*e);
 }
 
+// T evicted while a kernel queued before its unpin still writes it (its
+// device mapping retired, and its host mapping pending or, with evicted
+// tensors unmapped, none), then freed before that kernel has run: the free
+// drops what was pending and leaves the device mapping retired, and waits
+// for nothing on the host (Note [Retired mappings]). Before, it waited for
+// the kernel, to unmap the retired mapping in its way. The kernel's write
+// lands in T's former device granules, not in U's bytes or the host's.
+void FreeAnEvictionThatWaitsForAKernel(Engine& e, CudaBackend* b, cu::CUstream stream) {
+  const size_t size = 4 * kGranule;
+  uint64_t id = 0;
+  void* t = e.Allocate(size, /*pin=*/true, nullptr, &id);
+  ASSERT_TRUE(t != nullptr);
+  EXPECT_OK(FillAllocation(e, t, size, 1));
+  CompleteAnEpoch(e);
+  LatchedWriter kernel;
+  StartLatchedWriter(b, stream, t, size, 2, &kernel);
+  EXPECT_OK(e.Unpin(t, id));
+  std::thread release = kernel.ReleaseAfter(std::chrono::milliseconds(2000));
+  void* u = MustAllocate(e, size + kGranule, /*pin=*/true);  // evicts T
+  ASSERT_TRUE(u != nullptr);
+  AllocationInfo info;
+  EXPECT_OK(e.Inspect(t, &info));
+  EXPECT_TRUE(info.evicted);
+  const int64_t waits = e.GetStatistics().num_host_waits;
+  EXPECT_OK(e.Free(t));
+  // W's map lets the unmap thread make what it was handed: T's retired
+  // mapping must not be among them while the kernel still writes it.
+  void* w = MustAllocate(e, kGranule, /*pin=*/true);
+  ASSERT_TRUE(w != nullptr);
+  EXPECT_EQ(e.GetStatistics().num_host_waits - waits, 0);
+  EXPECT_TRUE(!kernel.finished.load());  // neither the free nor W waited for it
+  release.join();
+  Synchronize(b, stream);
+  EXPECT_OK(b->UnmapCompletedRetired());
+  EXPECT_OK(FillAllocation(e, u, size + kGranule, 3));
+  EXPECT_EQ(VerifyAllocation(e, u, size + kGranule, 3), -1);
+  EXPECT_OK(e.Free(u));
+  EXPECT_OK(e.Free(w));
+}
+
+TEST_F(EngineTest, FreeingATensorWhoseEvictionWaitsForAKernelDoesNotWaitForIt) {
+  StartEngine(/*device=*/6, /*host=*/8);
+  FencedStream compute(b);
+  FreeAnEvictionThatWaitsForAKernel(*e, b, compute.stream);
+}
+
+TEST_F(EngineTest, FreeingATensorEvictedUnmappedUnderAKernelDoesNotWaitForIt) {
+  StartEngineUnmappingEvicted(/*device=*/6, /*host=*/8);
+  FencedStream compute(b);
+  FreeAnEvictionThatWaitsForAKernel(*e, b, compute.stream);
+}
+
 // The adapter's last resort under a deadlock: a kernel whose pin of an
 // evicted input was refused reads it in place. An eviction whose remap was
 // deferred (its victim's last kernel still ran) is completed first, so the

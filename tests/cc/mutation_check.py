@@ -75,6 +75,8 @@ BROKEN_RELEASE = "AReleaseThatCannotWaitForItsCopyReleasesNothingAndKeepsItsPiec
 UNMAPPER = SRC / "backends/unmap_thread.cc"
 UNMAP_THREAD = "AFreedMappingIsUnmappedOnTheUnmapThreadAndAMapThereWaitsForIt"
 HELD = "HandedOverUnmapsWaitUntilTheCallersNextMapIsMade"
+FREED_DEFERRED = "FreeingATensorWhoseEvictionWaitsForAKernelDoesNotWaitForIt"
+FREED_UNMAPPED = "FreeingATensorEvictedUnmappedUnderAKernelDoesNotWaitForIt"
 # As a mutation's tests that may also fail: any test may (a race).
 ANY = frozenset({"*"})
 
@@ -212,6 +214,17 @@ MUTATIONS = {
     # none was fenced then): placement avoids its slots.
     "handed-over-unmap-keeps-its-mark": (
         STREAMS, "    r.mark = 0;\n", "    // MUTATION\n", {HANDED_OVER}),
+    # A free of a tensor whose eviction's device mapping is still retired
+    # (its last kernel queued) takes that mapping as done: unmapped under
+    # the kernel still writing it.
+    "freed-eviction-unmapped-at-once": (
+        MEMORY, "  const bool polled = !retired_.empty();\n  LMS_RETURN_IF_ERROR(UnmapRetired());\n",
+        "  const bool polled = !retired_.empty();\n"
+        "  for (Retired& r : retired_) {  // MUTATION\n"
+        "    if (Overlaps(r, address, count)) r.mark = 0;\n"
+        "  }\n"
+        "  LMS_RETURN_IF_ERROR(UnmapRetired());\n",
+        {FREED_DEFERRED, FREED_UNMAPPED}),
     # A free whose epoch is done is retired with its mark, which a stream
     # fenced later makes read as not done: the next copy from its granule
     # waits on the host for that stream.

@@ -488,11 +488,25 @@ Status CudaBackend::UnmapReleased(uintptr_t address, size_t count, uint64_t mark
   LMS_CUDA_SCOPE(*driver_, context_);
   // Nothing is queued on freed memory after its free: once the epoch open
   // at the free is complete, nothing queued can still touch the slots.
-  // Until then they stay mapped, retired (Note [Retired mappings]). Those
-  // whose epoch is done go, and those in the way once it is: one call, one
-  // poll of the GPU (if any is retired), enough for `mark` below too.
+  // Until then they stay mapped, retired (Note [Retired mappings]).
+  //
+  // A retired mapping already there (the unit's eviction's, its last use
+  // still queued) stays as it is, until its own epoch is done: the free
+  // waits for nothing. What was pending there (the eviction's host
+  // mapping) is never made: no kernel reached those host granules through
+  // this address, and the copy that wrote them is on the copy stream, before
+  // any later copy of them.
+  for (size_t i = 0; i < count; ++i) {
+    Slot* slot = SlotAt(address + i * granule_);
+    if (slot != nullptr && slot->pending) {
+      *slot = Slot();
+      slot->retired = true;
+    }
+  }
+  // Those whose epoch is done go: one call, one poll of the GPU (if any is
+  // retired), enough for `mark` below too.
   const bool polled = !retired_.empty();
-  LMS_RETURN_IF_ERROR(UnmapRetired(/*wait=*/true, address, count));
+  LMS_RETURN_IF_ERROR(UnmapRetired());
   bool any = false;
   for (size_t i = 0; i < count && !any; ++i) any = IsMapped(address + i * granule_);
   if (!any) return Status::Ok();

@@ -166,12 +166,14 @@
 // whose epoch is already done is retired too and handed to the thread at
 // once, so a free makes no driver call on the caller's thread. A retired
 // mapping leaves retired_ only once the thread's unmap is taken back
-// (ReapUnmaps), and until then everything above holds as for any other. A Map, Unmap or free at a slot a retired
-// mapping still occupies waits for its epoch first (usually long complete:
-// the unit was evicted as the one not needed for longest), and drops what
-// was pending there. So neither a free nor an eviction makes the host wait
-// for the GPU to reach the memory's last use; a page-in still may, since its
-// kernel touches the address as soon as Pin returns.
+// (ReapUnmaps), and until then everything above holds as for any other. A
+// Map or Unmap at a slot a retired mapping still occupies waits for its
+// epoch first (usually long complete: the unit was evicted as the one not
+// needed for longest), and drops what was pending there. A free there waits
+// for nothing: it drops what was pending and leaves the retired mapping to
+// its epoch. So neither a free nor an eviction makes the host wait for the
+// GPU to reach the memory's last use; a page-in still may, since its kernel
+// touches the address as soon as Pin returns.
 //
 // Note [Copy tickets]. Memory the engine releases (ReleaseRuns: a host run,
 // or a device piece it cuts again, Note [Device pieces cut to units] in
