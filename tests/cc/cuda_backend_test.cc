@@ -2262,6 +2262,46 @@ TEST_F(EngineTest, DefragmentationRetiresAFreedRangeAndTheNextUserWaits) {
   EXPECT_OK(e->Free(wall));
 }
 
+// Note [Epochs of use], past the ring's end: a wait for an epoch the ring
+// of kEpochRing events no longer holds waits through the oldest it holds
+// after it, not through whichever newer epoch took the slot. Kernel 1 is
+// queued before epoch M, kernel 2 after M + 70; 130 epochs are closed in
+// all, so that M's slot holds an epoch after kernel 2. A page-in in a batch
+// whose mark is M waits on the host for kernel 1 only.
+TEST_F(BackendTest, AWaitForAnEpochTheRingNoLongerHoldsWaitsThroughTheOldestAfterIt) {
+  uintptr_t base = 0;
+  EXPECT_OK(b->ReserveAddressRange(2 * kGranule, &base));
+  EXPECT_OK(b->CreatePool(PoolKind::kDevice, 2));
+  FencedStream compute(b.get());
+  const auto close_epochs = [&](int n) {
+    for (int i = 0; i < n; ++i) {
+      EXPECT_OK(b->BeginRemapBatch(b->ReleaseMark()));
+      EXPECT_OK(b->EndRemapBatch());
+    }
+  };
+  LatchedWriter first, second;  // they write nothing: only their order counts
+  EXPECT_OK(LaunchWriter(b.get(), compute.stream, &first));
+  const uint64_t mark = b->ReleaseMark();
+  close_epochs(71);
+  EXPECT_OK(LaunchWriter(b.get(), compute.stream, &second));
+  close_epochs(60);
+  std::thread release_first = first.ReleaseAfter(std::chrono::milliseconds(200));
+  std::thread release_second = second.ReleaseAfter(std::chrono::milliseconds(4000));
+  const int64_t waits = b->GetStatistics().host_waits;
+  EXPECT_OK(b->BeginRemapBatch(mark));
+  const GranuleId device[] = {0};
+  EXPECT_OK(b->Map(base, PoolKind::kDevice, device, 1, Access::kReadWrite));
+  EXPECT_OK(b->EndRemapBatch());
+  EXPECT_EQ(b->GetStatistics().host_waits - waits, 1);
+  EXPECT_TRUE(first.finished.load());
+  EXPECT_TRUE(!second.finished.load());  // the wait was not for kernel 2
+  release_first.join();
+  release_second.join();
+  Synchronize(b.get(), compute.stream);
+  EXPECT_OK(b->Unmap(base, 1));
+  b->ReleaseAddressRange(base, 2 * kGranule);
+}
+
 // A granule freed before any stream was fenced carries no mark of that
 // time: once a stream is fenced and busy, a copy from it at its new address
 // waits for none of that stream's work.

@@ -77,6 +77,7 @@ UNMAP_THREAD = "AFreedMappingIsUnmappedOnTheUnmapThreadAndAMapThereWaitsForIt"
 HELD = "HandedOverUnmapsWaitUntilTheCallersNextMapIsMade"
 FREED_DEFERRED = "FreeingATensorWhoseEvictionWaitsForAKernelDoesNotWaitForIt"
 FREED_UNMAPPED = "FreeingATensorEvictedUnmappedUnderAKernelDoesNotWaitForIt"
+RING_WRAP = "AWaitForAnEpochTheRingNoLongerHoldsWaitsThroughTheOldestAfterIt"
 # As a mutation's tests that may also fail: any test may (a race).
 ANY = frozenset({"*"})
 
@@ -225,6 +226,12 @@ MUTATIONS = {
         "  }\n"
         "  LMS_RETURN_IF_ERROR(UnmapRetired());\n",
         {FREED_DEFERRED, FREED_UNMAPPED}),
+    # Past the epoch ring's end, a wait takes whatever newer epoch holds
+    # its mark's slot: the host waits for kernels queued long after the mark.
+    "ring-wrap-takes-the-marks-slot": (
+        STREAMS, "  if (ring_epoch_[*slot] != mark || mark == 0) *slot = OldestHeldFrom(mark);",
+        "  if (ring_epoch_[*slot] == 0) *slot = OldestHeldFrom(mark);  // MUTATION",
+        {RING_WRAP}),
     # A free whose epoch is done is retired with its mark, which a stream
     # fenced later makes read as not done: the next copy from its granule
     # waits on the host for that stream.

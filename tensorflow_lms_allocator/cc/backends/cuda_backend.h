@@ -129,8 +129,9 @@
 // fenced stream: everything enqueued before is before them) and then waits
 // for those events: on the copy stream (CopyStreamAfter) or on the host
 // (HostWaitForEpoch). Events are kept in a ring of kEpochRing slots per
-// fenced stream; a wait for an epoch the ring no longer holds uses a later
-// one (its events are recorded later on every stream, so they cover it), and
+// fenced stream; a wait for an epoch the ring no longer holds uses the
+// oldest later one it holds (its events are recorded later on every stream,
+// so they cover it), and
 // a stream fenced after an epoch closed invalidates every slot (the new
 // stream has no event in them). Known completion is remembered
 // (epoch_done_, and copy_stream_after_ for the copy stream), so a move whose
@@ -558,10 +559,15 @@ class CudaBackend : public Backend {
   // Blocks until every epoch up to `mark` is complete on the fenced streams.
   Status HostWaitForEpoch(uint64_t mark) LMS_LOCKS_EXCLUDED(streams_mu_);
   // The ring slot whose events cover epoch `mark`: closes epochs until
-  // `mark` is closed, or closes a new one if the ring no longer holds it
-  // (a later epoch covers it). Sets *covered to the epoch the slot holds.
+  // `mark` is closed; if the ring no longer holds it, the oldest epoch it
+  // holds after it (recorded later on every stream, so it covers `mark`,
+  // and of those it waits for the least), or a new one if it holds none.
+  // Sets *covered to the epoch the slot holds.
   Status SlotFor(uint64_t mark, size_t* slot, uint64_t* covered)
       LMS_EXCLUSIVE_LOCKS_REQUIRED(streams_mu_);
+  // The slot of the oldest epoch at or after `from` the ring holds;
+  // kEpochRing if none.
+  size_t OldestHeldFrom(uint64_t from) const LMS_EXCLUSIVE_LOCKS_REQUIRED(streams_mu_);
   // Records the open epoch's events on every fenced stream and opens the
   // next.
   Status CloseEpoch() LMS_EXCLUSIVE_LOCKS_REQUIRED(streams_mu_);

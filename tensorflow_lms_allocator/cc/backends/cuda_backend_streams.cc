@@ -112,15 +112,26 @@ Status CudaBackend::CloseEpoch() {
 
 Status CudaBackend::SlotFor(uint64_t mark, size_t* slot, uint64_t* covered) {
   while (mark >= epoch_) LMS_RETURN_IF_ERROR(CloseEpoch());
-  // The ring holds the last kEpochRing closed epochs; an older one, or one
-  // closed before a stream joined, is covered by a new one.
+  // The ring holds the last kEpochRing closed epochs (0: none, or one
+  // closed before a stream joined). Past its end, `mark`'s slot holds a
+  // later epoch of any age: the oldest later one waits least.
   *slot = mark % kEpochRing;
-  if (ring_epoch_[*slot] < mark || ring_epoch_[*slot] == 0) {
+  if (ring_epoch_[*slot] != mark || mark == 0) *slot = OldestHeldFrom(mark);
+  if (*slot == kEpochRing) {
     *slot = epoch_ % kEpochRing;
     LMS_RETURN_IF_ERROR(CloseEpoch());
   }
   *covered = ring_epoch_[*slot];
   return Status::Ok();
+}
+
+size_t CudaBackend::OldestHeldFrom(uint64_t from) const {
+  size_t slot = kEpochRing;
+  for (size_t i = 0; i < kEpochRing; ++i) {
+    const uint64_t e = ring_epoch_[i];
+    if (e != 0 && e >= from && (slot == kEpochRing || e < ring_epoch_[slot])) slot = i;
+  }
+  return slot;
 }
 
 Status CudaBackend::CopyStreamAfter(uint64_t mark) {
@@ -180,11 +191,7 @@ void CudaBackend::PollEpochs() {
   // the ring has moved on or a stream joined since) covers every epoch
   // before it.
   for (int n = 0; n < 4; ++n) {
-    size_t slot = kEpochRing;
-    for (size_t i = 0; i < kEpochRing; ++i) {
-      const uint64_t e = ring_epoch_[i];
-      if (e > epoch_done_ && (slot == kEpochRing || e < ring_epoch_[slot])) slot = i;
-    }
+    const size_t slot = OldestHeldFrom(epoch_done_ + 1);
     if (slot == kEpochRing) return;
     for (const FencedStream& fenced : fenced_) {
       if (driver_->cuEventQuery(fenced.epochs[slot]) != cu::CUDA_SUCCESS) return;
