@@ -499,8 +499,9 @@ Status CudaBackend::UnmapReleased(uintptr_t address, size_t count, uint64_t mark
   for (size_t i = 0; i < count; ++i) {
     Slot* slot = SlotAt(address + i * granule_);
     if (slot != nullptr && slot->pending) {
+      const bool retired = slot->retired;
       *slot = Slot();
-      slot->retired = true;
+      slot->retired = retired;
     }
   }
   // Those whose epoch is done go: one call, one poll of the GPU (if any is
