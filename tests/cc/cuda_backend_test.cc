@@ -2286,7 +2286,7 @@ TEST_F(BackendTest, AWaitForAnEpochTheRingNoLongerHoldsWaitsThroughTheOldestAfte
   EXPECT_OK(LaunchWriter(b.get(), compute.stream, &second));
   close_epochs(60);
   std::thread release_first = first.ReleaseAfter(std::chrono::milliseconds(200));
-  std::thread release_second = second.ReleaseAfter(std::chrono::milliseconds(4000));
+  std::thread release_second = second.ReleaseAfter(std::chrono::milliseconds(2000));
   const int64_t waits = b->GetStatistics().host_waits;
   EXPECT_OK(b->BeginRemapBatch(mark));
   const GranuleId device[] = {0};
