@@ -225,7 +225,10 @@ MUTATIONS = {
         "    if (Overlaps(r, address, count)) r.mark = 0;\n"
         "  }\n"
         "  LMS_RETURN_IF_ERROR(UnmapRetired());\n",
-        {FREED_DEFERRED, FREED_UNMAPPED}),
+        {FREED_DEFERRED, FREED_UNMAPPED},
+        # It frees a tensor just evicted (CompleteAnEpoch): caught when the
+        # unmap thread unmaps it before the work its epoch covers has run.
+        {PEER}),
     # Past the epoch ring's end, a wait takes whatever newer epoch holds
     # its mark's slot: the host waits for kernels queued long after the mark.
     "ring-wrap-takes-the-marks-slot": (

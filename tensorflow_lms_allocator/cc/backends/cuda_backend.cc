@@ -495,7 +495,11 @@ Status CudaBackend::UnmapReleased(uintptr_t address, size_t count, uint64_t mark
   // waits for nothing. What was pending there (the eviction's host
   // mapping) is never made: no kernel reached those host granules through
   // this address, and the copy that wrote them is on the copy stream, before
-  // any later copy of them.
+  // any later copy of them. Whole mappings only, pending ones too: a free
+  // never cuts one.
+  bool any = false;
+  for (size_t i = 0; i < count && !any; ++i) any = IsMapped(address + i * granule_);
+  if (any) LMS_RETURN_IF_ERROR(CheckWholeMappings(address, count, "unmapping"));
   for (size_t i = 0; i < count; ++i) {
     Slot* slot = SlotAt(address + i * granule_);
     if (slot != nullptr && slot->pending) {
@@ -508,10 +512,9 @@ Status CudaBackend::UnmapReleased(uintptr_t address, size_t count, uint64_t mark
   // retired), enough for `mark` below too.
   const bool polled = !retired_.empty();
   LMS_RETURN_IF_ERROR(UnmapRetired());
-  bool any = false;
+  any = false;
   for (size_t i = 0; i < count && !any; ++i) any = IsMapped(address + i * granule_);
   if (!any) return Status::Ok();
-  LMS_RETURN_IF_ERROR(CheckWholeMappings(address, count, "unmapping"));
   const bool done = EpochDoneAfterPoll(mark, polled);
   // Done, the unmaps go to the unmap thread (Note [Unmaps on a thread of
   // their own]); they are retired meanwhile, as until the epoch is done.
