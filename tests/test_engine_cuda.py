@@ -363,11 +363,13 @@ def test_an_eviction_left_unmapped_maps_nothing_and_waits_for_the_tensors_last_k
             e.fill_pattern(idle, 2 * GRANULE, 7)
             e.fill_pattern(busy, 2 * GRANULE, 8)
             # The open epoch ended and waited for (the C++ tests' CompleteAnEpoch:
-            # a granule's eviction and free), so idle's last use is known done
+            # a granule's eviction, whose copy waits for the epoch, a host wait
+            # for that copy, and the free), so idle's last use is known done
             # and nothing is deferred: a stream synchronize alone leaves its
             # epoch open, and the eviction's poll may find it still running.
             scratch = e.allocate(GRANULE)
             e.evict(scratch)
+            e.wait_for_copies()
             e.free(scratch)
             before = fake.fake_cuda_call_count(b"cuMemMap")
             e.evict(idle)

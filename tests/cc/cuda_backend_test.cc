@@ -901,13 +901,16 @@ void StartLatchedWriter(CudaBackend* b, cu::CUstream stream, const void* t, size
 }
 
 // Ends the open epoch and waits for it (Note [Epochs of use]): an eviction of
-// a granule allocated for the purpose, then its free. What was born or last
-// used before is then known complete, so a test can tell a mark taken at a
-// unit's birth from one taken at its last unpin.
+// a granule allocated for the purpose, whose copy waits on the copy stream
+// for the epoch of its birth, then a host wait for that copy, then its free
+// (which itself waits for nothing). What was born or last used before is
+// then known complete, so a test can tell a mark taken at a unit's birth
+// from one taken at its last unpin.
 void CompleteAnEpoch(Engine& e) {
   void* z = MustAllocate(e, kGranule, /*pin=*/false);
   ASSERT_TRUE(z != nullptr);
   EXPECT_OK(e.Evict(z));
+  EXPECT_OK(e.WaitForCopies());
   EXPECT_OK(e.Free(z));
 }
 
