@@ -165,15 +165,17 @@ MUTATIONS = {
         "  // MUTATION\n", {OWN_COPIES}),
     # A remap batch leaves the open epoch open: a unit unpinned before a move
     # waits for every kernel queued until its own eviction (Note [Epochs of
-    # use]).
+    # use]); the ring test's mark, which its batches never close, is closed
+    # by the wait, after both kernels.
     "open-epoch-left-open-by-a-batch": (
         STREAMS, "  if (!fenced_.empty() && open_epoch_marked_.load(std::memory_order_relaxed)) {\n",
-        "  if (false) {  // MUTATION\n", {OWN_EPOCH}),
+        "  if (false) {  // MUTATION\n", {OWN_EPOCH, RING_WRAP}),
     # The engine never notes a kernel's unpin as a use: the eviction of what
     # it wrote waits only for the unit's birth.
     "unpin-not-a-use": (
         ENGINE, "  NoteUse(c);  // the kernel queued its work on the unit before it let go\n",
-        "  // MUTATION\n", {EVICTION, RECLAIM, COPY, IN_PLACE, UNMAPPED}),
+        "  // MUTATION\n", {EVICTION, RECLAIM, COPY, IN_PLACE, UNMAPPED, FREED_DEFERRED,
+                           FREED_UNMAPPED}),
     # A batch's victims ordered by the first victim's last use, not the latest.
     "batch-mark-of-one-victim": (
         RECLAIM_SRC, "  for (const Victim& v : batch) mark = std::max(mark, UseMark(v.id));\n",
@@ -185,14 +187,15 @@ MUTATIONS = {
         "    if (r.unmap_ticket == 0 && EpochDone(r.mark) &&\n"
         "        (in_the_way(r) || unmapper_ == nullptr || AnyPending(r.address, r.granules))) {\n",
         "    if (r.unmap_ticket == 0) {  // MUTATION\n",
-        {FREE, DEFRAG, EVICTION, RECLAIM, COPY, PAGE_IN_FREED, AWAY_ALL, UNMAPPED}),
+        {FREE, DEFRAG, EVICTION, RECLAIM, COPY, PAGE_IN_FREED, AWAY_ALL, UNMAPPED,
+         FREED_DEFERRED, FREED_UNMAPPED}),
     # The unmap thread (Note [Unmaps on a thread of their own]) handed
     # retired mappings whatever their epoch: it unmaps under queued work.
     "unmap-thread-ignores-the-epoch": (
         STREAMS,
         "    if (r.unmap_ticket != 0 || !EpochDone(r.mark) || AnyPending(r.address, r.granules)) {",
         "    if (r.unmap_ticket != 0 || AnyPending(r.address, r.granules)) {  // MUTATION",
-        {DEFRAG, PAGE_IN_FREED},
+        {DEFRAG, PAGE_IN_FREED, FREED_DEFERRED, FREED_UNMAPPED},
         # Held until the next map, their unmaps race the kernels they hit.
         {FREE, EVICTION, RECLAIM, COPY, AWAY_ALL, UNMAPPED}),
     # A map at a slot whose unmap the thread has not made yet does not wait
@@ -288,11 +291,12 @@ MUTATIONS = {
     # under the kernel still writing it.
     "unmapped-eviction-ignores-last-use": (
         RECLAIM_SRC, "            : UnmapEvicted(v.id, v.host.data(), mark);\n",
-        "            : UnmapEvicted(v.id, v.host.data(), 0);  // MUTATION\n", {UNMAPPED}),
+        "            : UnmapEvicted(v.id, v.host.data(), 0);  // MUTATION\n",
+        {UNMAPPED, FREED_UNMAPPED}),
     # An eviction's old device mapping retired as if its epoch were done.
     "eviction-retired-as-done": (
         STREAMS, "Retire(at, length, batch_mark_)", "Retire(at, length, 0) /* MUTATION */",
-        {EVICTION, RECLAIM, COPY, IN_PLACE, NOT_CUT}),
+        {EVICTION, RECLAIM, COPY, IN_PLACE, NOT_CUT, FREED_DEFERRED}),
     # A fenced stream's event made in this device's context, not the
     # stream's: cuEventRecord fails on another GPU's stream (Note [Access to
     # mapped memory]).

@@ -131,11 +131,10 @@
 // (HostWaitForEpoch). Events are kept in a ring of kEpochRing slots per
 // fenced stream; a wait for an epoch the ring no longer holds uses the
 // oldest later one it holds (its events are recorded later on every stream,
-// so they cover it), and
-// a stream fenced after an epoch closed invalidates every slot (the new
-// stream has no event in them). Known completion is remembered
-// (epoch_done_, and copy_stream_after_ for the copy stream), so a move whose
-// units were last used long ago costs no driver call at all. Units a reclaim
+// so they cover it), and a stream fenced after an epoch closed invalidates
+// every slot (the new stream has no event in them). Known completion is
+// remembered (epoch_done_, and copy_stream_after_ for the copy stream), so a
+// move whose units were last used long ago costs no driver call at all. Units a reclaim
 // evicts are the ones idle longest (or not needed for longest), so usually
 // the only wait left is the copy stream's, on the GPU. A remap batch also
 // closes the open epoch if a mark of it was handed out (BeginRemapBatch: one
