@@ -497,9 +497,9 @@ Status CudaBackend::UnmapReleased(uintptr_t address, size_t count, uint64_t mark
   // this address, and the copy that wrote them is on the copy stream, before
   // any later copy of them. Whole mappings only, pending ones too: a free
   // never cuts one.
-  bool any = false;
-  for (size_t i = 0; i < count && !any; ++i) any = IsMapped(address + i * granule_);
-  if (any) LMS_RETURN_IF_ERROR(CheckWholeMappings(address, count, "unmapping"));
+  if (AnyMapped(address, count)) {
+    LMS_RETURN_IF_ERROR(CheckWholeMappings(address, count, "unmapping"));
+  }
   for (size_t i = 0; i < count; ++i) {
     Slot* slot = SlotAt(address + i * granule_);
     if (slot != nullptr && slot->pending) {
@@ -512,9 +512,7 @@ Status CudaBackend::UnmapReleased(uintptr_t address, size_t count, uint64_t mark
   // retired), enough for `mark` below too.
   const bool polled = !retired_.empty();
   LMS_RETURN_IF_ERROR(UnmapRetired());
-  any = false;
-  for (size_t i = 0; i < count && !any; ++i) any = IsMapped(address + i * granule_);
-  if (!any) return Status::Ok();
+  if (!AnyMapped(address, count)) return Status::Ok();
   const bool done = EpochDoneAfterPoll(mark, polled);
   // Done, the unmaps go to the unmap thread (Note [Unmaps on a thread of
   // their own]); they are retired meanwhile, as until the epoch is done.
@@ -543,9 +541,7 @@ Status CudaBackend::UnmapSlots(uintptr_t address, size_t count, bool drain) {
   if (AnyRetired(address, count)) {
     LMS_RETURN_IF_ERROR(UnmapRetired(/*wait=*/true, address, count));
   }
-  bool any = false;
-  for (size_t i = 0; i < count && !any; ++i) any = IsMapped(address + i * granule_);
-  if (!any) return Status::Ok();
+  if (!AnyMapped(address, count)) return Status::Ok();
   LMS_RETURN_IF_ERROR(CheckWholeMappings(address, count, "unmapping"));
   if (drain && !remap_batch_drained_) LMS_RETURN_IF_ERROR(Drain());
   ScopedNanos timed(&stats_.unmap_ns);

@@ -651,6 +651,13 @@ class CudaBackend : public Backend {
   // mappings are retired and the new ones left pending (Note [Retired
   // mappings]). False, and nothing done, where that does not apply.
   bool MapDeferred(uintptr_t address, PoolKind pool, const GranuleId* ids, size_t count);
+  // Whether a mapping (made or pending) holds one of the `count` slots.
+  bool AnyMapped(uintptr_t address, size_t count) {
+    for (size_t i = 0; i < count; ++i) {
+      if (IsMapped(address + i * granule_)) return true;
+    }
+    return false;
+  }
   bool AnyRetired(uintptr_t address, size_t count) {
     for (size_t i = 0; i < count; ++i) {
       const Slot* slot = SlotAt(address + i * granule_);

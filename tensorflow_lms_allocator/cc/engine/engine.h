@@ -822,6 +822,10 @@ class Engine {
   // free, releasing and defining the pieces the pool cut (Note [Device
   // pieces cut to units]).
   void TakeDeviceGranules(uint64_t n, GranuleId* out) LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The release check both pools take: runs of `pool` whose release waits
+  // for no kernel (Backend::ReleaseWaitsOnlyForCopies).
+  RunPool::Releasable ReleaseWaitsOnlyForCopies(PoolKind pool)
+      LMS_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Maps `host` granules at unit `id`'s slots (replacing its device mapping,
   // or onto unmapped slots), in strict mode with no access unless the unit
   // is held (Note [Strict access follows holders]), watching `watched_bytes`

@@ -392,14 +392,17 @@ void Engine::StartDeviceRuns() {
   device_pool_.CutUnits();  // Note [Device pieces cut to units]
 }
 
+RunPool::Releasable Engine::ReleaseWaitsOnlyForCopies(PoolKind pool) {
+  return [this, pool](const std::vector<GranuleRun>& runs) {
+    return backend_->ReleaseWaitsOnlyForCopies(pool, runs.data(), runs.size());
+  };
+}
+
 void Engine::TakeDeviceGranules(uint64_t n, GranuleId* out) {
   std::vector<DevicePool::Run> released, cut;
   // A piece is cut only from memory whose release waits for no kernel.
   const bool taken = device_pool_.Take(n, out, &released, &cut,
-                                       [this](const std::vector<DevicePool::Run>& runs) {
-                                         return backend_->ReleaseWaitsOnlyForCopies(
-                                             PoolKind::kDevice, runs.data(), runs.size());
-                                       });
+                                       ReleaseWaitsOnlyForCopies(PoolKind::kDevice));
   assert(taken);  // the caller made room
   (void)taken;
   // Released first: a piece cut may reuse their ids.
@@ -565,10 +568,8 @@ Status Engine::TakeHostGranules(uint64_t n, const char* what,
   std::vector<RunPool::Run> released, cut;
   // A free run whose release waits for no kernel goes first (a freed
   // evicted tensor's run may still be mapped under queued work).
-  const auto releasable = [this](const std::vector<RunPool::Run>& runs) {
-    return backend_->ReleaseWaitsOnlyForCopies(PoolKind::kHost, runs.data(), runs.size());
-  };
-  if (host_pool_.Take(n, host->data(), &released, &cut, releasable)) {
+  if (host_pool_.Take(n, host->data(), &released, &cut,
+                      ReleaseWaitsOnlyForCopies(PoolKind::kHost))) {
     // Released first: a run cut may reuse their ids.
     if (!released.empty()) {
       backend_->ReleaseRuns(PoolKind::kHost, released.data(), released.size());
