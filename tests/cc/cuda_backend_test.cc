@@ -1877,6 +1877,52 @@ TEST_F(EngineTest, DeviceMemoryARetiredMappingStillUsesIsNotCutAgain) {
   EXPECT_OK(e->Free(t));
 }
 
+// A host run freed while its last copy still waits on the GPU for a kernel
+// (T's eviction copy waits for T's last use; T is freed before that kernel
+// has run) is not released as more than the pool's peak use (Note [Copy
+// tickets]): releasing it would wait on the host for the copy's event, so
+// for the kernel. It stays made, within the pool's capacity. Host runs are
+// mapped whole here: T's eviction takes the free run of one granule a
+// first eviction left and makes a run of three; V's eviction of two takes
+// that granule and makes one more, and the pool then holds five granules,
+// more than its peak use of four.
+TEST_F(EngineTest, AHostRunWhoseLastCopyWaitsForAKernelIsNotReleased) {
+  Fake().set_map_offset_zero_only(1);
+  StartEngine(/*device=*/8, /*host=*/8);
+  ASSERT_TRUE(!b->MapsPartsOfRuns(PoolKind::kHost));
+  FencedStream compute(b);
+  uint64_t id = 0;
+  void* t = e->Allocate(4 * kGranule, /*pin=*/true, nullptr, &id);
+  ASSERT_TRUE(t != nullptr);
+  EXPECT_OK(FillAllocation(*e, t, 4 * kGranule, 71));
+  void* v = MustAllocate(*e, 2 * kGranule, /*pin=*/false);
+  ASSERT_TRUE(v != nullptr);
+  EXPECT_OK(FillAllocation(*e, v, 2 * kGranule, 73));
+  CompleteAnEpoch(*e);  // T's and V's births' epoch complete; a free granule
+  // T's copy queued after T's last kernel, which is held.
+  LatchedWriter kernel;
+  StartLatchedWriter(b, compute.stream, t, 4 * kGranule, 72, &kernel);
+  EXPECT_OK(e->Unpin(t, id));
+  EXPECT_OK(e->Evict(t));
+  EXPECT_OK(e->Free(t));
+  EXPECT_EQ(Fake().pool_bytes_in_use(FAKE_CUDA_POOL_HOST), 4 * kGranule);
+  const int64_t waits = e->GetStatistics().num_host_waits;
+  std::thread release = kernel.ReleaseAfter(std::chrono::milliseconds(500));
+  EXPECT_OK(e->Evict(v));
+  const int64_t waited = e->GetStatistics().num_host_waits - waits;
+  const bool finished = kernel.finished.load();
+  const size_t made = Fake().pool_bytes_in_use(FAKE_CUDA_POOL_HOST);
+  release.join();
+  EXPECT_EQ(waited, 0);
+  EXPECT_TRUE(!finished);  // V's eviction did not wait for T's kernel
+  EXPECT_EQ(made, 5 * kGranule);  // T's run of three stays
+  Synchronize(b, compute.stream);
+  EXPECT_OK(e->Pin(v, &id));
+  EXPECT_EQ(VerifyAllocation(*e, v, 2 * kGranule, 73), -1);
+  EXPECT_OK(e->Unpin(v, id));
+  EXPECT_OK(e->Free(v));
+}
+
 // Note [Host memory made ahead]: an engine made with host_ahead_bytes makes
 // that much host memory at creation (one run here); evictions of units of
 // any size take parts of it, each one cuMemMap at its offset, and make no

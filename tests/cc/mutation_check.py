@@ -78,6 +78,7 @@ HELD = "HandedOverUnmapsWaitUntilTheCallersNextMapIsMade"
 FREED_DEFERRED = "FreeingATensorWhoseEvictionWaitsForAKernelDoesNotWaitForIt"
 FREED_UNMAPPED = "FreeingATensorEvictedUnmappedUnderAKernelDoesNotWaitForIt"
 RING_WRAP = "AWaitForAnEpochTheRingNoLongerHoldsWaitsThroughTheOldestAfterIt"
+HELD_COPY = "AHostRunWhoseLastCopyWaitsForAKernelIsNotReleased"
 # As a mutation's tests that may also fail: any test may (a race).
 ANY = frozenset({"*"})
 
@@ -232,6 +233,18 @@ MUTATIONS = {
         # It frees a tensor just evicted (CompleteAnEpoch): caught when the
         # unmap thread unmaps it before the work its epoch covers has run.
         {PEER}),
+    # A free run whose last copy waits on the GPU for a kernel (an eviction
+    # copy after its unit's last use, the unit freed) is released as if it
+    # waited for copies only: the host waits for that kernel.
+    "release-ignores-the-copys-epoch": (
+        MEMORY, "  if (after != 0) {\n", "  if (false && after != 0) {  // MUTATION\n",
+        {HELD_COPY}),
+    # The epoch the copy stream waited for is not kept with a ticket's
+    # event: the same release, once the ticket's event is recorded.
+    "ticket-forgets-the-copys-epoch": (
+        STREAMS, "copy_event_after_[copy_ticket_ % kCopyRing] = copy_stream_after_;",
+        "copy_event_after_[copy_ticket_ % kCopyRing] = 0;  // MUTATION",
+        {HELD_COPY}),
     # Past the epoch ring's end, a wait takes whatever newer epoch holds
     # its mark's slot: the host waits for kernels queued long after the mark.
     "ring-wrap-takes-the-marks-slot": (

@@ -340,7 +340,15 @@ bool CudaBackend::MapsRetired(PoolKind pool, const GranuleRun* runs, size_t coun
 bool CudaBackend::ReleaseWaitsOnlyForCopies(PoolKind pool, const GranuleRun* runs, size_t count) {
   ScopedCudaContext scope(*driver_, context_);
   if (!scope.status().ok()) return false;
+  // Not if the last copy of the runs still waits on the GPU for a kernel
+  // (an eviction's copy after its unit's last use, the unit freed before
+  // that kernel ran), or a retired mapping of them is still in use.
   bool polled = false;
+  const uint64_t after = CopyTicketAfter(LastCopyTicket(pool, runs, count));
+  if (after != 0) {
+    if (!EpochDoneAfterPoll(after, polled)) return false;
+    polled = true;
+  }
   for (const Retired& r : retired_) {
     if (!MapsRetired(pool, runs, count, r)) continue;
     if (!EpochDoneAfterPoll(r.mark, polled)) return false;

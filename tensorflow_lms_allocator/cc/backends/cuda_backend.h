@@ -175,27 +175,30 @@
 // GPU to reach the memory's last use; a page-in still may, since its kernel
 // touches the address as soon as Pin returns.
 //
-// Note [Copy tickets]. Memory the engine releases (ReleaseRuns: a host run,
-// or a device piece it cuts again, Note [Device pieces cut to units] in
-// engine.h) leaves the pool's window, and cuMemUnmap is not stream-ordered:
-// no copy may still read or write it. Rather than wait for every copy in
-// flight, each granule remembers the ticket of the last copy that read or
-// wrote it (Pool::copied_in). Copies issued between two events on the copy
-// stream share a ticket; the event that ends it is one of a ring of
-// kCopyRing (EndRemapBatch records it, and every fenced stream waits for it,
-// as for the batch's copies before), and a host wait on the copy stream
-// completes every ticket so far. Copies on one stream complete in order, so
-// a ticket is done once its event, or a later one, has completed
-// (CopyTicketDone asks without waiting; a ticket the ring no longer holds is
-// asked through the oldest it does). A release waits on the host for
-// copies only when a copy of its memory may still run. The engine cuts
-// device pieces only from memory that no retired mapping still in use holds
-// (ReleaseWaitsOnlyForCopies): a wait for LMS's own copies is short (usually
-// the eviction that freed the memory, about a millisecond for 64 MiB), one
-// for kernels is not (on the timing model, waits for retired mappings' epochs
-// cost ResNet-50 at 1/4 of its peak 30-40 ms a step; asking that the copies
-// be done too left almost no memory to cut, as what is free under pressure
-// is what was evicted moments ago).
+// Note [Copy tickets]. Memory the engine releases (ReleaseRuns: a host run, or
+// a device piece it cuts again, Note [Device pieces cut to units] in engine.h)
+// leaves the pool's window, and cuMemUnmap is not stream-ordered: no copy may
+// still read or write it. Rather than wait for every copy in flight, each
+// granule remembers the ticket of the last copy that read or wrote it
+// (Pool::copied_in). Copies issued between two events on the copy stream share
+// a ticket; the event that ends it is one of a ring of kCopyRing (EndRemapBatch
+// records it, and every fenced stream waits for it, as for the batch's copies
+// before), and a host wait on the copy stream completes every ticket so far.
+// Copies on one stream complete in order, so a ticket is done once its event,
+// or a later one, has completed (CopyTicketDone asks without waiting; a ticket
+// the ring no longer holds is asked through the oldest it does). A release
+// waits on the host for copies only when a copy of its memory may still run.
+// The engine releases memory (cuts device pieces, releases host runs) only
+// where no retired mapping still in use holds it and its last copy does not
+// wait on the GPU for a kernel (ReleaseWaitsOnlyForCopies; an eviction's copy
+// waits for its unit's last use, and the unit may be freed before that kernel
+// runs: each ring event remembers the epoch the copy stream waited for before
+// it, copy_event_after_), when it has a choice: a wait for LMS's own copies is
+// short (usually the eviction that freed the memory, about a millisecond for
+// 64 MiB), one for kernels is not (on the timing model, waits for retired
+// mappings' epochs cost ResNet-50 at 1/4 of its peak 30-40 ms a step; asking
+// that the copies be done too left almost no memory to cut, as what is free
+// under pressure is what was evicted moments ago).
 //
 // Note [Device memory in runs]. A remap costs the driver per mapping, not per
 // byte (docs/design.md, "Measured on real GPUs"), so a unit should be backed
@@ -580,6 +583,9 @@ class CudaBackend : public Backend {
   bool CopyTicketDone(uint64_t ticket);
   Status WaitForCopyTicket(uint64_t ticket);
   uint64_t HeldTicket(uint64_t ticket) const;
+  // The epoch a wait for ticket `ticket` also waits for: the copy stream
+  // waited for it before the ticket's end (0: the ticket is done).
+  uint64_t CopyTicketAfter(uint64_t ticket);
   uint64_t LastCopyTicket(PoolKind pool, const GranuleRun* runs, size_t count) const;
   // Notes that a copy of the open ticket reads or writes ids[0..count).
   void Stamp(PoolKind pool, const GranuleId* ids, size_t count) {
@@ -707,6 +713,9 @@ class CudaBackend : public Backend {
   // copies_done_through_ is complete.
   static constexpr size_t kCopyRing = 16;
   cu::CUevent copy_events_[kCopyRing] = {};
+  // The epoch the copy stream waited for (copy_stream_after_) when each
+  // ring event was recorded: a wait for that event waits for those kernels.
+  uint64_t copy_event_after_[kCopyRing] = {};
   uint64_t copy_ticket_ = 1;
   uint64_t copy_recorded_ = 0;
   uint64_t copies_done_through_ = 0;

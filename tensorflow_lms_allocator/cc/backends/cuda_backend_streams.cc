@@ -469,6 +469,7 @@ Status CudaBackend::EndRemapBatch() {
   cu::CUevent done = copy_events_[copy_ticket_ % kCopyRing];
   LMS_RETURN_IF_ERROR(driver_->Check(driver_->cuEventRecord(done, copy_stream_),
                                      "cuEventRecord on the LMS copy stream"));
+  copy_event_after_[copy_ticket_ % kCopyRing] = copy_stream_after_;
   copy_recorded_ = copy_ticket_++;
   MutexLock lock(streams_mu_);
   for (const FencedStream& fenced : fenced_) {
@@ -511,6 +512,13 @@ bool CudaBackend::CopyTicketDone(uint64_t ticket) {
   }
   copies_done_through_ = std::max(copies_done_through_, asked);
   return true;
+}
+
+uint64_t CudaBackend::CopyTicketAfter(uint64_t ticket) {
+  if (CopyTicketDone(ticket)) return 0;
+  // An open ticket is waited for by a host wait on the copy stream now.
+  if (ticket > copy_recorded_) return copy_stream_after_;
+  return copy_event_after_[HeldTicket(ticket) % kCopyRing];
 }
 
 Status CudaBackend::WaitForCopyTicket(uint64_t ticket) {
