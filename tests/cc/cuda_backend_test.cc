@@ -127,6 +127,15 @@ struct BackendTest : FakeCudaTest {
     Fake().set_map_offset_zero_only(1);
     b = MustMakeCuda();
   }
+  // A range of one slot with device granule 0 mapped there (a pool of one).
+  uintptr_t MapOneGranule() {
+    uintptr_t base = 0;
+    EXPECT_OK(b->ReserveAddressRange(kGranule, &base));
+    EXPECT_OK(b->CreatePool(PoolKind::kDevice, 1));
+    const GranuleId id = 0;
+    EXPECT_OK(b->Map(base, PoolKind::kDevice, &id, 1, Access::kReadWrite));
+    return base;
+  }
   std::unique_ptr<CudaBackend> b;
 };
 
@@ -1907,7 +1916,9 @@ TEST_F(EngineTest, AHostRunWhoseLastCopyWaitsForAKernelIsNotReleased) {
   EXPECT_OK(e->Free(t));
   EXPECT_EQ(Fake().pool_bytes_in_use(FAKE_CUDA_POOL_HOST), 4 * kGranule);
   const int64_t waits = e->GetStatistics().num_host_waits;
-  std::thread release = kernel.ReleaseAfter(std::chrono::milliseconds(500));
+  // Long enough for a loaded machine: released earlier, its epoch done,
+  // nothing would be in the way.
+  std::thread release = kernel.ReleaseAfter(std::chrono::milliseconds(2000));
   EXPECT_OK(e->Evict(v));
   const int64_t waited = e->GetStatistics().num_host_waits - waits;
   const bool finished = kernel.finished.load();
@@ -2351,6 +2362,29 @@ TEST_F(BackendTest, AWaitForAnEpochTheRingNoLongerHoldsWaitsThroughTheOldestAfte
   b->ReleaseAddressRange(base, 2 * kGranule);
 }
 
+// Backend::ReleaseWaitsOnlyForCopies: memory that a retired mapping still
+// in use maps (a range freed while a kernel queued before the free still
+// writes it; no copy of it was ever made) is refused, since its release
+// would wait on the host for that kernel, and accepted once the kernel's
+// epoch is done. Asking waits for nothing.
+TEST_F(BackendTest, MemoryARetiredMappingStillUsesIsNotReleasableUntilItsKernelIsDone) {
+  const uintptr_t base = MapOneGranule();
+  FencedStream compute(b.get());
+  LatchedWriter kernel;
+  StartLatchedWriter(b.get(), compute.stream, reinterpret_cast<void*>(base), kGranule, 7,
+                     &kernel);
+  EXPECT_OK(b->UnmapReleased(base, 1, b->ReleaseMark()));  // retired under the kernel
+  const GranuleRun run[] = {{0, 1}};
+  EXPECT_TRUE(!b->ReleaseWaitsOnlyForCopies(PoolKind::kDevice, run, 1));
+  EXPECT_EQ(b->GetStatistics().host_waits, 0);
+  EXPECT_TRUE(!kernel.finished.load());
+  kernel.released = true;
+  Synchronize(b.get(), compute.stream);
+  EXPECT_TRUE(b->ReleaseWaitsOnlyForCopies(PoolKind::kDevice, run, 1));
+  EXPECT_OK(b->UnmapCompletedRetired());
+  b->ReleaseAddressRange(base, kGranule);
+}
+
 // A granule freed before any stream was fenced carries no mark of that
 // time: once a stream is fenced and busy, a copy from it at its new address
 // waits for none of that stream's work.
@@ -2386,11 +2420,7 @@ TEST_F(BackendTest, AGranuleFreedBeforeAnyStreamWasFencedMakesNoLaterCopyWaitFor
 // once no stream is (that one removed), stays free of queued work when
 // another stream is fenced: its epoch was done when it was handed over.
 TEST_F(BackendTest, AnUnmapHandedOverWithNoStreamFencedStaysDoneWhenOneIsFencedAgain) {
-  uintptr_t base = 0;
-  EXPECT_OK(b->ReserveAddressRange(kGranule, &base));
-  EXPECT_OK(b->CreatePool(PoolKind::kDevice, 1));
-  const GranuleId id = 0;
-  EXPECT_OK(b->Map(base, PoolKind::kDevice, &id, 1, Access::kReadWrite));
+  const uintptr_t base = MapOneGranule();
   {
     FencedStream first(b.get());
     EXPECT_OK(b->UnmapReleased(base, 1, b->ReleaseMark()));  // retired, its epoch open
@@ -2407,11 +2437,7 @@ TEST_F(BackendTest, AnUnmapHandedOverWithNoStreamFencedStaysDoneWhenOneIsFencedA
 // tries it on the destroying thread, once the unmap thread is gone, and
 // crashes nothing.
 TEST_F(BackendTest, ABackendIsDestroyedCleanlyAfterItsUnmapThreadFailed) {
-  uintptr_t base = 0;
-  EXPECT_OK(b->ReserveAddressRange(kGranule, &base));
-  EXPECT_OK(b->CreatePool(PoolKind::kDevice, 1));
-  const GranuleId id = 0;
-  EXPECT_OK(b->Map(base, PoolKind::kDevice, &id, 1, Access::kReadWrite));
+  const uintptr_t base = MapOneGranule();
   EXPECT_OK(b->UnmapReleased(base, 1, b->ReleaseMark()));  // handed over, held
   {
     ScopedCudaContext scope(b->driver(), b->context());

@@ -2,16 +2,16 @@
 
 Each mutation removes one part of the stream protocol (Note [Stream protocol]
 in backends/cuda_backend.h), of the access rules for several GPUs (Note
-[Access to mapped memory]) or of the host budget they share from a copy of
-one backend source or header, builds the test against that copy and runs it
-over the fake driver. The check
-passes only if every named test fails under its mutation and no other test
-does, except tests named as racing it (a mutation that unorders copies
-makes such a test fail only when the race shows; ANY where every test
-may); production sources are
-never touched. A drain (an unmap with no mark: a fence of everything and a
-host wait) is left only on failure paths and at teardown, which no ordering
-test reaches, so no mutation of it is listed.
+[Access to mapped memory]) or of the host budget they share from a copy of one
+backend source or header, builds the test against that copy and runs it over
+the fake driver. The check passes only if every named test fails under its
+mutation and no other test does, except tests named as racing it (a mutation
+that unorders copies makes such a test fail only when the race shows; ANY
+where every test may); production sources are never touched. A test that ends
+the test process (a crash) fails, and the tests after it run each in a process
+of its own. A drain (an unmap with no mark: a fence of everything and a host
+wait) is left only on failure paths and at teardown, which no ordering test
+reaches, so no mutation of it is listed.
 
 Usage: python tests/cc/mutation_check.py BUILD_DIR CXX FAKE_DRIVER [NAME...]
 (NAMEs: only those mutations, for iterating on one.)
@@ -20,6 +20,7 @@ Usage: python tests/cc/mutation_check.py BUILD_DIR CXX FAKE_DRIVER [NAME...]
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -67,6 +68,7 @@ IN_PART = "HostMemoryMadeAheadInPartIsReleasedWhole"
 OWN_EPOCH = "AUnitUnpinnedBeforeAMoveMovesWithoutWaitingForKernelsQueuedAfterIt"
 ONE_PIECE = "OnADriverThatMapsWholeHandlesATensorIsOnePieceFromTheFirstEvictionOn"
 NOT_CUT = "DeviceMemoryARetiredMappingStillUsesIsNotCutAgain"
+NOT_RELEASABLE = "MemoryARetiredMappingStillUsesIsNotReleasableUntilItsKernelIsDone"
 OWN_COPIES = "AReleaseWaitsForTheCopiesOfItsOwnMemoryOnly"
 HOST_RELEASE = "AHostRunIsReleasedOnlyAfterThePageInCopyStillReadingIt"
 UNMAPPED = "AnEvictionLeftUnmappedRetiresTheMappingAKernelStillWrites"
@@ -79,6 +81,7 @@ FREED_DEFERRED = "FreeingATensorWhoseEvictionWaitsForAKernelDoesNotWaitForIt"
 FREED_UNMAPPED = "FreeingATensorEvictedUnmappedUnderAKernelDoesNotWaitForIt"
 RING_WRAP = "AWaitForAnEpochTheRingNoLongerHoldsWaitsThroughTheOldestAfterIt"
 HELD_COPY = "AHostRunWhoseLastCopyWaitsForAKernelIsNotReleased"
+LIMITS = "A141GiBDeviceAndA512GiBHostBudgetAreUsedToTheirLimits"
 # As a mutation's tests that may also fail: any test may (a race).
 ANY = frozenset({"*"})
 
@@ -90,7 +93,7 @@ MUTATIONS = {
     "device-run-mapped-at-offset-zero": (
         MEMORY, "size_t{first_id - piece} * granule_,", "0, /* MUTATION */",
         {RUNS, COPY, RECLAIM, PIN_ALL, EVICTION, IN_PLACE, PEER, HOST_PART, AHEAD, OWN_EPOCH,
-         UNMAPPED}),
+         UNMAPPED, LIMITS}),
     # Host memory made ahead is not made (Note [Host memory made ahead]):
     # the first evictions make it.
     "made-ahead-not-made": (
@@ -111,7 +114,8 @@ MUTATIONS = {
     # the host for the kernel still writing the freed range.
     "placed-on-a-retired-mapping": (
         STREAMS, "  if (retired_.empty() || !AnyRetired(address, count)) return true;",
-        "  return true;  // MUTATION", {AWAY, AWAY_ALL}),
+        "  return true;  // MUTATION",
+        {AWAY, AWAY_ALL, HANDED_OVER, FREED_DEFERRED, FREED_UNMAPPED}),
     # When every best fit tried holds a retired mapping still in use, the
     # far end of the largest free range is not tried: the Map waits.
     "far-end-not-tried": (
@@ -132,7 +136,8 @@ MUTATIONS = {
     "no-last-use-wait-before-copies": (
         STREAMS, "Status CudaBackend::CopyStreamAfter(uint64_t mark) {\n",
         "Status CudaBackend::CopyStreamAfter(uint64_t mark) {\n  return Status::Ok();  // MUTATION\n",
-        {EVICTION, RECLAIM, PAGE_IN_FREED, PAGE_IN_QUEUED, IN_PLACE, NOT_CUT, UNMAPPED},
+        {EVICTION, RECLAIM, PAGE_IN_FREED, PAGE_IN_QUEUED, IN_PLACE, NOT_CUT, UNMAPPED,
+         HELD_COPY},
         # Their page-ins (and the copy's eviction) go into memory whose
         # eviction was deferred, or not, as the fake's workers happen to be
         # ahead of the poll: they fail when it was.
@@ -142,11 +147,13 @@ MUTATIONS = {
     "device-pieces-never-cut": (
         RECLAIM_SRC, "  device_pool_.CutUnits();  // Note [Device pieces cut to units]\n",
         "  // MUTATION\n", {ONE_PIECE, NOT_CUT}),
-    # A stretch a retired mapping still in use holds is cut: its release
-    # waits on the host for the kernel queued on it.
+    # Memory a retired mapping still in use holds is releasable: its release
+    # waits on the host for the kernel queued on it. (A stretch an evicted
+    # tensor's retired mapping holds is still not cut: the eviction's copy
+    # waits for the same kernel, release-ignores-the-copys-epoch.)
     "stretch-held-by-a-retired-mapping-cut": (
         MEMORY, "    if (!EpochDoneAfterPoll(r.mark, polled)) return false;\n",
-        "    // MUTATION\n", {NOT_CUT}),
+        "    // MUTATION\n", {NOT_RELEASABLE}),
     # Note [Copy tickets]: a release does not wait for the copies of its
     # memory still in flight (cuMemUnmap and cuMemRelease under a copy).
     "release-ignores-its-copies": (
@@ -176,7 +183,7 @@ MUTATIONS = {
     "unpin-not-a-use": (
         ENGINE, "  NoteUse(c);  // the kernel queued its work on the unit before it let go\n",
         "  // MUTATION\n", {EVICTION, RECLAIM, COPY, IN_PLACE, UNMAPPED, FREED_DEFERRED,
-                           FREED_UNMAPPED}),
+                           FREED_UNMAPPED, HELD_COPY}),
     # A batch's victims ordered by the first victim's last use, not the latest.
     "batch-mark-of-one-victim": (
         RECLAIM_SRC, "  for (const Victim& v : batch) mark = std::max(mark, UseMark(v.id));\n",
@@ -189,14 +196,14 @@ MUTATIONS = {
         "        (in_the_way(r) || unmapper_ == nullptr || AnyPending(r.address, r.granules))) {\n",
         "    if (r.unmap_ticket == 0) {  // MUTATION\n",
         {FREE, DEFRAG, EVICTION, RECLAIM, COPY, PAGE_IN_FREED, AWAY_ALL, UNMAPPED,
-         FREED_DEFERRED, FREED_UNMAPPED}),
+         FREED_DEFERRED, FREED_UNMAPPED, HELD_COPY}),
     # The unmap thread (Note [Unmaps on a thread of their own]) handed
     # retired mappings whatever their epoch: it unmaps under queued work.
     "unmap-thread-ignores-the-epoch": (
         STREAMS,
         "    if (r.unmap_ticket != 0 || !EpochDone(r.mark) || AnyPending(r.address, r.granules)) {",
         "    if (r.unmap_ticket != 0 || AnyPending(r.address, r.granules)) {  // MUTATION",
-        {DEFRAG, PAGE_IN_FREED, FREED_DEFERRED, FREED_UNMAPPED},
+        {DEFRAG, PAGE_IN_FREED, FREED_DEFERRED, FREED_UNMAPPED, HELD_COPY},
         # Held until the next map, their unmaps race the kernels they hit.
         {FREE, EVICTION, RECLAIM, COPY, AWAY_ALL, UNMAPPED}),
     # A map at a slot whose unmap the thread has not made yet does not wait
@@ -229,7 +236,7 @@ MUTATIONS = {
         "    if (Overlaps(r, address, count)) r.mark = 0;\n"
         "  }\n"
         "  LMS_RETURN_IF_ERROR(UnmapRetired());\n",
-        {FREED_DEFERRED, FREED_UNMAPPED},
+        {FREED_DEFERRED, FREED_UNMAPPED, HELD_COPY},
         # It frees a tensor just evicted (CompleteAnEpoch): caught when the
         # unmap thread unmaps it before the work its epoch covers has run.
         {PEER}),
@@ -298,7 +305,7 @@ MUTATIONS = {
     # mapping goes under TensorFlow's copy still writing it.
     "batch-without-host-wait": (
         MEMORY, "    LMS_RETURN_IF_ERROR(HostWaitForEpoch(batch_mark_));\n",
-        "    // MUTATION\n", {PAGE_IN_QUEUED}),
+        "    // MUTATION\n", {PAGE_IN_QUEUED, RING_WRAP}),
     # An eviction that leaves the address unmapped (Note [Evicted tensors
     # unmapped]) unmaps at once, not after the unit's last use: cuMemUnmap
     # under the kernel still writing it.
@@ -309,13 +316,18 @@ MUTATIONS = {
     # An eviction's old device mapping retired as if its epoch were done.
     "eviction-retired-as-done": (
         STREAMS, "Retire(at, length, batch_mark_)", "Retire(at, length, 0) /* MUTATION */",
-        {EVICTION, RECLAIM, COPY, IN_PLACE, NOT_CUT, FREED_DEFERRED}),
+        # (Its device memory is still not cut: the eviction's copy waits for
+        # the same kernel.)
+        {EVICTION, RECLAIM, COPY, IN_PLACE, FREED_DEFERRED, HELD_COPY}),
     # A fenced stream's event made in this device's context, not the
     # stream's: cuEventRecord fails on another GPU's stream (Note [Access to
     # mapped memory]).
     "fence-event-in-the-backends-context": (
-        STREAMS, "ScopedCudaContext in_stream_context(*driver_, stream_context);",
-        "ScopedCudaContext in_stream_context(*driver_, context_);  // MUTATION",
+        STREAMS,
+        "ScopedCudaContext in_stream_context(*driver_, stream_context);\n"
+        "  LMS_RETURN_IF_ERROR(in_stream_context.status());",
+        "ScopedCudaContext in_stream_context(*driver_, context_);  // MUTATION\n"
+        "  LMS_RETURN_IF_ERROR(in_stream_context.status());",
         {OTHER_GPU_STREAM, PEER, NO_P2P}),
     # Host memory taken at the first location the attributes allow, without
     # creating any (Note [Where host memory is made]).
@@ -346,6 +358,55 @@ MUTATIONS = {
         SETUP, "    if (can_access == 0) {\n", "    if (false) {  // MUTATION\n",
         {NO_P2P}),
 }
+
+
+TEST_SOURCE = Path("tests/cc/cuda_backend_test.cc")
+# TEST(name) and TEST_F(fixture, name), in the order the binary runs them.
+TEST_NAME = re.compile(r"^TEST(?:_F)?\((?:\w+,\s*)?(\w+)\)", re.M)
+
+
+def reported(lines: list[str]) -> dict[str, bool]:
+    """Each test the harness reported in `lines`, and whether it failed."""
+    return {line[7:].strip(): line.startswith("[FAIL]") for line in lines
+            if line.startswith(("[ OK ] ", "[FAIL] "))}
+
+
+def run_tests(binary: Path, fake: str) -> tuple[set[str], list[str]]:
+    """The tests of `binary` that fail over the fake driver, and their output.
+
+    A test that crashes the process (a mutation may make the backend
+    dereference what it freed) fails, and every test after it runs again in a
+    process of its own, so that none is left out. Example:
+        failed, lines = run_tests(Path("build/mutation/cuda_backend_test_x"), fake)
+    """
+    env = {**os.environ, "TF_LMS_CUDA_DRIVER_PATH": fake}
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(binary), *args], capture_output=True, text=True,
+                              timeout=300, env=env)
+
+    first = run()
+    lines = first.stdout.splitlines()
+    results = reported(lines)
+    if first.returncode in (0, 1) and any(" passed, " in line for line in lines):
+        return {name for name, bad in results.items() if bad}, lines
+    rest = [name for name in TEST_NAME.findall(TEST_SOURCE.read_text())
+            if name not in results]
+    for k, name in enumerate(rest):
+        if k == 0:
+            code = first.returncode  # the test running when the process ended
+        else:
+            alone = run(name)  # a substring filter: only `name`'s result counts
+            lines += [line for line in alone.stdout.splitlines()
+                      if not line.startswith(("[ OK ] ", "[FAIL] ")) or
+                      line[7:].strip() == name]
+            code = alone.returncode
+            if name in reported(alone.stdout.splitlines()):
+                results[name] = reported(alone.stdout.splitlines())[name]
+                continue
+        results[name] = True
+        lines.append(f"[FAIL] {name} (the test process ended with exit {code})")
+    return {name for name, bad in results.items() if bad}, lines
 
 
 def main() -> int:
@@ -383,10 +444,7 @@ def main() -> int:
         subprocess.run([cxx, "-std=c++17", "-O1", "-g", *includes, "-Itests/cc", "-Itests",
                         "-pthread", *sources, "tests/cc/cuda_backend_test.cc",
                         "-ldl", "-o", str(binary)], check=True)
-        run = subprocess.run([str(binary)], capture_output=True, text=True, timeout=300,
-                             env={**os.environ, "TF_LMS_CUDA_DRIVER_PATH": fake})
-        failed = {line[7:].strip() for line in run.stdout.splitlines()
-                  if line.startswith("[FAIL]")}
+        failed, lines = run_tests(binary, fake)
         expected = must_fail <= failed and (may_fail is ANY or failed <= must_fail | may_fail)
         verdict = "as expected" if expected else "NOT AS EXPECTED"
         ok &= expected
@@ -394,12 +452,11 @@ def main() -> int:
               f"expected {sorted(must_fail)}" +
               (f", maybe also {sorted(may_fail)})" if may_fail else ")"))
         # Failed expectations and the fake's violations, not the passing noise.
-        for line in run.stdout.splitlines():
+        for line in lines:
             if not line.startswith("[ OK ]") and "message:" not in line and \
                     not line.startswith("  driver ") and "passed," not in line:
                 print("   ", line[:300])
-        print("   ", run.stdout.strip().splitlines()[-1] if run.stdout.strip() else
-              f"(no output; exit {run.returncode})")
+        print("   ", f"{len(failed)} failed")
     print("mutation check:", "PASSED" if ok else "FAILED")
     return 0 if ok else 1
 
