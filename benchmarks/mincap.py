@@ -37,7 +37,12 @@ far LMS stays above the physical limit (between the two floors, the gap is
 concurrency). `in pages` is the one-kernel floor with each kernel's small
 objects in whole granules (replay.kernel_floor's small_in_pages): the floor of
 any allocator that maps and evicts a granule at a time, as on a GPU; `min cap /
-in pages` is how far LMS stays above that.
+in pages` is how far LMS stays above that. `after 1st` is the smallest device probed
+on which every step after the first ran from device memory. The first step traces
+the tf.function and runs each kernel for the first time, before any kernel has a
+last set to be admitted by (Note [Kernels admitted by their last set] in
+kernel_pins.h): `rnn` at 14 MiB put two requests of its first step in host memory
+and none of the steps after it.
 
 The last lines are `min_cap_fraction F`, the largest (worst) of the models'
 minimum cap / peak, and `min_cap_vs_floor R`, the worst model's.
@@ -120,8 +125,9 @@ TRACE_ENV = "LMS_MINCAP_TRACE"
 
 
 def run_probe_in_this_process(model_name: str, steps: int, result_path: Path) -> int:
-    """Trains `steps` steps; writes {"step_seconds", "statistics"} as JSON (and, where
-    the environment's LMS_MINCAP_TRACE names a file, an access trace of the steps)."""
+    """Trains `steps` steps; writes {"step_seconds", "statistics",
+    "overflows_in_first_step"} as JSON (and, where the environment's LMS_MINCAP_TRACE
+    names a file, an access trace of the steps)."""
     import contextlib
     import os
 
@@ -129,10 +135,16 @@ def run_probe_in_this_process(model_name: str, steps: int, result_path: Path) ->
 
     model, inputs, labels = build_model(model_name)
     trace_path = os.environ.get(TRACE_ENV)
+    overflows_by_step: list[int] = []
+
+    def count_overflows() -> None:
+        overflows_by_step.append(lms.get_statistics(0)["num_overflow_placements"])
+
     with lms.record_trace(trace_path) if trace_path else contextlib.nullcontext():
-        step_seconds = train_and_time(model, inputs, labels, steps)
+        step_seconds = train_and_time(model, inputs, labels, steps, after_step=count_overflows)
     result_path.write_text(json.dumps({"step_seconds": step_seconds,
-                                       "statistics": lms.get_statistics(0)}))
+                                       "statistics": lms.get_statistics(0),
+                                       "overflows_in_first_step": overflows_by_step[0]}))
     return 0
 
 
@@ -145,6 +157,9 @@ class Probe:
     reason: str = ""
     step_seconds: list[float] | None = None
     stats: dict[str, int] | None = None
+    # Every step after the first (which traces the tf.function and has no
+    # kernel's last set to admit it by) ran from device memory.
+    later_steps_fit: bool = False
 
     @property
     def step_time(self) -> float:
@@ -177,13 +192,28 @@ def run_probe(model_name: str, cap_mb: int, steps: int, timeout: float,
                                       settings={TRACE_ENV: str(trace)} if trace else None)
     if result is None:
         return Probe(cap_mb, False, reason=failed)
+    return judge(cap_mb, result)
+
+
+def judge(cap_mb: int, result: dict[str, Any]) -> Probe:
+    """A probe that trained, from its result: it fits only if no kernel's request was
+    placed in host memory (slow on a GPU), and its later steps fit if none was after
+    the first step.
+
+    Example:
+        judge(14, {"step_seconds": [2.8, 0.7], "overflows_in_first_step": 2,
+                   "statistics": {"num_overflow_placements": 2}}).later_steps_fit  # True
+    """
     overflows = result["statistics"]["num_overflow_placements"]
+    later = overflows - result["overflows_in_first_step"]
     if overflows:
-        # It trained, but some kernel's memory was in host memory: the device
-        # is smaller than that kernel (slow on a GPU).
-        return Probe(cap_mb, False, reason=f"{overflows} kernel requests placed in "
-                                           "host memory (num_overflow_placements)")
-    return Probe(cap_mb, True, step_seconds=result["step_seconds"], stats=result["statistics"])
+        where = (f"{later} after the first step" if later
+                 else "all in the first step, none after it")
+        return Probe(cap_mb, False, reason=f"{overflows} kernel requests placed in host "
+                                           f"memory (num_overflow_placements; {where})",
+                     later_steps_fit=later == 0)
+    return Probe(cap_mb, True, step_seconds=result["step_seconds"], stats=result["statistics"],
+                 later_steps_fit=True)
 
 
 @dataclass
@@ -198,6 +228,10 @@ class Outcome:
     floor_op: str = ""  # that kernel's op
     at_once_mb: float = float("nan")  # the most all kernels pinned at once, uncapped
     page_floor_mb: float = float("nan")  # the floor with small objects in whole granules
+    # The smallest device probed whose steps after the first all ran from
+    # device memory (the first traces the tf.function, and no kernel's last
+    # set admits it yet): at most min_cap_mb.
+    later_min_cap_mb: int = 0
 
     @property
     def fraction(self) -> float:
@@ -206,6 +240,10 @@ class Outcome:
     @property
     def vs_floor(self) -> float:
         return self.min_cap_mb / self.floor_mb
+
+    @property
+    def later_vs_floor(self) -> float:
+        return self.later_min_cap_mb / self.floor_mb
 
 
 def floors_mb(trace_path: Path) -> tuple[float, str, float, float]:
@@ -240,6 +278,7 @@ def measure(model_name: str, steps: int, resolution: float, timeout: float) -> O
     fits_mb, fails_mb = -(-int(peak_mb + 1) // GRANULE_MB) * GRANULE_MB, 0
     best = None
     probes = 1
+    later_mb = fits_mb
     step_mb = max(GRANULE_MB, int(peak_mb * resolution))
     while fits_mb - fails_mb > step_mb:
         cap = (fits_mb + fails_mb) // (2 * GRANULE_MB) * GRANULE_MB
@@ -254,11 +293,13 @@ def measure(model_name: str, steps: int, resolution: float, timeout: float) -> O
             fits_mb, best = cap, probe
         else:
             fails_mb = cap
+        if probe.later_steps_fit:
+            later_mb = min(later_mb, cap)
     if best is None:  # even the first bisection step failed: the peak fits
         best = run_probe(model_name, fits_mb, steps, timeout)
         probes += 1
     return Outcome(model_name, peak_mb, uncapped.step_time, fits_mb, best.step_time, probes,
-                   floor_mb, floor_op, at_once_mb, page_floor_mb)
+                   floor_mb, floor_op, at_once_mb, page_floor_mb, min(later_mb, fits_mb))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -285,18 +326,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     print()
     print(f"  {'model':<12} {'peak':>9} {'min cap':>9} {'fraction':>9} "
           f"{'step uncapped':>14} {'step at min':>12} {'slowdown':>9} {'floor':>9} "
-          f"{'at once':>9} {'min cap / floor':>16} {'in pages':>9} {'/ in pages':>11}")
+          f"{'at once':>9} {'min cap / floor':>16} {'in pages':>9} {'/ in pages':>11} "
+          f"{'after 1st':>10}")
     for o in outcomes:
         print(f"  {o.model:<12} {o.peak_mb:>5.0f} MiB {o.min_cap_mb:>5} MiB "
               f"{o.fraction:>9.3f} {o.uncapped_step:>12.2f} s {o.min_cap_step:>10.2f} s "
               f"{o.min_cap_step / o.uncapped_step:>8.2f}x {o.floor_mb:>5.0f} MiB "
               f"{o.at_once_mb:>5.0f} MiB {o.vs_floor:>16.2f} {o.page_floor_mb:>5.0f} MiB "
-              f"{o.min_cap_mb / o.page_floor_mb:>11.2f}")
+              f"{o.min_cap_mb / o.page_floor_mb:>11.2f} {o.later_min_cap_mb:>6} MiB")
     print(f"  ({sum(o.probes for o in outcomes)} probes, "
           f"{(time.perf_counter() - start) / 60:.1f} min; targets: fraction <= 0.25, "
           f"min cap / floor <= 1.2)")
     worst = max(outcomes, key=lambda o: o.vs_floor)
     print(f"worst min cap / floor: {worst.model} (its floor: {worst.floor_op})")
+    later = max(outcomes, key=lambda o: o.later_vs_floor)
+    print(f"steps after the first from device memory, smallest device probed / floor: "
+          f"worst {later.later_vs_floor:.2f} ({later.model}, {later.later_min_cap_mb} MiB)")
     print(f"min_cap_fraction {max(o.fraction for o in outcomes):.3f}")
     print(f"min_cap_vs_floor {worst.vs_floor:.2f}")
     return 0
