@@ -397,12 +397,14 @@ def run_tests(binary: Path, fake: str) -> tuple[set[str], list[str]]:
             code = first.returncode  # the test running when the process ended
         else:
             alone = run(name)  # a substring filter: only `name`'s result counts
-            lines += [line for line in alone.stdout.splitlines()
+            alone_lines = alone.stdout.splitlines()
+            lines += [line for line in alone_lines
                       if not line.startswith(("[ OK ] ", "[FAIL] ")) or
                       line[7:].strip() == name]
             code = alone.returncode
-            if name in reported(alone.stdout.splitlines()):
-                results[name] = reported(alone.stdout.splitlines())[name]
+            verdicts = reported(alone_lines)
+            if name in verdicts:
+                results[name] = verdicts[name]
                 continue
         results[name] = True
         lines.append(f"[FAIL] {name} (the test process ended with exit {code})")
