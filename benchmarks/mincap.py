@@ -39,10 +39,10 @@ objects in whole granules (replay.kernel_floor's small_in_pages): the floor of
 any allocator that maps and evicts a granule at a time, as on a GPU; `min cap /
 in pages` is how far LMS stays above that. `after 1st` is the smallest device probed
 on which every step after the first ran from device memory. The first step traces
-the tf.function and runs each kernel for the first time, before any kernel has a
-last set to be admitted by (Note [Kernels admitted by their last set] in
-kernel_pins.h): `rnn` at 14 MiB put two requests of its first step in host memory
-and none of the steps after it.
+the tf.function: `rnn` at 14 MiB put two requests of its first step in host memory
+and none of the steps after it, because tensors TensorFlow made outside kernels while
+tracing keep their page from being evicted until a kernel first uses them (Note
+[Writers outside kernels] in engine.h; benchmarks/README.md has the trace's account).
 
 The last lines are `min_cap_fraction F`, the largest (worst) of the models'
 minimum cap / peak, and `min_cap_vs_floor R`, the worst model's.
@@ -157,8 +157,8 @@ class Probe:
     reason: str = ""
     step_seconds: list[float] | None = None
     stats: dict[str, int] | None = None
-    # Every step after the first (which traces the tf.function and has no
-    # kernel's last set to admit it by) ran from device memory.
+    # Every step after the first (which traces the tf.function) ran from
+    # device memory.
     later_steps_fit: bool = False
 
     @property
@@ -229,8 +229,7 @@ class Outcome:
     at_once_mb: float = float("nan")  # the most all kernels pinned at once, uncapped
     page_floor_mb: float = float("nan")  # the floor with small objects in whole granules
     # The smallest device probed whose steps after the first all ran from
-    # device memory (the first traces the tf.function, and no kernel's last
-    # set admits it yet): at most min_cap_mb.
+    # device memory: at most min_cap_mb.
     later_min_cap_mb: int = 0
 
     @property

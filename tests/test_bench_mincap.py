@@ -1,9 +1,8 @@
 """benchmarks/mincap.py's verdict on a probe that trained.
 
 A probe fits only if no kernel's request went to host memory; its later steps
-fit if none went there after the first step (which traces the tf.function and
-runs each kernel before LMS knows its set). Checked on results of known
-counts, without TensorFlow.
+fit if none went there after the first step (which traces the tf.function).
+Checked on results of known counts, without TensorFlow.
 """
 
 from __future__ import annotations
