@@ -1302,6 +1302,125 @@ TEST_F(EngineTest, AStreamFencedAfterAnEvictionWaitsForItsCopy) {
   EXPECT_OK(e->Free(t));
 }
 
+// Note [Retired mappings]: T (`size` bytes), evicted while a kernel queued
+// before its unpin writes pattern 2 into it, so that its host mapping is left
+// pending behind the retired device mapping; once the kernel has run, the
+// pending map is made and fails (an injected cuMemMap failure). The failure
+// is reported, and T's address then reaches nothing.
+void* EvictWithItsHostMapFailed(Engine& e, CudaBackend* b, cu::CUstream stream,
+                                size_t size) {
+  uint64_t id = 0;
+  void* t = e.Allocate(size, /*pin=*/true, nullptr, &id);
+  if (t == nullptr) return nullptr;
+  EXPECT_OK(FillAllocation(e, t, size, 1));
+  CompleteAnEpoch(e);
+  LatchedWriter kernel;
+  StartLatchedWriter(b, stream, t, size, 2, &kernel);
+  EXPECT_OK(e.Unpin(t, id));
+  const int64_t maps = b->GetStatistics().mappings;
+  EXPECT_OK(e.Evict(t));
+  EXPECT_EQ(b->GetStatistics().mappings, maps);  // pending: nothing mapped yet
+  kernel.released = true;
+  Synchronize(b, stream);
+  EXPECT_OK(e.WaitForCopies());
+  Fake().fail_nth_mem_map(1, cu::CUDA_ERROR_OUT_OF_MEMORY);
+  const Status s = b->UnmapCompletedRetired();
+  EXPECT_TRUE(s.code() == StatusCode::kResourceExhausted);
+  EXPECT_TRUE(Contains(s.message(), "deferred mapping"));
+  EXPECT_TRUE(Fake().device_alias(Address(t), size) == nullptr);
+  Fake().clear_violations();  // that probe's
+  return t;
+}
+
+// Whether T's address reaches its evicted bytes (pattern 2) in the driver.
+bool ReachesTheEvictedBytes(const void* t, size_t size) {
+  const void* alias = Fake().device_alias(Address(t), size);
+  return alias != nullptr && VerifyPattern(alias, size, 2) == -1;
+}
+
+// A pending map that failed is not lost: the next remap batch makes it (a
+// kernel reading the evicted tensor in place, the adapter's last resort,
+// finds its bytes), and no byte of it is lost meanwhile.
+TEST_F(EngineTest, AnEvictionsHostMapThatFailedIsMadeAtTheNextRemapBatch) {
+  StartEngine(/*device=*/6, /*host=*/8);
+  FencedStream compute(b);
+  void* v = MustAllocate(*e, kGranule, /*pin=*/false);
+  ASSERT_TRUE(v != nullptr);
+  const size_t size = 3 * kGranule;
+  void* t = EvictWithItsHostMapFailed(*e, b, compute.stream, size);
+  ASSERT_TRUE(t != nullptr);
+  EXPECT_EQ(VerifyAllocation(*e, t, size, 2), -1);  // through the window
+  EXPECT_OK(e->Evict(v));  // a remap batch
+  EXPECT_TRUE(ReachesTheEvictedBytes(t, size));
+  EXPECT_OK(e->CheckInvariants());
+  EXPECT_OK(e->Free(v));
+  EXPECT_OK(e->Free(t));
+}
+
+// Where the address must be reached (a refused pin: SettleMapping), the map
+// is tried again, and a failure is reported there too; a page-in or a free of
+// a unit whose map was never made makes no driver call for it.
+TEST_F(EngineTest, AnEvictionsHostMapThatFailedIsMadeWhereItIsNeededOrDropped) {
+  StartEngine(/*device=*/8, /*host=*/12);
+  FencedStream compute(b);
+  const size_t size = 2 * kGranule;
+  void* t = EvictWithItsHostMapFailed(*e, b, compute.stream, size);
+  ASSERT_TRUE(t != nullptr);
+  Fake().fail_nth_mem_map(1, cu::CUDA_ERROR_OUT_OF_MEMORY);
+  EXPECT_TRUE(b->SettleMapping(Address(t), 2).code() == StatusCode::kResourceExhausted);
+  EXPECT_OK(b->SettleMapping(Address(t), 2));
+  EXPECT_TRUE(ReachesTheEvictedBytes(t, size));
+  // Paged in over a map never made.
+  void* u = EvictWithItsHostMapFailed(*e, b, compute.stream, size);
+  ASSERT_TRUE(u != nullptr);
+  uint64_t id = 0;
+  EXPECT_OK(e->Pin(u, &id));
+  EXPECT_EQ(VerifyAllocation(*e, u, size, 2), -1);
+  EXPECT_OK(e->Unpin(u, id));
+  // Freed with its map never made.
+  void* w = EvictWithItsHostMapFailed(*e, b, compute.stream, size);
+  ASSERT_TRUE(w != nullptr);
+  EXPECT_OK(e->Free(w));
+  EXPECT_OK(e->CheckInvariants());
+  EXPECT_OK(e->Free(u));
+  EXPECT_OK(e->Free(t));
+}
+
+// Note [Epochs of use]: a mark only goes from not done to done. A unit last
+// used before any stream was fenced (its mark read as done then) is evicted
+// once a stream is fenced and busy without waiting for that stream: the copy
+// and the host wait for it finish while the stream's kernel is still held.
+// Before, the fence made its mark read as not done again, and the eviction's
+// copy waited on the GPU for everything queued on the stream.
+TEST_F(EngineTest, AUnitUsedBeforeAnyStreamWasFencedMovesWithoutWaitingForOneFencedSince) {
+  StartEngine(/*device=*/4, /*host=*/8);
+  const size_t size = 2 * kGranule;
+  void* t = MustAllocate(*e, size, /*pin=*/false);
+  ASSERT_TRUE(t != nullptr);
+  EXPECT_OK(FillAllocation(*e, t, size, 43));
+  FencedStream compute(b);
+  void* u = MustAllocate(*e, kGranule, /*pin=*/true);
+  ASSERT_TRUE(u != nullptr);
+  LatchedWriter kernel;  // busy on U until released
+  StartLatchedWriter(b, compute.stream, u, kGranule, 44, &kernel);
+  std::future<Status> moved = std::async(std::launch::async, [&] {
+    LMS_RETURN_IF_ERROR(e->Evict(t));
+    return e->WaitForCopies();
+  });
+  const bool returned = moved.wait_for(std::chrono::seconds(2)) == std::future_status::ready;
+  kernel.released = true;
+  EXPECT_TRUE(returned);  // not after the kernel
+  EXPECT_OK(moved.get());
+  Synchronize(b, compute.stream);
+  AllocationInfo info;
+  EXPECT_OK(e->Inspect(t, &info));
+  EXPECT_TRUE(info.evicted);
+  EXPECT_EQ(VerifyAllocation(*e, t, size, 43), -1);
+  EXPECT_EQ(VerifyAllocation(*e, u, kGranule, 44), -1);
+  EXPECT_OK(e->Free(u));
+  EXPECT_OK(e->Free(t));
+}
+
 // A kernel's three evicted inputs paged in by one PinAll or one by one: no
 // host wait at all (their last uses were waited for when they were evicted;
 // before epochs, one wait per batch: three one by one), none for the

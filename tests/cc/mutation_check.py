@@ -319,6 +319,14 @@ MUTATIONS = {
         # (Its device memory is still not cut: the eviction's copy waits for
         # the same kernel.)
         {EVICTION, RECLAIM, COPY, IN_PLACE, FREED_DEFERRED, HELD_COPY}),
+    # A stream fenced where none was leaves the open epoch open, though it
+    # counts every mark so far as done (Note [Epochs of use]): a mark taken
+    # after the fence reads as done before the stream's kernel has run.
+    "first-fence-keeps-the-epoch-open": (
+        STREAMS, "    done_before_fence_ = epoch_;\n    ++epoch_;\n",
+        "    done_before_fence_ = epoch_;  // MUTATION\n",
+        {AWAY, AWAY_ALL, PAGE_IN_QUEUED, RING_WRAP, HANDED_OVER, DEFRAG, NOT_CUT,
+         NOT_RELEASABLE}),
     # A fenced stream's event made in this device's context, not the
     # stream's: cuEventRecord fails on another GPU's stream (Note [Access to
     # mapped memory]).

@@ -551,6 +551,13 @@ Status CudaBackend::UnmapSlots(uintptr_t address, size_t count, bool drain) {
   }
   if (!AnyMapped(address, count)) return Status::Ok();
   LMS_RETURN_IF_ERROR(CheckWholeMappings(address, count, "unmapping"));
+  // A pending mapping with no retired one in the way was never made (its
+  // map failed: MapPending): nothing in the driver to unmap.
+  for (size_t i = 0; i < count; ++i) {
+    Slot* slot = SlotAt(address + i * granule_);
+    if (slot != nullptr && slot->pending && !slot->retired) *slot = Slot();
+  }
+  if (!AnyMapped(address, count)) return Status::Ok();
   if (drain && !remap_batch_drained_) LMS_RETURN_IF_ERROR(Drain());
   ScopedNanos timed(&stats_.unmap_ns);
   Status status;

@@ -132,7 +132,10 @@
 // fenced stream; a wait for an epoch the ring no longer holds uses the
 // oldest later one it holds (its events are recorded later on every stream,
 // so they cover it), and a stream fenced after an epoch closed invalidates
-// every slot (the new stream has no event in them). Known completion is
+// every slot (the new stream has no event in them). A stream fenced where
+// none is also ends the open epoch, with no event: every mark taken before
+// is complete and stays so (a mark only ever goes from not done to done).
+// Known completion is
 // remembered (epoch_done_, and copy_stream_after_ for the copy stream), so a
 // move whose units were last used long ago costs no driver call at all. Units a reclaim
 // evicts are the ones idle longest (or not needed for longest), so usually
@@ -173,7 +176,12 @@
 // for nothing: it drops what was pending and leaves the retired mapping to
 // its epoch. So neither a free nor an eviction makes the host wait for the
 // GPU to reach the memory's last use; a page-in still may, since its kernel
-// touches the address as soon as Pin returns.
+// touches the address as soon as Pin returns. A pending mapping whose map
+// fails stays pending, with nothing in the driver (unmade_): the unit's bytes
+// are in its host granules, which the engine's copies reach through the
+// pool's window, but its address reaches nothing until the map is made, at
+// the next remap batch or where the address must be reached (SettleMapping).
+// A Map or Unmap there drops it with no driver call.
 //
 // Note [Copy tickets]. Memory the engine releases (ReleaseRuns: a host run, or
 // a device piece it cuts again, Note [Device pieces cut to units] in engine.h)
@@ -573,6 +581,8 @@ class CudaBackend : public Backend {
   // Records the open epoch's events on every fenced stream and opens the
   // next.
   Status CloseEpoch() LMS_EXCLUSIVE_LOCKS_REQUIRED(streams_mu_);
+  // epoch_done_ takes in done_before_fence_ (called with the engine's lock).
+  void LearnDoneBeforeFence() LMS_EXCLUSIVE_LOCKS_REQUIRED(streams_mu_);
   Status HostWait();
   Status Drain();
   // Note [Copy tickets]: whether every copy of ticket `ticket` is known
@@ -651,8 +661,12 @@ class CudaBackend : public Backend {
     return false;
   }
   // Maps the pending pieces whose slots no retired mapping occupies any
-  // more, among the `count` slots from `address`.
+  // more, among the `count` slots from `address`. One whose map fails stays
+  // pending, listed in unmade_; the first failure is returned.
   Status MapPending(uintptr_t address, size_t count);
+  // MapPending of each mapping in unmade_ still pending; those made or
+  // dropped leave the list.
+  void RetryUnmadeMappings();
   // Map within a remap batch whose epoch is not complete: the slots'
   // mappings are retired and the new ones left pending (Note [Retired
   // mappings]). False, and nothing done, where that does not apply.
@@ -729,6 +743,9 @@ class CudaBackend : public Backend {
   // ends), and how many of retired_ it has requests for.
   std::unique_ptr<UnmapThread> unmapper_;
   size_t unmaps_queued_ = 0;
+  // The first slots of pending mappings whose map failed (MapPending); an
+  // entry whose slot is no longer pending is stale, dropped at the next try.
+  std::vector<uintptr_t> unmade_;
   bool copies_in_flight_ = false;  // a copy was issued since the last wait
   // Between BeginRemapBatch's host wait and EndRemapBatch: unmaps skip their
   // own drain, because that wait followed every access to the batch's
@@ -742,7 +759,9 @@ class CudaBackend : public Backend {
   // Epochs (Note [Epochs of use]): the open one, every one up to
   // epoch_done_ is complete, and the copy stream waits for every one up to
   // copy_stream_after_ (so a host wait on the copy stream completes them).
-  uint64_t epoch_ = 1;
+  // Written under streams_mu_ (and, but for AddFencedStream, the engine's
+  // lock); ReleaseMark reads it under the engine's lock only.
+  std::atomic<uint64_t> epoch_{1};
   // A mark of the open epoch was handed out (ReleaseMark) since it opened:
   // a remap batch closes it (BeginRemapBatch). Set and cleared under the
   // engine's lock; atomic because ReleaseMark is const.
@@ -763,6 +782,11 @@ class CudaBackend : public Backend {
   // The epoch each ring slot's events close; 0: none (never recorded, or
   // recorded before a fenced stream joined, so not on every stream).
   uint64_t ring_epoch_[kEpochRing] LMS_GUARDED_BY(streams_mu_) = {};
+  // Every epoch up to it was complete when a stream was fenced with none
+  // fenced before (AddFencedStream, which has no engine lock to write
+  // epoch_done_ under): EpochDone reads it, and the calls that hold both
+  // locks fold it into epoch_done_ (LearnDoneBeforeFence).
+  uint64_t done_before_fence_ LMS_GUARDED_BY(streams_mu_) = 0;
 };
 
 }  // namespace lms

@@ -2,6 +2,7 @@
 // cuda_backend.h): the fenced streams, the fence, the host wait, the drain.
 #include <algorithm>
 #include <string>
+#include <vector>
 
 #include "backends/cuda_backend.h"
 #include "backends/cuda_context.h"
@@ -53,6 +54,16 @@ Status CudaBackend::AddFencedStream(cu::CUstream stream) {
       if (event != nullptr) driver_->cuEventDestroy(event);
     }
     return made;
+  }
+  if (fenced_.empty()) {
+    // Every mark handed out so far is complete, and stays so: marks of no
+    // fenced stream cover nothing, and a stream removed was synchronized
+    // first (RemoveFencedStream). The open epoch would now cover this
+    // stream's work too, so marks of it taken before would read as not
+    // done: it ends here, with no event (Note [Epochs of use]).
+    done_before_fence_ = epoch_;
+    ++epoch_;
+    open_epoch_marked_.store(false, std::memory_order_relaxed);
   }
   fenced_.push_back(std::move(fenced));
   // The closed epochs have no event on this stream: none of them covers
@@ -134,8 +145,13 @@ size_t CudaBackend::OldestHeldFrom(uint64_t from) const {
   return slot;
 }
 
+void CudaBackend::LearnDoneBeforeFence() {
+  epoch_done_ = std::max(epoch_done_, done_before_fence_);
+}
+
 Status CudaBackend::CopyStreamAfter(uint64_t mark) {
   MutexLock lock(streams_mu_);
+  LearnDoneBeforeFence();
   if (fenced_.empty() || mark <= epoch_done_ || mark <= copy_stream_after_) {
     return Status::Ok();
   }
@@ -157,6 +173,7 @@ Status CudaBackend::CopyStreamAfter(uint64_t mark) {
 
 Status CudaBackend::HostWaitForEpoch(uint64_t mark) {
   MutexLock lock(streams_mu_);
+  LearnDoneBeforeFence();
   if (fenced_.empty() || mark <= epoch_done_) return Status::Ok();
   size_t slot = 0;
   uint64_t covered = 0;
@@ -175,7 +192,7 @@ bool CudaBackend::EpochDone(uint64_t mark) {
   if (mark <= epoch_done_) return true;
   // No fenced stream: nothing LMS orders can be queued.
   MutexLock lock(streams_mu_);
-  return fenced_.empty();
+  return fenced_.empty() || mark <= done_before_fence_;
 }
 
 bool CudaBackend::EpochDoneAfterPoll(uint64_t mark, bool polled) {
@@ -185,6 +202,7 @@ bool CudaBackend::EpochDoneAfterPoll(uint64_t mark, bool polled) {
 
 void CudaBackend::PollEpochs() {
   MutexLock lock(streams_mu_);
+  LearnDoneBeforeFence();
   if (fenced_.empty()) return;
   // A few at a time: each costs a query per fenced stream. The next closed
   // epoch the ring holds (the one after epoch_done_, or a later one where
@@ -236,9 +254,26 @@ Status CudaBackend::UnmapCompletedRetired() {
 }
 
 Status CudaBackend::SettleMapping(uintptr_t address, size_t count) {
-  if (!AnyRetired(address, count)) return Status::Ok();
+  if (!AnyRetired(address, count) && !AnyPending(address, count)) return Status::Ok();
   LMS_CUDA_SCOPE(*driver_, context_);
-  return UnmapRetired(/*wait=*/true, address, count, /*drop_pending=*/false);
+  LMS_RETURN_IF_ERROR(UnmapRetired(/*wait=*/true, address, count, /*drop_pending=*/false));
+  // Pending with nothing in the way: a map that failed before (MapPending).
+  return MapPending(address, count);
+}
+
+void CudaBackend::RetryUnmadeMappings() {
+  std::vector<uintptr_t> tried;
+  tried.swap(unmade_);
+  for (const uintptr_t at : tried) {
+    const Slot* slot = SlotAt(at);
+    // Dropped since (freed, replaced), or pending again behind a retired
+    // mapping (made when that goes): nothing to retry.
+    if (slot == nullptr || !slot->pending || slot->retired || slot->head != 0) continue;
+    // Failing again, MapPending lists it again. Its failure was reported
+    // when it first failed; SettleMapping reports it where the unit's
+    // address must be reached.
+    (void)MapPending(at, SpanAt(at));
+  }
 }
 
 Status CudaBackend::UnmapRetired(bool wait, uintptr_t address, size_t count,
@@ -356,6 +391,7 @@ Status CudaBackend::WaitForUnmap(uint64_t ticket) {
 
 Status CudaBackend::MapPending(uintptr_t address, size_t count) {
   const CudaDriver& d = *driver_;
+  Status status;
   for (size_t i = 0; i < count;) {
     const uintptr_t at = address + i * granule_;
     const Slot* slot = SlotAt(at);
@@ -383,19 +419,21 @@ Status CudaBackend::MapPending(uintptr_t address, size_t count) {
                       FormatAddress(reinterpret_cast<void*>(start)));
       if (!s.ok()) d.cuMemUnmap(start, length * granule_);
     }
-    // Mapped, or left with nothing mapped (the table says so: a later Map
-    // there maps without an unmap, a free gives the granules back).
-    for (size_t k = 0; k < length; ++k) {
-      Slot& pending = *SlotAt(start + k * granule_);
-      if (s.ok()) {
-        pending.pending = false;
-      } else {
-        pending = Slot();
-      }
+    if (s.ok()) {
+      for (size_t k = 0; k < length; ++k) SlotAt(start + k * granule_)->pending = false;
+      continue;
     }
-    LMS_RETURN_IF_ERROR(s);
+    // Still pending, with nothing in the driver: the unit's host granules
+    // hold its bytes, but its address reaches nothing until the map is made.
+    // Tried again at each remap batch (RetryUnmadeMappings) and wherever the
+    // address must be reached (SettleMapping); a Map or Unmap there drops
+    // it without a driver call (UnmapSlots), as a free does.
+    if (std::find(unmade_.begin(), unmade_.end(), start) == unmade_.end()) {
+      unmade_.push_back(start);
+    }
+    if (status.ok()) status = s;
   }
-  return Status::Ok();
+  return status;
 }
 
 bool CudaBackend::MapDeferred(uintptr_t address, PoolKind pool, const GranuleId* ids,
@@ -437,6 +475,7 @@ Status CudaBackend::WaitForCopies() {
 Status CudaBackend::BeginRemapBatch(uint64_t mark) {
   LMS_CUDA_SCOPE(*driver_, context_);
   remap_batch_drained_ = false;
+  if (!unmade_.empty()) RetryUnmadeMappings();
   // Those whose epoch is done (a poll of the GPU if any is retired; one is
   // enough for the batch's mark below too).
   const bool polled = !retired_.empty();
