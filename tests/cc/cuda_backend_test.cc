@@ -389,7 +389,9 @@ TEST_F(BackendTest, AReleaseOfATicketTheRingNoLongerHoldsWaitsThroughItsOldest) 
                             2 * kGranule));
   EXPECT_OK(b->EndRemapBatch());
   EXPECT_OK(b->WaitForCopies());
-  Fake().set_copy_delay_us(200000);
+  // Long enough to be in flight still after the 20 batches below on a
+  // loaded machine (200 ms was not once, under ASan beside TSan's build).
+  Fake().set_copy_delay_us(1000000);
   EXPECT_OK(b->CopyGranules(PoolKind::kHost, to_late, PoolKind::kDevice, device,
                             2 * kGranule));
   EXPECT_OK(b->EndRemapBatch());
@@ -1305,10 +1307,12 @@ TEST_F(EngineTest, AStreamFencedAfterAnEvictionWaitsForItsCopy) {
 // Note [Retired mappings]: T (`size` bytes), evicted while a kernel queued
 // before its unpin writes pattern 2 into it, so that its host mapping is left
 // pending behind the retired device mapping; once the kernel has run, the
-// pending map is made and fails (an injected cuMemMap failure). The failure
-// is reported, and T's address then reaches nothing.
-void* EvictWithItsHostMapFailed(Engine& e, CudaBackend* b, cu::CUstream stream,
-                                size_t size) {
+// pending map is made, in `later`, and fails (an injected cuMemMap failure).
+// `later` succeeds (T's slots are not its caller's: the failure is said on
+// stderr), and T's address then reaches nothing.
+template <typename Later>
+void* EvictWithItsHostMapFailed(Engine& e, CudaBackend* b, cu::CUstream stream, size_t size,
+                                Later later) {
   uint64_t id = 0;
   void* t = e.Allocate(size, /*pin=*/true, nullptr, &id);
   if (t == nullptr) return nullptr;
@@ -1323,10 +1327,10 @@ void* EvictWithItsHostMapFailed(Engine& e, CudaBackend* b, cu::CUstream stream,
   kernel.released = true;
   Synchronize(b, stream);
   EXPECT_OK(e.WaitForCopies());
+  const unsigned long long maps_before = Fake().call_count("cuMemMap");
   Fake().fail_nth_mem_map(1, cu::CUDA_ERROR_OUT_OF_MEMORY);
-  const Status s = b->UnmapCompletedRetired();
-  EXPECT_TRUE(s.code() == StatusCode::kResourceExhausted);
-  EXPECT_TRUE(Contains(s.message(), "deferred mapping"));
+  EXPECT_OK(later());
+  EXPECT_TRUE(Fake().call_count("cuMemMap") > maps_before);  // tried in `later`
   EXPECT_TRUE(Fake().device_alias(Address(t), size) == nullptr);
   Fake().clear_violations();  // that probe's
   return t;
@@ -1341,13 +1345,18 @@ bool ReachesTheEvictedBytes(const void* t, size_t size) {
 // A pending map that failed is not lost: the next remap batch makes it (a
 // kernel reading the evicted tensor in place, the adapter's last resort,
 // finds its bytes), and no byte of it is lost meanwhile.
+// The free during which it failed, of another tensor, is not failed by it:
+// that tensor's host memory goes back to the pool (a failed free keeps it out
+// for good).
 TEST_F(EngineTest, AnEvictionsHostMapThatFailedIsMadeAtTheNextRemapBatch) {
   StartEngine(/*device=*/6, /*host=*/8);
   FencedStream compute(b);
   void* v = MustAllocate(*e, kGranule, /*pin=*/false);
-  ASSERT_TRUE(v != nullptr);
+  void* y = MustAllocate(*e, kGranule, /*pin=*/false);
+  ASSERT_TRUE(v != nullptr && y != nullptr);
+  EXPECT_OK(e->Evict(y));
   const size_t size = 3 * kGranule;
-  void* t = EvictWithItsHostMapFailed(*e, b, compute.stream, size);
+  void* t = EvictWithItsHostMapFailed(*e, b, compute.stream, size, [&] { return e->Free(y); });
   ASSERT_TRUE(t != nullptr);
   EXPECT_EQ(VerifyAllocation(*e, t, size, 2), -1);  // through the window
   EXPECT_OK(e->Evict(v));  // a remap batch
@@ -1364,21 +1373,22 @@ TEST_F(EngineTest, AnEvictionsHostMapThatFailedIsMadeWhereItIsNeededOrDropped) {
   StartEngine(/*device=*/8, /*host=*/12);
   FencedStream compute(b);
   const size_t size = 2 * kGranule;
-  void* t = EvictWithItsHostMapFailed(*e, b, compute.stream, size);
+  const auto sweep = [&] { return b->UnmapCompletedRetired(); };
+  void* t = EvictWithItsHostMapFailed(*e, b, compute.stream, size, sweep);
   ASSERT_TRUE(t != nullptr);
   Fake().fail_nth_mem_map(1, cu::CUDA_ERROR_OUT_OF_MEMORY);
   EXPECT_TRUE(b->SettleMapping(Address(t), 2).code() == StatusCode::kResourceExhausted);
   EXPECT_OK(b->SettleMapping(Address(t), 2));
   EXPECT_TRUE(ReachesTheEvictedBytes(t, size));
   // Paged in over a map never made.
-  void* u = EvictWithItsHostMapFailed(*e, b, compute.stream, size);
+  void* u = EvictWithItsHostMapFailed(*e, b, compute.stream, size, sweep);
   ASSERT_TRUE(u != nullptr);
   uint64_t id = 0;
   EXPECT_OK(e->Pin(u, &id));
   EXPECT_EQ(VerifyAllocation(*e, u, size, 2), -1);
   EXPECT_OK(e->Unpin(u, id));
   // Freed with its map never made.
-  void* w = EvictWithItsHostMapFailed(*e, b, compute.stream, size);
+  void* w = EvictWithItsHostMapFailed(*e, b, compute.stream, size, sweep);
   ASSERT_TRUE(w != nullptr);
   EXPECT_OK(e->Free(w));
   EXPECT_OK(e->CheckInvariants());

@@ -533,9 +533,8 @@ Status CudaBackend::UnmapReleased(uintptr_t address, size_t count, uint64_t mark
       continue;
     }
     const size_t length = SpanAt(at);
-    // Done, it is retired with no mark: nothing queued can use it, and a
-    // mark judged done with no stream fenced would read as not done once
-    // one is (its granules' next copy would wait for the GPU).
+    // Done, it is retired with no mark: nothing queued can use it, and
+    // later checks read 0 as done without asking the GPU.
     LMS_RETURN_IF_ERROR(Retire(at, length, done ? 0 : mark));
     i += length;
   }

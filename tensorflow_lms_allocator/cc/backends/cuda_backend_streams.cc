@@ -1,6 +1,7 @@
 // CudaBackend's side of the stream protocol (Note [Stream protocol] in
 // cuda_backend.h): the fenced streams, the fence, the host wait, the drain.
 #include <algorithm>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -61,9 +62,10 @@ Status CudaBackend::AddFencedStream(cu::CUstream stream) {
     // first (RemoveFencedStream). The open epoch would now cover this
     // stream's work too, so marks of it taken before would read as not
     // done: it ends here, with no event (Note [Epochs of use]).
+    // open_epoch_marked_ is left as it is (the engine's lock guards it): at
+    // worst the next remap batch closes an epoch nobody marked.
     done_before_fence_ = epoch_;
     ++epoch_;
-    open_epoch_marked_.store(false, std::memory_order_relaxed);
   }
   fenced_.push_back(std::move(fenced));
   // The closed epochs have no event on this stream: none of them covers
@@ -322,8 +324,10 @@ Status CudaBackend::UnmapRetired(bool wait, uintptr_t address, size_t count,
   // The rest whose epoch is done go to the unmap thread.
   QueueUnmaps(0);
   for (const Retired& r : unmapped) {
+    // A failure is the caller's only where the slots are (SettleMapping's);
+    // elsewhere the mapping stays pending, to be made later (MapPending).
     Status s = MapPending(r.address, r.granules);
-    if (!s.ok() && status.ok()) status = s;
+    if (!s.ok() && in_the_way(r) && status.ok()) status = s;
   }
   return status;
 }
@@ -345,11 +349,7 @@ void CudaBackend::QueueUnmaps(size_t from) {
       continue;
     }
     r.unmap_ticket = unmapper_->Push(r.address, r.granules * granule_);
-    // Done for good: a mark judged done while no stream was fenced (the
-    // last one removed since it was retired) would read as not done once
-    // one is (a fence covers only what follows it), and placement would
-    // then avoid, or a release wait on the host for, slots whose only work
-    // left is this driver call.
+    // Done: later checks read 0 as done without asking the GPU.
     r.mark = 0;
     ++unmaps_queued_;
     // Counted when handed over, not when made, so that the figure never
@@ -413,25 +413,33 @@ Status CudaBackend::MapPending(uintptr_t address, size_t count) {
     Status s = d.Check(MapRun(start, length, pool, first_id),
                        "cuMemMap of a deferred mapping at " +
                            FormatAddress(reinterpret_cast<void*>(start)));
-    if (s.ok()) {
+    bool made = s.ok();
+    if (made) {
       s = d.Check(d.cuMemSetAccess(start, length * granule_, access_.data(), access_.size()),
                   "cuMemSetAccess of a deferred mapping at " +
                       FormatAddress(reinterpret_cast<void*>(start)));
-      if (!s.ok()) d.cuMemUnmap(start, length * granule_);
+      // Mapped without access, if it cannot be unmapped: recorded as made,
+      // so that a later Unmap there unmaps it.
+      if (!s.ok()) made = d.cuMemUnmap(start, length * granule_) != cu::CUDA_SUCCESS;
     }
-    if (s.ok()) {
+    if (made) {
       for (size_t k = 0; k < length; ++k) SlotAt(start + k * granule_)->pending = false;
-      continue;
-    }
-    // Still pending, with nothing in the driver: the unit's host granules
-    // hold its bytes, but its address reaches nothing until the map is made.
-    // Tried again at each remap batch (RetryUnmadeMappings) and wherever the
-    // address must be reached (SettleMapping); a Map or Unmap there drops
-    // it without a driver call (UnmapSlots), as a free does.
-    if (std::find(unmade_.begin(), unmade_.end(), start) == unmade_.end()) {
+    } else if (std::find(unmade_.begin(), unmade_.end(), start) == unmade_.end()) {
+      // Still pending, with nothing in the driver: the unit's host granules
+      // hold its bytes, but its address reaches nothing until the map is
+      // made. Tried again at each remap batch (RetryUnmadeMappings) and
+      // wherever the address must be reached (SettleMapping, which reports
+      // a failure); a Map or Unmap there drops it with no driver call
+      // (UnmapSlots), as a free does. Said once: a caller whose slots these
+      // are not is not told (UnmapRetired).
       unmade_.push_back(start);
+      std::fprintf(stderr,
+                   "tensorflow_lms_allocator: %s; the evicted tensor's bytes are kept in host "
+                   "memory, and its address is mapped again at the next move or where it "
+                   "must be reached\n",
+                   s.message().c_str());
     }
-    if (status.ok()) status = s;
+    if (!s.ok() && status.ok()) status = s;
   }
   return status;
 }
