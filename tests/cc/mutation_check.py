@@ -56,7 +56,6 @@ TRIM = "AUnitPlacedOverPartOfACachedMappingGetsItsOwnAndMovesAlone"
 AVOID = "ASmallerUnitIsPlacedWhereItCutsNoCachedMapping"
 AWAY = "ANewUnitIsPlacedAwayFromARetiredMappingStillInUse"
 REMOVED = "RemovingAFencedStreamKeepsItsQueuedWorkBeforeLaterMoves"
-FREED_EARLY = "AGranuleFreedBeforeAnyStreamWasFencedMakesNoLaterCopyWaitForTheGpu"
 HANDED_OVER = "AnUnmapHandedOverWithNoStreamFencedStaysDoneWhenOneIsFencedAgain"
 AWAY_ALL = "ANewUnitAvoidsRetiredMappingsInEveryBestFit"
 STEAL = "DefragmentationTakesACachedMappingWhole"
@@ -221,11 +220,6 @@ MUTATIONS = {
         "      queue_.push_back(request);  // MUTATION\n"
         "      released_through_ = request.ticket;\n      queued_cv_.notify_one();\n",
         {UNMAP_THREAD, HELD}),
-    # A mapping handed to the unmap thread keeps its epoch's mark, which a
-    # stream fenced later makes read as not done (its epoch was done because
-    # none was fenced then): placement avoids its slots.
-    "handed-over-unmap-keeps-its-mark": (
-        STREAMS, "    r.mark = 0;\n", "    // MUTATION\n", {HANDED_OVER}),
     # A free of a tensor whose eviction's device mapping is still retired
     # (its last kernel queued) takes that mapping as done: unmapped under
     # the kernel still writing it.
@@ -258,12 +252,6 @@ MUTATIONS = {
         STREAMS, "  if (ring_epoch_[*slot] != mark || mark == 0) *slot = OldestHeldFrom(mark);",
         "  if (ring_epoch_[*slot] == 0) *slot = OldestHeldFrom(mark);  // MUTATION",
         {RING_WRAP}),
-    # A free whose epoch is done is retired with its mark, which a stream
-    # fenced later makes read as not done: the next copy from its granule
-    # waits on the host for that stream.
-    "done-free-keeps-its-mark": (
-        MEMORY, "Retire(at, length, done ? 0 : mark)", "Retire(at, length, mark)  /* MUTATION */",
-        {FREED_EARLY}),
     # A fenced stream is unregistered without waiting for its queued work:
     # marks taken while it was fenced then read done, and an eviction copies
     # (and unmaps) under a kernel it queued.
