@@ -744,7 +744,7 @@ class CudaBackend : public Backend {
   std::unique_ptr<UnmapThread> unmapper_;
   size_t unmaps_queued_ = 0;
   // The first slots of pending mappings whose map failed (MapPending); an
-  // entry whose slot is no longer pending is stale, dropped at the next try.
+  // entry whose slot is no longer such is dropped at the next try.
   std::vector<uintptr_t> unmade_;
   bool copies_in_flight_ = false;  // a copy was issued since the last wait
   // Between BeginRemapBatch's host wait and EndRemapBatch: unmaps skip their

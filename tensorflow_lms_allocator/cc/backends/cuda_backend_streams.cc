@@ -264,18 +264,20 @@ Status CudaBackend::SettleMapping(uintptr_t address, size_t count) {
 }
 
 void CudaBackend::RetryUnmadeMappings() {
-  std::vector<uintptr_t> tried;
-  tried.swap(unmade_);
-  for (const uintptr_t at : tried) {
+  // Made since, dropped (freed, replaced), or pending again behind a retired
+  // mapping (made when that goes): not to be tried.
+  const auto settled = [&](uintptr_t at) {
     const Slot* slot = SlotAt(at);
-    // Dropped since (freed, replaced), or pending again behind a retired
-    // mapping (made when that goes): nothing to retry.
-    if (slot == nullptr || !slot->pending || slot->retired || slot->head != 0) continue;
-    // Failing again, MapPending lists it again. Its failure was reported
-    // when it first failed; SettleMapping reports it where the unit's
-    // address must be reached.
-    (void)MapPending(at, SpanAt(at));
+    return slot == nullptr || !slot->pending || slot->retired || slot->head != 0;
+  };
+  // A copy: MapPending finds the ones failing again still listed, so they
+  // are said once. Their failure was said when it first failed;
+  // SettleMapping reports it where the unit's address must be reached.
+  const std::vector<uintptr_t> tried = unmade_;
+  for (const uintptr_t at : tried) {
+    if (!settled(at)) (void)MapPending(at, SpanAt(at));
   }
+  unmade_.erase(std::remove_if(unmade_.begin(), unmade_.end(), settled), unmade_.end());
 }
 
 Status CudaBackend::UnmapRetired(bool wait, uintptr_t address, size_t count,
